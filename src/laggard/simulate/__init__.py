@@ -1,0 +1,35 @@
+"""Straggler simulation: tail at scale and synchronisation policies (``laggard simulate``).
+
+Modules: ``dists`` (worker-time distributions and specs), ``empirical`` (distributions from a
+trace), ``engine`` (chunked, threaded Monte-Carlo), ``theory`` (closed forms and quadrature),
+``tail`` (E[max] and p99 against the number of workers), ``policies`` (BSP, backups,
+speculation, drop-slowest, over-decomposition, SSP, async), ``plots`` (PNG / SVG).
+
+Importing this package is cheap: names are loaded from their modules on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Distribution": "dists",
+    "parse_dist": "dists",
+    "tail_at_scale": "tail",
+    "TailResult": "tail",
+    "compare_policies": "policies",
+    "parse_policy": "policies",
+    "PolicyResult": "policies",
+    "EmpiricalTrace": "empirical",
+    "trace_distribution": "empirical",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'laggard.simulate' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"laggard.simulate.{module}"), name)
