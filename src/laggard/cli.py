@@ -1,0 +1,186 @@
+"""The `laggard` command: thin; parses arguments, calls the library, prints.
+
+User mistakes (``LaggardError``, bad flags) end in one line on stderr and exit code 2;
+warnings (``LaggardWarning``) are printed as one line each and the command goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from laggard.ops import LaggardError, LaggardWarning
+
+app = typer.Typer(
+    name="laggard",
+    help="Find, explain and fix stragglers in distributed training.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+FormatOpt = Annotated[
+    str, typer.Option("--format", "-f", help="Trace format: auto, native, ndtimeline.")
+]
+MetaOpt = Annotated[
+    Path | None, typer.Option("--meta", help="NDTimeline metadata YAML (dp/pp/tp/vpp sizes); default: meta-*.yaml beside the trace.")
+]
+
+
+def _load(path: Path, fmt: str, meta: Path | None, steps: str | None = None):
+    from laggard.io import load_job
+
+    return load_job(path, fmt=fmt, meta=meta, steps=steps)
+
+
+@app.command()
+def analyze(
+    path: Annotated[Path, typer.Argument(help="Trace: a native directory (job.json + *.parquet) or an NDTimeline parquet file.")],
+    fmt: FormatOpt = "auto",
+    meta: MetaOpt = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the analysis as JSON to this file ('-' for stdout).")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report to this file.")] = None,
+    perfetto_out: Annotated[Path | None, typer.Option("--perfetto", help="Write measured and idealised timelines as Chrome/Perfetto trace JSON.")] = None,
+    steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
+) -> None:
+    """Replay the job with idealised durations: straggler slowdown and who causes it."""
+    from laggard.whatif import analyze as run_analysis
+
+    job = _load(path, fmt, meta, steps)
+    result = run_analysis(job)
+    if json_out is not None:
+        from laggard.report.jsonout import write_json
+
+        write_json(result, json_out)
+    if html_out is not None:
+        from laggard.report.html import write_html
+
+        write_html(result, html_out)
+    if perfetto_out is not None:
+        from laggard.io.perfetto import write_perfetto
+
+        write_perfetto(result, perfetto_out)
+    if not quiet and str(json_out) != "-":
+        from laggard.report.terminal import print_summary
+
+        print_summary(result)
+
+
+@app.command()
+def whatif(
+    path: Annotated[Path, typer.Argument(help="Trace: a native directory or an NDTimeline parquet file.")],
+    fix: Annotated[list[str] | None, typer.Option("--fix", help="Idealise these ops: stage=3, dp=1, rank=17, worker=dp0:pp1, optype=forward-compute, step=12, all.")] = None,
+    zero: Annotated[list[str] | None, typer.Option("--zero", help="Make these ops take no time: comm, compute, or any --fix selector.")] = None,
+    scale: Annotated[list[str] | None, typer.Option("--scale", help="Scale measured durations: SELECTOR:FACTOR, e.g. stage=3:0.8.")] = None,
+    fmt: FormatOpt = "auto",
+    meta: MetaOpt = None,
+    steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file ('-' for stdout).")] = None,
+) -> None:
+    """Replay the job with a change of your own and print the new step time and speed-up."""
+    from laggard.whatif import custom_whatif, parse_changes
+
+    changes = parse_changes(fix or [], zero or [], scale or [])
+    job = _load(path, fmt, meta, steps)
+    res = custom_whatif(job, changes)
+    if json_out is not None:
+        from laggard.report.jsonout import dump_json
+
+        dump_json(res, json_out)
+        if str(json_out) == "-":
+            return
+    from laggard.report.terminal import print_whatif
+
+    print_whatif(res)
+
+
+@app.command()
+def convert(
+    path: Annotated[Path, typer.Argument(help="Trace to convert (any format laggard reads).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the native trace (job.json + parquet) to.")],
+    fmt: FormatOpt = "auto",
+    meta: MetaOpt = None,
+) -> None:
+    """Convert a trace to laggard's native format (job.json + Parquet op shards)."""
+    from laggard.ops import write_native
+
+    job = _load(path, fmt, meta)
+    write_native(job, out)
+    typer.echo(f"wrote {job.num_ops} ops to {out}")
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option("--out", help="Directory for the demo's outputs.")] = Path("out/demo"),
+) -> None:
+    """Analyse the built-in example trace and write the HTML report."""
+    from laggard.demo import run_demo
+
+    run_demo(out)
+
+
+def _mount_subcommands() -> None:
+    """Command groups that live beside their library code (each module defines a typer ``app``)."""
+    import importlib
+
+    for module, name in (("laggard.simulate.cli", "simulate"), ("laggard.collectives.cli", "collectives"),
+                         ("laggard.collectives.cli", "bench")):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+            continue
+        sub = getattr(mod, "app" if name != "bench" else "bench_app", None)
+        if sub is not None:
+            app.add_typer(sub, name=name)
+
+
+_mount_subcommands()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one-line errors with exit code 2, warnings as one line each."""
+    command = typer.main.get_command(app)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LaggardWarning)
+        try:
+            command.main(args=argv, prog_name="laggard", standalone_mode=False)
+            code = 0
+        except LaggardError as e:
+            _flush_warnings(caught)
+            print(f"laggard: error: {e}", file=sys.stderr)
+            return 2
+        except click.exceptions.Exit as e:
+            code = e.exit_code
+        except click.exceptions.Abort:
+            print("laggard: aborted", file=sys.stderr)
+            return 130
+        except click.UsageError as e:
+            ctx = f" (see 'laggard {e.ctx.command_path.split(' ', 1)[1]} --help')" if e.ctx and " " in e.ctx.command_path else ""
+            print(f"laggard: error: {e.format_message()}{ctx}", file=sys.stderr)
+            return 2
+        except click.ClickException as e:
+            print(f"laggard: error: {e.format_message()}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:
+            return 0
+    _flush_warnings(caught)
+    return code or 0
+
+
+def _flush_warnings(caught: list[warnings.WarningMessage]) -> None:
+    for w in caught:
+        if issubclass(w.category, LaggardWarning):
+            print(f"laggard: warning: {w.message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

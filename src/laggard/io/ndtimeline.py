@@ -1,0 +1,586 @@
+"""Importer for NDTimeline / Megatron-LM traces (the format published with the OSDI '25 what-if paper).
+
+One Parquet row per op: ``dp_rank, stage, rank, step, optype, start_ts, duration`` (seconds,
+``start_ts`` relative to the step), ``seq_id`` (index of the op among ops of its type in the step),
+``mc`` (model chunk), ``gmc`` (global model chunk), ``mb_id`` (microbatch). A ``meta-*.yaml`` beside
+the trace (or ``--meta``) gives the dp/pp/tp/vpp sizes.
+
+Megatron runs one static schedule, so the dependencies of one pipeline instance (all stages of one
+DP rank in one step) are derived once, from a reference instance, and replicated to every
+(step, DP rank). The rules (1F1B, with virtual chunks):
+
+* per worker a compute stream (forward/backward compute in observed order), one stream per p2p
+  op type, and a DP-comm stream (params all-gather, grads reduce-scatter);
+* a recv precedes the compute of its microbatch and follows the previous compute of its type;
+  a send follows the compute that produced its data; the first backward send/recv cannot start
+  before the second-to-last forward of the warm-up;
+* the last params all-gather of a model chunk precedes that chunk's first forward;
+* after the last compute: gc -> layernorm all-reduce -> embedding all-reduce -> grads
+  reduce-scatters (or separate grads all-reduce when DP comm overlaps backward) -> clip -> optimizer;
+* DP collectives join the DP ranks of one stage; p2p ops join adjacent stages of one DP rank;
+  the embedding all-reduce joins the first and last stage; clip-main-grad joins every worker.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table
+
+FWD, BWD = "forward-compute", "backward-compute"
+AG, RS, SEP = "params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce"
+LN, EMB, CLIP, OPT, GC = (
+    "layernorm-grads-all-reduce",
+    "embedding-grads-all-reduce",
+    "optimizer-clip-main-grad",
+    "optimizer",
+    "gc",
+)
+P2P = ("forward-send", "forward-recv", "backward-send", "backward-recv")
+
+# op type -> (kind, stream)
+OPTYPES: dict[str, tuple[str, str]] = {
+    FWD: ("compute", "compute"),
+    BWD: ("compute", "compute"),
+    OPT: ("compute", "compute"),
+    GC: ("other", "compute"),
+    "forward-send": ("p2p_send", "pp-forward-send"),
+    "forward-recv": ("p2p_recv", "pp-forward-recv"),
+    "backward-send": ("p2p_send", "pp-backward-send"),
+    "backward-recv": ("p2p_recv", "pp-backward-recv"),
+    AG: ("collective", "dp-comm"),
+    RS: ("collective", "dp-comm"),
+    SEP: ("collective", "dp-comm"),
+    LN: ("collective", "mp-comm"),
+    EMB: ("collective", "mp-comm"),
+    CLIP: ("collective", "mp-comm"),
+}
+REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id")
+# Tolerance on timestamps when deciding whether a p2p op belongs to a compute (clock skew), seconds.
+_EPS_S = 5e-5
+
+
+@dataclass(slots=True)
+class _Template:
+    """The dependency model of one pipeline instance (every stage of one DP rank, one step)."""
+
+    stage: np.ndarray
+    name: np.ndarray  # op type code
+    seq: np.ndarray
+    microbatch: np.ndarray
+    deps: list[list[int]]
+    scope: list[str | None]  # None (no sync), "local" (within a DP rank), "dp", "world"
+    label: list[str | None]
+    gseq: list[int]
+    peer_stage: list[int] = field(default_factory=list)
+
+
+def _read_meta(path: Path | None, trace: Path) -> tuple[dict, Path | None]:
+    import yaml
+
+    if path is None:
+        stem = trace.stem.removeprefix("trace-").removeprefix("trace")
+        cands = [trace.parent / f"meta-{stem}.yaml", trace.parent / f"meta-{stem}.yml"]
+        found = [c for c in cands if c.exists()]
+        if not found:
+            metas = sorted(trace.parent.glob("meta*.y*ml"))
+            found = metas if len(metas) == 1 else []
+        if not found:
+            return {}, None
+        path = found[0]
+    try:
+        obj = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise LaggardError(f"{path}: metadata file not found") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise LaggardError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(obj, dict):
+        raise LaggardError(f"{path}: expected a mapping of dp_size, pp_size, ... in the metadata")
+    for k in ("dp_size", "pp_size", "tp_size", "vpp_size", "dsp_size", "world_size"):
+        if k in obj and (not isinstance(obj[k], int) or isinstance(obj[k], bool) or obj[k] < 1):
+            raise LaggardError(f"{path}: {k} must be a positive integer, got {obj[k]!r}")
+    return obj, Path(path)
+
+
+def _read_table(path: Path) -> pa.Table:
+    try:
+        if path.stat().st_size == 0:
+            raise LaggardError(f"{path}: empty file (0 bytes), not a Parquet trace")
+        return pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise LaggardError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+
+
+def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
+    table = _read_table(path)
+    missing = [c for c in REQUIRED if c not in table.column_names]
+    if missing:
+        raise LaggardError(f"{path}: not an NDTimeline trace: missing column(s) {', '.join(missing)}")
+    if table.num_rows == 0:
+        raise LaggardError(f"{path}: the trace has no ops")
+    meta_obj, meta_path = _read_meta(meta, path)
+    where = str(path)
+
+    def col(name: str, dtype, default=None) -> np.ndarray:
+        if name not in table.column_names:
+            return np.full(table.num_rows, default, dtype=dtype)
+        c = table.column(name)
+        if c.null_count:
+            if default is None:
+                raise LaggardError(f"{where}: column {name} has {c.null_count} null value(s)")
+            c = c.fill_null(default)
+        try:
+            return c.to_numpy().astype(dtype)
+        except (TypeError, ValueError, pa.ArrowException):
+            raise LaggardError(f"{where}: column {name} has type {c.type}, expected numbers") from None
+
+    dp = col("dp_rank", np.int64)
+    stage = col("stage", np.int64)
+    rank = col("rank", np.int64)
+    step = col("step", np.int64)
+    seq = col("seq_id", np.int64)
+    start = col("start_ts", np.float64, np.nan)
+    dur = col("duration", np.float64, np.nan)
+    mc = col("mc", np.int64, 0)
+    gmc_present = "gmc" in table.column_names
+    gmc = col("gmc", np.int64, -1)
+    mb = col("mb_id", np.int64, -1)
+    optype = table.column("optype")
+    if optype.null_count:
+        raise LaggardError(f"{where}: column optype has {optype.null_count} null value(s)")
+    optype = optype.cast(pa.string()).combine_chunks().dictionary_encode()
+    labels = [str(x) for x in optype.dictionary.to_pylist()]
+    codes = optype.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    for name, arr in (("dp_rank", dp), ("stage", stage), ("rank", rank), ("seq_id", seq)):
+        if (arr < 0).any():
+            raise LaggardError(f"{where}: column {name} has negative values")
+
+    keep = np.ones(table.num_rows, dtype=bool)
+    unknown = [lab for lab in labels if lab not in OPTYPES]
+    if unknown:
+        bad = np.isin(codes, [labels.index(u) for u in unknown])
+        counts = {u: int((codes == labels.index(u)).sum()) for u in unknown}
+        counts = {u: c for u, c in counts.items() if c}
+        if counts:
+            warnings.warn(
+                f"{where}: skipped {int(bad.sum())} op(s) of unknown type(s) "
+                + ", ".join(f"{u!r} ({c})" for u, c in counts.items())
+                + " (not in the Megatron dependency model)",
+                LaggardWarning,
+                stacklevel=2,
+            )
+        keep &= ~bad
+    if not keep.any():
+        raise LaggardError(f"{where}: no op of a known type (known: {', '.join(OPTYPES)})")
+
+    # Bad timings poison their whole step (DP collectives tie the ranks of a step together).
+    bad_time = ~np.isfinite(start) | ~np.isfinite(dur) | (dur < 0)
+    bad_time &= keep
+    if bad_time.any():
+        bad_steps = np.unique(step[bad_time])
+        why = []
+        if (~np.isfinite(dur) & keep).any() or (~np.isfinite(start) & keep).any():
+            why.append("NaN/inf times")
+        if ((dur < 0) & keep).any():
+            why.append("negative durations")
+        warnings.warn(
+            f"{where}: skipped {len(bad_steps)} step(s) with {' and '.join(why)} "
+            f"({int(bad_time.sum())} op(s)): steps {_fmt_list(bad_steps)}",
+            LaggardWarning,
+            stacklevel=2,
+        )
+        keep &= ~np.isin(step, bad_steps)
+    if not keep.any():
+        raise LaggardError(f"{where}: no step left after skipping ops with invalid times")
+
+    dp_ranks = np.unique(dp[keep])
+    stages = np.unique(stage[keep])
+    num_dp, num_pp = int(dp_ranks.max()) + 1, int(stages.max()) + 1
+    vpp_trace = int(mc[keep].max()) + 1
+    src = meta_path or path
+    if meta_obj:
+        dp_size = int(meta_obj.get("dp_size", num_dp)) * int(meta_obj.get("dsp_size", 1))
+        pp_size = int(meta_obj.get("pp_size", num_pp))
+        if dp_size != len(dp_ranks) or num_dp != dp_size:
+            raise LaggardError(
+                f"{src}: says dp_size={dp_size} but the trace has {len(dp_ranks)} DP rank(s) ({_fmt_list(dp_ranks)})"
+            )
+        if pp_size != len(stages) or num_pp != pp_size:
+            raise LaggardError(
+                f"{src}: says pp_size={pp_size} but the trace has {len(stages)} stage(s) ({_fmt_list(stages)})"
+            )
+        vpp = int(meta_obj.get("vpp_size", vpp_trace))
+        if vpp != vpp_trace:
+            raise LaggardError(f"{src}: says vpp_size={vpp} but the trace has {vpp_trace} model chunk(s)")
+        tp = int(meta_obj.get("tp_size", 1))
+        world = meta_obj.get("world_size")
+        if world is not None and world != dp_size * pp_size * tp:
+            raise LaggardError(f"{src}: world_size={world} is not dp_size*pp_size*tp_size*dsp_size={dp_size * pp_size * tp}")
+        name = str(meta_obj.get("trial_name") or path.stem)
+    else:
+        if len(dp_ranks) != num_dp or len(stages) != num_pp:
+            raise LaggardError(f"{where}: DP ranks {_fmt_list(dp_ranks)} / stages {_fmt_list(stages)} are not contiguous from 0")
+        warnings.warn(
+            f"{where}: no meta-*.yaml beside the trace and no --meta; using dp={num_dp}, pp={num_pp}, "
+            f"vpp={vpp_trace} from the trace and tp=1 (GPU count unknown)",
+            LaggardWarning,
+            stacklevel=2,
+        )
+        vpp, tp, world, name = vpp_trace, 1, None, path.stem
+
+    # Each (dp, stage) is one worker with one global rank.
+    wid = dp * num_pp + stage
+    w_rank = np.full(num_dp * num_pp, -1, dtype=np.int64)
+    w_rank[wid[keep]] = rank[keep]
+    if (w_rank[wid[keep]] != rank[keep]).any():
+        raise LaggardError(f"{where}: a (dp_rank, stage) pair appears with more than one rank")
+    if not gmc_present:
+        gmc = mc * num_pp + stage
+
+    idx = np.nonzero(keep)[0]
+    dp, stage, step, seq, start, dur, mc, gmc, mb, codes = (
+        a[idx] for a in (dp, stage, step, seq, start, dur, mc, gmc, mb, codes)
+    )
+    steps, step_idx = np.unique(step, return_inverse=True)
+    num_steps = len(steps)
+    inst = step_idx * num_dp + dp  # one pipeline instance per (step, DP rank)
+
+    # Pick the reference instance: the first one whose op set is the most common op set.
+    n_codes = len(labels)
+    max_seq = int(seq.max()) + 1
+    key = (stage * n_codes + codes) * max_seq + seq
+    order = np.lexsort((key, inst))
+    inst_sorted = inst[order]
+    bounds = np.flatnonzero(np.diff(inst_sorted)) + 1
+    starts_ = np.concatenate([[0], bounds])
+    # signature of an instance: (op count, sum and xor-ish hash of its keys)
+    h = (key[order] * 0x9E3779B1) % (2**31 - 1)
+    sig = np.stack(
+        [np.diff(np.append(starts_, len(order))), np.add.reduceat(key[order], starts_), np.add.reduceat(h * h % 1000003, starts_)],
+        axis=1,
+    )
+    uniq, inv, cnt = np.unique(sig, axis=0, return_inverse=True, return_counts=True)
+    common = int(np.argmax(cnt))
+    ref_pos = int(np.flatnonzero(inv.ravel() == common)[0])
+    ref_inst = int(inst_sorted[starts_[ref_pos]])
+    sel = inst == ref_inst
+    tpl = _build_template(
+        stage[sel], codes[sel], seq[sel], start[sel], start[sel] + dur[sel], mc[sel], gmc[sel], mb[sel],
+        labels, num_pp, vpp, where,
+    )
+    num_t = len(tpl.stage)
+
+    # Map every op to its template op; instances that do not match the template exactly are dropped.
+    lut = np.full(num_pp * n_codes * max_seq, -1, dtype=np.int64)
+    lut[(tpl.stage * n_codes + tpl.name) * max_seq + tpl.seq] = np.arange(num_t)
+    t_of = lut[key]
+    num_inst = num_steps * num_dp
+    good_row = t_of >= 0
+    counts = np.bincount(inst[good_row] * num_t + t_of[good_row], minlength=num_inst * num_t).reshape(num_inst, num_t)
+    extra = np.bincount(inst[~good_row], minlength=num_inst)
+    bad_inst = (counts != 1).any(axis=1) | (extra > 0)
+    if bad_inst.any():
+        bad_steps_idx = np.unique(np.flatnonzero(bad_inst) // num_dp)
+        first = int(np.flatnonzero(bad_inst)[0])
+        c0 = counts[first]
+        n_ops_have = int((c0 > 0).sum())
+        missing_workers = sorted(
+            {
+                (int(first % num_dp), int(s))
+                for s in range(num_pp)
+                if not (c0[tpl.stage == s] > 0).any()
+            }
+        )
+        detail = (
+            f"worker dp{missing_workers[0][0]}/pp{missing_workers[0][1]} has no ops in step {steps[first // num_dp]}"
+            if missing_workers
+            else f"DP rank {first % num_dp} has {n_ops_have} of the schedule's {num_t} ops"
+            + (f" and {int(extra[first])} extra" if extra[first] else "")
+            + f" in step {steps[first // num_dp]}"
+        )
+        warnings.warn(
+            f"{where}: skipped {len(bad_steps_idx)} of {num_steps} step(s) whose ops do not match the "
+            f"pipeline schedule (missing or extra ops; e.g. {detail}): steps {_fmt_list(steps[bad_steps_idx])}",
+            LaggardWarning,
+            stacklevel=2,
+        )
+        if len(bad_steps_idx) == num_steps:
+            raise LaggardError(f"{where}: no complete step left to analyse")
+        good_steps = np.setdiff1d(np.arange(num_steps), bad_steps_idx)
+    else:
+        good_steps = np.arange(num_steps)
+
+    # Keep good instances, renumbered densely in (step, dp) order; op index = inst * T + t.
+    new_step = np.full(num_steps, -1, dtype=np.int64)
+    new_step[good_steps] = np.arange(len(good_steps))
+    row_ok = good_row & (new_step[step_idx] >= 0)
+    new_inst = new_step[step_idx[row_ok]] * num_dp + dp[row_ok]
+    pos = new_inst * num_t + t_of[row_ok]
+    n_inst = len(good_steps) * num_dp
+    n = n_inst * num_t
+    perm = np.empty(n, dtype=np.int64)
+    perm[pos] = np.flatnonzero(row_ok)
+
+    # Lay the steps end to end on one clock (the trace's times are step-relative).
+    o_step_idx = step_idx[perm]
+    o_start = start[perm]
+    o_end = o_start + dur[perm]
+    k = len(good_steps)
+    o_new_step = new_step[o_step_idx]
+    smin = np.full(k, np.inf)
+    smax = np.full(k, -np.inf)
+    np.minimum.at(smin, o_new_step, o_start)
+    np.maximum.at(smax, o_new_step, o_end)
+    span = smax - smin
+    offset = np.concatenate([[0.0], np.cumsum(span[:-1])]) - smin
+    start_ns = np.round((o_start + offset[o_new_step]) * 1e9).astype(np.int64)
+    dur_ns = np.round(dur[perm] * 1e9).astype(np.int64)
+
+    o_dp = dp[perm]
+    o_stage = stage[perm]
+    t_idx = np.tile(np.arange(num_t), n_inst)
+    inst_of = np.repeat(np.arange(n_inst), num_t)
+    inst_dp = inst_of % num_dp
+
+    # deps: the template CSR replicated with per-instance offsets
+    t_len = np.array([len(d) for d in tpl.deps], dtype=np.int64)
+    t_vals = np.array([x for d in tpl.deps for x in d], dtype=np.int64)
+    t_ptr = np.concatenate([[0], np.cumsum(t_len)])
+    e_t = len(t_vals)
+    offsets = (np.tile(t_ptr[:-1], n_inst) + np.repeat(np.arange(n_inst) * e_t, num_t)).astype(np.int32)
+    offsets = np.append(offsets, n_inst * e_t).astype(np.int32)
+    values = np.tile(t_vals, n_inst) + np.repeat(np.arange(n_inst, dtype=np.int64) * num_t, e_t)
+    deps = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int64()))
+
+    # communication groups
+    local_labels = sorted({lab for lab, sc in zip(tpl.label, tpl.scope) if sc == "local"})
+    global_labels = sorted({lab for lab, sc in zip(tpl.label, tpl.scope) if sc in ("dp", "world")})
+    n_loc = len(local_labels)
+    group_dict = [f"{lab}:dp{d}" for d in range(num_dp) for lab in local_labels] + global_labels
+    t_gcode = np.full(num_t, -1, dtype=np.int64)
+    t_local = np.zeros(num_t, dtype=bool)
+    for t in range(num_t):
+        sc = tpl.scope[t]
+        if sc == "local":
+            t_gcode[t] = local_labels.index(tpl.label[t])
+            t_local[t] = True
+        elif sc is not None:
+            t_gcode[t] = num_dp * n_loc + global_labels.index(tpl.label[t])
+    gcode = t_gcode[t_idx] + np.where(t_local[t_idx], inst_dp * n_loc, 0)
+    has_group = gcode >= 0
+    group_arr = pa.DictionaryArray.from_arrays(
+        pa.array(np.where(has_group, gcode, 0).astype(np.int32), mask=~has_group),
+        pa.array(group_dict or [""], type=pa.string()),
+    )
+    gseq = np.array(tpl.gseq, dtype=np.int64)[t_idx]
+    peer_stage = np.array(tpl.peer_stage, dtype=np.int64)[t_idx]
+    peer = np.where(peer_stage >= 0, w_rank[inst_dp * num_pp + np.maximum(peer_stage, 0)], -1)
+
+    names_t = [labels[c] for c in tpl.name]
+    kind_t = [OPTYPES[x][0] for x in names_t]
+    stream_t = [OPTYPES[x][1] for x in names_t]
+
+    def tiled_dict(values_t: list[str]) -> pa.DictionaryArray:
+        uniq_v = sorted(set(values_t))
+        codes_t = np.array([uniq_v.index(v) for v in values_t], dtype=np.int32)
+        return pa.DictionaryArray.from_arrays(pa.array(np.tile(codes_t, n_inst)), pa.array(uniq_v, type=pa.string()))
+
+    columns = {
+        "rank": w_rank[o_dp * num_pp + o_stage].astype(np.int32),
+        "dp_rank": o_dp.astype(np.int32),
+        "pp_rank": o_stage.astype(np.int32),
+        "tp_rank": np.full(n, -1, dtype=np.int32),
+        "cp_rank": np.full(n, -1, dtype=np.int32),
+        "vchunk": mc[perm].astype(np.int32),
+        "step": steps[o_step_idx],
+        "microbatch": np.tile(tpl.microbatch, n_inst).astype(np.int32),
+        "name": tiled_dict(names_t),
+        "kind": tiled_dict(kind_t),
+        "stream": tiled_dict(stream_t),
+        "start_ns": start_ns,
+        "dur_ns": dur_ns,
+        "group": group_arr,
+        "seq": np.where(has_group, gseq, -1),
+        "peer": peer.astype(np.int32),
+        "deps": deps,
+    }
+    out = make_table(columns, num_rows=n)
+    job_meta = JobMeta(
+        name=name,
+        world_size=int(world) if world is not None else (num_dp * num_pp * tp if meta_obj else None),
+        dp_size=num_dp,
+        pp_size=num_pp,
+        tp_size=tp,
+        vpp_size=vpp,
+        gpus_per_worker=tp,
+        source=f"ndtimeline:{path.name}",
+        extra={"time_base": "steps laid end to end; NDTimeline times are step-relative"},
+    )
+    return Job(table=out, meta=job_meta)
+
+
+def _fmt_list(values, limit: int = 8) -> str:
+    vals = [str(int(v)) for v in values]
+    return ", ".join(vals[:limit]) + (f", ... ({len(vals)} in all)" if len(vals) > limit else "")
+
+
+def _build_template(stage, code, seq, start, end, mc, gmc, mb, labels, num_pp, vpp, where) -> _Template:
+    """Derive the dependency model of one pipeline instance from its observed op order."""
+    num_t = len(stage)
+    name = [labels[c] for c in code]
+    at: dict[tuple[int, str, int], int] = {}
+    for t in range(num_t):
+        k = (int(stage[t]), name[t], int(seq[t]))
+        if k in at:
+            raise LaggardError(f"{where}: op {name[t]} seq_id {seq[t]} appears twice on stage {stage[t]} in one step")
+        at[k] = t
+    deps: list[list[int]] = [[] for _ in range(num_t)]
+    scope: list[str | None] = [None] * num_t
+    label: list[str | None] = [None] * num_t
+    gseq = [-1] * num_t
+    peer_stage = [-1] * num_t
+    micro = mb.astype(np.int64).copy()
+
+    def sort_key(t: int):
+        return (start[t], seq[t], name[t])
+
+    def chain(ts: list[int]) -> None:
+        for a, b in zip(ts, ts[1:], strict=False):
+            deps[b].append(a)
+
+    has_sep = SEP in name
+    total_chunks = vpp * num_pp
+    for s in range(num_pp):
+        mine = [t for t in range(num_t) if stage[t] == s]
+        comp = sorted((t for t in mine if name[t] in (FWD, BWD)), key=sort_key)
+        if not comp:
+            raise LaggardError(f"{where}: stage {s} has no forward/backward compute ops in the reference step")
+        chain(comp)
+        # p2p: match each send/recv to its compute, then pair the two ends across stages.
+        valid_p2p: dict[str, list[int]] = {}
+        for direction in ("forward", "backward"):
+            cname = f"{direction}-compute"
+            comps = [t for t in comp if name[t] == cname]
+            if not comps:
+                continue
+            last_start = max(start[t] for t in comps)
+            first_end = min(end[t] for t in comps)
+            for kind in ("send", "recv"):
+                oname = f"{direction}-{kind}"
+                ops_k = sorted((t for t in mine if name[t] == oname), key=sort_key)
+                chain(ops_k)  # one stream per p2p op type
+                if kind == "recv":
+                    valid = [t for t in ops_k if start[t] <= last_start + _EPS_S]
+                else:
+                    valid = [t for t in ops_k if end[t] >= first_end - _EPS_S]
+                cid = 0
+                if len(valid) != len(comps):
+                    if s not in (0, num_pp - 1) or not (len(valid) == 0 or len(valid) + 1 == len(comps)):
+                        raise LaggardError(
+                            f"{where}: stage {s} has {len(valid)} {oname} op(s) for {len(comps)} {cname} op(s)"
+                        )
+                    if kind == "recv" and len(valid) + 1 == len(comps):
+                        cid = 1
+                real = []
+                for t in valid:
+                    c = at.get((s, cname, cid))
+                    if c is None:
+                        raise LaggardError(f"{where}: stage {s}: no {cname} with seq_id {cid} for {oname} {seq[t]}")
+                    delta = 1 if (direction == "forward") == (kind == "send") else -1
+                    peer_chunk = int(gmc[c]) + delta
+                    micro[t] = mb[c]
+                    if kind == "send":
+                        deps[t].append(c)
+                    else:
+                        deps[c].append(t)
+                        prev = at.get((s, cname, cid - 1))
+                        if prev is not None:
+                            deps[t].append(prev)
+                    if 0 <= peer_chunk < total_chunks:
+                        real.append(t)
+                    cid += 1
+                valid_p2p[oname] = real
+        for oname, real in valid_p2p.items():
+            direction, kind = oname.split("-")
+            fwd = direction == "forward"
+            if kind == "send":
+                src, dst = s, (s + (1 if fwd else -1)) % num_pp
+            else:
+                src, dst = (s - (1 if fwd else -1)) % num_pp, s
+            for k, t in enumerate(real):
+                scope[t], label[t], gseq[t] = "local", f"p2p-{direction}:pp{src}>pp{dst}", k
+                peer_stage[t] = dst if kind == "send" else src
+        # the first backward send/recv waits for the second-to-last warm-up forward
+        first_bwd = next((i for i, t in enumerate(comp) if name[t] == BWD), None)
+        if first_bwd is not None and first_bwd >= 2:
+            anchor = comp[first_bwd - 2]
+            for oname in ("backward-recv", "backward-send"):
+                t0 = at.get((s, oname, 0))
+                if t0 is not None:
+                    deps[t0].append(anchor)
+        # DP communication stream and its links to compute
+        dpc = sorted((t for t in mine if name[t] in (AG, RS)), key=sort_key)
+        chain(dpc)
+        for t in mine:
+            if name[t] in (AG, RS, SEP):
+                scope[t], label[t], gseq[t] = "dp", f"dp:pp{s}:{name[t]}", int(seq[t])
+        ags = sorted((t for t in mine if name[t] == AG), key=lambda t: seq[t])
+        done: set[int] = set()
+        for t in reversed(ags):
+            if mc[t] in done:
+                continue
+            fw = [c for c in comp if name[c] == FWD and mc[c] == mc[t]]
+            if fw:
+                deps[min(fw, key=lambda c: start[c])].append(t)
+            done.add(int(mc[t]))
+        rss = sorted((t for t in mine if name[t] == RS), key=lambda t: seq[t])
+        if has_sep:
+            done = set()
+            for t in rss:
+                if mc[t] in done:
+                    continue
+                bw = [c for c in comp if name[c] == BWD and mc[c] == mc[t]]
+                if bw:
+                    deps[t].append(max(bw, key=lambda c: end[c]))
+                done.add(int(mc[t]))
+        # the tail: gc -> layernorm -> embedding -> (grads sync) -> clip -> optimizer
+        last_compute = max(comp, key=lambda t: end[t])
+        gc_t = at.get((s, GC, 0))
+        if gc_t is not None:
+            deps[gc_t].append(last_compute)
+        head = [gc_t if gc_t is not None else last_compute]
+        emb = [at.get((s, EMB, 0))] if s in (0, num_pp - 1) else []
+        if has_sep:
+            if rss:
+                head.append(rss[-1])
+            tail = [at.get((s, LN, 0)), *emb, at.get((s, SEP, 0)), at.get((s, CLIP, 0)), at.get((s, OPT, 0))]
+        else:
+            tail = [at.get((s, LN, 0)), *emb, *rss, at.get((s, CLIP, 0)), at.get((s, OPT, 0))]
+        tail = [t for t in tail if t is not None]
+        if tail:
+            deps[tail[0]].extend(head)
+            chain(tail)
+        emb_t = at.get((s, EMB, 0))
+        if emb_t is not None and s in (0, num_pp - 1):
+            scope[emb_t], label[emb_t], gseq[emb_t] = "local", "embedding", 0
+        clip_t = at.get((s, CLIP, 0))
+        if clip_t is not None:
+            scope[clip_t], label[clip_t], gseq[clip_t] = "world", f"world:{CLIP}", 0
+    deps = [sorted(set(d)) for d in deps]
+    return _Template(
+        stage=np.asarray(stage, dtype=np.int64),
+        name=np.asarray(code, dtype=np.int64),
+        seq=np.asarray(seq, dtype=np.int64),
+        microbatch=micro,
+        deps=deps,
+        scope=scope,
+        label=label,
+        gseq=gseq,
+        peer_stage=peer_stage,
+    )

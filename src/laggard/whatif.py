@@ -1,0 +1,506 @@
+"""What-if analysis: replay the job with parts of it idealised and measure what each part costs.
+
+Following Lin et al., "Understanding Stragglers in Large Model Training Using What-if Analysis"
+(OSDI '25): the *ideal* duration of an op is the mean (compute) or the median (communication
+transfer) of its op type, pooled over all workers, steps and microbatches. The straggler slowdown
+is S = T / T_ideal, where T is the replayed step time with measured durations (launch gaps
+removed) and T_ideal the replayed step time with every op idealised. Attributions keep one part
+(an op type, a DP rank, a stage) as measured and everything else ideal.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from laggard.graph import Graph, build_graph, group_sizes_check
+from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning
+from laggard.replay import replay, step_times
+
+TOP_WORKER_SHARE = 0.03
+_NS = 1e-9
+# scenarios replayed per pass: bounds memory at (num_nodes x this) float64
+_MAX_BATCH_BYTES = 512 * 2**20
+
+
+@dataclass(kw_only=True, slots=True)
+class Baseline:
+    """The measured job, ready for replays: graph, measured and ideal weights, op labels."""
+
+    job: Job
+    graph: Graph
+    start_s: np.ndarray
+    end_s: np.ndarray
+    measured: np.ndarray  # replay weight per op: duration, or transfer duration for group members
+    ideal: np.ndarray
+    name_code: np.ndarray
+    names: list[str]
+    kind_code: np.ndarray
+    kinds: list[str]
+    attr_code: np.ndarray  # op type for attribution (p2p send/recv pairs merged)
+    attr_names: list[str]
+    rank: np.ndarray
+    dp_rank: np.ndarray
+    pp_rank: np.ndarray
+    measured_step_s: np.ndarray  # per step: last end - first start, as traced
+
+    def is_comm(self) -> np.ndarray:
+        comm = np.array([k in COMM_KINDS for k in self.kinds], dtype=bool)
+        return comm[self.kind_code] if len(comm) else np.zeros(len(self.kind_code), dtype=bool)
+
+
+def attribution_type(name: str, kind: str) -> str:
+    """The op type an attribution reports: the two ends of a p2p transfer count as one type."""
+    if kind in ("p2p_send", "p2p_recv"):
+        for suffix in ("-send", "-recv"):
+            if name.endswith(suffix):
+                return name.removesuffix(suffix) + "-pp-comm"
+        return "p2p"
+    return name
+
+
+def transfer_durations(graph: Graph, start_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
+    """Per group member: observed end minus the latest start among the group's participants.
+
+    Negative values (a send that completed before its peer arrived, or clock skew) become 0.
+    """
+    td = end_s - start_s
+    if graph.num_groups:
+        members = graph.group_ops
+        gmax = np.maximum.reduceat(start_s[members], graph.group_ptr[:-1])
+        owner = np.repeat(np.arange(graph.num_groups), np.diff(graph.group_ptr))
+        td[members] = np.maximum(end_s[members] - gmax[owner], 0.0)
+    return td
+
+
+def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.ndarray, num_names: int) -> np.ndarray:
+    """Mean per op type for compute, median per op type for communication."""
+    ideal = np.empty_like(measured)
+    sums = np.bincount(name_code, weights=measured, minlength=num_names)
+    counts = np.bincount(name_code, minlength=num_names)
+    mean = sums / np.maximum(counts, 1)
+    ideal[:] = mean[name_code]
+    comm_names = np.unique(name_code[is_comm_op])
+    if len(comm_names):
+        order = np.lexsort((measured, name_code))
+        sorted_codes = name_code[order]
+        for c in comm_names:
+            a, b = np.searchsorted(sorted_codes, [c, c + 1])
+            med = float(np.median(measured[order[a:b]]))
+            ideal[name_code == c] = med
+    return ideal
+
+
+def prepare(job: Job) -> Baseline:
+    """Build the graph, drop steps the replay cannot model, compute measured and ideal weights."""
+    graph = build_graph(job)
+    bad = group_sizes_check(job, graph)
+    if len(bad):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if len(bad) == len(graph.steps):
+            raise LaggardError("every step has a collective with missing participants; nothing to analyse")
+        keep = pc.invert(pc.is_in(job.table.column("step"), value_set=pa.array(bad, type=pa.int64())))
+        job = Job(table=job.table.filter(keep), meta=job.meta, warnings=job.warnings)
+        graph = build_graph(job)
+    start_ns = job.column("start_ns")
+    dur_ns = job.column("dur_ns")
+    if (dur_ns < 0).any():
+        raise LaggardError(f"{int((dur_ns < 0).sum())} op(s) have negative durations")
+    start_s = (start_ns - start_ns.min()) * _NS
+    end_s = start_s + dur_ns * _NS
+    name_code, names = job.codes("name")
+    kind_code, kinds = job.codes("kind")
+    comm_kind = np.array([k in COMM_KINDS for k in kinds], dtype=bool)
+    is_comm_op = comm_kind[kind_code]
+    td = transfer_durations(graph, start_s, end_s)
+    measured = np.where(graph.op_group >= 0, td, dur_ns * _NS)
+    ideal = ideal_weights(measured, name_code, is_comm_op, len(names))
+    # attribution types
+    pair_kind = {}
+    for c, nm in enumerate(names):
+        ks = np.unique(kind_code[name_code == c])
+        pair_kind[c] = attribution_type(nm, kinds[int(ks[0])]) if len(ks) else nm
+    attr_names = sorted(set(pair_kind.values()))
+    lut = np.array([attr_names.index(pair_kind[c]) for c in range(len(names))], dtype=np.int64)
+    attr_code = lut[name_code]
+    so = graph.step_order
+    sb = graph.step_bounds[:-1]
+    measured_step = np.maximum.reduceat(end_s[so], sb) - np.minimum.reduceat(start_s[so], sb)
+    return Baseline(
+        job=job,
+        graph=graph,
+        start_s=start_s,
+        end_s=end_s,
+        measured=measured,
+        ideal=ideal,
+        name_code=name_code.astype(np.int64),
+        names=names,
+        kind_code=kind_code.astype(np.int64),
+        kinds=kinds,
+        attr_code=attr_code,
+        attr_names=attr_names,
+        rank=job.column("rank").astype(np.int64),
+        dp_rank=job.column("dp_rank").astype(np.int64),
+        pp_rank=job.column("pp_rank").astype(np.int64),
+        measured_step_s=measured_step,
+    )
+
+
+def replay_mixed(base: Baseline, labels: np.ndarray, values: np.ndarray, *, keep_measured: bool = True) -> np.ndarray:
+    """Step times of one scenario per value v: ops with ``labels == v`` measured, the rest ideal
+    (``keep_measured=False``: the reverse). Returns (num_steps, len(values))."""
+    values = np.asarray(values)
+    n = base.graph.num_nodes
+    batch = max(1, min(len(values), _MAX_BATCH_BYTES // (8 * 3 * max(n, 1))))
+    out = np.empty((len(base.graph.steps), len(values)), dtype=np.float64)
+    a_w, b_w = (base.measured, base.ideal) if keep_measured else (base.ideal, base.measured)
+    for i in range(0, len(values), batch):
+        v = values[i : i + batch]
+        w = np.where(labels[:, None] == v[None, :], a_w[:, None], b_w[:, None])
+        _, st = replay(base.graph, w)
+        out[:, i : i + batch] = st
+    return out
+
+
+@dataclass(kw_only=True, slots=True)
+class Explained:
+    """How much of the slowdown a set of ops explains (the paper's M_W / M_S)."""
+
+    removed: float  # (T - T_rem) / (T - T_ideal): fix only these ops in the measured run
+    added: float  # (T_add - T_ideal) / (T - T_ideal): keep only these ops measured in the ideal run
+    T_rem_s: float
+    T_add_s: float
+
+    def to_json(self) -> dict[str, float | None]:
+        return {k: _num(getattr(self, k)) for k in ("removed", "added", "T_rem_s", "T_add_s")}
+
+
+@dataclass(kw_only=True, slots=True)
+class Analysis:
+    """The result of ``analyze``; ``to_json`` is the contract later tools rely on."""
+
+    meta: JobMeta
+    T_s: float
+    T_ideal_s: float
+    slowdown: float
+    launch_slowdown: float
+    steps: list[int]
+    step_measured_s: list[float]
+    step_simulated_s: list[float]
+    step_ideal_s: list[float]
+    by_optype: dict[str, float]
+    by_dp_rank: dict[int, float]
+    by_stage: dict[int, float]
+    by_worker: list[dict[str, Any]]
+    per_step: dict[int, float]
+    M_W: float
+    M_S: float
+    M_W_detail: Explained
+    M_S_detail: Explained
+    fixed_workers: list[int]
+    num_workers: int
+    num_ops: int
+    warnings: list[str] = field(default_factory=list)
+    base: Baseline | None = None
+    ideal_ends: np.ndarray | None = None
+    measured_ends: np.ndarray | None = None
+
+    @property
+    def waste(self) -> float:
+        return 1.0 - 1.0 / self.slowdown if self.slowdown > 0 else 0.0
+
+    @property
+    def gpu_hours(self) -> float | None:
+        if self.meta.world_size is None:
+            return None
+        return self.meta.num_gpus * float(np.sum(self.step_measured_s)) / 3600.0
+
+    def to_json(self) -> dict[str, Any]:
+        gh = self.gpu_hours
+        return {
+            "slowdown": _num(self.slowdown),
+            "waste": _num(self.waste),
+            "T_s": _num(self.T_s),
+            "T_ideal_s": _num(self.T_ideal_s),
+            "launch_slowdown": _num(self.launch_slowdown),
+            "num_workers": self.num_workers,
+            "num_steps": len(self.steps),
+            "num_ops": self.num_ops,
+            "num_gpus": self.meta.num_gpus if self.meta.world_size is not None else None,
+            "gpu_hours": _num(gh),
+            "gpu_hours_wasted": _num(gh * self.waste) if gh is not None else None,
+            "by_optype": {k: _num(v) for k, v in self.by_optype.items()},
+            "by_dp_rank": {str(k): _num(v) for k, v in self.by_dp_rank.items()},
+            "by_stage": {str(k): _num(v) for k, v in self.by_stage.items()},
+            "by_worker": [{**w, "slowdown": _num(w["slowdown"])} for w in self.by_worker],
+            "per_step": {str(s): _num(v) for s, v in self.per_step.items()},
+            "M_W": _num(self.M_W),
+            "M_S": _num(self.M_S),
+            "M_W_detail": {**self.M_W_detail.to_json(), "fixed_ranks": self.fixed_workers},
+            "M_S_detail": self.M_S_detail.to_json(),
+            "step_time_measured": {str(s): _num(v) for s, v in zip(self.steps, self.step_measured_s, strict=True)},
+            "step_time_simulated": {str(s): _num(v) for s, v in zip(self.steps, self.step_simulated_s, strict=True)},
+            "step_time_ideal": {str(s): _num(v) for s, v in zip(self.steps, self.step_ideal_s, strict=True)},
+            "meta": {"name": self.meta.name, "source": self.meta.source, **self.meta.parallel_sizes()},
+            "warnings": list(self.warnings),
+        }
+
+
+def _num(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return num.mean(axis=0) / den.mean(axis=0)
+
+
+def _explain(base: Baseline, mask: np.ndarray, T: float, T_ideal: float) -> Explained:
+    labels = mask.astype(np.int64)
+    # removal: these ops ideal, the rest measured; addition: these ops measured, the rest ideal
+    st_rem = replay_mixed(base, labels, np.array([0]))
+    st_add = replay_mixed(base, labels, np.array([1]))
+    t_rem, t_add = float(st_rem.mean()), float(st_add.mean())
+    gap = T - T_ideal
+    return Explained(
+        removed=(T - t_rem) / gap if gap > 0 else float("nan"),
+        added=(t_add - T_ideal) / gap if gap > 0 else float("nan"),
+        T_rem_s=t_rem,
+        T_add_s=t_add,
+    )
+
+
+def analyze(job: Job) -> Analysis:
+    """The full what-if analysis of a job (see the module docstring)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LaggardWarning)
+        base = prepare(job)
+        res = _analyze(base)
+    for w in caught:
+        if issubclass(w.category, LaggardWarning):
+            res.warnings.append(str(w.message))
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    res.warnings = list(job.warnings) + res.warnings
+    return res
+
+
+def _analyze(base: Baseline) -> Analysis:
+    g = base.graph
+    ends_meas, st_meas = replay(g, base.measured)
+    ends_ideal, st_ideal = replay(g, base.ideal)
+    T, T_ideal = float(st_meas.mean()), float(st_ideal.mean())
+    slowdown = T / T_ideal
+    # op types, DP ranks and stages: only that part measured
+    attr_vals = np.arange(len(base.attr_names))
+    st_type = replay_mixed(base, base.attr_code, attr_vals)
+    by_optype = dict(zip(base.attr_names, _ratio(st_type, st_ideal[:, None]).tolist(), strict=True))
+    dps = np.unique(base.dp_rank)
+    st_dp = by_dp_rank_step_times(base, dps)
+    by_dp = dict(zip(dps.tolist(), _ratio(st_dp, st_ideal[:, None]).tolist(), strict=True))
+    stages = np.unique(base.pp_rank)
+    st_pp = replay_mixed(base, base.pp_rank, stages)
+    by_stage = dict(zip(stages.tolist(), _ratio(st_pp, st_ideal[:, None]).tolist(), strict=True))
+    # workers: S_w = min(S_dp, S_stage); M_W fixes the top 3% of them
+    ranks, first = np.unique(base.rank, return_index=True)
+    w_dp, w_pp = base.dp_rank[first], base.pp_rank[first]
+    s_w = np.minimum([by_dp[int(d)] for d in w_dp], [by_stage[int(p)] for p in w_pp])
+    order = np.lexsort((ranks, -s_w))
+    by_worker = [
+        {"dp_rank": int(w_dp[i]), "stage": int(w_pp[i]), "rank": int(ranks[i]), "slowdown": float(s_w[i])}
+        for i in order
+    ]
+    num_fix = max(1, math.ceil(len(ranks) * TOP_WORKER_SHARE))
+    fixed = ranks[order[:num_fix]]
+    mw = _explain(base, np.isin(base.rank, fixed), T, T_ideal)
+    ms = _explain(base, base.pp_rank == stages.max(), T, T_ideal)
+    per_step = dict(zip(g.steps.tolist(), (st_meas / st_ideal).tolist(), strict=True))
+    return Analysis(
+        meta=base.job.meta,
+        T_s=T,
+        T_ideal_s=T_ideal,
+        slowdown=slowdown,
+        launch_slowdown=float(base.measured_step_s.mean()) / T,
+        steps=g.steps.tolist(),
+        step_measured_s=base.measured_step_s.tolist(),
+        step_simulated_s=st_meas.tolist(),
+        step_ideal_s=st_ideal.tolist(),
+        by_optype=by_optype,
+        by_dp_rank=by_dp,
+        by_stage=by_stage,
+        by_worker=by_worker,
+        per_step=per_step,
+        M_W=mw.removed,
+        M_S=ms.removed,
+        M_W_detail=mw,
+        M_S_detail=ms,
+        fixed_workers=[int(r) for r in fixed],
+        num_workers=len(ranks),
+        num_ops=g.num_ops,
+        base=base,
+        ideal_ends=ends_ideal,
+        measured_ends=ends_meas,
+    )
+
+
+def by_dp_rank_step_times(base: Baseline, dps: np.ndarray) -> np.ndarray:
+    """Step times with one DP rank measured and every other op ideal, for each DP rank."""
+    return replay_mixed(base, base.dp_rank, dps)
+
+
+# ---------------------------------------------------------------- custom what-ifs
+
+_SELECTOR = re.compile(r"^(?P<key>[a-z_]+)=(?P<val>[^:]+)$")
+
+
+@dataclass(kw_only=True, slots=True)
+class Change:
+    action: str  # fix | zero | scale
+    selector: str
+    factor: float = 1.0
+
+
+def parse_changes(fix: list[str], zero: list[str], scale: list[str]) -> list[Change]:
+    changes = [Change(action="fix", selector=s) for s in fix]
+    changes += [Change(action="zero", selector=s) for s in zero]
+    for s in scale:
+        sel, sep, fac = s.rpartition(":")
+        if not sep:
+            raise LaggardError(f"--scale {s!r}: expected SELECTOR:FACTOR, e.g. stage=3:0.8")
+        try:
+            f = float(fac)
+        except ValueError:
+            raise LaggardError(f"--scale {s!r}: factor {fac!r} is not a number") from None
+        if not math.isfinite(f) or f < 0:
+            raise LaggardError(f"--scale {s!r}: factor must be a finite number >= 0")
+        changes.append(Change(action="scale", selector=sel, factor=f))
+    if not changes:
+        raise LaggardError("nothing to change: give at least one --fix, --zero or --scale")
+    for c in changes:
+        _check_selector(c.selector)
+    return changes
+
+
+def _check_selector(sel: str) -> None:
+    if sel in ("all", "comm", "compute"):
+        return
+    m = _SELECTOR.match(sel)
+    keys = ("stage", "pp", "dp", "rank", "worker", "optype", "name", "kind", "step")
+    if not m or m.group("key") not in keys:
+        raise LaggardError(
+            f"selector {sel!r} not understood (use all, comm, compute, or one of "
+            + ", ".join(f"{k}=..." for k in keys)
+            + ")"
+        )
+
+
+def select_ops(base: Baseline, sel: str) -> np.ndarray:
+    """Boolean mask of the ops a selector names."""
+    n = base.graph.num_ops
+    if sel == "all":
+        return np.ones(n, dtype=bool)
+    if sel in ("comm", "compute"):
+        comm = base.is_comm()
+        return comm if sel == "comm" else ~comm
+    m = _SELECTOR.match(sel)
+    assert m is not None
+    key, val = m.group("key"), m.group("val")
+
+    def as_int(v: str) -> int:
+        try:
+            return int(v)
+        except ValueError:
+            raise LaggardError(f"selector {sel!r}: {v!r} is not an integer") from None
+
+    if key in ("stage", "pp"):
+        mask = base.pp_rank == as_int(val)
+    elif key == "dp":
+        mask = base.dp_rank == as_int(val)
+    elif key == "rank":
+        mask = base.rank == as_int(val)
+    elif key == "step":
+        mask = base.job.column("step") == as_int(val)
+    elif key == "worker":
+        wm = re.fullmatch(r"dp(\d+):pp(\d+)", val)
+        if not wm:
+            raise LaggardError(f"selector {sel!r}: expected worker=dpD:ppP, e.g. worker=dp0:pp1")
+        mask = (base.dp_rank == int(wm.group(1))) & (base.pp_rank == int(wm.group(2)))
+    elif key == "kind":
+        if val not in base.kinds:
+            raise LaggardError(f"selector {sel!r}: no op of kind {val!r} (the trace has {', '.join(base.kinds)})")
+        mask = base.kind_code == base.kinds.index(val)
+    else:  # optype / name: an op type or an attribution type
+        if val in base.names:
+            mask = base.name_code == base.names.index(val)
+        elif val in base.attr_names:
+            mask = base.attr_code == base.attr_names.index(val)
+        else:
+            raise LaggardError(
+                f"selector {sel!r}: no op type {val!r} in the trace (it has {', '.join(sorted(set(base.names) | set(base.attr_names)))})"
+            )
+    if not mask.any():
+        raise LaggardError(f"selector {sel!r} matches no op in the trace")
+    return mask
+
+
+@dataclass(kw_only=True, slots=True)
+class WhatIfResult:
+    changes: list[str]
+    T_s: float
+    T_new_s: float
+    T_ideal_s: float
+    speedup: float
+    num_ops_changed: int
+    per_step_new_s: dict[int, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "changes": self.changes,
+            "T_s": _num(self.T_s),
+            "T_new_s": _num(self.T_new_s),
+            "T_ideal_s": _num(self.T_ideal_s),
+            "speedup": _num(self.speedup),
+            "num_ops_changed": self.num_ops_changed,
+            "per_step_new_s": {str(k): _num(v) for k, v in self.per_step_new_s.items()},
+        }
+
+
+def custom_whatif(job: Job, changes: list[Change]) -> WhatIfResult:
+    """Replay the measured job with ``changes`` applied in order; compare with the measured replay."""
+    base = prepare(job)
+    w = base.measured.copy()
+    changed = np.zeros(len(w), dtype=bool)
+    for c in changes:
+        mask = select_ops(base, c.selector)
+        changed |= mask
+        if c.action == "fix":
+            w[mask] = base.ideal[mask]
+        elif c.action == "zero":
+            w[mask] = 0.0
+        else:
+            w[mask] = w[mask] * c.factor
+    weights = np.stack([base.measured, w, base.ideal], axis=1)
+    _, st = replay(base.graph, weights)
+    T, T_new, T_ideal = (float(x) for x in st.mean(axis=0))
+    return WhatIfResult(
+        changes=[f"{c.action} {c.selector}" + (f" x{c.factor:g}" if c.action == "scale" else "") for c in changes],
+        T_s=T,
+        T_new_s=T_new,
+        T_ideal_s=T_ideal,
+        speedup=T / T_new if T_new > 0 else float("inf"),
+        num_ops_changed=int(changed.sum()),
+        per_step_new_s=dict(zip(base.graph.steps.tolist(), st[:, 1].tolist(), strict=True)),
+    )
+
+
+__all__ = ["Analysis", "Baseline", "Change", "WhatIfResult", "analyze", "custom_whatif", "parse_changes", "prepare"]
+
+_ = step_times  # re-exported for callers that replay by hand
