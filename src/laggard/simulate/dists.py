@@ -53,6 +53,14 @@ class Distribution:
         shape = (shape,) if isinstance(shape, int | np.integer) else tuple(int(s) for s in shape)
         return self._draw(rng, shape)
 
+    def sample_jobs(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        """One step of ``num_jobs`` jobs of ``num_workers`` workers: shape (num_jobs, num_workers).
+
+        Parametric distributions draw iid; a distribution with a per-worker structure (a trace)
+        lays the workers of each job out like the measured job.
+        """
+        return self.sample(rng, (num_jobs, num_workers))
+
     def sample_steps(
         self, rng: np.random.Generator, num_runs: int, num_steps: int, num_workers: int
     ) -> np.ndarray:
@@ -77,9 +85,14 @@ class Distribution:
         """The exact mean, or None when it is not known in closed form (or infinite)."""
         return None
 
+    def sf(self, x: np.ndarray) -> np.ndarray | None:
+        """P(X > x) (survival function), or None when there is no closed form."""
+        return None
+
     def cdf(self, x: np.ndarray) -> np.ndarray | None:
         """P(X <= x), or None when this distribution has no closed-form CDF."""
-        return None
+        s = self.sf(x)
+        return None if s is None else 1.0 - s
 
     def expected_max(self, num_workers: int) -> float | None:
         """E[max of num_workers iid draws] in closed form, or None when there is none."""
@@ -106,8 +119,8 @@ class Constant(Distribution):
     def mean(self) -> float:
         return self.value
 
-    def cdf(self, x: np.ndarray) -> np.ndarray:
-        return (np.asarray(x) >= self.value).astype(np.float64)
+    def sf(self, x: np.ndarray) -> np.ndarray:
+        return (np.asarray(x) < self.value).astype(np.float64)
 
     def expected_max(self, num_workers: int) -> float:
         return self.value
@@ -116,9 +129,12 @@ class Constant(Distribution):
         return self.value
 
 
-def _norm_cdf(z: np.ndarray) -> np.ndarray:
-    erf = np.vectorize(math.erf, otypes=[np.float64])
-    return 0.5 * (1.0 + erf(np.asarray(z, dtype=np.float64) / math.sqrt(2.0)))
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+
+
+def _norm_sf(z: np.ndarray) -> np.ndarray:
+    """P(Z > z) for a standard normal, accurate far into the upper tail."""
+    return 0.5 * _erfc(np.asarray(z, dtype=np.float64) / math.sqrt(2.0))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,11 +164,11 @@ class LogNormal(Distribution):
     def mean(self) -> float:
         return self.base + math.exp(self.mu + 0.5 * self.sigma**2)
 
-    def cdf(self, x: np.ndarray) -> np.ndarray:
+    def sf(self, x: np.ndarray) -> np.ndarray:
         y = np.asarray(x, dtype=np.float64) - self.base
-        out = np.zeros_like(y)
+        out = np.ones_like(y)
         pos = y > 0
-        out[pos] = _norm_cdf((np.log(y[pos]) - self.mu) / self.sigma)
+        out[pos] = _norm_sf((np.log(y[pos]) - self.mu) / self.sigma)
         return out
 
     def support_upper(self) -> float:
@@ -182,9 +198,9 @@ class Exponential(Distribution):
     def mean(self) -> float:
         return self.base + 1.0 / self.rate
 
-    def cdf(self, x: np.ndarray) -> np.ndarray:
+    def sf(self, x: np.ndarray) -> np.ndarray:
         y = np.asarray(x, dtype=np.float64) - self.base
-        return np.where(y > 0, -np.expm1(-self.rate * np.maximum(y, 0.0)), 0.0)
+        return np.exp(-self.rate * np.maximum(y, 0.0))
 
     def expected_max(self, num_workers: int) -> float:
         return self.base + harmonic(num_workers) / self.rate
@@ -222,12 +238,12 @@ class Gaussian(Distribution):
         big_phi = 0.5 * (1 + math.erf(a / math.sqrt(2)))
         return max(self.low, 0.0) * big_phi + self.mu * (1 - big_phi) + self.std * phi
 
-    def cdf(self, x: np.ndarray) -> np.ndarray:
+    def sf(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         if self.std == 0:
-            return (x >= max(self.mu, self.low)).astype(np.float64)
-        out = _norm_cdf((x - self.mu) / self.std)
-        return np.where(x < max(self.low, 0.0), 0.0, out)
+            return (x < max(self.mu, self.low)).astype(np.float64)
+        out = _norm_sf((x - self.mu) / self.std)
+        return np.where(x < max(self.low, 0.0), 1.0, out)
 
     def support_upper(self) -> float:
         return self.mu + 12.0 * self.std
@@ -262,10 +278,9 @@ class Pareto(Distribution):
             return None
         return self.base + self.scale * self.alpha / (self.alpha - 1)
 
-    def cdf(self, x: np.ndarray) -> np.ndarray:
+    def sf(self, x: np.ndarray) -> np.ndarray:
         y = np.asarray(x, dtype=np.float64) - self.base
-        safe = np.maximum(y, self.scale)
-        return np.where(y >= self.scale, 1.0 - (self.scale / safe) ** self.alpha, 0.0)
+        return np.where(y >= self.scale, (self.scale / np.maximum(y, self.scale)) ** self.alpha, 1.0)
 
     def expected_max(self, num_workers: int) -> float | None:
         # E[max] = scale * Gamma(K+1) Gamma(1-1/a) / Gamma(K+1-1/a) for alpha > 1
@@ -274,6 +289,10 @@ class Pareto(Distribution):
         k, inv = num_workers, 1.0 / self.alpha
         log_ratio = math.lgamma(k + 1) + math.lgamma(1 - inv) - math.lgamma(k + 1 - inv)
         return self.base + self.scale * math.exp(log_ratio)
+
+    def support_upper(self) -> float:
+        # survival 1e-18 there; the truncated tail integral is negligible only for alpha >= 2
+        return self.base + self.scale * 1e18 ** (1.0 / self.alpha) if self.alpha >= 2 else math.inf
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -296,8 +315,8 @@ class Uniform(Distribution):
     def mean(self) -> float:
         return 0.5 * (self.low + self.high)
 
-    def cdf(self, x: np.ndarray) -> np.ndarray:
-        return np.clip((np.asarray(x, dtype=np.float64) - self.low) / (self.high - self.low), 0.0, 1.0)
+    def sf(self, x: np.ndarray) -> np.ndarray:
+        return np.clip((self.high - np.asarray(x, dtype=np.float64)) / (self.high - self.low), 0.0, 1.0)
 
     def expected_max(self, num_workers: int) -> float:
         return self.low + (self.high - self.low) * num_workers / (num_workers + 1)
@@ -344,10 +363,10 @@ class Mixture(Distribution):
             return None
         return float(sum(w * m for w, m in zip(self.weights, means, strict=True)))  # type: ignore[operator]
 
-    def cdf(self, x: np.ndarray) -> np.ndarray | None:
+    def sf(self, x: np.ndarray) -> np.ndarray | None:
         total = np.zeros_like(np.asarray(x, dtype=np.float64))
         for w, c in zip(self.weights, self.components, strict=True):
-            f = c.cdf(x)
+            f = c.sf(x)
             if f is None:
                 return None
             total += w * f
