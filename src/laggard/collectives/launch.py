@@ -1,0 +1,91 @@
+"""Start ``n`` local processes in a gloo process group on loopback and collect what each returns.
+
+Used by the benchmark, the calibration and the tests. Each worker sets ``torch.set_num_threads(1)``,
+joins ``init_process_group("gloo", init_method="tcp://127.0.0.1:PORT")`` on a free port, runs
+``fn(rank, world_size, *args)`` and sends back its (picklable) result. A failing worker's traceback is
+re-raised in the parent as ``WorkerError``; a hung group is killed after ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+class WorkerError(RuntimeError):
+    """A worker process raised, died or timed out."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(fn: Callable[..., Any], rank: int, world_size: int, port: int, args: tuple, out: Any) -> None:
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world_size)
+        try:
+            result = fn(rank, world_size, *args)
+        finally:
+            dist.destroy_process_group()
+        out.put((rank, True, result))
+    except BaseException:  # report everything, the parent decides
+        out.put((rank, False, traceback.format_exc()))
+
+
+def run_workers(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
+    """Run ``fn(rank, num_ranks, *args)`` on ``num_ranks`` spawned processes; results by rank."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_worker, args=(fn, r, num_ranks, port, args, out), daemon=True)
+             for r in range(num_ranks)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    errors: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) + len(errors) < num_ranks:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(f"workers timed out after {timeout_s:.0f} s "
+                                  f"({len(results)} of {num_ranks} finished)")
+            try:
+                rank, ok, value = out.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead and not errors:
+                    time.sleep(0.5)  # let a dying worker's report arrive first
+                    if out.empty():
+                        raise WorkerError(f"worker exited with code {dead[0].exitcode}") from None
+                continue
+            if ok:
+                results[rank] = value
+            else:
+                errors.append(f"rank {rank}:\n{value}")
+                break  # the others may hang waiting for this one
+        if errors:
+            raise WorkerError("\n".join(errors))
+    finally:
+        for p in procs:
+            p.join(timeout=5 if not errors else 0.5)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    return [results[r] for r in range(num_ranks)]
