@@ -11,8 +11,8 @@ import warnings
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
+from click import exceptions as click_exc
 
 from laggard.ops import LaggardError, LaggardWarning
 
@@ -135,7 +135,7 @@ def _mount_subcommands() -> None:
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:
-            if e.name != module:
+            if e.name is None or not module.startswith(e.name):
                 raise
             continue
         sub = getattr(mod, "app" if name != "bench" else "bench_app", None)
@@ -158,16 +158,16 @@ def main(argv: list[str] | None = None) -> int:
             _flush_warnings(caught)
             print(f"laggard: error: {e}", file=sys.stderr)
             return 2
-        except click.exceptions.Exit as e:
+        except (click_exc.Exit, typer.Exit) as e:
             code = e.exit_code
-        except click.exceptions.Abort:
+        except (click_exc.Abort, typer.Abort):
             print("laggard: aborted", file=sys.stderr)
             return 130
-        except click.UsageError as e:
+        except click_exc.UsageError as e:
             ctx = f" (see 'laggard {e.ctx.command_path.split(' ', 1)[1]} --help')" if e.ctx and " " in e.ctx.command_path else ""
             print(f"laggard: error: {e.format_message()}{ctx}", file=sys.stderr)
             return 2
-        except click.ClickException as e:
+        except click_exc.ClickException as e:
             print(f"laggard: error: {e.format_message()}", file=sys.stderr)
             return 2
         except BrokenPipeError:

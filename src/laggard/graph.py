@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from laggard.ops import Job, LaggardError, LaggardWarning
+from laggard.ops import Job, LaggardError, LaggardWarning, valid_mask
 
 
 @dataclass(kw_only=True, slots=True)
@@ -33,22 +33,28 @@ class Graph:
     op_group: np.ndarray
     group_ptr: np.ndarray
     group_ops: np.ndarray
-    # replay plan over nodes in level order
-    op_pos: np.ndarray  # position of each op's node
-    level_ptr: np.ndarray  # nodes of level L are positions level_ptr[L]:level_ptr[L+1]
-    pred_ptr: np.ndarray  # CSR over positions; preds of level L>0 are a contiguous slice
-    pred_idx: np.ndarray
+    # replay plan: nodes numbered by (level, in-degree bucket); position num_nodes is a sentinel
+    # that always holds 0. Segment i covers positions seg_start[i]:seg_end[i], all of one level
+    # with in-degree <= seg_k[i]; their predecessors form a dense (m, k) matrix at
+    # seg_pred[seg_off[i] : seg_off[i] + m * k] (padded with the sentinel).
+    op_pos: np.ndarray
+    num_levels: int
+    seg_start: np.ndarray
+    seg_end: np.ndarray
+    seg_k: np.ndarray
+    seg_off: np.ndarray
+    seg_pred: np.ndarray
     # ops sorted by step, with step boundaries (for per-step reductions)
     step_order: np.ndarray
     step_bounds: np.ndarray
+    # the sinks (ops nothing waits for) of each step, by replay position: a step ends with them
+    sink_pos: np.ndarray
+    sink_bounds: np.ndarray
 
     @property
     def num_nodes(self) -> int:
         return self.num_ops + self.num_groups
 
-    @property
-    def num_levels(self) -> int:
-        return len(self.level_ptr) - 1
 
 
 def csr_gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +81,7 @@ def _dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray
     t = job.table
     deps_col = t.column("deps").combine_chunks()
     op_id = job.column("op_id")
-    has_list = ~deps_col.is_null().to_numpy(zero_copy_only=False)
+    has_list = valid_mask(deps_col)
     dst_parts, src_parts = [], []
     if has_list.any():
         offsets = deps_col.offsets.to_numpy()
@@ -220,17 +226,42 @@ def build_graph(job: Job) -> Graph:
             f"the dependency graph has a cycle through {int((level < 0).sum())} op(s)/collective(s), "
             f"e.g. {labels[names[ex]]} on rank {int(job.column('rank')[ex])} in step {int(steps[op_step[ex]])}"
         )
-    order = np.argsort(level, kind="stable")
+    deg = np.diff(pptr)
+    bucket = np.where(deg <= 4, deg, 1 << np.ceil(np.log2(np.maximum(deg, 1))).astype(np.int64))
+    order = np.lexsort((bucket, level))
     pos = np.empty(num_nodes, dtype=np.int64)
     pos[order] = np.arange(num_nodes)
-    level_ptr = np.searchsorted(level[order], np.arange(lv + 2)).astype(np.int64)
-    level_ptr = level_ptr[: int(level.max()) + 2]
-    # predecessors in position space, rows in level order
-    lens = np.diff(pptr)[order]
-    new_ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    vals, _ = csr_gather(pptr, pidx, order)
+    lv_o, bk_o = level[order], bucket[order]
+    new_seg = np.ones(num_nodes, dtype=bool)
+    new_seg[1:] = (lv_o[1:] != lv_o[:-1]) | (bk_o[1:] != bk_o[:-1])
+    seg_start = np.flatnonzero(new_seg)
+    seg_end = np.append(seg_start[1:], num_nodes)
+    keep = lv_o[seg_start] > 0  # level 0 has no predecessors: nothing to replay
+    seg_start, seg_end = seg_start[keep], seg_end[keep]
+    seg_k = bk_o[seg_start]
+    sizes = (seg_end - seg_start) * seg_k
+    seg_off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    seg_pred = np.full(int(sizes.sum()), num_nodes, dtype=np.int64)
+    # scatter every node's predecessors into its row of its segment's matrix
+    seg_of = np.full(num_nodes, -1, dtype=np.int64)
+    seg_id = np.repeat(np.arange(len(seg_start)), seg_end - seg_start)
+    seg_of[np.concatenate([np.arange(a, b) for a, b in zip(seg_start, seg_end, strict=True)]) if len(seg_start) else []] = seg_id
+    vals, owner = csr_gather(pptr, pidx, order)  # owner: position of the node
+    if len(vals):
+        first = np.concatenate([[0], np.cumsum(deg[order])[:-1]])
+        slot = np.arange(len(vals)) - first[owner]
+        sg = seg_of[owner]
+        row = owner - seg_start[sg]
+        seg_pred[seg_off[sg] + row * seg_k[sg] + slot] = pos[vals]
     step_order = np.argsort(op_step, kind="stable")
     step_bounds = np.searchsorted(op_step[step_order], np.arange(len(steps) + 1)).astype(np.int64)
+    # an op is a sink when no node waits for it (members of a group feed only their group's
+    # successors through the group node, so they count as sinks only if the group has none)
+    has_succ = np.zeros(num_nodes, dtype=bool)
+    has_succ[src] = True
+    sinks = np.flatnonzero(~has_succ[:n])
+    sinks = sinks[np.argsort(op_step[sinks], kind="stable")]
+    sink_bounds = np.searchsorted(op_step[sinks], np.arange(len(steps) + 1)).astype(np.int64)
     return Graph(
         num_ops=n,
         num_groups=num_groups,
@@ -242,9 +273,14 @@ def build_graph(job: Job) -> Graph:
         group_ptr=group_ptr,
         group_ops=group_ops,
         op_pos=pos[:n],
-        level_ptr=level_ptr,
-        pred_ptr=new_ptr,
-        pred_idx=pos[vals],
+        num_levels=int(level.max()) + 1,
+        seg_start=seg_start,
+        seg_end=seg_end,
+        seg_k=seg_k,
+        seg_off=seg_off,
+        seg_pred=seg_pred,
         step_order=step_order,
         step_bounds=step_bounds,
+        sink_pos=pos[sinks],
+        sink_bounds=sink_bounds,
     )

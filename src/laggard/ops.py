@@ -165,10 +165,28 @@ class JobMeta:
 
 
 def _dict_array(values: Any, index_type: pa.DataType) -> pa.Array:
-    arr = pa.array(values, type=pa.string()) if not isinstance(values, pa.Array) else values
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(pa.string())
-    return arr.dictionary_encode().cast(pa.dictionary(index_type, pa.string()))
+    """Dictionary-encode strings (numpy/list) or re-type a dictionary array, without pyarrow.compute."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    if isinstance(values, pa.DictionaryArray):
+        if values.type.index_type == index_type and pa.types.is_string(values.type.value_type):
+            return values
+        idx = _indices(values)
+        labels = [str(x) for x in values.dictionary.to_pylist()]
+        return pa.DictionaryArray.from_arrays(
+            pa.array(np.where(idx >= 0, idx, 0).astype(index_type.to_pandas_dtype()), mask=idx < 0),
+            pa.array(labels, type=pa.string()),
+        )
+    if isinstance(values, pa.Array):
+        values = values.to_numpy(zero_copy_only=False)
+    arr = np.asarray(values, dtype=object)
+    valid = np.array([v is not None for v in arr], dtype=bool) if arr.size else np.zeros(0, dtype=bool)
+    labels, inv = np.unique(arr[valid].astype(str), return_inverse=True)
+    idx = np.zeros(len(arr), dtype=index_type.to_pandas_dtype())
+    idx[valid] = inv
+    return pa.DictionaryArray.from_arrays(
+        pa.array(idx, mask=~valid if not valid.all() else None), pa.array(labels.tolist(), type=pa.string())
+    )
 
 
 def make_table(columns: dict[str, Any], *, num_rows: int | None = None) -> pa.Table:
@@ -198,7 +216,7 @@ def make_table(columns: dict[str, Any], *, num_rows: int | None = None) -> pa.Ta
         if pa.types.is_dictionary(fld.type):
             arrays.append(_dict_array(v, fld.type.index_type))
         elif isinstance(v, pa.ChunkedArray | pa.Array):
-            arrays.append(v.cast(fld.type))
+            arrays.append(v if v.type == fld.type else v.cast(fld.type))
         elif pa.types.is_list(fld.type):
             arrays.append(pa.array(v, type=fld.type))
         else:
@@ -259,10 +277,44 @@ class Job:
         chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
         if not chunks:
             return np.zeros(0, dtype=np.int32), []
-        arr = pa.chunked_array(chunks).unify_dictionaries().combine_chunks() if len(chunks) > 1 else chunks[0]
-        labels = arr.dictionary.to_pylist()
-        idx = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-        return idx, labels
+        if len(chunks) > 1:
+            # chunks may carry different dictionaries: map each onto one label list
+            labels: list[str] = []
+            where: dict[str, int] = {}
+            parts = []
+            for ch in chunks:
+                lut = np.array([where.setdefault(v, len(where)) for v in ch.dictionary.to_pylist()] + [-1], dtype=np.int32)
+                parts.append(lut[_indices(ch)])
+            labels = list(where)
+            return np.concatenate(parts), labels
+        arr = chunks[0]
+        return _indices(arr).astype(np.int32, copy=False), arr.dictionary.to_pylist()
+
+
+def valid_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """True where ``arr`` is not null (read from the validity bitmap; no pyarrow.compute)."""
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    parts = []
+    for ch in chunks:
+        if ch.null_count == 0:
+            parts.append(np.ones(len(ch), dtype=bool))
+            continue
+        bitmap = ch.buffers()[0]
+        bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+        parts.append(bits[ch.offset : ch.offset + len(ch)].astype(bool))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
+def _indices(arr: pa.DictionaryArray) -> np.ndarray:
+    """Dictionary indices as int numpy, null -> -1 (the last slot of a lookup table)."""
+    idx = arr.indices
+    if idx.null_count == 0:
+        return idx.to_numpy().astype(np.int64, copy=False)
+    out = np.asarray(idx.to_numpy(zero_copy_only=False))
+    valid = valid_mask(idx)
+    res = np.full(len(idx), -1, dtype=np.int64)
+    res[valid] = out[valid].astype(np.int64)
+    return res
 
 
 def write_native(job: Job, out_dir: str | Path, *, rows_per_shard: int = 4_000_000) -> Path:
@@ -305,11 +357,8 @@ def parse_steps(spec: str) -> set[int]:
 
 def select_steps(job: Job, spec: str) -> Job:
     """Keep only the steps in ``spec``; error when none of them is in the trace."""
-    import pyarrow.compute as pc
-
     wanted = parse_steps(spec)
-    mask = pc.is_in(job.table.column("step"), value_set=pa.array(sorted(wanted), type=pa.int64()))
-    table = job.table.filter(mask)
+    table = job.table.filter(pa.array(np.isin(job.column("step"), sorted(wanted))))
     if table.num_rows == 0:
         have = np.unique(job.column("step"))
         raise LaggardError(

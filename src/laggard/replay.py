@@ -13,20 +13,18 @@ from laggard.graph import Graph
 
 
 def replay_nodes(graph: Graph, weights: np.ndarray) -> np.ndarray:
-    """End time of every node (in level order), from t=0 at each step's start."""
+    """End time of every node (by replay position; the last row is the sentinel 0)."""
     w = np.asarray(weights, dtype=np.float64)
-    shape = (graph.num_nodes,) + w.shape[1:]
-    vals = np.zeros(shape, dtype=np.float64)
+    vals = np.zeros((graph.num_nodes + 1,) + w.shape[1:], dtype=np.float64)
     vals[graph.op_pos] = w
-    lp, pp, pi = graph.level_ptr, graph.pred_ptr, graph.pred_idx
-    for lv in range(1, len(lp) - 1):
-        a, b = lp[lv], lp[lv + 1]
-        ea, eb = pp[a], pp[b]
-        gathered = vals[pi[ea:eb]]
-        if eb - ea == b - a:  # every node of the level has exactly one predecessor
-            vals[a:b] += gathered
+    pred = graph.seg_pred
+    for a, b, k, off in zip(
+        graph.seg_start.tolist(), graph.seg_end.tolist(), graph.seg_k.tolist(), graph.seg_off.tolist(), strict=True
+    ):
+        if k == 1:
+            vals[a:b] += vals[pred[off : off + b - a]]
         else:
-            vals[a:b] += np.maximum.reduceat(gathered, pp[a:b] - ea, axis=0)
+            vals[a:b] += vals[pred[off : off + (b - a) * k].reshape(b - a, k)].max(axis=1)
     return vals
 
 
@@ -34,15 +32,25 @@ def op_ends(graph: Graph, node_vals: np.ndarray) -> np.ndarray:
     return node_vals[graph.op_pos]
 
 
+def step_times_from_nodes(graph: Graph, node_vals: np.ndarray) -> np.ndarray:
+    """Per-step time (each step starts at 0): the latest end among the step's sink ops."""
+    return np.maximum.reduceat(node_vals[graph.sink_pos], graph.sink_bounds[:-1], axis=0)
+
+
 def step_times(graph: Graph, ends: np.ndarray) -> np.ndarray:
-    """Per-step time (max op end; each step starts at 0): shape (num_steps,) or (num_steps, S)."""
+    """Per-step time from op end times: shape (num_steps,) or (num_steps, S)."""
     return np.maximum.reduceat(ends[graph.step_order], graph.step_bounds[:-1], axis=0)
+
+
+def replay_steps(graph: Graph, weights: np.ndarray) -> np.ndarray:
+    """Replay ``weights`` and return only the step times."""
+    return step_times_from_nodes(graph, replay_nodes(graph, weights))
 
 
 def replay(graph: Graph, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Replay ``weights``: returns (op end times, step times)."""
-    ends = op_ends(graph, replay_nodes(graph, weights))
-    return ends, step_times(graph, ends)
+    vals = replay_nodes(graph, weights)
+    return op_ends(graph, vals), step_times_from_nodes(graph, vals)
 
 
 def op_starts(graph: Graph, ends: np.ndarray) -> np.ndarray:

@@ -14,15 +14,20 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from laggard.graph import Graph, build_graph, group_sizes_check
 from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning
-from laggard.replay import replay, step_times
+from laggard.replay import replay, replay_steps
+
+if TYPE_CHECKING:
+    from laggard.symmetry import DPReduction
 
 TOP_WORKER_SHARE = 0.03
+# above this many DP ranks, per-DP-rank what-ifs replay a two-rank equivalent job (laggard.symmetry)
+DP_REDUCTION_MIN = 8
 _NS = 1e-9
 # scenarios replayed per pass: bounds memory at (num_nodes x this) float64
 _MAX_BATCH_BYTES = 512 * 2**20
@@ -102,11 +107,10 @@ def prepare(job: Job) -> Baseline:
     bad = group_sizes_check(job, graph)
     if len(bad):
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         if len(bad) == len(graph.steps):
             raise LaggardError("every step has a collective with missing participants; nothing to analyse")
-        keep = pc.invert(pc.is_in(job.table.column("step"), value_set=pa.array(bad, type=pa.int64())))
+        keep = pa.array(~np.isin(job.column("step"), bad))
         job = Job(table=job.table.filter(keep), meta=job.meta, warnings=job.warnings)
         graph = build_graph(job)
     start_ns = job.column("start_ns")
@@ -153,19 +157,42 @@ def prepare(job: Job) -> Baseline:
     )
 
 
-def replay_mixed(base: Baseline, labels: np.ndarray, values: np.ndarray, *, keep_measured: bool = True) -> np.ndarray:
-    """Step times of one scenario per value v: ops with ``labels == v`` measured, the rest ideal
-    (``keep_measured=False``: the reverse). Returns (num_steps, len(values))."""
-    values = np.asarray(values)
+def replay_mixed(
+    base: Baseline, *blocks: tuple[np.ndarray, np.ndarray], keep_measured: bool = True
+) -> list[np.ndarray]:
+    """Replay scenarios in as few passes as memory allows.
+
+    Each block ``(labels, values)`` asks for one scenario per value v: ops with ``labels == v``
+    measured and the rest ideal (``keep_measured=False``: the reverse). A block's ``labels`` may
+    also be None for the all-measured (v=1) / all-ideal (v=0) runs. Returns, per block, the step
+    times of shape (num_steps, len(values)).
+    """
+    scen = [(bi, labels, v) for bi, (labels, values) in enumerate(blocks) for v in np.asarray(values).tolist()]
     n = base.graph.num_nodes
-    batch = max(1, min(len(values), _MAX_BATCH_BYTES // (8 * 3 * max(n, 1))))
-    out = np.empty((len(base.graph.steps), len(values)), dtype=np.float64)
+    batch = max(1, min(len(scen), _MAX_BATCH_BYTES // (8 * 3 * max(n, 1))))
+    cols = np.empty((len(base.graph.steps), len(scen)), dtype=np.float64)
     a_w, b_w = (base.measured, base.ideal) if keep_measured else (base.ideal, base.measured)
-    for i in range(0, len(values), batch):
-        v = values[i : i + batch]
-        w = np.where(labels[:, None] == v[None, :], a_w[:, None], b_w[:, None])
-        _, st = replay(base.graph, w)
-        out[:, i : i + batch] = st
+    for i in range(0, len(scen), batch):
+        part = scen[i : i + batch]
+        w = np.empty((base.graph.num_ops, len(part)), dtype=np.float64)
+        j = 0
+        while j < len(part):  # runs of scenarios from one block are built in one vectorised call
+            bi, labels = part[j][0], part[j][1]
+            e = j
+            while e < len(part) and part[e][0] == bi:
+                e += 1
+            vs = np.array([p[2] for p in part[j:e]])
+            if labels is None:
+                w[:, j:e] = np.where(vs[None, :] != 0, a_w[:, None], b_w[:, None])
+            else:
+                w[:, j:e] = np.where(labels[:, None] == vs[None, :], a_w[:, None], b_w[:, None])
+            j = e
+        cols[:, i : i + len(part)] = replay_steps(base.graph, w)
+    out, k = [], 0
+    for _, values in blocks:
+        m = len(np.asarray(values))
+        out.append(cols[:, k : k + m])
+        k += m
     return out
 
 
@@ -209,8 +236,12 @@ class Analysis:
     num_ops: int
     warnings: list[str] = field(default_factory=list)
     base: Baseline | None = None
-    ideal_ends: np.ndarray | None = None
-    measured_ends: np.ndarray | None = None
+
+    def timelines(self) -> tuple[np.ndarray, np.ndarray]:
+        """Replayed op end times (step-relative) with measured and with ideal durations."""
+        assert self.base is not None
+        ends, _ = replay(self.base.graph, np.stack([self.base.measured, self.base.ideal], axis=1))
+        return ends[:, 0], ends[:, 1]
 
     @property
     def waste(self) -> float:
@@ -265,10 +296,8 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def _explain(base: Baseline, mask: np.ndarray, T: float, T_ideal: float) -> Explained:
-    labels = mask.astype(np.int64)
     # removal: these ops ideal, the rest measured; addition: these ops measured, the rest ideal
-    st_rem = replay_mixed(base, labels, np.array([0]))
-    st_add = replay_mixed(base, labels, np.array([1]))
+    st_rem, st_add = replay_mixed(base, (mask, [False]), (mask, [True]))
     t_rem, t_add = float(st_rem.mean()), float(st_add.mean())
     gap = T - T_ideal
     return Explained(
@@ -295,19 +324,20 @@ def analyze(job: Job) -> Analysis:
 
 def _analyze(base: Baseline) -> Analysis:
     g = base.graph
-    ends_meas, st_meas = replay(g, base.measured)
-    ends_ideal, st_ideal = replay(g, base.ideal)
+    # measured and ideal runs; then op types and stages with only that part measured
+    dps, stages = np.unique(base.dp_rank), np.unique(base.pp_rank)
+    attr_vals = np.arange(len(base.attr_names))
+    reduction = _dp_reduction(base) if len(dps) > DP_REDUCTION_MIN else None
+    blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages)]
+    if reduction is None:
+        blocks.append((base.dp_rank, dps))
+    st_base, st_type, st_pp, *rest = replay_mixed(base, *blocks)
+    st_meas, st_ideal = st_base[:, 0], st_base[:, 1]
     T, T_ideal = float(st_meas.mean()), float(st_ideal.mean())
     slowdown = T / T_ideal
-    # op types, DP ranks and stages: only that part measured
-    attr_vals = np.arange(len(base.attr_names))
-    st_type = replay_mixed(base, base.attr_code, attr_vals)
     by_optype = dict(zip(base.attr_names, _ratio(st_type, st_ideal[:, None]).tolist(), strict=True))
-    dps = np.unique(base.dp_rank)
-    st_dp = by_dp_rank_step_times(base, dps)
+    st_dp = rest[0] if reduction is None else by_dp_rank_step_times(base, dps, reduction)
     by_dp = dict(zip(dps.tolist(), _ratio(st_dp, st_ideal[:, None]).tolist(), strict=True))
-    stages = np.unique(base.pp_rank)
-    st_pp = replay_mixed(base, base.pp_rank, stages)
     by_stage = dict(zip(stages.tolist(), _ratio(st_pp, st_ideal[:, None]).tolist(), strict=True))
     # workers: S_w = min(S_dp, S_stage); M_W fixes the top 3% of them
     ranks, first = np.unique(base.rank, return_index=True)
@@ -346,14 +376,33 @@ def _analyze(base: Baseline) -> Analysis:
         num_workers=len(ranks),
         num_ops=g.num_ops,
         base=base,
-        ideal_ends=ends_ideal,
-        measured_ends=ends_meas,
     )
 
 
-def by_dp_rank_step_times(base: Baseline, dps: np.ndarray) -> np.ndarray:
-    """Step times with one DP rank measured and every other op ideal, for each DP rank."""
-    return replay_mixed(base, base.dp_rank, dps)
+def _dp_reduction(base: Baseline) -> DPReduction | None:
+    from laggard.symmetry import reduce_dp
+
+    return reduce_dp(base.job, base.graph)
+
+
+def by_dp_rank_step_times(base: Baseline, dps: np.ndarray, reduction: DPReduction | None = None) -> np.ndarray:
+    """Step times with one DP rank measured and every other op ideal, for each DP rank.
+
+    With a ``reduction`` (DP ranks interchangeable, see ``laggard.symmetry``) each what-if replays a
+    two-DP-rank job instead of the whole job; the result is the same.
+    """
+    if reduction is None:
+        return replay_mixed(base, (base.dp_rank, dps))[0]
+    from laggard.symmetry import per_dp_weights
+
+    rows = np.searchsorted(reduction.dp_values, dps)
+    n = reduction.graph.num_nodes
+    batch = max(1, _MAX_BATCH_BYTES // (8 * 3 * max(n, 1)))
+    out = np.empty((len(base.graph.steps), len(dps)), dtype=np.float64)
+    for i in range(0, len(rows), batch):
+        w = per_dp_weights(reduction, base.measured, base.ideal, rows[i : i + batch])
+        out[:, i : i + batch] = replay_steps(reduction.graph, w)
+    return out
 
 
 # ---------------------------------------------------------------- custom what-ifs
@@ -488,7 +537,7 @@ def custom_whatif(job: Job, changes: list[Change]) -> WhatIfResult:
         else:
             w[mask] = w[mask] * c.factor
     weights = np.stack([base.measured, w, base.ideal], axis=1)
-    _, st = replay(base.graph, weights)
+    st = replay_steps(base.graph, weights)
     T, T_new, T_ideal = (float(x) for x in st.mean(axis=0))
     return WhatIfResult(
         changes=[f"{c.action} {c.selector}" + (f" x{c.factor:g}" if c.action == "scale" else "") for c in changes],
@@ -502,5 +551,3 @@ def custom_whatif(job: Job, changes: list[Change]) -> WhatIfResult:
 
 
 __all__ = ["Analysis", "Baseline", "Change", "WhatIfResult", "analyze", "custom_whatif", "parse_changes", "prepare"]
-
-_ = step_times  # re-exported for callers that replay by hand

@@ -28,7 +28,7 @@ def read_native(path: Path) -> Job:
     skipped = []
     for shard in shards:
         try:
-            t = pq.read_table(shard)
+            t = pq.ParquetFile(shard).read()
         except (OSError, pa.ArrowException) as e:
             if shard.stat().st_size == 0 and len(shards) > 1:
                 skipped.append(shard.name)

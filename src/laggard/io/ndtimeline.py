@@ -24,14 +24,14 @@ DP rank in one step) are derived once, from a reference instance, and replicated
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table
+from laggard.io.template import Template, template_columns
+from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, valid_mask
 
 FWD, BWD = "forward-compute", "backward-compute"
 AG, RS, SEP = "params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce"
@@ -66,21 +66,6 @@ REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration"
 _EPS_S = 5e-5
 
 
-@dataclass(slots=True)
-class _Template:
-    """The dependency model of one pipeline instance (every stage of one DP rank, one step)."""
-
-    stage: np.ndarray
-    name: np.ndarray  # op type code
-    seq: np.ndarray
-    microbatch: np.ndarray
-    deps: list[list[int]]
-    scope: list[str | None]  # None (no sync), "local" (within a DP rank), "dp", "world"
-    label: list[str | None]
-    gseq: list[int]
-    peer_stage: list[int] = field(default_factory=list)
-
-
 def _read_meta(path: Path | None, trace: Path) -> tuple[dict, Path | None]:
     import yaml
 
@@ -112,7 +97,7 @@ def _read_table(path: Path) -> pa.Table:
     try:
         if path.stat().st_size == 0:
             raise LaggardError(f"{path}: empty file (0 bytes), not a Parquet trace")
-        return pq.read_table(path)
+        return pq.ParquetFile(path).read()
     except (OSError, pa.ArrowException) as e:
         raise LaggardError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
 
@@ -131,14 +116,15 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         if name not in table.column_names:
             return np.full(table.num_rows, default, dtype=dtype)
         c = table.column(name)
+        if c.null_count and default is None:
+            raise LaggardError(f"{where}: column {name} has {c.null_count} null value(s)")
+        if not (pa.types.is_integer(c.type) or pa.types.is_floating(c.type)):
+            raise LaggardError(f"{where}: column {name} has type {c.type}, expected numbers")
+        arr = np.asarray(c.to_numpy())
         if c.null_count:
-            if default is None:
-                raise LaggardError(f"{where}: column {name} has {c.null_count} null value(s)")
-            c = c.fill_null(default)
-        try:
-            return c.to_numpy().astype(dtype)
-        except (TypeError, ValueError, pa.ArrowException):
-            raise LaggardError(f"{where}: column {name} has type {c.type}, expected numbers") from None
+            valid = valid_mask(c)
+            arr = np.where(valid, arr, default)
+        return arr.astype(dtype)
 
     dp = col("dp_rank", np.int64)
     stage = col("stage", np.int64)
@@ -154,9 +140,15 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     optype = table.column("optype")
     if optype.null_count:
         raise LaggardError(f"{where}: column optype has {optype.null_count} null value(s)")
-    optype = optype.cast(pa.string()).combine_chunks().dictionary_encode()
-    labels = [str(x) for x in optype.dictionary.to_pylist()]
-    codes = optype.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    if pa.types.is_dictionary(optype.type):
+        codes_i, labels = Job(table=pa.table({"o": optype}), meta=JobMeta()).codes("o")
+        codes = codes_i.astype(np.int64)
+        labels = [str(x) for x in labels]
+    elif pa.types.is_string(optype.type) or pa.types.is_large_string(optype.type):
+        labels_a, codes = np.unique(np.asarray(optype.to_numpy(zero_copy_only=False), dtype=object).astype(str), return_inverse=True)
+        labels = labels_a.tolist()
+    else:
+        raise LaggardError(f"{where}: column optype has type {optype.type}, expected strings")
     for name, arr in (("dp_rank", dp), ("stage", stage), ("rank", rank), ("seq_id", seq)):
         if (arr < 0).any():
             raise LaggardError(f"{where}: column {name} has negative values")
@@ -278,7 +270,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
 
     # Map every op to its template op; instances that do not match the template exactly are dropped.
     lut = np.full(num_pp * n_codes * max_seq, -1, dtype=np.int64)
-    lut[(tpl.stage * n_codes + tpl.name) * max_seq + tpl.seq] = np.arange(num_t)
+    lut[(tpl.stage * n_codes + codes[sel]) * max_seq + seq[sel]] = np.arange(num_t)
     t_of = lut[key]
     num_inst = num_steps * num_dp
     good_row = t_of >= 0
@@ -342,74 +334,10 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     start_ns = np.round((o_start + offset[o_new_step]) * 1e9).astype(np.int64)
     dur_ns = np.round(dur[perm] * 1e9).astype(np.int64)
 
-    o_dp = dp[perm]
-    o_stage = stage[perm]
-    t_idx = np.tile(np.arange(num_t), n_inst)
-    inst_of = np.repeat(np.arange(n_inst), num_t)
-    inst_dp = inst_of % num_dp
-
-    # deps: the template CSR replicated with per-instance offsets
-    t_len = np.array([len(d) for d in tpl.deps], dtype=np.int64)
-    t_vals = np.array([x for d in tpl.deps for x in d], dtype=np.int64)
-    t_ptr = np.concatenate([[0], np.cumsum(t_len)])
-    e_t = len(t_vals)
-    offsets = (np.tile(t_ptr[:-1], n_inst) + np.repeat(np.arange(n_inst) * e_t, num_t)).astype(np.int32)
-    offsets = np.append(offsets, n_inst * e_t).astype(np.int32)
-    values = np.tile(t_vals, n_inst) + np.repeat(np.arange(n_inst, dtype=np.int64) * num_t, e_t)
-    deps = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int64()))
-
-    # communication groups
-    local_labels = sorted({lab for lab, sc in zip(tpl.label, tpl.scope) if sc == "local"})
-    global_labels = sorted({lab for lab, sc in zip(tpl.label, tpl.scope) if sc in ("dp", "world")})
-    n_loc = len(local_labels)
-    group_dict = [f"{lab}:dp{d}" for d in range(num_dp) for lab in local_labels] + global_labels
-    t_gcode = np.full(num_t, -1, dtype=np.int64)
-    t_local = np.zeros(num_t, dtype=bool)
-    for t in range(num_t):
-        sc = tpl.scope[t]
-        if sc == "local":
-            t_gcode[t] = local_labels.index(tpl.label[t])
-            t_local[t] = True
-        elif sc is not None:
-            t_gcode[t] = num_dp * n_loc + global_labels.index(tpl.label[t])
-    gcode = t_gcode[t_idx] + np.where(t_local[t_idx], inst_dp * n_loc, 0)
-    has_group = gcode >= 0
-    group_arr = pa.DictionaryArray.from_arrays(
-        pa.array(np.where(has_group, gcode, 0).astype(np.int32), mask=~has_group),
-        pa.array(group_dict or [""], type=pa.string()),
-    )
-    gseq = np.array(tpl.gseq, dtype=np.int64)[t_idx]
-    peer_stage = np.array(tpl.peer_stage, dtype=np.int64)[t_idx]
-    peer = np.where(peer_stage >= 0, w_rank[inst_dp * num_pp + np.maximum(peer_stage, 0)], -1)
-
-    names_t = [labels[c] for c in tpl.name]
-    kind_t = [OPTYPES[x][0] for x in names_t]
-    stream_t = [OPTYPES[x][1] for x in names_t]
-
-    def tiled_dict(values_t: list[str]) -> pa.DictionaryArray:
-        uniq_v = sorted(set(values_t))
-        codes_t = np.array([uniq_v.index(v) for v in values_t], dtype=np.int32)
-        return pa.DictionaryArray.from_arrays(pa.array(np.tile(codes_t, n_inst)), pa.array(uniq_v, type=pa.string()))
-
-    columns = {
-        "rank": w_rank[o_dp * num_pp + o_stage].astype(np.int32),
-        "dp_rank": o_dp.astype(np.int32),
-        "pp_rank": o_stage.astype(np.int32),
-        "tp_rank": np.full(n, -1, dtype=np.int32),
-        "cp_rank": np.full(n, -1, dtype=np.int32),
-        "vchunk": mc[perm].astype(np.int32),
-        "step": steps[o_step_idx],
-        "microbatch": np.tile(tpl.microbatch, n_inst).astype(np.int32),
-        "name": tiled_dict(names_t),
-        "kind": tiled_dict(kind_t),
-        "stream": tiled_dict(stream_t),
-        "start_ns": start_ns,
-        "dur_ns": dur_ns,
-        "group": group_arr,
-        "seq": np.where(has_group, gseq, -1),
-        "peer": peer.astype(np.int32),
-        "deps": deps,
-    }
+    inst_step = steps[good_steps].repeat(num_dp)
+    columns = template_columns(tpl, inst_step, num_dp, w_rank)
+    columns["start_ns"] = start_ns
+    columns["dur_ns"] = dur_ns
     out = make_table(columns, num_rows=n)
     job_meta = JobMeta(
         name=name,
@@ -430,7 +358,7 @@ def _fmt_list(values, limit: int = 8) -> str:
     return ", ".join(vals[:limit]) + (f", ... ({len(vals)} in all)" if len(vals) > limit else "")
 
 
-def _build_template(stage, code, seq, start, end, mc, gmc, mb, labels, num_pp, vpp, where) -> _Template:
+def _build_template(stage, code, seq, start, end, mc, gmc, mb, labels, num_pp, vpp, where) -> Template:
     """Derive the dependency model of one pipeline instance from its observed op order."""
     num_t = len(stage)
     name = [labels[c] for c in code]
@@ -573,11 +501,13 @@ def _build_template(stage, code, seq, start, end, mc, gmc, mb, labels, num_pp, v
         if clip_t is not None:
             scope[clip_t], label[clip_t], gseq[clip_t] = "world", f"world:{CLIP}", 0
     deps = [sorted(set(d)) for d in deps]
-    return _Template(
+    return Template(
         stage=np.asarray(stage, dtype=np.int64),
-        name=np.asarray(code, dtype=np.int64),
-        seq=np.asarray(seq, dtype=np.int64),
+        name=name,
+        kind=[OPTYPES[x][0] for x in name],
+        stream=[OPTYPES[x][1] for x in name],
         microbatch=micro,
+        vchunk=np.asarray(mc, dtype=np.int64),
         deps=deps,
         scope=scope,
         label=label,

@@ -1,0 +1,1 @@
+"""Reports: terminal summary (rich), JSON, self-contained HTML."""

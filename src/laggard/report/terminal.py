@@ -1,0 +1,88 @@
+"""Terminal summaries with rich."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from laggard.whatif import Analysis, WhatIfResult
+
+
+def _s(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _heat(s: float) -> str:
+    if s >= 1.2:
+        return "bold red"
+    if s >= 1.05:
+        return "yellow"
+    return "green"
+
+
+def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6) -> None:
+    con = console or Console(highlight=False)
+    m = res.meta
+    d = res.to_json()
+    con.print(
+        f"[bold]laggard[/] {m.name}  ({m.source})  dp={m.dp_size} pp={m.pp_size} tp={m.tp_size}"
+        + (f" vpp={m.vpp_size}" if m.vpp_size > 1 else "")
+        + f"  {res.num_workers} workers, {len(res.steps)} steps, {res.num_ops:,} ops"
+    )
+    style = _heat(res.slowdown)
+    line = (
+        f"straggler slowdown S = [{style}]{res.slowdown:.3f}[/]   waste {_pct(res.waste)}"
+        f"   step {res.T_s:.3f} s -> ideal {res.T_ideal_s:.3f} s"
+    )
+    if d["gpu_hours_wasted"] is not None:
+        line += f"   GPU-hours wasted {d['gpu_hours_wasted']:.2f} of {d['gpu_hours']:.2f} ({m.num_gpus} GPUs)"
+    con.print(line)
+    fidelity = res.launch_slowdown
+    note = "good" if abs(fidelity - 1) < 0.05 else "untraced gaps (CPU launch delay, data loading?)"
+    con.print(f"replay fidelity: measured/replayed step time = {fidelity:.3f} ({note})")
+    con.print(
+        f"fixing the worst {len(res.fixed_workers)} worker(s) {res.fixed_workers} removes "
+        f"{_pct(d['M_W'])} of the slowdown (M_W); fixing the last stage removes {_pct(d['M_S'])} (M_S)"
+    )
+
+    t = Table(title="op types (only this type as measured)", title_justify="left", show_edge=False)
+    t.add_column("op type")
+    t.add_column("S_t", justify="right")
+    for name, s in sorted(res.by_optype.items(), key=lambda kv: -kv[1])[:top]:
+        t.add_row(name, f"[{_heat(s)}]{s:.3f}[/]")
+    w = Table(title="worst workers (S_w = min(S_dp, S_stage))", title_justify="left", show_edge=False)
+    for c in ("rank", "dp", "stage", "S_w"):
+        w.add_column(c, justify="right")
+    for row in res.by_worker[:top]:
+        w.add_row(str(row["rank"]), str(row["dp_rank"]), str(row["stage"]), f"[{_heat(row['slowdown'])}]{row['slowdown']:.3f}[/]")
+    con.print(t)
+    con.print(w)
+    con.print(
+        "stages:   " + "  ".join(f"pp{k}=[{_heat(v)}]{v:.3f}[/]" for k, v in res.by_stage.items())
+    )
+    dps = list(res.by_dp_rank.items())
+    shown = sorted(dps, key=lambda kv: -kv[1])[:8]
+    con.print(
+        "DP ranks: " + "  ".join(f"dp{k}=[{_heat(v)}]{v:.3f}[/]" for k, v in shown)
+        + (f"  ... ({len(dps)} in all)" if len(dps) > len(shown) else "")
+    )
+    worst_step = max(res.per_step.items(), key=lambda kv: kv[1])
+    con.print(f"steps: worst step {worst_step[0]} S={worst_step[1]:.3f}; best S={min(res.per_step.values()):.3f}")
+    if res.warnings:
+        con.print(f"[yellow]{len(res.warnings)} warning(s)[/] (see above)")
+
+
+def print_whatif(res: WhatIfResult, console: Console | None = None) -> None:
+    con = console or Console(highlight=False)
+    con.print("what-if: " + "; ".join(res.changes) + f"  ({res.num_ops_changed:,} ops changed)")
+    con.print(
+        f"step time {res.T_s:.4f} s -> [bold]{res.T_new_s:.4f} s[/]   speed-up [bold]{res.speedup:.3f}x[/]"
+        f"   (fully idealised: {res.T_ideal_s:.4f} s, {res.T_s / res.T_ideal_s:.3f}x)"
+    )
