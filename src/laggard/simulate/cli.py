@@ -64,16 +64,11 @@ def parse_workers(text: str, reference: int | None, *, where: str = "--workers")
         item = item.strip().lower()
         if not item:
             raise _error(f"{where} {text!r}: empty entry")
+        relative = item.endswith("x")
+        if relative and reference is None:
+            raise _error(f"{where} {text!r}: relative sizes such as {item!r} need --from-trace")
         try:
-            if item.endswith("x"):
-                if reference is None:
-                    raise _error(f"{where} {text!r}: relative sizes such as {item!r} need --from-trace")
-                factor = float(item[:-1])
-                k = round(factor * reference)
-                if factor <= 0 or k < 1:
-                    raise _error(f"{where} {text!r}: {item!r} gives no workers")
-            else:
-                k = int(item)
+            k = round(float(item[:-1]) * reference) if relative and reference else int(item)
         except ValueError:
             raise _error(f"{where} {text!r}: {item!r} is not a worker count (e.g. 64, or 4x with --from-trace)") from None
         if k < 1:

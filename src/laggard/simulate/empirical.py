@@ -94,12 +94,12 @@ def worker_times(
     dur_s = _int_col(table, "dur_ns")[mask].astype(np.float64) * 1e-9
     if level == "step":
         key = _int_col(table, "step")[mask]
-        what = f"sum of {what_ops} durations per (rank, step)"
+        what = f"sum of durations of {what_ops} per (rank, step)"
     else:
         keys = np.stack([_int_col(table, c)[mask] for c in ("step", "microbatch", "vchunk")], axis=1)
         _, key = np.unique(keys, axis=0, return_inverse=True)
         key = key.reshape(-1)
-        what = f"{what_ops} durations, one per (rank, step, microbatch, chunk)"
+        what = f"durations of {what_ops}, one per (rank, step, microbatch, chunk)"
     ranks, r_idx = np.unique(rank, return_inverse=True)
     keys_u, k_idx = np.unique(key, return_inverse=True)
     num_w, num_k = ranks.size, keys_u.size
@@ -258,9 +258,11 @@ def from_table(
         info["pp_size"] = getattr(meta, "pp_size", None)
         info["num_gpus"] = getattr(meta, "num_gpus", None)
     dist = EmpiricalTrace.from_times(wt, source_spec=spec or f"trace:{path}", info=info)
-    info["offset_spread_s"] = float(dist.offsets_s.max() - dist.offsets_s.min())
-    info["step_effect_std_s"] = float(dist.step_effects_s.std())
-    info["noise_std_s"] = float(dist.noise_s.std())
+    dist.info.update(
+        offset_spread_s=float(dist.offsets_s.max() - dist.offsets_s.min()),
+        step_effect_std_s=float(dist.step_effects_s.std()),
+        noise_std_s=float(dist.noise_s.std()),
+    )
     return dist
 
 

@@ -80,31 +80,44 @@ def drop(dist: Distribution, rng: np.random.Generator, n: int, k: int, num_drop:
     return {"step": step, "busy": busy, "useful": useful, "capacity": k * step}
 
 
+def greedy_finish(dur: np.ndarray, total: int) -> np.ndarray | None:
+    """Finish time of every worker when ``total`` pieces are handed out greedily.
+
+    ``dur`` is (n, L, K): the durations of the pieces worker w would run, in order. Greedy
+    assignment (the next piece goes to the worker that is free first) starts exactly the
+    ``total`` earliest start times, where piece j of worker w would start when its piece j-1
+    ends. So the threshold tau is the total-th smallest start, worker w runs its pieces starting
+    at or before tau, and finishes when the last of them ends. Returns (n, K), or None when some
+    worker would need more than L pieces (draw longer streams).
+    """
+    n, length, k = dur.shape
+    if total >= length * k:
+        return None
+    fin = np.cumsum(dur, axis=1)
+    start = fin - dur
+    tau = np.partition(start.reshape(n, length * k), total - 1, axis=1)[:, total - 1]
+    taken = (start <= tau[:, None, None]).sum(axis=1)  # pieces run by each worker, (n, K)
+    if (taken >= length).any():
+        return None
+    return np.take_along_axis(fin, (taken - 1)[:, None, :], axis=1)[:, 0, :]
+
+
 def overdecompose(
     dist: Distribution, rng: np.random.Generator, n: int, k: int, pieces: int, *, max_rounds: int = 6
 ) -> Out:
     """The step's work is cut into K x p pieces (1/p of a worker step each), handed out greedily
     to whichever worker is free first (dynamic assignment, like a work queue).
 
-    Exact and vectorised: every worker gets a stream of L pieces (drawn like steps of that
-    worker, each divided by p); piece j of worker w would start at the end of its piece j-1.
-    Greedy assignment starts exactly the K x p earliest such start times, so the threshold tau
-    is the (K x p)-th smallest start, worker w runs its pieces starting at or before tau, and
-    the step ends when the last of them finishes. If some worker would need more than L pieces,
-    the chunk is drawn again with L doubled.
+    Every worker gets a stream of L pieces drawn like steps of that worker (a trace keeps its
+    persistent speed), each divided by p; see ``greedy_finish``. If some worker would need more
+    than L pieces, the chunk is drawn again with L doubled.
     """
-    total = k * pieces
     length = 2 * pieces + 4
     for _ in range(max_rounds):
         dur = dist.sample_steps(rng, n, length, k)  # (n, L, K)
         dur *= 1.0 / pieces
-        fin = np.cumsum(dur, axis=1)
-        start = fin - dur
-        flat = start.reshape(n, length * k)
-        tau = np.partition(flat, total - 1, axis=1)[:, total - 1]
-        taken = (start <= tau[:, None, None]).sum(axis=1)  # pieces run by each worker, (n, K)
-        if (taken < length).all():
-            last = np.take_along_axis(fin, (taken - 1)[:, None, :], axis=1)[:, 0, :]
+        last = greedy_finish(dur, k * pieces)
+        if last is not None:
             step = last.max(axis=1)
             work = last.sum(axis=1)
             return {"step": step, "busy": work, "useful": work, "capacity": k * step}
@@ -112,37 +125,47 @@ def overdecompose(
     raise RuntimeError("over-decomposition: a worker needed more pieces than the simulation allows")
 
 
+def ssp_progress(t: np.ndarray, staleness: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Stale-synchronous progress of runs with worker times ``t`` (n, steps, K).
+
+    A worker may start step i once every worker has finished step i - 1 - s. Returns
+    ``done_all`` (n, steps), the time every worker has finished step i, and ``wait`` (n,), the
+    worker-seconds spent blocked. ``staleness=None``: no constraint (fully asynchronous).
+    """
+    n, num_steps, k = t.shape
+    done_all = np.empty((n, num_steps))
+    wait = np.zeros(n)
+    if staleness is None:
+        done_all[:] = np.cumsum(t, axis=1).max(axis=2)
+        return done_all, wait
+    prev = np.zeros((n, k))
+    for i in range(num_steps):
+        gate = i - 1 - staleness
+        if gate >= 0:
+            start = np.maximum(prev, done_all[:, gate][:, None])
+            wait += (start - prev).sum(axis=1)
+        else:
+            start = prev
+        prev = start + t[:, i, :]
+        done_all[:, i] = prev.max(axis=1)
+    return done_all, wait
+
+
 def stale_synchronous(
     dist: Distribution, rng: np.random.Generator, n: int, k: int, num_steps: int, staleness: int | None
 ) -> Out:
-    """Stale-synchronous parallel: a worker may start step i once every worker has finished step
-    i - 1 - s (it is at most s steps ahead of the slowest). s = 0 is BSP; ``staleness=None`` is
-    fully asynchronous (no constraint). One Python iteration per step, vectorised over runs and
-    workers.
+    """Stale-synchronous parallel over runs of ``num_steps`` steps (see ``ssp_progress``): s = 0
+    is BSP, ``staleness=None`` fully asynchronous. One Python iteration per step, vectorised over
+    runs and workers. The run's step time is its wall-clock per step.
     """
     t = dist.sample_steps(rng, n, num_steps, k)  # (n, steps, K)
-    done_all = np.empty((n, num_steps))  # time every worker has finished step i
-    wait = np.zeros(n)
-    if staleness is None:
-        fin = np.cumsum(t, axis=1)
-        done_all[:] = fin.max(axis=2)
-    else:
-        prev = np.zeros((n, k))
-        for i in range(num_steps):
-            gate = i - 1 - staleness
-            if gate >= 0:
-                start = np.maximum(prev, done_all[:, gate][:, None])
-                wait += (start - prev).sum(axis=1)
-            else:
-                start = prev
-            prev = start + t[:, i, :]
-            done_all[:, i] = prev.max(axis=1)
-    busy_counted = t[:, :-1, :].sum(axis=(1, 2))  # steps whose follow-up waits are counted
-    increments = np.diff(done_all, axis=1, prepend=0.0)
+    done_all, wait = ssp_progress(t, staleness)
+    # idle = blocked time before steps 1.. over (blocked + busy of the steps before them)
+    busy_counted = t[:, :-1, :].sum(axis=(1, 2))
     return {
         "step": done_all[:, -1] / num_steps,
         "busy": busy_counted,
         "useful": busy_counted,
         "capacity": busy_counted + wait,
-        "increments": increments,
+        "increments": np.diff(done_all, axis=1, prepend=0.0),
     }

@@ -61,9 +61,11 @@ _INT_PARAMS = {"copies", "m", "pieces", "staleness"}
 DEFAULT_POLICIES = ("bsp", "backup:1", "speculate", "drop:1", "overdecomp:4", "ssp:3", "async")
 DEFAULT_TRIALS = 20_000
 DEFAULT_STEPS = 100
-# elements per trial each kernel keeps alive (for chunk sizing), in units of K
-# (ssp and async must agree: the same chunks give them the same draws, so async == ssp:large exactly)
-_MEMORY = {"bsp": 1, "backup": 2, "speculate": 5, "drop": 2, "ssp": 3, "async": 3}
+# Chunk sizing, in float64 values per trial per worker. Single-step policies share one layout so
+# that they see the same draws (common random numbers); ssp and async share theirs, so async is
+# exactly ssp with a bound beyond the run length.
+_SINGLE_STEP_ELEMS = 4
+_MULTI_STEP_ELEMS = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -253,29 +255,27 @@ def _simulate(policy: Policy, dist: Distribution, k: int, num_trials: int, num_s
         def kernel(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
             return kernels.stale_synchronous(dist, rng, n, k, num_steps, stale)
 
-        per_trial = num_steps * k * _MEMORY[kind]
+        per_trial = num_steps * k * _MULTI_STEP_ELEMS
         out = run_chunked(kernel, num_runs, per_trial, seed_sequence(seed, k, 1), threads=threads,
                           chunk_elems=chunk_elems)
         inc = out["increments"].reshape(-1)
         p99 = float(np.quantile(inc, 0.99))
     else:
+        per_trial = k * _SINGLE_STEP_ELEMS
         match kind:
             case "bsp":
                 def kernel(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
                     return kernels.bsp(dist, rng, n, k)
-                per_trial = k
             case "backup":
                 def kernel(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
                     return kernels.backup(dist, rng, n, k, policy.copies)
-                per_trial = k * (policy.copies + 2)
+                per_trial = k * max(_SINGLE_STEP_ELEMS, policy.copies + 2)
             case "speculate":
                 def kernel(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
                     return kernels.speculate(dist, rng, n, k, policy.multiplier, policy.quantile)
-                per_trial = k * _MEMORY[kind]
             case "drop":
                 def kernel(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
                     return kernels.drop(dist, rng, n, k, policy.num_drop)
-                per_trial = k * _MEMORY[kind]
             case "overdecomp":
                 def kernel(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
                     return kernels.overdecompose(dist, rng, n, k, policy.pieces)
