@@ -17,6 +17,7 @@ Pure numpy; used by the tests for every n in 4..64 and by ``laggard collectives 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +58,12 @@ def simulate(schedule: Schedule, counts: np.ndarray, *, phase2_straggler: int | 
     errors: list[str] = []
     n, c_max = schedule.num_ranks, schedule.num_chunks
     full = np.ones(counts.shape[2], dtype=counts.dtype)
+    if (np.diff(schedule.round_idx) < 0).any() or (schedule.round_idx >= schedule.num_rounds).any():
+        order = np.argsort(schedule.round_idx, kind="stable")
+        schedule = dataclasses.replace(
+            schedule, num_rounds=max(schedule.num_rounds, int(schedule.round_idx.max(initial=-1)) + 1),
+            round_idx=schedule.round_idx[order], src=schedule.src[order], dst=schedule.dst[order],
+            chunk=schedule.chunk[order], reduce=schedule.reduce[order])
     for r, sl in enumerate(schedule.round_slices()):
         src, dst, ch, red = (schedule.src[sl], schedule.dst[sl], schedule.chunk[sl], schedule.reduce[sl])
         where = f"round {r + 1}"
