@@ -22,7 +22,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
-    rich_markup_mode=None,
 )
 
 FormatOpt = Annotated[
@@ -123,7 +122,9 @@ def demo(
     """Analyse the built-in example trace and write the HTML report."""
     from laggard.demo import run_demo
 
-    run_demo(out)
+    paths = run_demo(out)
+    for kind, p in paths.items():
+        typer.echo(f"wrote {kind}: {p}")
 
 
 def _mount_subcommands() -> None:

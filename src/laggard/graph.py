@@ -160,12 +160,13 @@ def group_sizes_check(job: Job, graph: Graph) -> np.ndarray:
     sizes = np.diff(graph.group_ptr)
     first = graph.group_ops[graph.group_ptr[:-1]]
     glabel = gcode[first]
-    # modal size per label
+    # modal size per label: the (label, size) pair seen most often for each label
+    pairs, pair_count = np.unique(np.stack([glabel, sizes], axis=1), axis=0, return_counts=True)
+    best = np.lexsort((-pair_count, pairs[:, 0]))
+    first_of_label = np.ones(len(best), dtype=bool)
+    first_of_label[1:] = pairs[best[1:], 0] != pairs[best[:-1], 0]
     expected = np.zeros(len(labels), dtype=np.int64)
-    for lab in np.unique(glabel):
-        s = sizes[glabel == lab]
-        vals, cnt = np.unique(s, return_counts=True)
-        expected[lab] = vals[np.argmax(cnt)]
+    expected[pairs[best[first_of_label], 0]] = pairs[best[first_of_label], 1]
     short = sizes < expected[glabel]
     if not short.any():
         return np.zeros(0, dtype=np.int64)

@@ -248,7 +248,8 @@ def conform(table: pa.Table, where: str) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise LaggardError(f"{where}: column {fld.name} has type {col.type}, expected {fld.type} ({e})") from None
     out = make_table(data, num_rows=table.num_rows)
-    kinds = set(out.column("kind").dictionary.to_pylist()) if out.num_rows else set()
+    kind_code, kind_labels = Job(table=out, meta=JobMeta()).codes("kind")
+    kinds = {kind_labels[c] for c in np.unique(kind_code)} if out.num_rows else set()
     bad = kinds - set(KINDS)
     if bad:
         raise LaggardError(f"{where}: unknown op kind(s) {sorted(bad)} (known: {', '.join(KINDS)})")

@@ -29,22 +29,19 @@ class DPReduction:
     dp_values: np.ndarray  # DP rank of each row of rank_ops
 
 
+def _dense(x: np.ndarray) -> tuple[np.ndarray, int]:
+    u, inv = np.unique(x, return_inverse=True)
+    return inv.astype(np.int64), len(u)
+
+
 def _canonical_order(job: Job, dp: np.ndarray) -> np.ndarray:
     """Ops sorted by (dp, step, stage, tp, cp, chunk, type, microbatch, group seq, start)."""
     name, _ = job.codes("name")
-    cols = [
-        job.column("start_ns"),
-        job.column("seq"),
-        job.column("microbatch"),
-        name,
-        job.column("vchunk"),
-        job.column("cp_rank"),
-        job.column("tp_rank"),
-        job.column("pp_rank"),
-        job.column("step"),
-        dp,
-    ]
-    return np.lexsort(cols)
+    key = np.zeros(job.num_ops, dtype=np.int64)
+    for col in ("step", "pp_rank", "tp_rank", "cp_rank", "vchunk", None, "microbatch"):
+        d, k = _dense(name if col is None else job.column(col))
+        key = key * k + d  # mixed radix: fits int64 for any realistic layout
+    return np.lexsort((job.column("start_ns"), job.column("seq"), key, dp))
 
 
 def reduce_dp(job: Job, graph: Graph) -> DPReduction | None:

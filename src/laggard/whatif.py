@@ -85,20 +85,19 @@ def transfer_durations(graph: Graph, start_s: np.ndarray, end_s: np.ndarray) -> 
 
 def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.ndarray, num_names: int) -> np.ndarray:
     """Mean per op type for compute, median per op type for communication."""
-    ideal = np.empty_like(measured)
-    sums = np.bincount(name_code, weights=measured, minlength=num_names)
     counts = np.bincount(name_code, minlength=num_names)
-    mean = sums / np.maximum(counts, 1)
-    ideal[:] = mean[name_code]
-    comm_names = np.unique(name_code[is_comm_op])
-    if len(comm_names):
-        order = np.lexsort((measured, name_code))
-        sorted_codes = name_code[order]
-        for c in comm_names:
-            a, b = np.searchsorted(sorted_codes, [c, c + 1])
-            med = float(np.median(measured[order[a:b]]))
-            ideal[name_code == c] = med
-    return ideal
+    mean = np.bincount(name_code, weights=measured, minlength=num_names) / np.maximum(counts, 1)
+    comm_name = np.zeros(num_names, dtype=bool)
+    comm_name[name_code[is_comm_op]] = True
+    if not comm_name.any():
+        return mean[name_code]
+    rows = np.flatnonzero(comm_name[name_code])
+    order = rows[np.lexsort((measured[rows], name_code[rows]))]
+    bounds = np.searchsorted(name_code[order], np.arange(num_names + 1))
+    median = mean.copy()
+    for c in np.flatnonzero(comm_name):
+        median[c] = np.median(measured[order[bounds[c] : bounds[c + 1]]])
+    return np.where(comm_name, median, mean)[name_code]
 
 
 def prepare(job: Job) -> Baseline:
@@ -318,7 +317,7 @@ def analyze(job: Job) -> Analysis:
         if issubclass(w.category, LaggardWarning):
             res.warnings.append(str(w.message))
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    res.warnings = list(job.warnings) + res.warnings
+    res.warnings = list(job.warnings) + [w for w in res.warnings if w not in job.warnings]
     return res
 
 
@@ -407,7 +406,7 @@ def by_dp_rank_step_times(base: Baseline, dps: np.ndarray, reduction: DPReductio
 
 # ---------------------------------------------------------------- custom what-ifs
 
-_SELECTOR = re.compile(r"^(?P<key>[a-z_]+)=(?P<val>[^:]+)$")
+_SELECTOR = re.compile(r"^(?P<key>[a-z_]+)=(?P<val>.+)$")
 
 
 @dataclass(kw_only=True, slots=True)

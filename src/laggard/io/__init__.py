@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
-from laggard.ops import Job, LaggardError
+from laggard.ops import Job, LaggardError, LaggardWarning
 
 FORMATS = ("auto", "native", "ndtimeline")
 
@@ -25,8 +26,21 @@ def detect_format(path: Path) -> str:
 
 
 def load_job(path: str | Path, *, fmt: str = "auto", meta: str | Path | None = None, steps: str | None = None) -> Job:
-    """Read a trace (``fmt``: auto, native, ndtimeline) and optionally keep only ``steps`` ("10-20,25")."""
-    p = Path(path)
+    """Read a trace (``fmt``: auto, native, ndtimeline) and optionally keep only ``steps`` ("10-20,25").
+
+    Warnings (what was skipped) are issued as ``LaggardWarning`` and kept in ``job.warnings``.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LaggardWarning)
+        job = _load(Path(path), fmt, meta, steps)
+    for w in caught:
+        if issubclass(w.category, LaggardWarning):
+            job.warnings.append(str(w.message))
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return job
+
+
+def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None) -> Job:
     if fmt not in FORMATS:
         raise LaggardError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     if not p.exists():
