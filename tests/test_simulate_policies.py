@@ -118,8 +118,8 @@ def test_overdecomposition_matches_a_heap_list_scheduler() -> None:
 
 
 def test_overdecomposition_balances_load() -> None:
-    res = compare_policies(TEXTBOOK, 256, ["bsp", "overdecomp:1", "overdecomp:4", "overdecomp:16"],
-                           num_trials=4_000, seed=3)
+    res = compare_policies(TEXTBOOK, 128, ["bsp", "overdecomp:1", "overdecomp:4", "overdecomp:16"],
+                           num_trials=3_000, seed=3)
     bsp = res.row("bsp")
     one = res.row("overdecomp:1")
     assert one.mean == pytest.approx(bsp.mean, abs=4 * (bsp.stderr + one.stderr))

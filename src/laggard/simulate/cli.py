@@ -64,7 +64,7 @@ def parse_workers(text: str, reference: int | None, *, where: str = "--workers")
         item = item.strip().lower()
         if not item:
             raise _error(f"{where} {text!r}: empty entry")
-        relative = item.endswith("x")
+        relative = item.endswith("x") and item[:-1].replace(".", "", 1).isdigit()
         if relative and reference is None:
             raise _error(f"{where} {text!r}: relative sizes such as {item!r} need --from-trace")
         try:

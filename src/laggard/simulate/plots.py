@@ -44,6 +44,10 @@ def tail_figure(result: TailResult) -> Figure:
     ax.axhline(result.single_worker_mean, color="grey", lw=0.8, ls="-.", label="mean of one worker")
     if result.reference_workers:
         ax.axvline(result.reference_workers, color="#6a994e", lw=0.8, label="measured job size")
+        measured = result.source.get("measured_barrier_s")
+        if measured is not None:
+            ax.plot([result.reference_workers], [measured], "*", ms=11, color="#6a994e",
+                    label="measured barrier")
     if len(set(ks)) > 1:
         ax.set_xscale("log", base=2)
         ax.set_xticks(ks, [str(k) for k in ks])
