@@ -19,16 +19,16 @@ def textbook_result():
 
 
 def test_textbook_emax_within_one_and_a_half_percent(textbook_result) -> None:
-    assert [r.workers for r in textbook_result.rows] == list(TEXTBOOK_EMAX)
+    assert [r.num_workers for r in textbook_result.rows] == list(TEXTBOOK_EMAX)
     for row in textbook_result.rows:
-        expected = TEXTBOOK_EMAX[row.workers]
-        assert abs(row.mean / expected - 1) < 0.015, (row.workers, row.mean, expected)
+        expected = TEXTBOOK_EMAX[row.num_workers]
+        assert abs(row.mean / expected - 1) < 0.015, (row.num_workers, row.mean, expected)
         # and the simulation agrees with the numerical integral to a few standard errors
         assert abs(row.mean - row.exact_mean) < 5 * row.stderr + 1e-3
 
 
 def test_textbook_slowdown_and_p99(textbook_result) -> None:
-    rows = {r.workers: r for r in textbook_result.rows}
+    rows = {r.num_workers: r for r in textbook_result.rows}
     assert rows[1].slowdown == 1.0
     assert rows[1024].slowdown == pytest.approx(10.765 / 1.744, rel=0.02)
     slowdowns = [r.slowdown for r in textbook_result.rows]
@@ -43,9 +43,9 @@ def test_textbook_slowdown_and_p99(textbook_result) -> None:
 def test_exponential_matches_harmonic_closed_form(rate: float) -> None:
     res = tail_at_scale(parse_dist(f"exponential:rate={rate}"), [1, 8, 64, 512], num_trials=50_000, seed=3)
     for r in res.rows:
-        exact = harmonic(r.workers) / rate
+        exact = harmonic(r.num_workers) / rate
         assert r.exact_mean == pytest.approx(exact)
-        assert abs(r.mean - exact) < 4 * r.stderr, (r.workers, r.mean, exact)
+        assert abs(r.mean - exact) < 4 * r.stderr, (r.num_workers, r.mean, exact)
 
 
 def test_light_tail_grows_slowly() -> None:

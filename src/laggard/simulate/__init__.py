@@ -14,7 +14,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Distribution": "dists",
+    "Distribution": "base",
     "parse_dist": "dists",
     "tail_at_scale": "tail",
     "TailResult": "tail",

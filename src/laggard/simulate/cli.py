@@ -164,7 +164,7 @@ def _print_tail(result: Any) -> None:
     if show_exact:
         table.add_column(escape("exact E[max]"), justify="right", no_wrap=True)
     for r in result.rows:
-        cells = [str(r.workers), _fmt(r.mean), _fmt(r.p99), f"{r.slowdown:.3f}x"]
+        cells = [str(r.num_workers), _fmt(r.mean), _fmt(r.p99), f"{r.slowdown:.3f}x"]
         if result.reference_workers:
             cells.append(f"{r.vs_reference:.4f}x")
         if show_exact:

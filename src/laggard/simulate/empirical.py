@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from laggard.ops import LaggardError, LaggardWarning
-from laggard.simulate.dists import MIN_TIME, Distribution
+from laggard.simulate.base import MIN_TIME, Distribution
 
 LEVELS = ("step", "op")
 

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from laggard.simulate.dists import Distribution
+from laggard.simulate.base import Distribution
 
 Out = dict[str, np.ndarray]
 

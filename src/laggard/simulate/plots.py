@@ -35,10 +35,10 @@ def tail_figure(result: TailResult) -> Figure:
     """E[max] and p99 of the barrier against K (log scale), with the closed form where known."""
     fig = _new_figure(6.4, 4.0)
     ax = fig.add_subplot()
-    ks = [r.workers for r in result.rows]
+    ks = [r.num_workers for r in result.rows]
     ax.plot(ks, [r.mean for r in result.rows], "o-", color="#1f6fb4", label="E[max] (simulated)")
     ax.plot(ks, [r.p99 for r in result.rows], "s--", color="#d1495b", label="p99 of the barrier")
-    exact = [(r.workers, r.exact_mean) for r in result.rows if r.exact_mean is not None]
+    exact = [(r.num_workers, r.exact_mean) for r in result.rows if r.exact_mean is not None]
     if exact:
         ax.plot([k for k, _ in exact], [v for _, v in exact], "k:", lw=1, label="E[max] (exact)")
     ax.axhline(result.single_worker_mean, color="grey", lw=0.8, ls="-.", label="mean of one worker")

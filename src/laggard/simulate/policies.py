@@ -30,7 +30,7 @@ import numpy as np
 
 from laggard.ops import LaggardError
 from laggard.simulate import kernels
-from laggard.simulate.dists import Distribution
+from laggard.simulate.base import Distribution
 from laggard.simulate.engine import run_chunked, seed_sequence
 from laggard.simulate.tail import MAX_WORKERS, check_trials
 

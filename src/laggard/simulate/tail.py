@@ -11,7 +11,7 @@ import numpy as np
 
 from laggard.ops import LaggardError
 from laggard.simulate import theory
-from laggard.simulate.dists import Distribution
+from laggard.simulate.base import Distribution
 from laggard.simulate.engine import run_chunked, seed_sequence
 
 DEFAULT_WORKERS = (1, 2, 4, 16, 64, 256, 1024)
@@ -23,7 +23,7 @@ MAX_WORKERS = 1 << 20
 class TailRow:
     """One job size: the barrier's mean and p99 over the trials, and its slowdown vs one worker."""
 
-    workers: int
+    num_workers: int
     mean: float
     p99: float
     slowdown: float
@@ -46,7 +46,7 @@ class TailResult:
     def to_json(self) -> dict[str, Any]:
         rows = []
         for r in self.rows:
-            row: dict[str, Any] = {"workers": r.workers, "mean": r.mean, "p99": r.p99, "slowdown": r.slowdown,
+            row: dict[str, Any] = {"workers": r.num_workers, "mean": r.mean, "p99": r.p99, "slowdown": r.slowdown,
                                    "stderr": r.stderr, "exact_mean": r.exact_mean}
             if self.reference_workers is not None:
                 row["vs_reference"] = r.vs_reference
@@ -135,7 +135,7 @@ def tail_at_scale(
             if ex is None:
                 ex = theory.expected_max(dist, k)
         ref = means[reference_workers][0] if reference_workers else None
-        rows.append(TailRow(workers=k, mean=mean, p99=p99, slowdown=mean / single, stderr=se, exact_mean=ex,
+        rows.append(TailRow(num_workers=k, mean=mean, p99=p99, slowdown=mean / single, stderr=se, exact_mean=ex,
                             vs_reference=(mean / ref) if ref else None))
     return TailResult(dist=dist.describe(), spec=dist.spec(), num_trials=num_trials, seed=seed,
                       single_worker_mean=single, rows=rows, reference_workers=reference_workers)

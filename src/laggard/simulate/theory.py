@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from laggard.simulate.dists import Distribution, harmonic
+from laggard.simulate.base import Distribution, harmonic
 
 __all__ = ["harmonic", "expected_max", "expected_order_stat", "expected_max_exponential"]
 
