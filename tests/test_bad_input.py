@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from tests.conftest import ND, run_cli
 
 ST = ND / "trace-ST.parquet"

@@ -1,0 +1,158 @@
+"""What-if analysis speed: `laggard analyze` on trace-AR end to end, and a 4,096-worker job.
+
+Baselines are measured in the same run:
+- AR: the same what-ifs replayed op by op in Python (the reference implementation's approach:
+  a topological walk per scenario), in-process, excluding start-up.
+- scale: the per-DP-rank what-ifs as full re-replays (measured for a few DP ranks, scaled to all)
+  instead of the two-rank symmetry reduction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+AR = ROOT / "tests" / "data" / "ndtimeline" / "trace-AR.parquet"
+LAGGARD = Path(sys.executable).with_name("laggard")
+SCALE = {"dp": 512, "pp": 8, "microbatches": 16, "steps": 20}
+
+
+def _python_replay(graph, w):
+    """Op-by-op replay in pure Python (topological order), returning step times."""
+    import numpy as np
+
+    n = graph.num_ops
+    preds = [[] for _ in range(graph.num_nodes)]
+    dep_owner = np.repeat(np.arange(n), np.diff(graph.dep_ptr))
+    for o, d in zip(dep_owner.tolist(), graph.dep_idx.tolist(), strict=True):
+        g = graph.op_group[o]
+        preds[n + g if g >= 0 else o].append(d)
+    for o in np.flatnonzero(graph.op_group >= 0).tolist():
+        preds[o].append(n + int(graph.op_group[o]))
+    succ = [[] for _ in range(graph.num_nodes)]
+    indeg = [len(p) for p in preds]
+    for v, ps in enumerate(preds):
+        for u in ps:
+            succ[u].append(v)
+    end = [0.0] * graph.num_nodes
+    weight = list(w.tolist()) + [0.0] * graph.num_groups
+    q = deque(v for v in range(graph.num_nodes) if indeg[v] == 0)
+    while q:
+        v = q.popleft()
+        end[v] = max((end[u] for u in preds[v]), default=0.0) + weight[v]
+        for s in succ[v]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                q.append(s)
+    ends = np.array(end[:n])
+    return np.maximum.reduceat(ends[graph.step_order], graph.step_bounds[:-1])
+
+
+def _ar_figures() -> list[dict]:
+    import numpy as np
+
+    times = []
+    for _ in range(5):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            p = subprocess.run([str(LAGGARD), "analyze", str(AR), "--json", f"{tmp}/a.json", "-q"], capture_output=True)
+            times.append(time.perf_counter() - t0)
+            assert p.returncode == 0, p.stderr
+    ours = statistics.median(times)
+
+    from laggard.io import load_job
+    from laggard.whatif import prepare
+
+    base = prepare(load_job(AR))
+    dps, stages = np.unique(base.dp_rank), np.unique(base.pp_rank)
+    cols = [base.measured, base.ideal]
+    cols += [np.where(base.attr_code == v, base.measured, base.ideal) for v in range(len(base.attr_names))]
+    cols += [np.where(base.pp_rank == v, base.measured, base.ideal) for v in stages]
+    cols += [np.where(base.dp_rank == v, base.measured, base.ideal) for v in dps]
+    t0 = time.perf_counter()
+    for w in cols:
+        _python_replay(base.graph, w)
+    baseline = time.perf_counter() - t0
+    return [
+        {
+            "name": "analyze trace-AR end to end (whole process, median of 5)",
+            "value": ours,
+            "unit": "s",
+            "baseline": f"per-op Python replay of the same {len(cols)} what-ifs (no start-up, no I/O)",
+            "baseline_value": baseline,
+            "target": "< 1.0 s",
+            "ok": ours < 1.0,
+            "detail": {"runs_s": times, "num_ops": int(base.graph.num_ops), "speedup_vs_baseline": baseline / ours},
+        }
+    ]
+
+
+_SCALE_SCRIPT = r"""
+import json, resource, sys, time
+import numpy as np
+from laggard.io import load_job
+from laggard.whatif import analyze, by_dp_rank_step_times, prepare
+t0 = time.perf_counter()
+job = load_job(sys.argv[1])
+res = analyze(job)
+elapsed = time.perf_counter() - t0
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+base = res.base
+sample = np.unique(base.dp_rank)[:4]
+t1 = time.perf_counter()
+by_dp_rank_step_times(base, sample)
+full_per_rank = (time.perf_counter() - t1) / len(sample)
+print(json.dumps({"seconds": elapsed, "peak_rss_bytes": rss, "num_ops": job.num_ops,
+                  "num_workers": res.num_workers, "slowdown": res.slowdown,
+                  "full_replay_per_dp_rank_s": full_per_rank, "num_dp": int(len(np.unique(base.dp_rank)))}))
+"""
+
+
+def _scale_figures() -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        gen = (
+            "from laggard.synth import SynthConfig, synthesize; from laggard.ops import write_native; "
+            f"write_native(synthesize(SynthConfig(**{SCALE!r})), {tmp!r} + '/job')"
+        )
+        subprocess.run([sys.executable, "-c", gen], check=True)
+        p = subprocess.run([sys.executable, "-c", _SCALE_SCRIPT, f"{tmp}/job"], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(p.stderr[-2000:])
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+    projected = r["full_replay_per_dp_rank_s"] * r["num_dp"]
+    gib = r["peak_rss_bytes"] / 2**30
+    label = f"{r['num_workers']} workers (dp {SCALE['dp']} x pp {SCALE['pp']}), {r['num_ops']:,} ops"
+    return [
+        {
+            "name": f"analyze with every attribution, {label}",
+            "value": r["seconds"],
+            "unit": "s",
+            "baseline": "per-DP-rank what-ifs as full re-replays (measured on 4 DP ranks, x num DP ranks)",
+            "baseline_value": projected,
+            "target": "< 30 s",
+            "ok": r["seconds"] < 30,
+            "detail": r,
+        },
+        {
+            "name": f"peak RSS of that analysis ({label})",
+            "value": gib,
+            "unit": "GiB",
+            "target": "< 4 GiB",
+            "ok": gib < 4,
+        },
+    ]
+
+
+def run() -> list[dict]:
+    figs = _ar_figures()
+    if os.environ.get("LAGGARD_BENCH_SKIP_SCALE") != "1":
+        figs += _scale_figures()
+    return figs
