@@ -192,3 +192,20 @@ def test_mixture_sf_is_weighted() -> None:
     expected = 0.9 * np.exp(-x) + 0.1 * (x < 5)
     assert np.allclose(d.sf(x), expected)
     assert np.allclose(d.cdf(x), 1 - expected)
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if not s.startswith("mixture")])
+def test_fast_barrier_equals_the_max_of_the_draws(spec: str) -> None:
+    """``sample_max`` (max of standard draws, then transform) has the law of the plain max."""
+    from laggard.simulate.base import Distribution
+
+    d = parse_dist(spec)
+    fast = d.sample_max(np.random.default_rng(1), 20_000, 64)
+    slow = Distribution.sample_max(d, np.random.default_rng(2), 20_000, 64)
+    assert fast.shape == (20_000,) and (fast > 0).all()
+    se = np.hypot(fast.std(), slow.std()) / math.sqrt(fast.size)
+    assert abs(fast.mean() - slow.mean()) <= 5 * se + 1e-12
+    for q in (0.1, 0.5, 0.9):
+        assert np.quantile(fast, q) == pytest.approx(np.quantile(slow, q), rel=0.02)
+    if d.expected_max(64) is not None:
+        assert abs(fast.mean() - d.expected_max(64)) <= 5 * fast.std() / math.sqrt(fast.size) + 1e-12

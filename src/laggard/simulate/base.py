@@ -28,6 +28,15 @@ class Distribution:
         """
         return self.sample(rng, (num_jobs, num_workers))
 
+    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        """The barrier of ``num_jobs`` jobs: the max over ``num_workers`` workers, shape (num_jobs,).
+
+        Parametric distributions that are increasing functions of a standard variate override this
+        to take the max of the standard draws and transform only the maxima (exact, and about a
+        quarter faster: one pass over the (jobs, workers) draws instead of four).
+        """
+        return self.sample_jobs(rng, num_jobs, num_workers).max(axis=1)
+
     def sample_steps(
         self, rng: np.random.Generator, num_runs: int, num_steps: int, num_workers: int
     ) -> np.ndarray:

@@ -19,6 +19,9 @@ class Constant(Distribution):
     def _draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         return np.full(shape, self.value, dtype=np.float64)
 
+    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        return np.full(num_jobs, self.value, dtype=np.float64)
+
     def describe(self) -> str:
         return f"constant {self.value:g}"
 
@@ -63,6 +66,10 @@ class LogNormal(Distribution):
             out += self.base
         return np.maximum(out, MIN_TIME, out=out)
 
+    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        z = rng.standard_normal((num_jobs, num_workers)).max(axis=1)
+        return np.maximum(self.base + np.exp(self.mu + self.sigma * z), MIN_TIME)
+
     def describe(self) -> str:
         head = f"{self.base:g} + " if self.base else ""
         return f"{head}lognormal(mean={self.mu:g}, sigma={self.sigma:g})"
@@ -96,6 +103,10 @@ class Exponential(Distribution):
         out *= 1.0 / self.rate
         out += max(self.base, MIN_TIME)
         return out
+
+    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        e = rng.standard_exponential((num_jobs, num_workers)).max(axis=1)
+        return e * (1.0 / self.rate) + max(self.base, MIN_TIME)
 
     def describe(self) -> str:
         head = f"{self.base:g} + " if self.base else ""
@@ -131,6 +142,10 @@ class Gaussian(Distribution):
         out *= self.std
         out += self.mu
         return np.maximum(out, max(self.low, MIN_TIME), out=out)
+
+    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        z = rng.standard_normal((num_jobs, num_workers)).max(axis=1)
+        return np.maximum(self.mu + self.std * z, max(self.low, MIN_TIME))
 
     def describe(self) -> str:
         return f"gaussian(mean={self.mu:g}, std={self.std:g}) clipped at {max(self.low, 0.0):g}"
@@ -175,6 +190,10 @@ class Pareto(Distribution):
             out += self.base
         return out
 
+    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        x = rng.pareto(self.alpha, (num_jobs, num_workers)).max(axis=1)
+        return (x + 1.0) * self.scale + self.base
+
     def describe(self) -> str:
         head = f"{self.base:g} + " if self.base else ""
         return f"{head}pareto(scale={self.scale:g}, alpha={self.alpha:g})"
@@ -214,6 +233,10 @@ class Uniform(Distribution):
         out *= self.high - self.low
         out += self.low
         return np.maximum(out, MIN_TIME, out=out)
+
+    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        u = rng.random((num_jobs, num_workers)).max(axis=1)
+        return np.maximum(self.low + (self.high - self.low) * u, MIN_TIME)
 
     def describe(self) -> str:
         return f"uniform({self.low:g}, {self.high:g})"
