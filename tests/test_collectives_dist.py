@@ -93,6 +93,12 @@ def _correctness_worker(rank: int, world: int) -> list[tuple]:
         num_checked += 1
         if not torch.equal(s, torch.full((17,), float(sum(sub_ranks)))):
             failures.append(("subgroup",))
+    else:  # not a member: a no-op, as torch's collectives
+        s = torch.full((17,), 5.0)
+        stragglar_allreduce(s, straggler=0, group=sub)
+        ring_allreduce(s, group=sub)
+        if not torch.equal(s, torch.full((17,), 5.0)):
+            failures.append(("non-member",))
     # user mistakes
     for bad in (-1, world, "x"):
         try:

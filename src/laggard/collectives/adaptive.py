@@ -72,6 +72,8 @@ class AdaptiveAllReduce:
         self.group = group
         self.me, self.ranks = group_ranks(group)
         self.num_ranks = len(self.ranks)
+        if self.me < 0:
+            raise LaggardError("adaptive AllReduce: this process is not a member of the group")
         if self.num_ranks < 2:
             raise LaggardError("adaptive AllReduce: the group needs at least 2 ranks")
         self.params = params if params is not None else CostParams()

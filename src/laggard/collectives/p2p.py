@@ -47,7 +47,7 @@ def chunk_bounds(numel: int, num_chunks: int) -> np.ndarray:
 
 
 def group_ranks(group: dist.ProcessGroup | None) -> tuple[int, list[int]]:
-    """(this process's rank in ``group``, the global rank of every group rank)."""
+    """(this process's rank in ``group`` or -1 if it is not a member, the global rank of every group rank)."""
     if not dist.is_initialized():
         raise LaggardError("torch.distributed is not initialised: call init_process_group first")
     g = group if group is not None else dist.group.WORLD

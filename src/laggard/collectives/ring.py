@@ -30,6 +30,8 @@ def ring_allreduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
     reducer = reducer_for(op)
     me, ranks = group_ranks(group)
     n = len(ranks)
+    if me < 0:  # not a member of the group: nothing to do, as torch's collectives
+        return tensor
     flat = flat_view(tensor)
     if n > 1 and flat.numel() > 0:
         run_plan(flat, _ring_plan(n, me), ranks, chunk_bounds(flat.numel(), n), reducer, group)

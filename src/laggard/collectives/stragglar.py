@@ -63,6 +63,8 @@ def stragglar_allreduce(tensor: torch.Tensor, straggler: int | None = None,
     reducer = reducer_for(op)
     me, ranks = group_ranks(group)
     n = len(ranks)
+    if me < 0:  # not a member of the group: nothing to do, as torch's collectives
+        return tensor
     if times is not None:
         times.start_s = time.perf_counter()
     strag = n - 1 if straggler is None else straggler
