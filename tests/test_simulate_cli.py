@@ -119,6 +119,9 @@ def test_from_trace_projects_the_ar_job_to_4x_and_16x(tmp_path: Path, capsys) ->
         (["simulate", "policy", "--workers", "8,16"], "one job size"),
         (["simulate", "policy", "--workers", "8", "--steps", "1", "--policy", "ssp:1"], "--steps"),
         (["simulate", "tail", "--trials", "many"], "many"),
+        (["simulate", "tail", "--trials", "200", "--seed", "-3"], "seed must be an integer >= 0"),
+        (["simulate", "tail", "--trials", "1000000000"], "at most 100000000 trials"),
+        (["simulate", "policy", "--trials", "200", "--seed", "-1"], "seed must be an integer >= 0"),
     ],
 )
 def test_user_mistakes_exit_2_with_one_line(args: list[str], fragment: str, capsys) -> None:
@@ -159,3 +162,11 @@ def test_simulation_never_imports_torch() -> None:
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_warnings_are_one_line_and_the_command_goes_on(capsys) -> None:
+    assert main(["simulate", "tail", "--dist", "pareto:alpha=0.8", "--workers", "1,2", "--trials", "200"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("laggard: warning:") and "infinite mean" in lines[0]
+    assert "E[max]" in captured.out

@@ -143,3 +143,18 @@ def test_projection_of_the_shipped_ar_trace() -> None:
     # dropping the 4 slowest of 64 drops the 4 copies of the slow worker
     assert pol.row("drop:4").barrier_cut > 0.5
     assert pol.row("backup:1").barrier_cut > 0.3
+
+
+def test_persistent_straggler_defeats_staleness_but_not_dynamic_assignment() -> None:
+    """A worker that is always 2x slower: SSP/async cannot hide it (it falls behind without
+    bound), work handed out dynamically can (the others take its pieces)."""
+    table, _ = _table()
+    d = from_table(table)
+    res = compare_policies(d, 8, ["bsp", "ssp:4", "async", "overdecomp:8"], num_trials=4000, num_steps=50, seed=1)
+    assert res.row("ssp:4").verdict.startswith("no real gain")
+    assert res.row("async").verdict.startswith("no real gain")
+    assert res.row("async").mean == pytest.approx(2.0, rel=0.02)  # the slow worker's own pace
+    # 64 pieces of 1/8 step; 6 workers run a piece in 1/8, the 2 slow ones in 2/8: total rate
+    # 6 + 2 x 1/2 = 7 steps' worth per unit time, so >= 8/7, plus at most one slow piece at the end
+    assert res.row("overdecomp:8").barrier_cut > 0.25
+    assert 8 / 7 * 0.98 < res.row("overdecomp:8").mean < 8 / 7 + 2 / 8

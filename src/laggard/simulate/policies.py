@@ -32,7 +32,7 @@ from laggard.ops import LaggardError
 from laggard.simulate import kernels
 from laggard.simulate.base import Distribution
 from laggard.simulate.engine import run_chunked, seed_sequence
-from laggard.simulate.tail import MAX_WORKERS, check_trials
+from laggard.simulate.tail import MAX_WORKERS, check_seed, check_trials
 
 KINDS = ("bsp", "backup", "speculate", "drop", "overdecomp", "ssp", "async")
 _ALIASES = {
@@ -318,6 +318,7 @@ def compare_policies(
         raise LaggardError(f"--workers: need one worker count in 1..{MAX_WORKERS}, got {k!r}")
     k = int(k)
     num_trials = check_trials(num_trials)
+    seed = check_seed(seed)
     if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or not 2 <= num_steps <= 100_000:
         raise LaggardError(f"--steps: need an integer in 2..100000, got {num_steps!r}")
     parsed = [parse_policy(p) if isinstance(p, str) else p for p in policies]

@@ -77,10 +77,21 @@ def check_workers(workers: Sequence[int], where: str = "--workers") -> list[int]
     return out
 
 
+MAX_TRIALS = 100_000_000
+
+
 def check_trials(num_trials: int, where: str = "--trials") -> int:
     if isinstance(num_trials, bool) or not isinstance(num_trials, int | np.integer) or num_trials < 100:
         raise LaggardError(f"{where}: need at least 100 trials, got {num_trials!r}")
+    if num_trials > MAX_TRIALS:
+        raise LaggardError(f"{where}: at most {MAX_TRIALS} trials (the per-trial results are kept), got {num_trials}")
     return int(num_trials)
+
+
+def check_seed(seed: int, where: str = "--seed") -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise LaggardError(f"{where}: the seed must be an integer >= 0, got {seed!r}")
+    return int(seed)
 
 
 def barrier_times(
@@ -120,6 +131,7 @@ def tail_at_scale(
     """
     ks = check_workers(list(workers))
     num_trials = check_trials(num_trials)
+    seed = check_seed(seed)
     means: dict[int, tuple[float, float, float]] = {}
     for k in sorted(set(ks) | {1} | ({reference_workers} if reference_workers else set())):
         m = barrier_times(dist, k, num_trials, seed, threads=threads, chunk_elems=chunk_elems)
