@@ -23,15 +23,19 @@ DistOpt = Annotated[
     str | None,
     typer.Option("--dist", help="Worker-time distribution, e.g. 'lognormal:base=1.0,mean=-0.7,sigma=0.9' "
                  "(the default, also called 'textbook'), 'exponential:rate=1', 'gaussian:mean=1,std=0.05', "
-                 "'pareto:scale=1,alpha=3', 'mixture:0.99*gaussian(mean=1,std=0.05)+0.01*constant(value=5)', "
-                 "'trace:PATH'."),
+                 "'pareto:scale=1,alpha=3', 'constant:value=1', 'uniform:low=0.5,high=1.5', "
+                 "'mixture:W*DIST(k=v,...)+W*DIST(...)' (rare big delays: 0.99*gaussian(mean=1,std=0.05)"
+                 "+0.01*constant(value=5); quote it in the shell), 'trace:PATH'."),
 ]
 TraceOpt = Annotated[
     Path | None,
     typer.Option("--from-trace", help="Take per-worker step times (sum of compute ops per rank and step) from "
                  "this trace and project the job to other sizes; --workers then accepts '4x', '16x'."),
 ]
-TrialsOpt = Annotated[int | None, typer.Option("--trials", help="Monte-Carlo trials (simulated steps) per job size.")]
+TailTrialsOpt = Annotated[int | None, typer.Option("--trials", help="Monte-Carlo trials (simulated steps) per job "
+                         "size (default 200000).")]
+PolicyTrialsOpt = Annotated[int | None, typer.Option("--trials", help="Monte-Carlo trials (simulated steps) per "
+                           "policy (default 20000).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (default 0): the same seed gives the same numbers.",
                                       show_default=False)]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file ('-' for stdout).")]
@@ -114,7 +118,7 @@ def tail(
     dist: DistOpt = None,
     workers: Annotated[str | None, typer.Option("--workers", help="Job sizes K, comma-separated "
                        "(default 1,2,4,16,64,256,1024; with --from-trace 1x,2x,4x,8x,16x).")] = None,
-    trials: TrialsOpt = None,
+    trials: TailTrialsOpt = None,
     seed: SeedOpt = 0,
     json_out: JsonOpt = None,
     plot: PlotOpt = None,
@@ -192,7 +196,7 @@ def policy(
     policies: Annotated[list[str] | None, typer.Option("--policy", help="A policy to compare (repeat): bsp, "
                         "backup:B, speculate[:MULT,QUANTILE], drop:M, overdecomp:P, ssp:S, async. Default: "
                         "bsp backup:1 speculate drop:1 overdecomp:4 ssp:3 async.")] = None,
-    trials: TrialsOpt = None,
+    trials: PolicyTrialsOpt = None,
     steps: Annotated[int | None, typer.Option("--steps", help="Steps per simulated run for ssp and async "
                      "(runs = trials / steps).")] = None,
     seed: SeedOpt = 0,

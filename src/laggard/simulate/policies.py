@@ -329,8 +329,10 @@ def compare_policies(
             raise LaggardError(f"--policy {p.label()}: cannot drop {p.num_drop} of {k} workers (need fewer than {k})")
     if not any(p.kind == "bsp" for p in parsed):
         parsed.insert(0, Policy(kind="bsp"))
-    seen: set[str] = set()
-    unique = [p for p in parsed if not (p.label() in seen or seen.add(p.label()))]  # type: ignore[func-returns-value]
+    first: dict[str, Policy] = {}
+    for p in parsed:
+        first.setdefault(p.label(), p)
+    unique = list(first.values())
     rows = [_simulate(p, dist, k, num_trials, int(num_steps), seed, threads, chunk_elems) for p in unique]
     base = next(r for r, p in zip(rows, unique, strict=True) if p.kind == "bsp")
     for r, p in zip(rows, unique, strict=True):
