@@ -127,21 +127,35 @@ def demo(
         typer.echo(f"wrote {kind}: {p}")
 
 
+# Command groups and commands that live beside their library code. A module listed here
+# defines typer apps (mounted under a name) and/or ``register(app)`` for top-level commands.
+# Keep those modules light at import: `laggard` start-up time is benchmarked.
+_SUBCOMMANDS: tuple[tuple[str, str, str | None], ...] = (
+    ("laggard.simulate.cli", "app", "simulate"),
+    ("laggard.collectives.cli", "app", "collectives"),
+    ("laggard.collectives.cli", "bench_app", "bench"),
+    ("laggard.mitigate.cli", "register", None),
+    ("laggard.tracer.cli", "register", None),
+)
+
+
 def _mount_subcommands() -> None:
-    """Command groups that live beside their library code (each module defines a typer ``app``)."""
     import importlib
 
-    for module, name in (("laggard.simulate.cli", "simulate"), ("laggard.collectives.cli", "collectives"),
-                         ("laggard.collectives.cli", "bench")):
+    for module, attr, name in _SUBCOMMANDS:
         try:
             mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
+        except ModuleNotFoundError as e:  # a part not built yet
             if e.name is None or not module.startswith(e.name):
                 raise
             continue
-        sub = getattr(mod, "app" if name != "bench" else "bench_app", None)
-        if sub is not None:
-            app.add_typer(sub, name=name)
+        obj = getattr(mod, attr, None)
+        if obj is None:
+            continue
+        if name is None:
+            obj(app)
+        else:
+            app.add_typer(obj, name=name)
 
 
 _mount_subcommands()

@@ -234,6 +234,8 @@ class Analysis:
     num_workers: int
     num_ops: int
     warnings: list[str] = field(default_factory=list)
+    # further results keyed by their JSON name (e.g. "arrivals" from the Kineto importer)
+    extras: dict[str, Any] = field(default_factory=dict)
     base: Baseline | None = None
 
     def timelines(self) -> tuple[np.ndarray, np.ndarray]:
@@ -280,6 +282,7 @@ class Analysis:
             "step_time_ideal": {str(s): _num(v) for s, v in zip(self.steps, self.step_ideal_s, strict=True)},
             "meta": {"name": self.meta.name, "source": self.meta.source, **self.meta.parallel_sizes()},
             "warnings": list(self.warnings),
+            **self.extras,
         }
 
 
