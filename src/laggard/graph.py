@@ -50,6 +50,8 @@ class Graph:
     # the sinks (ops nothing waits for) of each step, by replay position: a step ends with them
     sink_pos: np.ndarray
     sink_bounds: np.ndarray
+    # when every step has the same ops in the same row order: ops per step (else 0)
+    ops_per_step: int = 0
 
     @property
     def num_nodes(self) -> int:
@@ -188,6 +190,121 @@ def build_graph(job: Job) -> Graph:
         raise LaggardError("the trace has no ops")
     steps, op_step = np.unique(job.column("step"), return_inverse=True)
     op_step = op_step.astype(np.int64)
+    if len(steps) > 1:
+        tiled = _build_tiled(job, steps, op_step)
+        if tiled is not None:
+            return tiled
+    return _build(job, steps, op_step)
+
+
+def _repeated_steps(job: Job, op_step: np.ndarray, num_steps: int) -> int:
+    """Ops per step when every step repeats step 0 exactly (same rows in the same order, same
+    explicit dependencies, same communication groups); 0 otherwise."""
+    n = job.num_ops
+    if n % num_steps or (np.diff(op_step) < 0).any():
+        return 0
+    m = n // num_steps
+    deps = job.table.column("deps")
+    if deps.null_count:
+        return 0
+    if not np.array_equal(job.column("op_id"), np.arange(n)):
+        return 0
+    for name in ("rank", "pp_rank", "microbatch", "seq"):
+        c = job.column(name).reshape(num_steps, m)
+        if (c != c[0]).any():
+            return 0
+    for name in ("name", "group", "stream"):
+        c = job.codes(name)[0].reshape(num_steps, m)
+        if (c != c[0]).any():
+            return 0
+    d = deps.combine_chunks()
+    offsets = d.offsets.to_numpy()
+    lens = np.diff(offsets).reshape(num_steps, m)
+    if (lens != lens[0]).any():
+        return 0
+    e = int(lens[0].sum())
+    rel = d.values.to_numpy()[offsets[0] : offsets[-1]].reshape(num_steps, e) - (np.arange(num_steps) * m)[:, None]
+    if (rel != rel[0]).any():
+        return 0
+    return m
+
+
+def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | None:
+    """Build the graph of step 0 and repeat it for every step (exact when steps repeat)."""
+    k_steps = len(steps)
+    m = _repeated_steps(job, op_step, k_steps)
+    if not m:
+        return None
+    g0 = _build(Job(table=job.table.slice(0, m), meta=job.meta), steps[:1], op_step[:m])
+    n0, gr0 = g0.num_ops, g0.num_groups
+    nn0 = n0 + gr0
+    lvl0 = int(g0.seg_start[0]) if len(g0.seg_start) else nn0
+    size = g0.seg_end - g0.seg_start
+    full_start = k_steps * lvl0 + np.concatenate([[0], np.cumsum(size * k_steps)[:-1]]).astype(np.int64)
+    # position p0 of step 0 -> position in step k: a segment's rows are laid out step after step
+    seg_of = np.full(nn0 + 1, -1, dtype=np.int64)
+    for i, (a, b) in enumerate(zip(g0.seg_start.tolist(), g0.seg_end.tolist(), strict=True)):
+        seg_of[a:b] = i
+    num_nodes = k_steps * nn0
+
+    def map_pos(p0: np.ndarray, k: np.ndarray) -> np.ndarray:
+        p0 = p0.astype(np.int64)
+        sg = seg_of[p0]
+        inseg = sg >= 0
+        out = k * lvl0 + p0
+        s = sg[inseg]
+        out[inseg] = full_start[s] + k[inseg] * size[s] + (p0[inseg] - g0.seg_start[s])
+        out[p0 == nn0] = num_nodes  # the sentinel
+        return out
+
+    ks = np.arange(k_steps, dtype=np.int64)
+    parts, offs = [], []
+    off = 0
+    for i, (a, b, kk, o) in enumerate(
+        zip(g0.seg_start.tolist(), g0.seg_end.tolist(), g0.seg_k.tolist(), g0.seg_off.tolist(), strict=True)
+    ):
+        flat = g0.seg_pred[o : o + (b - a) * kk]
+        parts.append(map_pos(np.tile(flat, k_steps), np.repeat(ks, len(flat))))
+        offs.append(off)
+        off += len(flat) * k_steps
+        del i
+    idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
+    seg_pred = np.concatenate(parts).astype(idx_t) if parts else np.zeros(0, dtype=idx_t)
+    step_rep = np.repeat(ks, n0)
+    num_dep0 = len(g0.dep_idx)
+    group_rep = np.repeat(ks, len(g0.group_ops))
+    op_group = np.tile(g0.op_group, k_steps)
+    op_group = np.where(op_group >= 0, op_group + step_rep * gr0, -1)
+    sinks0 = g0.sink_pos.astype(np.int64)
+    return Graph(
+        num_ops=k_steps * n0,
+        num_groups=k_steps * gr0,
+        steps=steps,
+        op_step=op_step,
+        dep_ptr=np.concatenate([np.tile(g0.dep_ptr[:-1], k_steps) + np.repeat(ks * num_dep0, n0), [k_steps * num_dep0]]),
+        dep_idx=np.tile(g0.dep_idx, k_steps) + np.repeat(ks * n0, num_dep0),
+        op_group=op_group,
+        group_ptr=np.concatenate(
+            [np.tile(g0.group_ptr[:-1], k_steps) + np.repeat(ks * len(g0.group_ops), gr0), [k_steps * len(g0.group_ops)]]
+        ),
+        group_ops=np.tile(g0.group_ops, k_steps) + group_rep * n0,
+        op_pos=map_pos(np.tile(g0.op_pos, k_steps), step_rep).astype(idx_t),
+        num_levels=g0.num_levels,
+        seg_start=full_start,
+        seg_end=full_start + size * k_steps,
+        seg_k=g0.seg_k,
+        seg_off=np.array(offs, dtype=np.int64),
+        seg_pred=seg_pred,
+        step_order=np.arange(k_steps * n0),
+        step_bounds=np.arange(k_steps + 1, dtype=np.int64) * n0,
+        sink_pos=map_pos(np.tile(sinks0, k_steps), np.repeat(ks, len(sinks0))).astype(idx_t),
+        sink_bounds=np.arange(k_steps + 1, dtype=np.int64) * len(sinks0),
+        ops_per_step=n0,
+    )
+
+
+def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
+    n = job.num_ops
     dep_ptr, dep_idx = _dependencies(job, op_step)
     op_group, group_ptr, group_ops = _groups(job, op_step)
     num_groups = len(group_ptr) - 1

@@ -44,15 +44,14 @@ def _canonical_order(job: Job, dp: np.ndarray) -> np.ndarray:
     return np.lexsort((job.column("start_ns"), job.column("seq"), key, dp))
 
 
-def reduce_dp(job: Job, graph: Graph) -> DPReduction | None:
-    """The two-DP-rank equivalent of ``job``, or None when the DP ranks are not interchangeable."""
+def _interchangeable(job: Job, graph: Graph) -> tuple[np.ndarray, np.ndarray] | None:
+    """(DP rank values, ops of each DP rank in canonical order) if the DP ranks are interchangeable."""
     dp = job.column("dp_rank").astype(np.int64)
     dps, counts = np.unique(dp, return_counts=True)
     if len(dps) < 3 or (counts != counts[0]).any():
         return None
     num_dp, m = len(dps), int(counts[0])
-    order = _canonical_order(job, dp)
-    rank_ops = order.reshape(num_dp, m)
+    rank_ops = _canonical_order(job, dp).reshape(num_dp, m)
     # same op at the same canonical place on every DP rank
     name, _ = job.codes("name")
     for col in (name, job.column("step"), job.column("pp_rank"), job.column("microbatch"), job.column("seq")):
@@ -83,13 +82,34 @@ def reduce_dp(job: Job, graph: Graph) -> DPReduction | None:
         cross = gmin != gmax
         first_local = np.minimum.reduceat(local[graph.group_ops], graph.group_ptr[:-1])
         sig = np.where(g >= 0, np.where(cross[np.maximum(g, 0)], -2 - g, first_local[np.maximum(g, 0)]), -1)
-        s = sig[rank_ops]
-        if (s != s[0]).any():
+        sg = sig[rank_ops]
+        if (sg != sg[0]).any():
             return None
-        if cross.any():
-            sizes = np.diff(graph.group_ptr)[cross]
-            if (sizes % num_dp).any():
-                return None
+        if cross.any() and (np.diff(graph.group_ptr)[cross] % num_dp).any():
+            return None
+    return dps, rank_ops
+
+
+def reduce_dp(job: Job, graph: Graph) -> DPReduction | None:
+    """The two-DP-rank equivalent of ``job``, or None when the DP ranks are not interchangeable."""
+    m = graph.ops_per_step
+    if m and len(graph.steps) > 1:
+        # steps repeat step 0 exactly: check step 0 and repeat its canonical order
+        job0 = Job(table=job.table.slice(0, m), meta=job.meta)
+        found = _interchangeable(job0, build_graph(job0))
+        if found is None:
+            return None
+        dps, ro0 = found
+        k = np.arange(len(graph.steps), dtype=np.int64)
+        rank_ops = (ro0[:, None, :] + (k * m)[None, :, None]).reshape(len(dps), -1)
+    else:
+        found = _interchangeable(job, graph)
+        if found is None:
+            return None
+        dps, rank_ops = found
+    local = np.empty(graph.num_ops, dtype=np.int64)
+    local[rank_ops] = np.arange(rank_ops.shape[1])[None, :]
+    dp = job.column("dp_rank")
     keep = np.isin(dp, dps[:2])
     sub = Job(table=job.table.filter(pa.array(keep)), meta=job.meta)
     sub_graph = build_graph(sub)

@@ -36,6 +36,7 @@ OP_COSTS_MS: dict[str, tuple[str, str, float]] = {
 class SynthConfig:
     dp: int = 2
     pp: int = 4
+    vpp: int = 1
     microbatches: int = 8
     steps: int = 10
     tp: int = 1
@@ -45,7 +46,7 @@ class SynthConfig:
     costs_ms: dict[str, float] = field(default_factory=dict)  # overrides of OP_COSTS_MS means
 
     def __post_init__(self) -> None:
-        for k in ("dp", "pp", "microbatches", "steps", "tp"):
+        for k in ("dp", "pp", "vpp", "microbatches", "steps", "tp"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise LaggardError(f"--{k}: must be a positive integer, got {v!r}")
@@ -53,74 +54,96 @@ class SynthConfig:
             raise LaggardError("jitter must be >= 0")
 
 
-def schedule_1f1b(stage: int, num_stages: int, num_mb: int) -> list[tuple[str, int]]:
-    """The compute order of one stage: warm-up forwards, one-forward-one-backward, cool-down."""
-    warmup = min(num_stages - stage - 1, num_mb)
-    order = [("F", m) for m in range(warmup)]
-    for i in range(num_mb - warmup):
-        order.append(("F", warmup + i))
-        order.append(("B", i))
-    order += [("B", m) for m in range(num_mb - warmup, num_mb)]
+def schedule_1f1b(stage: int, num_stages: int, num_mb: int, num_chunks: int = 1) -> list[tuple[str, int, int]]:
+    """Compute order of one stage as (F|B, microbatch, model chunk): warm-up forwards,
+    one-forward-one-backward, cool-down backwards. With ``num_chunks`` > 1 this is the interleaved
+    (virtual pipeline) schedule: microbatches go through the chunks in groups of ``num_stages``."""
+    total = num_mb * num_chunks
+    if num_chunks == 1:
+        warmup = min(num_stages - stage - 1, num_mb)
+    else:
+        warmup = min((num_stages - stage - 1) * 2 + (num_chunks - 1) * num_stages, total)
+
+    def unit(k: int, forward: bool) -> tuple[int, int]:
+        group = num_stages * num_chunks
+        chunk = (k % group) // num_stages
+        if not forward:
+            chunk = num_chunks - 1 - chunk
+        return (k // group) * num_stages + k % num_stages, chunk
+
+    order: list[tuple[str, int, int]] = [("F", *unit(k, True)) for k in range(warmup)]
+    for i in range(total - warmup):
+        order.append(("F", *unit(warmup + i, True)))
+        order.append(("B", *unit(i, False)))
+    order += [("B", *unit(k, False)) for k in range(total - warmup, total)]
     return order
 
 
-def build_1f1b_template(num_stages: int, num_mb: int) -> Template:
-    """Dependency model of one DP rank's pipeline for one step (the same rules as Megatron traces)."""
-    stage, name, mb, deps, scope, label, gseq, peer = [], [], [], [], [], [], [], []
+def build_1f1b_template(num_stages: int, num_mb: int, num_chunks: int = 1) -> Template:
+    """Dependency model of one DP rank's pipeline for one step (the same rules as Megatron traces).
 
-    def add(s: int, n: str, m: int, d: list[int], sc=None, lab=None, gs=-1, ps=-1) -> int:
-        stage.append(s)
-        name.append(n)
-        mb.append(m)
-        deps.append(d)
-        scope.append(sc)
-        label.append(lab)
-        gseq.append(gs)
-        peer.append(ps)
+    Virtual stage ``v = chunk * P + stage``; forward data flows v -> v+1 and gradients v+1 -> v,
+    so the last stage's chunk c feeds stage 0's chunk c+1.
+    """
+    if num_chunks > 1 and num_mb % num_stages:
+        raise LaggardError(f"--microbatches {num_mb}: the interleaved schedule needs a multiple of --pp {num_stages}")
+    stage, name, mb, chunk_of, deps, scope, label, gseq, peer = [], [], [], [], [], [], [], [], []
+    num_v = num_stages * num_chunks
+
+    def add(s: int, n: str, m: int, c: int, d: list[int], sc=None, lab=None, gs=-1, ps=-1) -> int:
+        for lst, val in ((stage, s), (name, n), (mb, m), (chunk_of, c), (deps, d), (scope, sc), (label, lab),
+                         (gseq, gs), (peer, ps)):
+            lst.append(val)
         return len(stage) - 1
 
     for s in range(num_stages):
-        ag = add(s, "params-all-gather", -1, [], "dp", f"dp:pp{s}:params-all-gather", 0)
+        ags = [add(s, "params-all-gather", -1, c, [], "dp", f"dp:pp{s}:params-all-gather", c) for c in range(num_chunks)]
+        for a_prev, a_next in zip(ags, ags[1:], strict=False):
+            deps[a_next].append(a_prev)
         prev: int | None = None
-        last = {"forward-send": None, "forward-recv": None, "backward-send": None, "backward-recv": None}
-        first_fwd = True
-        for kind, m in schedule_1f1b(s, num_stages, num_mb):
+        last: dict[str, int | None] = {k: None for k in ("forward-send", "forward-recv", "backward-send", "backward-recv")}
+        started: set[int] = set()
+        for kind, m, c in schedule_1f1b(s, num_stages, num_mb, num_chunks):
             fwd = kind == "F"
             d = "forward" if fwd else "backward"
-            has_recv = (s > 0) if fwd else (s < num_stages - 1)
-            has_send = (s < num_stages - 1) if fwd else (s > 0)
+            v = c * num_stages + s
+            has_recv = (v > 0) if fwd else (v < num_v - 1)
+            has_send = (v < num_v - 1) if fwd else (v > 0)
             cdeps = [] if prev is None else [prev]
             if has_recv:
-                src = s - 1 if fwd else s + 1
+                src = (s - 1) % num_stages if fwd else (s + 1) % num_stages
                 rname = f"{d}-recv"
-                rdeps = ([] if prev is None else [prev]) + ([last[rname]] if last[rname] is not None else [])
-                r = add(s, rname, m, rdeps, "local", f"p2p-{d}:pp{src}>pp{s}", m, src)
+                prev_r = last[rname]
+                rdeps = ([] if prev is None else [prev]) + ([prev_r] if prev_r is not None else [])
+                r = add(s, rname, m, c, rdeps, "local", f"p2p-{d}:pp{src}>pp{s}", (v - (1 if fwd else -1)) * num_mb + m, src)
                 last[rname] = r
                 cdeps.append(r)
-            if fwd and first_fwd:
-                cdeps.append(ag)
-                first_fwd = False
-            c = add(s, f"{d}-compute", m, cdeps)
+            if fwd and c not in started:
+                cdeps.append(ags[c])
+                started.add(c)
+            comp = add(s, f"{d}-compute", m, c, cdeps)
             if has_send:
-                dst = s + 1 if fwd else s - 1
+                dst = (s + 1) % num_stages if fwd else (s - 1) % num_stages
                 sname = f"{d}-send"
-                sdeps = [c] + ([last[sname]] if last[sname] is not None else [])
-                last[sname] = add(s, sname, m, sdeps, "local", f"p2p-{d}:pp{s}>pp{dst}", m, dst)
-            prev = c
-        g = add(s, "gc", -1, [prev])
-        chain = add(s, "layernorm-grads-all-reduce", -1, [g])
+                prev_s = last[sname]
+                sdeps = [comp] + ([prev_s] if prev_s is not None else [])
+                last[sname] = add(s, sname, m, c, sdeps, "local", f"p2p-{d}:pp{s}>pp{dst}", v * num_mb + m, dst)
+            prev = comp
+        g = add(s, "gc", -1, -1, [prev])
+        chain = add(s, "layernorm-grads-all-reduce", -1, -1, [g])
         if s in (0, num_stages - 1):
-            chain = add(s, "embedding-grads-all-reduce", -1, [chain], "local", "embedding", 0)
-        chain = add(s, "grads-reduce-scatter", -1, [chain, ag], "dp", f"dp:pp{s}:grads-reduce-scatter", 0)
-        chain = add(s, "optimizer-clip-main-grad", -1, [chain], "world", "world:optimizer-clip-main-grad", 0)
-        add(s, "optimizer", -1, [chain])
+            chain = add(s, "embedding-grads-all-reduce", -1, -1, [chain], "local", "embedding", 0)
+        for c in reversed(range(num_chunks)):
+            chain = add(s, "grads-reduce-scatter", -1, c, [chain, ags[-1]], "dp", f"dp:pp{s}:grads-reduce-scatter", c)
+        chain = add(s, "optimizer-clip-main-grad", -1, -1, [chain], "world", "world:optimizer-clip-main-grad", 0)
+        add(s, "optimizer", -1, -1, [chain])
     return Template(
         stage=np.array(stage, dtype=np.int64),
         name=name,
         kind=[OP_COSTS_MS[n][0] for n in name],
         stream=[OP_COSTS_MS[n][1] for n in name],
         microbatch=np.array(mb, dtype=np.int64),
-        vchunk=np.zeros(len(stage), dtype=np.int64),
+        vchunk=np.array(chunk_of, dtype=np.int64),
         deps=[sorted(set(d)) for d in deps],
         scope=scope,
         label=label,
@@ -134,7 +157,7 @@ def synthesize(cfg: SynthConfig, *, scale: np.ndarray | None = None) -> Job:
     from laggard.graph import build_graph
     from laggard.replay import op_starts, replay
 
-    tpl = build_1f1b_template(cfg.pp, cfg.microbatches)
+    tpl = build_1f1b_template(cfg.pp, cfg.microbatches, cfg.vpp)
     num_t = len(tpl)
     inst_step = np.repeat(np.arange(cfg.steps, dtype=np.int64), cfg.dp)
     worker_rank = (np.arange(cfg.dp * cfg.pp) // cfg.pp * cfg.pp + np.arange(cfg.dp * cfg.pp) % cfg.pp) * cfg.tp
@@ -167,6 +190,7 @@ def _meta(cfg: SynthConfig) -> JobMeta:
         dp_size=cfg.dp,
         pp_size=cfg.pp,
         tp_size=cfg.tp,
+        vpp_size=cfg.vpp,
         gpus_per_worker=cfg.tp,
         source="synthetic",
         extra={"microbatches": cfg.microbatches, "seed": cfg.seed, "jitter": cfg.jitter},

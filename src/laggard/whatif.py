@@ -29,8 +29,15 @@ TOP_WORKER_SHARE = 0.03
 # above this many DP ranks, per-DP-rank what-ifs replay a two-rank equivalent job (laggard.symmetry)
 DP_REDUCTION_MIN = 8
 _NS = 1e-9
-# scenarios replayed per pass: bounds memory at (num_nodes x this) float64
-_MAX_BATCH_BYTES = 512 * 2**20
+# memory for the scenarios of one replay pass (weights + node values, float64); wider passes
+# gather whole cache lines per node, so up to 16 scenarios go together
+_MAX_BATCH_BYTES = 1536 * 2**20
+_MAX_BATCH = 16
+
+
+def _batch_size(num_ops: int, num_nodes: int, num_scenarios: int) -> int:
+    per_scenario = 8 * (num_ops + 2 * num_nodes)
+    return max(1, min(num_scenarios, _MAX_BATCH, _MAX_BATCH_BYTES // max(per_scenario, 1)))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -167,8 +174,7 @@ def replay_mixed(
     times of shape (num_steps, len(values)).
     """
     scen = [(bi, labels, v) for bi, (labels, values) in enumerate(blocks) for v in np.asarray(values).tolist()]
-    n = base.graph.num_nodes
-    batch = max(1, min(len(scen), _MAX_BATCH_BYTES // (8 * 3 * max(n, 1))))
+    batch = _batch_size(base.graph.num_ops, base.graph.num_nodes, len(scen))
     cols = np.empty((len(base.graph.steps), len(scen)), dtype=np.float64)
     a_w, b_w = (base.measured, base.ideal) if keep_measured else (base.ideal, base.measured)
     for i in range(0, len(scen), batch):
@@ -398,8 +404,7 @@ def by_dp_rank_step_times(base: Baseline, dps: np.ndarray, reduction: DPReductio
     from laggard.symmetry import per_dp_weights
 
     rows = np.searchsorted(reduction.dp_values, dps)
-    n = reduction.graph.num_nodes
-    batch = max(1, _MAX_BATCH_BYTES // (8 * 3 * max(n, 1)))
+    batch = _batch_size(reduction.graph.num_ops, reduction.graph.num_nodes, len(rows))
     out = np.empty((len(base.graph.steps), len(dps)), dtype=np.float64)
     for i in range(0, len(rows), batch):
         w = per_dp_weights(reduction, base.measured, base.ideal, rows[i : i + batch])
