@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
 from tests.conftest import ND, run_cli
 
 ST = ND / "trace-ST.parquet"

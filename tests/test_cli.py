@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.conftest import ND, run_cli
 
 LAGGARD = Path(sys.executable).with_name("laggard")
