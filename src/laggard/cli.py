@@ -116,6 +116,34 @@ def convert(
 
 
 @app.command()
+def synth(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the native trace and truth.json to.")],
+    dp: Annotated[int, typer.Option("--dp", help="Data-parallel size.")] = 2,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 4,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (GPUs per worker).")] = 1,
+    vpp: Annotated[int, typer.Option("--vpp", help="Virtual pipeline chunks per stage (interleaved 1F1B).")] = 1,
+    microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Microbatches per step.")] = 8,
+    steps: Annotated[int, typer.Option("--steps", help="Training steps.")] = 10,
+    inject: Annotated[list[str] | None, typer.Option("--inject", help="Straggler cause CAUSE[:key=value,...] (repeatable), e.g. slow-worker:rank=3,factor=2.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    jitter: Annotated[float, typer.Option("--jitter", help="Lognormal sigma of per-op duration noise.")] = 0.03,
+) -> None:
+    """Write a synthetic 1F1B job with known injected stragglers (native trace + truth.json)."""
+    from laggard.inject import parse_injections
+    from laggard.ops import write_native
+    from laggard.report.jsonout import dump_json
+    from laggard.synth import SynthConfig, synthesize_with_truth
+
+    injections = parse_injections(inject)
+    cfg = SynthConfig(dp=dp, pp=pp, tp=tp, vpp=vpp, microbatches=microbatches, steps=steps, seed=seed, jitter=jitter)
+    res = synthesize_with_truth(cfg, injections)
+    write_native(res.job, out)
+    dump_json(res.truth, out / "truth.json")
+    causes = ", ".join(i.spec() for i in injections) or "none"
+    typer.echo(f"wrote {res.job.num_ops:,} ops ({dp * pp} workers, {steps} steps) to {out}; injected: {causes}")
+
+
+@app.command()
 def demo(
     out: Annotated[Path, typer.Option("--out", help="Directory for the demo's outputs.")] = Path("out/demo"),
 ) -> None:

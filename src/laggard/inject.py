@@ -8,7 +8,7 @@ cause               keys (defaults)                      effect
 slow-worker         rank (0), factor (2.0)               extra compute on one global rank
 heavy-last-stage    factor (3.0)                         the loss/logits layer on the last stage
                                                          costs ``factor`` x a normal layer more
-seqlen-imbalance    sigma (1.0)                          variable-length microbatches (lognormal
+seqlen-imbalance    sigma (0.5)                          variable-length microbatches (lognormal
                                                          sequence lengths, cost ~ sum of squares)
 gc-pauses           prob (0.05), pause_ms (50)           Python garbage collections that pause a
                                                          rank at random forward passes
@@ -26,7 +26,7 @@ from laggard.ops import LaggardError
 CAUSES: dict[str, dict[str, float]] = {
     "slow-worker": {"rank": 0, "factor": 2.0},
     "heavy-last-stage": {"factor": 3.0},
-    "seqlen-imbalance": {"sigma": 1.0},
+    "seqlen-imbalance": {"sigma": 0.5},
     "gc-pauses": {"prob": 0.05, "pause_ms": 50.0},
     "slow-link": {"src": 0, "dst": 1, "delay_ms": 20.0},
     "launch-delay": {"ms": 5.0},

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from laggard.inject import Injection
 from laggard.io.template import Template, template_columns
 from laggard.ops import Job, JobMeta, LaggardError, make_table
 
@@ -152,15 +153,36 @@ def build_1f1b_template(num_stages: int, num_mb: int, num_chunks: int = 1) -> Te
     )
 
 
-def synthesize(cfg: SynthConfig, *, scale: np.ndarray | None = None) -> Job:
-    """A synthetic job. ``scale`` (optional, per op) multiplies the jittered durations."""
+DOCS_PER_MICROBATCH = 4
+MEAN_DOC_TOKENS = 512
+# share of a microbatch's compute that grows with the square of document lengths (attention)
+ATTENTION_SHARE = 0.7
+
+
+@dataclass(kw_only=True, slots=True)
+class Synthetic:
+    job: Job
+    truth: dict
+
+
+def synthesize(cfg: SynthConfig, injections: list[Injection] | None = None) -> Job:
+    """A synthetic job with the given straggler causes injected (see ``laggard.inject``)."""
+    return synthesize_with_truth(cfg, injections).job
+
+
+def synthesize_with_truth(cfg: SynthConfig, injections: list[Injection] | None = None) -> Synthetic:
+    """The job and its ground truth: which causes were injected where, and how strongly."""
+    import pyarrow as pa
+
     from laggard.graph import build_graph
     from laggard.replay import op_starts, replay
 
+    injections = injections or []
     tpl = build_1f1b_template(cfg.pp, cfg.microbatches, cfg.vpp)
     num_t = len(tpl)
     inst_step = np.repeat(np.arange(cfg.steps, dtype=np.int64), cfg.dp)
-    worker_rank = (np.arange(cfg.dp * cfg.pp) // cfg.pp * cfg.pp + np.arange(cfg.dp * cfg.pp) % cfg.pp) * cfg.tp
+    num_workers = cfg.dp * cfg.pp
+    worker_rank = np.arange(num_workers, dtype=np.int64) * cfg.tp
     cols = template_columns(tpl, inst_step, cfg.dp, worker_rank)
     n = len(inst_step) * num_t
     rng = np.random.default_rng(cfg.seed)
@@ -168,19 +190,89 @@ def synthesize(cfg: SynthConfig, *, scale: np.ndarray | None = None) -> Job:
     w = np.tile(mean_ms, len(inst_step)) * 1e-3
     if cfg.jitter > 0:
         w = w * rng.lognormal(-0.5 * cfg.jitter**2, cfg.jitter, size=n)
-    if scale is not None:
-        w = w * scale
+
+    name_t = np.array(tpl.name)
+    t_idx = np.tile(np.arange(num_t), len(inst_step))
+    is_fwd = np.tile(name_t == "forward-compute", len(inst_step))
+    is_comp = is_fwd | np.tile(name_t == "backward-compute", len(inst_step))
+    rank, pp, dp = cols["rank"], cols["pp_rank"], cols["dp_rank"]
+    mb = cols["microbatch"]
+    inst = np.repeat(np.arange(len(inst_step)), num_t)
+    truth: dict = {"config": {k: getattr(cfg, k) for k in ("dp", "pp", "vpp", "tp", "microbatches", "steps", "seed", "jitter")},
+                   "injections": []}
+
+    # document lengths per (instance, microbatch): constant unless seqlen-imbalance
+    num_mb_slots = len(inst_step) * cfg.microbatches
+    sigma = next((i["sigma"] for i in injections if i.cause == "seqlen-imbalance"), 0.0)
+    docs = np.full((num_mb_slots, DOCS_PER_MICROBATCH), float(MEAN_DOC_TOKENS))
+    if sigma > 0:
+        docs = MEAN_DOC_TOKENS * rng.lognormal(-0.5 * sigma**2, sigma, size=docs.shape)
+    docs = np.maximum(np.round(docs), 1)
+    sq, lin = (docs**2).sum(axis=1), docs.sum(axis=1)
+    cost = ATTENTION_SHARE * sq / (DOCS_PER_MICROBATCH * MEAN_DOC_TOKENS**2) + (1 - ATTENTION_SHARE) * lin / (
+        DOCS_PER_MICROBATCH * MEAN_DOC_TOKENS
+    )
+    slot = np.where(is_comp, inst * cfg.microbatches + np.maximum(mb, 0), 0)
+    w = np.where(is_comp, w * cost[slot], w)
+    launch_gap = np.zeros(n)
+
+    for inj in injections:
+        rec = inj.to_json()
+        if inj.cause == "slow-worker":
+            r = int(inj["rank"])
+            if r not in worker_rank:
+                raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: 0..{worker_rank[-1]} step {cfg.tp})")
+            w = np.where(is_comp & (rank == r), w * inj["factor"], w)
+            wi = int(np.flatnonzero(worker_rank == r)[0])
+            rec["workers"] = [{"rank": r, "dp_rank": wi // cfg.pp, "stage": wi % cfg.pp}]
+        elif inj.cause == "heavy-last-stage":
+            w = np.where(is_comp & (pp == cfg.pp - 1), w * inj["factor"], w)
+            rec["stages"] = [cfg.pp - 1]
+        elif inj.cause == "seqlen-imbalance":
+            rec["imbalance"] = float(cost.reshape(-1, cfg.microbatches).max(axis=1).mean() / cost.mean())
+        elif inj.cause == "gc-pauses":
+            hit = is_fwd & (rng.random(n) < inj["prob"])
+            w = np.where(hit, w + inj["pause_ms"] * 1e-3, w)
+            rec["num_pauses"] = int(hit.sum())
+            rec["ranks"] = sorted({int(x) for x in rank[hit]})
+        elif inj.cause == "slow-link":
+            src, dst = int(inj["src"]), int(inj["dst"])
+            kind = np.tile(np.array(tpl.kind), len(inst_step))
+            peer = cols["peer"]
+            link = ((kind == "p2p_send") & (rank == src) & (peer == dst)) | ((kind == "p2p_recv") & (rank == dst) & (peer == src))
+            if not link.any():
+                raise LaggardError(f"--inject {inj.spec()}: ranks {src} and {dst} exchange no p2p data (not adjacent stages of one DP rank)")
+            w = np.where(link, w + inj["delay_ms"] * 1e-3, w)
+            rec["link"] = [src, dst]
+        elif inj.cause == "launch-delay":
+            launch_gap = np.where(is_comp, inj["ms"] * 1e-3, launch_gap)
+        truth["injections"].append(rec)
+    del t_idx
+
+    cols["num_tokens"] = np.where(is_comp, lin[slot], 0).astype(np.int64)
     cols["start_ns"] = np.zeros(n, dtype=np.int64)
     cols["dur_ns"] = np.zeros(n, dtype=np.int64)
-    job = Job(table=make_table(cols, num_rows=n), meta=_meta(cfg))
+    table = make_table(cols, num_rows=n)
+    seq_lens = pa.ListArray.from_arrays(
+        pa.array(np.arange(num_mb_slots + 1, dtype=np.int32) * DOCS_PER_MICROBATCH),
+        pa.array(docs.ravel().astype(np.int32)),
+    ).take(pa.array(slot))
+    mask = pa.array(~is_comp)
+    seq_lens = pa.ListArray.from_arrays(seq_lens.offsets, seq_lens.values, mask=mask) if (~is_comp).any() else seq_lens
+    table = table.set_column(table.schema.get_field_index("seq_lens"), "seq_lens", seq_lens)
+    job = Job(table=table, meta=_meta(cfg))
     graph = build_graph(job)
-    ends, st = replay(graph, w)
-    starts = op_starts(graph, ends)
-    # steps run back to back on one clock
+    # a launch gap delays an op after its dependencies end; it is not part of its duration
+    ends, st = replay(graph, w + launch_gap)
+    starts = op_starts(graph, ends) + launch_gap
     offset = np.concatenate([[0.0], np.cumsum(st)[:-1]])[graph.op_step]
-    cols["start_ns"] = np.round((starts + offset) * 1e9).astype(np.int64)
-    cols["dur_ns"] = np.round((ends - starts) * 1e9).astype(np.int64)
-    return Job(table=make_table(cols, num_rows=n), meta=_meta(cfg))
+    table = table.set_column(table.schema.get_field_index("start_ns"), "start_ns",
+                             pa.array(np.round((starts + offset) * 1e9).astype(np.int64)))
+    table = table.set_column(table.schema.get_field_index("dur_ns"), "dur_ns",
+                             pa.array(np.round((ends - starts) * 1e9).astype(np.int64)))
+    job = Job(table=table, meta=_meta(cfg))
+    job.meta.extra["injections"] = [i.spec() for i in injections]
+    return Synthetic(job=job, truth=truth)
 
 
 def _meta(cfg: SynthConfig) -> JobMeta:
