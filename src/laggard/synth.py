@@ -195,7 +195,7 @@ def synthesize_with_truth(cfg: SynthConfig, injections: list[Injection] | None =
     t_idx = np.tile(np.arange(num_t), len(inst_step))
     is_fwd = np.tile(name_t == "forward-compute", len(inst_step))
     is_comp = is_fwd | np.tile(name_t == "backward-compute", len(inst_step))
-    rank, pp, dp = cols["rank"], cols["pp_rank"], cols["dp_rank"]
+    rank, pp = cols["rank"], cols["pp_rank"]
     mb = cols["microbatch"]
     inst = np.repeat(np.arange(len(inst_step)), num_t)
     truth: dict = {"config": {k: getattr(cfg, k) for k in ("dp", "pp", "vpp", "tp", "microbatches", "steps", "seed", "jitter")},
