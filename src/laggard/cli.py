@@ -225,5 +225,22 @@ def _flush_warnings(caught: list[warnings.WarningMessage]) -> None:
             print(f"laggard: warning: {w.message}", file=sys.stderr)
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """Console entry point. pyarrow imports pandas (~0.4 s) on its first array construction just
+    to check whether an object is a pandas Series; laggard's commands never use pandas, so the
+    command hides it unless something already imported it."""
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _HidePandas())
     sys.exit(main())
+
+
+class _HidePandas:
+    """A meta-path finder that makes `import pandas` fail as if pandas were not installed."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+if __name__ == "__main__":
+    entry()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from laggard.ops import Job, LaggardError, LaggardWarning, valid_mask
+from laggard.ops import Job, LaggardError, LaggardWarning, to_numpy, valid_mask
 
 
 @dataclass(kw_only=True, slots=True)
@@ -86,8 +86,8 @@ def _dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray
     has_list = valid_mask(deps_col)
     dst_parts, src_parts = [], []
     if has_list.any():
-        offsets = deps_col.offsets.to_numpy()
-        values = deps_col.values.to_numpy()
+        offsets = to_numpy(deps_col.offsets)
+        values = to_numpy(deps_col.values)
         lens = np.diff(offsets)
         lens = np.where(has_list, lens, 0)
         owner = np.repeat(np.arange(n), np.diff(offsets))
@@ -218,12 +218,12 @@ def _repeated_steps(job: Job, op_step: np.ndarray, num_steps: int) -> int:
         if (c != c[0]).any():
             return 0
     d = deps.combine_chunks()
-    offsets = d.offsets.to_numpy()
+    offsets = to_numpy(d.offsets)
     lens = np.diff(offsets).reshape(num_steps, m)
     if (lens != lens[0]).any():
         return 0
     e = int(lens[0].sum())
-    rel = d.values.to_numpy()[offsets[0] : offsets[-1]].reshape(num_steps, e) - (np.arange(num_steps) * m)[:, None]
+    rel = to_numpy(d.values)[offsets[0] : offsets[-1]].reshape(num_steps, e) - (np.arange(num_steps) * m)[:, None]
     if (rel != rel[0]).any():
         return 0
     return m

@@ -270,7 +270,7 @@ class Job:
 
     def column(self, name: str) -> np.ndarray:
         """A numeric column as a numpy array (zero-copy where Arrow allows)."""
-        return self.table.column(name).to_numpy()
+        return to_numpy(self.table.column(name))
 
     def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
         """A dictionary column as (int codes, labels); null -> -1."""
@@ -292,6 +292,27 @@ class Job:
         return _indices(arr).astype(np.int32, copy=False), arr.dictionary.to_pylist()
 
 
+def _chunk_to_numpy(arr: pa.Array) -> np.ndarray:
+    t = arr.type
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and arr.null_count == 0:
+        # straight from the data buffer: zero-copy, and no pandas import (Array.to_numpy does one)
+        dtype = np.dtype(t.to_pandas_dtype())
+        buf = arr.buffers()[1]
+        return np.frombuffer(buf, dtype=dtype, count=arr.offset + len(arr))[arr.offset :]
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def to_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Arrow -> numpy, chunk by chunk, without importing pandas for numeric columns."""
+    if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks == 1:
+            return _chunk_to_numpy(col.chunk(0))
+        if col.num_chunks == 0:
+            return np.zeros(0, dtype=col.type.to_pandas_dtype())
+        return np.concatenate([_chunk_to_numpy(ch) for ch in col.chunks])
+    return _chunk_to_numpy(col)
+
+
 def valid_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """True where ``arr`` is not null (read from the validity bitmap; no pyarrow.compute)."""
     chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
@@ -310,7 +331,7 @@ def _indices(arr: pa.DictionaryArray) -> np.ndarray:
     """Dictionary indices as int numpy, null -> -1 (the last slot of a lookup table)."""
     idx = arr.indices
     if idx.null_count == 0:
-        return idx.to_numpy().astype(np.int64, copy=False)
+        return _chunk_to_numpy(idx).astype(np.int64, copy=False)
     out = np.asarray(idx.to_numpy(zero_copy_only=False))
     valid = valid_mask(idx)
     res = np.full(len(idx), -1, dtype=np.int64)

@@ -212,6 +212,7 @@ def synthesize_with_truth(cfg: SynthConfig, injections: list[Injection] | None =
     cost = ATTENTION_SHARE * sq / (DOCS_PER_MICROBATCH * MEAN_DOC_TOKENS**2) + (1 - ATTENTION_SHARE) * lin / (
         DOCS_PER_MICROBATCH * MEAN_DOC_TOKENS
     )
+    cost = cost / cost.mean()  # imbalance moves work between microbatches; the total stays the same
     slot = np.where(is_comp, inst * cfg.microbatches + np.maximum(mb, 0), 0)
     w = np.where(is_comp, w * cost[slot], w)
     launch_gap = np.zeros(n)

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from laggard.io.template import Template, template_columns
-from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, valid_mask
+from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, to_numpy, valid_mask
 
 FWD, BWD = "forward-compute", "backward-compute"
 AG, RS, SEP = "params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce"
@@ -120,7 +120,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
             raise LaggardError(f"{where}: column {name} has {c.null_count} null value(s)")
         if not (pa.types.is_integer(c.type) or pa.types.is_floating(c.type)):
             raise LaggardError(f"{where}: column {name} has type {c.type}, expected numbers")
-        arr = np.asarray(c.to_numpy())
+        arr = np.asarray(to_numpy(c))
         if c.null_count:
             valid = valid_mask(c)
             arr = np.where(valid, arr, default)
@@ -145,7 +145,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         codes = codes_i.astype(np.int64)
         labels = [str(x) for x in labels]
     elif pa.types.is_string(optype.type) or pa.types.is_large_string(optype.type):
-        labels_a, codes = np.unique(np.asarray(optype.to_numpy(zero_copy_only=False), dtype=object).astype(str), return_inverse=True)
+        labels_a, codes = np.unique(np.asarray(to_numpy(optype), dtype=object).astype(str), return_inverse=True)
         labels = labels_a.tolist()
     else:
         raise LaggardError(f"{where}: column optype has type {optype.type}, expected strings")
