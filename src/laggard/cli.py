@@ -48,12 +48,13 @@ def analyze(
     perfetto_out: Annotated[Path | None, typer.Option("--perfetto", help="Write measured and idealised timelines as Chrome/Perfetto trace JSON.")] = None,
     steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
+    healthy_threshold: Annotated[float, typer.Option("--healthy-threshold", help="Call the job healthy (no findings) below this slowdown.")] = 1.05,
 ) -> None:
-    """Replay the job with idealised durations: straggler slowdown and who causes it."""
+    """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
     from laggard.whatif import analyze as run_analysis
 
     job = _load(path, fmt, meta, steps)
-    result = run_analysis(job)
+    result = run_analysis(job, healthy_threshold=healthy_threshold)
     if json_out is not None:
         from laggard.report.jsonout import write_json
 

@@ -23,6 +23,7 @@ from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning
 from laggard.replay import replay, replay_steps
 
 if TYPE_CHECKING:
+    from laggard.diagnose import Diagnosis
     from laggard.symmetry import DPReduction
 
 TOP_WORKER_SHARE = 0.03
@@ -242,6 +243,7 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)
     # further results keyed by their JSON name (e.g. "arrivals" from the Kineto importer)
     extras: dict[str, Any] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None
     base: Baseline | None = None
 
     def timelines(self) -> tuple[np.ndarray, np.ndarray]:
@@ -288,6 +290,7 @@ class Analysis:
             "step_time_ideal": {str(s): _num(v) for s, v in zip(self.steps, self.step_ideal_s, strict=True)},
             "meta": {"name": self.meta.name, "source": self.meta.source, **self.meta.parallel_sizes()},
             "warnings": list(self.warnings),
+            **(self.diagnosis.to_json() if self.diagnosis is not None else {}),
             **self.extras,
         }
 
@@ -316,12 +319,18 @@ def _explain(base: Baseline, mask: np.ndarray, T: float, T_ideal: float) -> Expl
     )
 
 
-def analyze(job: Job) -> Analysis:
-    """The full what-if analysis of a job (see the module docstring)."""
+def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True) -> Analysis:
+    """The full what-if analysis of a job (see the module docstring), with its diagnosis."""
+    if not (math.isfinite(healthy_threshold) and healthy_threshold >= 1.0):
+        raise LaggardError(f"--healthy-threshold must be a number >= 1 (got {healthy_threshold})")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
         base = prepare(job)
         res = _analyze(base)
+        if diagnose:
+            from laggard.diagnose import diagnose as run_diagnosis
+
+            res.diagnosis = run_diagnosis(res, threshold=healthy_threshold)
     for w in caught:
         if issubclass(w.category, LaggardWarning):
             res.warnings.append(str(w.message))

@@ -63,9 +63,15 @@ def render_html(
 ) -> str:
     """The report as one HTML string.
 
-    Order: header and headline numbers; ``top_sections`` (e.g. findings); the worker heatmap;
-    stages and DP ranks; op types; steps; worst workers; ``extra_sections``; warnings; method.
+    Order: header and headline numbers; ``top_sections`` (by default the diagnosis findings); the
+    worker heatmap; stages and DP ranks; op types; steps; worst workers; ``extra_sections``;
+    warnings; method.
     """
+    if top_sections is None and getattr(result, "diagnosis", None) is not None:
+        from laggard.report.findings import findings_html
+
+        found = findings_html(result)
+        top_sections = [found] if found else None
     name = result.meta.name
     page_title = title or f"laggard report: {name}"
     body = [

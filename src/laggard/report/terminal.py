@@ -44,6 +44,9 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     if d["gpu_hours_wasted"] is not None:
         line += f"   GPU-hours wasted {d['gpu_hours_wasted']:.2f} of {d['gpu_hours']:.2f} ({m.num_gpus} GPUs)"
     con.print(line)
+    from laggard.report.findings import print_findings
+
+    print_findings(res, con)
     fidelity = res.launch_slowdown
     note = "good" if abs(fidelity - 1) < 0.05 else "untraced gaps (CPU launch delay, data loading?)"
     con.print(f"replay fidelity: measured/replayed step time = {fidelity:.3f} ({note})")

@@ -1,0 +1,492 @@
+"""Root causes with evidence, the share of the slowdown each explains, and the fix to apply.
+
+Each cause has a signature in the trace (production experience, as on-call engineers read it):
+
+* ``worker``: one hot cell in the DP x PP heatmap of S_w; its compute is slower than its peers'.
+* ``stage-imbalance``: one stage's row lights up (often the last: the loss/logits layer).
+* ``sequence-imbalance``: microbatch times vary within a step, forward and backward of the same
+  microbatch together (and follow the sum of squared sequence lengths when the trace has them).
+* ``gc``: rare long forward passes on different ranks at different steps, backward untouched.
+* ``comm``: transfers on one link or group far slower than the same transfers elsewhere.
+* ``launch-delay``: measured steps longer than the replay of the traced ops: untraced CPU gaps.
+
+A signature only nominates a candidate. Its ``score`` comes from a targeted what-if: replay the
+job with only what the finding names made healthy (set to what its peers do), and measure the
+share of the job's slowdown (measured step time over ideal) that disappears. ``gain`` is the
+predicted speed-up of that fix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from laggard.replay import replay_steps
+
+if TYPE_CHECKING:
+    from laggard.whatif import Analysis, Baseline
+
+DEFAULT_THRESHOLD = 1.05
+MIN_SCORE = 0.05  # findings that explain less of the slowdown are not reported
+
+
+@dataclass(kw_only=True, slots=True)
+class Finding:
+    cause: str
+    workers: list[dict[str, int]] = field(default_factory=list)
+    stages: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    evidence: str = ""
+    score: float = 0.0
+    gain: float = 1.0
+    fix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "workers": self.workers,
+            "stages": self.stages,
+            "steps": self.steps,
+            "evidence": self.evidence,
+            "score": _finite(self.score),
+            "gain": _finite(self.gain),
+            "fix": self.fix,
+        }
+
+
+@dataclass(kw_only=True, slots=True)
+class Diagnosis:
+    verdict: str  # healthy | straggling
+    threshold: float
+    findings: list[Finding]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "healthy_threshold": self.threshold,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(kw_only=True, slots=True)
+class _Candidate:
+    finding: Finding
+    weights: np.ndarray | None  # the targeted what-if; None for launch-delay
+
+
+class _Ctx:
+    """Per-op views of the analysed job that the detectors share."""
+
+    def __init__(self, res: Analysis) -> None:
+        base = res.base
+        assert base is not None
+        self.res = res
+        self.base: Baseline = base
+        job = base.job
+        self.w = base.measured
+        self.names = base.names
+        self.name = base.name_code
+        kinds = np.array(base.kinds, dtype=object)
+        self.kind = kinds[base.kind_code] if len(kinds) else np.zeros(0, dtype=object)
+        self.compute = (self.kind == "compute") | (self.kind == "other")
+        low = [n.lower() for n in base.names]
+        fwd_names = np.array(["forward" in n for n in low] + [False], dtype=bool)
+        bwd_names = np.array(["backward" in n for n in low] + [False], dtype=bool)
+        self.fwd = fwd_names[self.name] & (self.kind == "compute")
+        self.bwd = bwd_names[self.name] & (self.kind == "compute")
+        self.rank, self.dp, self.pp = base.rank, base.dp_rank, base.pp_rank
+        self.step = base.graph.op_step
+        self.mb = job.column("microbatch").astype(np.int64)
+        self.peer = job.column("peer").astype(np.int64)
+        self.synced = base.graph.op_group >= 0
+        self.T, self.T_ideal = res.T_s, res.T_ideal_s
+        self.T_meas = float(np.mean(res.step_measured_s))
+        self.gap = self.T_meas - self.T_ideal
+        ranks, first = np.unique(self.rank, return_index=True)
+        self.ranks = ranks
+        self.worker_of = {int(r): {"dp_rank": int(self.dp[i]), "stage": int(self.pp[i]), "rank": int(r)}
+                          for r, i in zip(ranks, first, strict=True)}
+        self.num_dp = len(np.unique(self.dp))
+        self.num_pp = len(np.unique(self.pp))
+
+    def group_mean(self, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean of ``w`` over ``mask_ref`` ops per key tuple; returns (per-op mean, has-reference)."""
+        key = np.zeros(len(self.w), dtype=np.int64)
+        for k in keys:
+            k = k.astype(np.int64)
+            key = key * (int(k.max()) + 2) + (k + 1)
+        uniq, inv = np.unique(key, return_inverse=True)
+        sums = np.bincount(inv, weights=np.where(mask_ref, self.w, 0.0), minlength=len(uniq))
+        cnt = np.bincount(inv, weights=mask_ref.astype(float), minlength=len(uniq))
+        mean = sums / np.maximum(cnt, 1)
+        return mean[inv], (cnt > 0)[inv]
+
+    def steps_of(self, mask: np.ndarray, limit: int = 12) -> list[int]:
+        s = np.unique(self.base.graph.steps[self.step[mask]])
+        return [int(x) for x in s[:limit]]
+
+
+def _worker_and_stage(ctx: _Ctx, thr: float) -> list[_Candidate]:
+    res = ctx.res
+    out: list[_Candidate] = []
+    sw = {w["rank"]: w["slowdown"] for w in res.by_worker}
+    excess = {r: s - 1.0 for r, s in sw.items()}
+    top = max(excess.values())
+    if top < (thr - 1.0) * 0.5:
+        return out
+    hot = {r for r, e in excess.items() if e >= 0.5 * top}
+    by_stage: dict[int, list[int]] = {}
+    for r in sw:
+        by_stage.setdefault(ctx.worker_of[r]["stage"], []).append(r)
+    row_stages = [s for s, rs in by_stage.items() if ctx.num_dp > 1 and sum(r in hot for r in rs) > 0.5 * len(rs)]
+    # stage imbalance: a whole row of the heatmap is hot
+    stage_ex = {s: v - 1.0 for s, v in res.by_stage.items()}
+    per_stage = np.bincount(ctx.pp[ctx.compute], weights=ctx.w[ctx.compute], minlength=ctx.num_pp)
+    for s in row_stages:
+        others_ex = [v for k, v in stage_ex.items() if k != s]
+        if stage_ex[s] <= 0 or stage_ex[s] < 0.5 * max(stage_ex.values()):
+            continue
+        if others_ex and stage_ex[s] < 2 * max(float(np.median(others_ex)), 0.0):
+            continue  # every stage is hot: not one stage's problem
+        if ctx.num_pp > 1 and per_stage[s] < 1.1 * float(np.median(np.delete(per_stage, s))):
+            continue  # its compute is not heavier than the others'
+
+        on = (ctx.pp == s) & ctx.compute
+        ref, ok = ctx.group_mean(ctx.compute & (ctx.pp != s), [ctx.name])
+        if not ok[on].any():
+            continue
+        w = ctx.w.copy()
+        w[on & ok] = ref[on & ok]
+        cost_s = per_stage[s]
+        ratio = cost_s / max(float(np.median(np.delete(per_stage, s))), 1e-12)
+        share = 1.0 - float(per_stage.sum() / ctx.num_pp) / cost_s if cost_s > 0 else 0.0
+        f = Finding(
+            cause="stage-imbalance",
+            stages=[int(s)],
+            workers=[ctx.worker_of[r] for r in sorted(by_stage[s])][:16],
+            evidence=(
+                f"stage {s} sets the pace: S_stage={res.by_stage[s]:.3f} vs {np.median(list(res.by_stage.values())):.3f} "
+                f"(median); its compute is {ratio:.2f}x the other stages' and {sum(r in hot for r in by_stage[s])} "
+                f"of its {len(by_stage[s])} DP replicas are hot"
+            ),
+            fix=(
+                f"rebalance the pipeline: move about {100 * max(share, 0):.0f}% of stage {s}'s compute "
+                f"({'the loss/logits layer' if s == ctx.num_pp - 1 else 'some layers'}) to other stages; "
+                f"`laggard partition TRACE --stages {ctx.num_pp}` proposes the split"
+            ),
+        )
+        out.append(_Candidate(finding=f, weights=w))
+    # bad workers: a few hot cells outside hot rows
+    cells = sorted((r for r in hot if ctx.worker_of[r]["stage"] not in row_stages), key=lambda r: -excess[r])
+    cap = max(2, math.ceil(0.05 * len(sw)))
+    if cells and len(cells) <= cap:
+        on = np.isin(ctx.rank, cells) & ctx.compute
+        ref, ok = ctx.group_mean(ctx.compute & ~np.isin(ctx.rank, list(hot)), [ctx.name, ctx.pp])
+        if ok[on].any():
+            w = ctx.w.copy()
+            w[on & ok] = ref[on & ok]
+            r0 = cells[0]
+            mine = (ctx.rank == r0) & ctx.compute
+            ratio = ctx.w[mine].sum() / max(ref[mine].sum(), 1e-12)
+            wk = ctx.worker_of[r0]
+            names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in cells[:4])
+            f = Finding(
+                cause="worker",
+                workers=[ctx.worker_of[r] for r in cells],
+                stages=sorted({ctx.worker_of[r]["stage"] for r in cells}),
+                evidence=(
+                    f"{names}: S_w={sw[r0]:.3f} vs {np.median(list(sw.values())):.3f} (median worker); rank {r0}'s "
+                    f"compute takes {ratio:.2f}x what its peers on stage {wk['stage']} take"
+                ),
+                fix=(
+                    f"drain the node of rank {r0}" + (f" (and of {len(cells) - 1} more)" if len(cells) > 1 else "")
+                    + " and check it (thermal throttling, clocks, ECC errors, noisy neighbours); "
+                    f"confirm with `laggard whatif TRACE --fix worker=dp{wk['dp_rank']}:pp{wk['stage']}`"
+                ),
+            )
+            out.append(_Candidate(finding=f, weights=w))
+    return out
+
+
+def _microbatch_matrix(ctx: _Ctx, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(key per op for ops in mask, unique keys) with key = (rank, step, microbatch)."""
+    r, s, m = ctx.rank[mask], ctx.step[mask], ctx.mb[mask]
+    key = (r * (int(ctx.step.max()) + 1) + s) * (int(ctx.mb.max()) + 2) + (m + 1)
+    return key, np.unique(key)
+
+
+def _sequence(ctx: _Ctx, thr: float) -> list[_Candidate]:
+    fm = ctx.fwd & (ctx.mb >= 0)
+    bm = ctx.bwd & (ctx.mb >= 0)
+    if fm.sum() < 8 or bm.sum() < 8:
+        return []
+    kf, _ = _microbatch_matrix(ctx, fm)
+    kb, _ = _microbatch_matrix(ctx, bm)
+    common, i_f, i_b = np.intersect1d(kf, kb, return_indices=True)
+    if len(common) < 8:
+        return []
+    f = ctx.w[fm][i_f]
+    b = ctx.w[bm][i_b]
+    rs = common // (int(ctx.mb.max()) + 2)  # (rank, step)
+    _, inv = np.unique(rs, return_inverse=True)
+    cnt = np.bincount(inv)
+    fmean = (np.bincount(inv, weights=f) / cnt)[inv]
+    bmean = (np.bincount(inv, weights=b) / cnt)[inv]
+    rf, rb = f / np.maximum(fmean, 1e-12) - 1, b / np.maximum(bmean, 1e-12) - 1
+    spread = float(np.std(rf))
+    if spread < 0.05 or np.std(rb) == 0 or np.std(rf) == 0:
+        return []
+    corr = float(np.corrcoef(rf, rb)[0, 1])
+    if corr < 0.6:
+        return []
+    evidence = (
+        f"microbatch times vary within steps (spread {100 * spread:.0f}%), forward and backward of the same "
+        f"microbatch together (correlation {corr:.2f})"
+    )
+    fit = _fit_seq_cost(ctx, fm)
+    if fit is not None:
+        evidence += f"; forward time follows a*sum(len^2) + b*sum(len) (R^2={fit:.2f})"
+    # balanced: every microbatch of a stage costs the step's mean
+    comp = ctx.fwd | ctx.bwd
+    ref, ok = ctx.group_mean(comp, [ctx.step, ctx.pp, ctx.name])
+    w = ctx.w.copy()
+    sel = comp & ok
+    w[sel] = ref[sel]
+    hot_steps = np.unique(ctx.step[fm][np.abs(ctx.w[fm] / np.maximum(ref[fm], 1e-12) - 1) > 2 * spread])
+    finding = Finding(
+        cause="sequence-imbalance",
+        steps=[int(ctx.base.graph.steps[s]) for s in hot_steps[:12]],
+        evidence=evidence,
+        fix=(
+            "balance sequences across microbatches and DP ranks by attention cost: "
+            "`laggard.mitigate.balance(lengths, num_bins, method='wlb')` (with `laggard fit-cost TRACE` for the cost model)"
+        ),
+    )
+    return [_Candidate(finding=finding, weights=w)]
+
+
+def _fit_seq_cost(ctx: _Ctx, fm: np.ndarray) -> float | None:
+    col = ctx.base.job.table.column("seq_lens")
+    if col.null_count == len(col):
+        return None
+    lens = col.combine_chunks()
+    from laggard.ops import to_numpy, valid_mask
+
+    valid = valid_mask(lens)
+    rows = np.flatnonzero(fm & valid)
+    if len(rows) < 8:
+        return None
+    offsets = to_numpy(lens.offsets).astype(np.int64)
+    values = to_numpy(lens.values).astype(np.float64)
+    starts, ends = offsets[rows], offsets[rows + 1]
+    owner = np.repeat(np.arange(len(rows)), ends - starts)
+    idx = np.concatenate([np.arange(a, b) for a, b in zip(starts[:4096], ends[:4096], strict=True)]) if len(rows) <= 4096 else None
+    if idx is None:  # vectorised gather for many rows
+        idx = np.repeat(starts - np.concatenate([[0], np.cumsum(ends - starts)[:-1]]), ends - starts) + np.arange(int((ends - starts).sum()))
+    sq = np.bincount(owner, weights=values[idx] ** 2, minlength=len(rows))
+    lin = np.bincount(owner, weights=values[idx], minlength=len(rows))
+    y = ctx.w[rows]
+    # per-stage scale: fit y / stage mean against normalised features
+    pp = ctx.pp[rows]
+    smean = (np.bincount(pp, weights=y) / np.maximum(np.bincount(pp), 1))[pp]
+    y = y / np.maximum(smean, 1e-12)
+    X = np.stack([sq / max(sq.mean(), 1e-12), lin / max(lin.mean(), 1e-12), np.ones(len(rows))], axis=1)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    pred = X @ coef
+    ss_res = float(((y - pred) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else None
+
+
+def _robust_outliers(ctx: _Ctx, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ops in ``mask`` far above the median of their (rank, op type); returns (outlier mask, median)."""
+    key = ctx.rank * (len(ctx.names) + 1) + ctx.name
+    rows = np.flatnonzero(mask)
+    med = np.zeros(len(ctx.w))
+    out = np.zeros(len(ctx.w), dtype=bool)
+    if len(rows) == 0:
+        return out, med
+    order = rows[np.lexsort((ctx.w[rows], key[rows]))]
+    k = key[order]
+    bounds = np.flatnonzero(np.diff(k)) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.append(bounds, len(order))
+    lens = ends - starts
+    mid_lo = order[starts + (lens - 1) // 2]
+    mid_hi = order[starts + lens // 2]
+    m = 0.5 * (ctx.w[mid_lo] + ctx.w[mid_hi])
+    seg = np.repeat(np.arange(len(starts)), lens)
+    med[order] = m[seg]
+    dev = np.abs(ctx.w[order] - med[order])
+    mad = np.zeros(len(starts))
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        mad[i] = np.median(dev[a:b])
+    thresh = med[order] + np.maximum(8 * 1.4826 * mad[seg], 0.3 * med[order])
+    out[order] = ctx.w[order] > thresh
+    return out, med
+
+
+def _gc(ctx: _Ctx, thr: float) -> list[_Candidate]:
+    fwd_out, fmed = _robust_outliers(ctx, ctx.fwd)
+    bwd_out, _ = _robust_outliers(ctx, ctx.bwd)
+    gc_ops = np.array([n.lower() in ("gc", "python-gc", "gc-collect") for n in ctx.names] + [False])[ctx.name]
+    gc_time = float(ctx.w[gc_ops].sum()) / max(len(ctx.base.graph.steps), 1)
+    n_out = int(fwd_out.sum())
+    if n_out < 2 and gc_time < 0.01 * ctx.T:
+        return []
+    if n_out >= 2:
+        # the backward of a stalled forward's microbatch should be normal
+        kf, _ = _microbatch_matrix(ctx, fwd_out)
+        kb, _ = _microbatch_matrix(ctx, bwd_out)
+        paired = np.isin(kf, kb).mean()
+        ranks = np.unique(ctx.rank[fwd_out])
+        steps = np.unique(ctx.step[fwd_out])
+        if paired > 0.3 or len(ranks) < 2 or len(steps) < 2:
+            if gc_time < 0.01 * ctx.T:
+                return []
+            n_out = 0
+    w = ctx.w.copy()
+    w[fwd_out] = fmed[fwd_out] if n_out else w[fwd_out]
+    w[gc_ops] = 0.0
+    if n_out:
+        extra = ctx.w[fwd_out] - fmed[fwd_out]
+        ev = (
+            f"{n_out} forward passes stalled by +{1e3 * float(np.median(extra)):.1f} ms (median) on "
+            f"{len(np.unique(ctx.rank[fwd_out]))} ranks across {len(np.unique(ctx.step[fwd_out]))} steps while the "
+            "backward passes of the same microbatches ran normally"
+        )
+    else:
+        ev = f"traced garbage collections take {1e3 * gc_time:.1f} ms per step"
+    finding = Finding(
+        cause="gc",
+        workers=[ctx.worker_of[int(r)] for r in np.unique(ctx.rank[fwd_out])][:16],
+        steps=ctx.steps_of(fwd_out | gc_ops),
+        evidence=ev,
+        fix="enable planned GC: `laggard.mitigate.PlannedGC` (automatic GC off, collect on all ranks at the same step, "
+        "e.g. every 200 steps or adaptively; gc.freeze() after start-up)",
+    )
+    return [_Candidate(finding=finding, weights=w)]
+
+
+def _comm(ctx: _Ctx, thr: float) -> list[_Candidate]:
+    comm = ctx.synced & ~ctx.compute
+    if comm.sum() < 4:
+        return []
+    # a link: (rank, peer) for p2p, (rank, op type) for collectives
+    is_p2p = (ctx.kind == "p2p_send") | (ctx.kind == "p2p_recv")
+    src = np.where(ctx.kind == "p2p_recv", ctx.peer, ctx.rank)
+    dst = np.where(ctx.kind == "p2p_recv", ctx.rank, ctx.peer)
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    link = np.where(is_p2p, lo * (int(ctx.rank.max()) + 2) + hi, -(ctx.rank + 1))
+    type_med, _ = ctx.group_mean(comm, [ctx.name])  # mean as a robust-enough scale
+    med_by_type = {}
+    for c in np.unique(ctx.name[comm]):
+        med_by_type[int(c)] = float(np.median(ctx.w[comm & (ctx.name == c)]))
+    tmed = np.array([med_by_type.get(int(c), 0.0) for c in range(len(ctx.names))] + [0.0])[ctx.name]
+    rows = np.flatnonzero(comm)
+    key = link[rows] * (len(ctx.names) + 1) + ctx.name[rows]
+    uniq, inv = np.unique(key, return_inverse=True)
+    excess = np.bincount(inv, weights=np.maximum(ctx.w[rows] - tmed[rows], 0.0), minlength=len(uniq))
+    cnt = np.bincount(inv, minlength=len(uniq))
+    med_link = np.zeros(len(uniq))
+    mx_link = np.zeros(len(uniq))
+    np.maximum.at(mx_link, inv, ctx.w[rows])
+    order = np.argsort(inv, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(cnt)])
+    for i in range(len(uniq)):
+        med_link[i] = np.median(ctx.w[rows[order[bounds[i] : bounds[i + 1]]]])
+    base_med = np.array([med_by_type[int(k % (len(ctx.names) + 1))] for k in uniq])
+    slow = ((med_link > 3 * base_med) | (mx_link > 10 * base_med)) & (excess > 0)
+    slow &= excess >= 0.3 * excess.max()
+    if not slow.any() or slow.mean() > 0.5:
+        return []
+    bad_rows = rows[slow[inv]]
+    w = ctx.w.copy()
+    w[bad_rows] = tmed[bad_rows]
+    i0 = int(np.argmax(np.where(slow, excess, -1)))
+    rws = rows[inv == i0]
+    r_a, r_b = int(src[rws[0]]), int(dst[rws[0]])
+    nm = ctx.names[int(uniq[i0] % (len(ctx.names) + 1))]
+    n_slow = int((ctx.w[rws] > 3 * base_med[i0]).sum())
+    where = f"from rank {r_a} to rank {r_b}" if is_p2p[rws[0]] else f"of rank {int(ctx.rank[rws[0]])}"
+    ev = (
+        f"{nm} transfers {where} take {1e3 * med_link[i0]:.2f} ms (median, max {1e3 * mx_link[i0]:.2f} ms) vs "
+        f"{1e3 * base_med[i0]:.2f} ms elsewhere; {n_slow} of {len(rws)} are slow"
+    )
+    ranks = sorted({int(x) for x in np.concatenate([src[bad_rows], dst[bad_rows]]) if x >= 0})
+    finding = Finding(
+        cause="comm",
+        workers=[ctx.worker_of[r] for r in ranks if r in ctx.worker_of][:16],
+        steps=ctx.steps_of(np.isin(np.arange(len(ctx.w)), bad_rows) & (ctx.w > 3 * tmed)),
+        evidence=ev,
+        fix=(
+            f"check the link/NIC between rank {r_a} and rank {r_b} (flapping port, bad cable, congested switch); "
+            "drain one of the two nodes or route around it"
+            if is_p2p[rws[0]]
+            else f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
+        ),
+    )
+    return [_Candidate(finding=finding, weights=w)]
+
+
+def _launch(ctx: _Ctx, thr: float) -> list[_Candidate]:
+    ls = ctx.res.launch_slowdown
+    if ls < thr:
+        return []
+    base = ctx.base
+    g = base.graph
+    owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
+    ready = np.zeros(g.num_ops)
+    if len(owner):
+        np.maximum.at(ready, owner, base.end_s[g.dep_idx])
+    has_dep = np.diff(g.dep_ptr) > 0
+    gaps = np.where(has_dep & ~ctx.synced, np.maximum(base.start_s - ready, 0.0), 0.0)
+    per_rank = np.bincount(np.searchsorted(ctx.ranks, ctx.rank), weights=gaps, minlength=len(ctx.ranks))
+    per_type = np.bincount(ctx.name, weights=gaps, minlength=len(ctx.names))
+    nsteps = max(len(g.steps), 1)
+    worst = int(np.argmax(per_rank))
+    finding = Finding(
+        cause="launch-delay",
+        workers=[ctx.worker_of[int(ctx.ranks[worst])]],
+        evidence=(
+            f"measured steps take {ctx.T_meas:.4g} s but the replay of the traced ops takes {ctx.T:.4g} s "
+            f"({ls:.3f}x): untraced gaps of {1e3 * per_rank[worst] / nsteps:.1f} ms per step on rank "
+            f"{int(ctx.ranks[worst])}, mostly before {ctx.names[int(np.argmax(per_type))]}"
+        ),
+        fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
+        "profile the host, overlap data loading, use CUDA graphs",
+        score=min((ctx.T_meas - ctx.T) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0,
+        gain=ls,
+    )
+    return [_Candidate(finding=finding, weights=None)]
+
+
+DETECTORS = (_worker_and_stage, _sequence, _gc, _comm, _launch)
+
+
+def diagnose(res: Analysis, *, threshold: float = DEFAULT_THRESHOLD) -> Diagnosis:
+    """Findings for an analysed job, strongest first; a healthy job gets none."""
+    if res.base is None:
+        raise ValueError("diagnose needs the Analysis of a job (with its base)")
+    ctx = _Ctx(res)
+    total = ctx.T_meas / ctx.T_ideal if ctx.T_ideal > 0 else 1.0
+    if max(res.slowdown, res.launch_slowdown, total) < threshold or ctx.gap <= 0:
+        return Diagnosis(verdict="healthy", threshold=threshold, findings=[])
+    cands = [c for det in DETECTORS for c in det(ctx, threshold)]
+    replayed = [c for c in cands if c.weights is not None]
+    if replayed:
+        w = np.stack([c.weights for c in replayed], axis=1)
+        t_fix = replay_steps(ctx.base.graph, w).mean(axis=0)
+        for c, t in zip(replayed, t_fix.tolist(), strict=True):
+            # a fix can beat the pooled ideal (it removes the cause from the ideal too): cap at 1
+            c.finding.score = min((ctx.T - t) / ctx.gap, 1.0)
+            c.finding.gain = ctx.T / t if t > 0 else float("inf")
+    findings = sorted((c.finding for c in cands if c.finding.score >= MIN_SCORE), key=lambda f: -f.score)
+    return Diagnosis(verdict="straggling", threshold=threshold, findings=findings)
