@@ -25,7 +25,7 @@ app = typer.Typer(
 )
 
 FormatOpt = Annotated[
-    str, typer.Option("--format", "-f", help="Trace format: auto, native, ndtimeline.")
+    str, typer.Option("--format", "-f", help="Trace format: auto, native, ndtimeline, kineto.")
 ]
 MetaOpt = Annotated[
     Path | None, typer.Option("--meta", help="NDTimeline metadata YAML (dp/pp/tp/vpp sizes); default: meta-*.yaml beside the trace.")
@@ -40,7 +40,7 @@ def _load(path: Path, fmt: str, meta: Path | None, steps: str | None = None):
 
 @app.command()
 def analyze(
-    path: Annotated[Path, typer.Argument(help="Trace: a native directory (job.json + *.parquet) or an NDTimeline parquet file.")],
+    path: Annotated[list[Path], typer.Argument(help="Trace: a native directory (job.json + *.parquet), an NDTimeline parquet file, or PyTorch-profiler traces (a directory, a glob or per-rank files).")],
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the analysis as JSON to this file ('-' for stdout).")] = None,
@@ -51,10 +51,12 @@ def analyze(
     healthy_threshold: Annotated[float, typer.Option("--healthy-threshold", help="Call the job healthy (no findings) below this slowdown.")] = 1.05,
 ) -> None:
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
+    from laggard.arrivals import job_extras
     from laggard.whatif import analyze as run_analysis
 
-    job = _load(path, fmt, meta, steps)
+    job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps)  # type: ignore[arg-type]
     result = run_analysis(job, healthy_threshold=healthy_threshold)
+    result.extras.update(job_extras(job))
     if json_out is not None:
         from laggard.report.jsonout import write_json
 

@@ -3,36 +3,59 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from laggard.ops import Job, LaggardError, LaggardWarning
 
-FORMATS = ("auto", "native", "ndtimeline")
+FORMATS = ("auto", "native", "ndtimeline", "kineto")
+
+
+def _is_glob(path: Path) -> bool:
+    return any(ch in str(path) for ch in "*?[") and not path.exists()
 
 
 def detect_format(path: Path) -> str:
     """Guess the trace format from what is on disk."""
+    if _is_glob(path):
+        return "kineto"
     if path.is_dir():
         if (path / "job.json").exists():
             return "native"
         if list(path.glob("trace*.parquet")):
             return "ndtimeline"
-        raise LaggardError(f"{path}: a directory without job.json or trace*.parquet; cannot tell its format")
+        if any(p.name.endswith((".json", ".json.gz")) for p in path.iterdir()):
+            return "kineto"
+        raise LaggardError(f"{path}: a directory without job.json, trace*.parquet or *.json traces; cannot tell its format")
     if path.suffix == ".parquet":
         return "ndtimeline"
     if path.name == "job.json":
         return "native"
+    if path.name.endswith((".json", ".json.gz")):
+        return "kineto"
     raise LaggardError(f"{path}: cannot tell the trace format from the name; pass --format")
 
 
-def load_job(path: str | Path, *, fmt: str = "auto", meta: str | Path | None = None, steps: str | None = None) -> Job:
-    """Read a trace (``fmt``: auto, native, ndtimeline) and optionally keep only ``steps`` ("10-20,25").
+def load_job(
+    path: str | Path | Sequence[str | Path], *, fmt: str = "auto", meta: str | Path | None = None, steps: str | None = None
+) -> Job:
+    """Read a trace (``fmt``: auto, native, ndtimeline, kineto) and optionally keep only ``steps`` ("10-20,25").
+
+    Kineto (PyTorch profiler) traces are one file per rank: ``path`` may be a directory, a glob
+    or a list of files.
 
     Warnings (what was skipped) are issued as ``LaggardWarning`` and kept in ``job.warnings``.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
-        job = _load(Path(path), fmt, meta, steps)
+        if isinstance(path, str | Path):
+            job = _load(Path(path), fmt, meta, steps)
+        elif len(path) == 1:
+            job = _load(Path(path[0]), fmt, meta, steps)
+        else:
+            if fmt not in ("auto", "kineto"):
+                raise LaggardError(f"several trace files are read only as Kineto traces, not {fmt!r}")
+            job = _load_kineto(list(path), meta, steps)
     for w in caught:
         if issubclass(w.category, LaggardWarning):
             job.warnings.append(str(w.message))
@@ -40,13 +63,30 @@ def load_job(path: str | Path, *, fmt: str = "auto", meta: str | Path | None = N
     return job
 
 
+def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None, steps: str | None) -> Job:
+    from laggard.io.kineto import read_kineto
+
+    if meta is not None:
+        raise LaggardError("--meta is for NDTimeline traces; Kineto traces carry their layout in distributedInfo")
+    job = read_kineto(paths)
+    if steps is not None:
+        from laggard.ops import select_steps
+
+        job = select_steps(job, steps)
+    return job
+
+
 def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None) -> Job:
     if fmt not in FORMATS:
         raise LaggardError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    if (fmt in ("auto", "kineto")) and _is_glob(p):
+        return _load_kineto(p, meta, steps)
     if not p.exists():
         raise LaggardError(f"{p}: no such file or directory")
     if fmt == "auto":
         fmt = detect_format(p)
+    if fmt == "kineto":
+        return _load_kineto(p, meta, steps)
     if fmt == "native":
         from laggard.io.native import read_native
 

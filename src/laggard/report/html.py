@@ -83,6 +83,7 @@ def render_html(
         _optype_section(result),
         _steps_section(result),
         _workers_section(result),
+        _arrivals_section(result),
         *(extra_sections or ()),
         _warnings_section(result),
         _method_section(),
@@ -463,6 +464,52 @@ def _workers_section(res: Analysis) -> str:
     )
     return section("Worst workers", table, id="worst-workers",
                    lead="Workers by S_w = min(S_dp, S_stage), worst first. Ranks are global ranks of the trace.")
+
+
+def _arrivals_section(res: Analysis) -> str:
+    """Arrival skew at collectives (``extras["arrivals"]``, e.g. from Kineto traces)."""
+    arr = res.extras.get("arrivals") if res.extras else None
+    if not arr:
+        return ""
+    offs = res.extras.get("clock_offsets_s") or {}
+    rows = sorted(arr.items(), key=lambda kv: (-kv[1]["last_count"], -kv[1]["mean_lag_s"]))[:TOP_WORKERS]
+    vmax = max((a["last_share"] for _, a in rows), default=0.0) or 1.0
+    trs = []
+    for rank, a in rows:
+        share = float(a["last_share"])
+        bar = f'<span class="bar" style="display:inline-block;height:.7em;width:{100 * share / vmax:.0f}px;background:#c0392b"></span>'
+        off = offs.get(rank)
+        trs.append(
+            f"<tr><td>{escape(str(rank))}</td><td class=\"num\">{int(a['last_count'])} / {int(a['num_collectives'])}</td>"
+            f"<td>{bar} {100 * share:.0f}%</td><td class=\"num\">{1e3 * a['mean_lag_s']:.3f}</td>"
+            f"<td class=\"num\">{1e3 * a['p99_lag_s']:.3f}</td>"
+            f"<td class=\"num\">{'n/a' if off is None else f'{1e3 * off:.3f}'}</td></tr>"
+        )
+    groups = res.extras.get("arrivals_by_group") or {}
+    gtxt = ""
+    if len(groups) > 1:
+        items = []
+        for g, per in groups.items():
+            worst = max(per.items(), key=lambda kv: (kv[1]["last_count"], kv[1]["mean_lag_s"]), default=None)
+            if worst:
+                items.append(
+                    f"<li>group {escape(str(g))}: rank {escape(str(worst[0]))} last at "
+                    f"{int(worst[1]['last_count'])} of {int(worst[1]['num_collectives'])}</li>"
+                )
+        gtxt = "<ul>" + "".join(items) + "</ul>"
+    table = (
+        '<table class="data"><thead><tr><th>rank</th><th class="num">arrived last</th><th>share</th>'
+        '<th class="num">mean lag (ms)</th><th class="num">p99 lag (ms)</th><th class="num">clock offset (ms)</th>'
+        "</tr></thead><tbody>" + "".join(trs) + "</tbody></table>" + gtxt
+    )
+    n = int(res.extras.get("num_collectives", 0))
+    return section(
+        "Arrivals at collectives", table, id="arrivals",
+        lead=f"How late each rank reaches the {n:,} collectives, behind the first rank to arrive "
+        "(clocks aligned on the collectives' end times; offsets removed are shown).",
+        howto=["A rank that arrives **last** most often makes the others wait: look at its compute before the collective.",
+               "Lags are start times of the collective on each rank minus the earliest start."],
+    )
 
 
 def _warnings_section(res: Analysis) -> str:

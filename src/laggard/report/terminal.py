@@ -78,8 +78,38 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     )
     worst_step = max(res.per_step.items(), key=lambda kv: kv[1])
     con.print(f"steps: worst step {worst_step[0]} S={worst_step[1]:.3f}; best S={min(res.per_step.values()):.3f}")
+    if res.extras.get("arrivals"):
+        print_arrivals(res.extras, con, top=top)
     if res.warnings:
         con.print(f"[yellow]{len(res.warnings)} warning(s)[/] (see above)")
+
+
+def print_arrivals(extras: dict, console: Console | None = None, *, top: int = 6) -> None:
+    """Arrival skew at collectives (Kineto traces): who arrives last and how late."""
+    con = console or Console(highlight=False)
+    arr = extras.get("arrivals") or {}
+    n = extras.get("num_collectives", 0)
+    t = Table(title=f"arrivals at {n} collective(s) (lag behind the first rank)", title_justify="left", show_edge=False)
+    for c in ("rank", "last", "mean lag ms", "p99 lag ms", "clock offset ms"):
+        t.add_column(c, justify="right")
+    offs = extras.get("clock_offsets_s") or {}
+    rows = sorted(arr.items(), key=lambda kv: (-kv[1]["last_count"], -kv[1]["mean_lag_s"]))
+    for rank, a in rows[:top]:
+        off = offs.get(rank)
+        t.add_row(
+            rank,
+            f"{a['last_count']}/{a['num_collectives']}",
+            f"{1e3 * a['mean_lag_s']:.3f}",
+            f"{1e3 * a['p99_lag_s']:.3f}",
+            "n/a" if off is None else f"{1e3 * off:.3f}",
+        )
+    con.print(t)
+    groups = extras.get("arrivals_by_group") or {}
+    if len(groups) > 1:
+        for g, per in groups.items():
+            worst = max(per.items(), key=lambda kv: (kv[1]["last_count"], kv[1]["mean_lag_s"]), default=None)
+            if worst:
+                con.print(f"  group {g}: rank {worst[0]} last at {worst[1]['last_count']}/{worst[1]['num_collectives']}")
 
 
 def print_whatif(res: WhatIfResult, console: Console | None = None) -> None:

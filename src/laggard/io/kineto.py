@@ -1,0 +1,445 @@
+"""Importer for PyTorch-profiler (Kineto) traces: one Chrome-trace JSON per rank, plain or gzipped.
+
+``read_kineto(paths)`` reads a directory, a glob or a list of per-rank files into one op table:
+
+1. every file is decoded and turned into that rank's ops in a worker process
+   (``kineto_events.read_events`` then ``kineto_rank.build_rank``); the parent only ever holds
+   the compact per-rank op arrays, never raw events;
+2. ranks are identified (``distributedInfo.rank``, else ``rank<N>`` in the file name, with a
+   warning) and checked to come from one job (one rank per file, the same world size, traced
+   at the same time, common ``ProfilerStep#N`` numbers);
+3. collectives are matched across ranks by process group and sequence number, or, without
+   sequence numbers, by their order within the process group in each step;
+4. per-rank clock offsets are estimated from the collectives' end times (a collective ends at
+   the same moment on all its ranks) and removed; ranks on one host (same ``host_name`` and
+   ``baseTimeNanoseconds``) share one clock. The offsets are reported (``clock_offsets_s``).
+
+Data-parallel / FSDP jobs: each rank is one worker (``dp_rank = rank``, one pipeline stage).
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+import os
+import re
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from laggard.io.kineto_rank import KIND_LABELS, RankOps
+from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table
+
+_SUFFIXES = (".json", ".json.gz")
+# decode in worker processes when there is more than this much compressed input
+_PARALLEL_MIN_BYTES = 16 * 2**20
+# traces whose spans are further apart than this were not recorded together
+_MAX_APART_S = 300.0
+
+
+def looks_like_kineto(path: Path) -> bool:
+    from laggard.io.kineto_events import peek
+
+    head = peek(path)
+    return any(k in head for k in (b'"traceEvents"', b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"'))
+
+
+def trace_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The per-rank files named by a directory, a glob, a file or a list of those."""
+    items = [spec] if isinstance(spec, str | Path) else list(spec)
+    out: list[Path] = []
+    for item in items:
+        s = str(item)
+        p = Path(s)
+        if any(ch in s for ch in "*?[") and not p.exists():
+            found = sorted(Path(x) for x in globmod.glob(s) if Path(x).is_file())
+            if not found:
+                raise LaggardError(f"{s}: no file matches this pattern")
+            out.extend(found)
+        elif p.is_dir():
+            found = sorted(x for x in p.iterdir() if x.is_file() and x.name.endswith(_SUFFIXES))
+            traces = [x for x in found if looks_like_kineto(x) or x.stat().st_size == 0]
+            if len(traces) < len(found):
+                skipped = [x.name for x in found if x not in traces]
+                warnings.warn(
+                    f"{p}: skipped {len(skipped)} JSON file(s) that are not profiler traces: {', '.join(skipped[:5])}",
+                    LaggardWarning,
+                    stacklevel=3,
+                )
+            if not traces:
+                raise LaggardError(f"{p}: no PyTorch profiler trace (*.json, *.json.gz) in this directory")
+            out.extend(traces)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise LaggardError(f"{p}: no such file or directory")
+    seen: set[Path] = set()
+    uniq = []
+    for p in out:
+        r = p.resolve()
+        if r not in seen:
+            seen.add(r)
+            uniq.append(p)
+    return uniq
+
+
+def _decode(path: str) -> RankOps:
+    from laggard.io.kineto_events import read_events
+    from laggard.io.kineto_rank import build_rank
+
+    return build_rank(read_events(path))
+
+
+def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps]:
+    """Decode every file, in parallel worker processes when it pays (one rank per task)."""
+    total = sum(f.stat().st_size for f in files)
+    n = min(len(files), workers if workers is not None else (os.cpu_count() or 1))
+    if n <= 1 or (workers is None and total < _PARALLEL_MIN_BYTES):
+        return [_decode(str(f)) for f in files]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        return list(pool.map(_decode, [str(f) for f in files]))
+
+
+def read_kineto(
+    spec: str | Path | Sequence[str | Path], *, workers: int | None = None, align_clocks: bool = True
+) -> Job:
+    """Read per-rank Kineto traces into a job (see the module docstring)."""
+    files = trace_files(spec)
+    ranks = decode_all(files, workers=workers)
+    for r in ranks:
+        for w in r.warnings:
+            warnings.warn(w, LaggardWarning, stacklevel=2)
+    _identify(ranks)
+    ranks.sort(key=lambda r: int(r.rank))  # type: ignore[arg-type]
+    _check_same_job(ranks)
+    ranks = _common_steps(ranks)
+    return _build_job(ranks, files, align_clocks=align_clocks)
+
+
+# ---------------------------------------------------------------- ranks and jobs
+
+
+def _identify(ranks: list[RankOps]) -> None:
+    for r in ranks:
+        if r.rank is not None:
+            continue
+        m = re.search(r"rank[-_]?(\d+)", Path(r.path).name, re.IGNORECASE)
+        if m:
+            r.rank = int(m.group(1))
+            warnings.warn(
+                f"{r.path}: no rank in distributedInfo; took rank {r.rank} from the file name", LaggardWarning, stacklevel=3
+            )
+        elif len(ranks) == 1:
+            r.rank = 0
+            warnings.warn(
+                f"{r.path}: no rank in distributedInfo nor in the file name; analysed as rank 0", LaggardWarning, stacklevel=3
+            )
+        else:
+            raise LaggardError(
+                f"{r.path}: cannot tell which rank this trace is (no distributedInfo.rank, no 'rank<N>' in the file name)"
+            )
+    by_rank: dict[int, str] = {}
+    for r in ranks:
+        assert r.rank is not None
+        if r.rank in by_rank:
+            raise LaggardError(f"{by_rank[r.rank]} and {r.path} both claim rank {r.rank}; give one trace per rank")
+        by_rank[r.rank] = r.path
+
+
+def _check_same_job(ranks: list[RankOps]) -> None:
+    ws = {r.world_size for r in ranks if r.world_size is not None}
+    if len(ws) > 1:
+        a = next(r for r in ranks if r.world_size == min(ws))
+        b = next(r for r in ranks if r.world_size == max(ws))
+        raise LaggardError(
+            f"ranks from different jobs: {a.path} says world_size {a.world_size}, {b.path} says {b.world_size}"
+        )
+    for r in ranks:
+        if r.world_size is not None and r.rank is not None and r.rank >= r.world_size:
+            raise LaggardError(f"{r.path}: rank {r.rank} is not below the trace's world_size {r.world_size}")
+    backends = {r.backend for r in ranks if r.backend}
+    if len(backends) > 1:
+        raise LaggardError(f"ranks from different jobs: the traces use different backends ({', '.join(sorted(backends))})")
+    if len(ranks) > 1 and all(r.base_ns is not None for r in ranks) and all(len(r.start_ns) for r in ranks):
+        lo = np.array([r.start_ns.min() for r in ranks], dtype=np.float64)
+        hi = np.array([(r.start_ns + r.dur_ns).max() for r in ranks], dtype=np.float64)
+        if lo.max() - hi.min() > _MAX_APART_S * 1e9:
+            a, b = int(np.argmin(hi)), int(np.argmax(lo))
+            raise LaggardError(
+                f"ranks from different jobs or profiling runs: {ranks[b].path} starts "
+                f"{(lo[b] - hi[a]) / 1e9:.0f} s after {ranks[a].path} ends"
+            )
+    steps = [set(np.unique(r.step).tolist()) for r in ranks]
+    if len(ranks) > 1 and all(steps) and not set.intersection(*steps):
+        a, b = _disjoint_pair(steps)
+        raise LaggardError(
+            f"ranks from different jobs or profiling windows: {ranks[a].path} has steps {_span(steps[a])}, "
+            f"{ranks[b].path} has steps {_span(steps[b])} (no step in common)"
+        )
+
+
+def _disjoint_pair(steps: list[set[int]]) -> tuple[int, int]:
+    for i in range(len(steps)):
+        for j in range(i + 1, len(steps)):
+            if not steps[i] & steps[j]:
+                return i, j
+    return 0, 1
+
+
+def _span(s: set[int]) -> str:
+    return f"{min(s)}-{max(s)}" if len(s) > 1 else str(min(s))
+
+
+def _common_steps(ranks: list[RankOps]) -> list[RankOps]:
+    if len(ranks) < 2:
+        return ranks
+    steps = [set(np.unique(r.step).tolist()) for r in ranks]
+    common = set.intersection(*steps)
+    extra = set.union(*steps) - common
+    if extra:
+        warnings.warn(
+            f"skipped {len(extra)} step(s) not traced on every rank: {', '.join(str(s) for s in sorted(extra)[:8])}"
+            + (" ..." if len(extra) > 8 else ""),
+            LaggardWarning,
+            stacklevel=3,
+        )
+        ranks = [_subset(r, np.isin(r.step, sorted(common))) for r in ranks]
+    if not common:
+        raise LaggardError("no ProfilerStep#N is traced on every rank; nothing to analyse")
+    return ranks
+
+
+def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
+    """The ops of ``r`` in ``keep`` (dependencies on dropped ops are dropped)."""
+    new_idx = np.full(len(keep), -1, np.int64)
+    new_idx[keep] = np.arange(int(keep.sum()))
+    owner = np.repeat(np.arange(len(keep)), np.diff(r.dep_ptr))
+    ok = keep[owner] & (new_idx[r.dep_idx] >= 0)
+    dst, src = new_idx[owner[ok]], new_idx[r.dep_idx[ok]]
+    n = int(keep.sum())
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
+    order = np.argsort(dst, kind="stable")
+    fields = {}
+    for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "group", "meta_seq", "size_bytes", "peer", "has_deps"):
+        fields[f] = getattr(r, f)[keep]
+    out = RankOps(**{**{k: getattr(r, k) for k in r.__slots__ if k not in fields}, **fields,
+                     "dep_ptr": ptr, "dep_idx": src[order]})  # type: ignore[attr-defined]
+    return out
+
+
+# ---------------------------------------------------------------- the job
+
+
+def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -> Job:
+    sizes = np.array([len(r.step) for r in ranks], dtype=np.int64)
+    if sizes.sum() == 0:
+        raise LaggardError(f"{files[0] if len(files) == 1 else files[0].parent}: no op inside a ProfilerStep#N window to analyse")
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    rank_of = np.repeat(np.array([int(r.rank) for r in ranks], dtype=np.int64), sizes)  # type: ignore[arg-type]
+    cat = np.concatenate
+
+    def relabel(codes_attr: str, labels_attr: str) -> tuple[np.ndarray, list[str]]:
+        labels: dict[str, int] = {}
+        parts = []
+        for r in ranks:
+            lab = getattr(r, labels_attr)
+            lut = np.array([labels.setdefault(x, len(labels)) for x in lab] + [-1], dtype=np.int64)
+            parts.append(lut[getattr(r, codes_attr)])
+        return (cat(parts) if parts else np.zeros(0, np.int64)), list(labels)
+
+    name_c, names = relabel("name", "names")
+    stream_c, streams = relabel("stream", "streams")
+    group_c, groups = relabel("group", "groups")
+    step = cat([r.step for r in ranks])
+    start_ns = cat([r.start_ns for r in ranks])
+    dur_ns = cat([r.dur_ns for r in ranks])
+    kind = cat([r.kind for r in ranks]).astype(np.int64)
+    meta_seq = cat([r.meta_seq for r in ranks])
+    size_b = cat([r.size_bytes for r in ranks])
+    peer = cat([r.peer for r in ranks])
+    n = len(step)
+    if (dur_ns < 0).any():
+        raise LaggardError(f"{int((dur_ns < 0).sum())} event(s) with negative durations in the traces")
+
+    # -- match collectives: (group, sequence number), or order within (rank, step, group)
+    seq = np.full(n, -1, np.int64)
+    coll = np.flatnonzero(group_c >= 0)
+    matched_by: dict[str, str] = {}
+    for g, label in enumerate(groups):  # one iteration per process group
+        rows = coll[group_c[coll] == g]
+        if (meta_seq[rows] >= 0).all():
+            seq[rows] = meta_seq[rows]
+            matched_by[label] = "sequence number"
+            continue
+        o = rows[np.lexsort((start_ns[rows], step[rows], rank_of[rows]))]
+        new = np.ones(len(o), bool)
+        new[1:] = (rank_of[o][1:] != rank_of[o][:-1]) | (step[o][1:] != step[o][:-1])
+        first = np.maximum.accumulate(np.where(new, np.arange(len(o)), 0))
+        seq[o] = np.arange(len(o)) - first
+        matched_by[label] = "order in the step"
+    _check_matches(group_c, seq, step, name_c, names, groups, rank_of, coll)
+
+    # -- clock alignment
+    domain_key = [(r.host, r.base_ns) if r.host else (None, i) for i, r in enumerate(ranks)]
+    dom_labels = {k: i for i, k in enumerate(dict.fromkeys(domain_key))}
+    rank_domain = np.array([dom_labels[k] for k in domain_key], dtype=np.int64)
+    offsets_ns = np.zeros(len(dom_labels), np.float64)
+    if align_clocks and len(dom_labels) > 1:
+        offsets_ns = _clock_offsets(
+            rank_domain[np.repeat(np.arange(len(ranks)), sizes)], group_c, seq, step, start_ns + dur_ns, len(dom_labels)
+        )
+    op_off = np.round(offsets_ns[rank_domain][np.repeat(np.arange(len(ranks)), sizes)]).astype(np.int64)
+    start_ns = start_ns - op_off
+
+    # -- dependencies: local indices -> op ids
+    owner = cat([offs[i] + np.repeat(np.arange(len(r.step)), np.diff(r.dep_ptr)) for i, r in enumerate(ranks)])
+    dep_vals = cat([offs[i] + r.dep_idx for i, r in enumerate(ranks)])
+    has = cat([r.has_deps for r in ranks])
+    import pyarrow as pa
+
+    counts = np.bincount(owner, minlength=n) if len(owner) else np.zeros(n, np.int64)
+    order = np.argsort(owner, kind="stable")
+    offsets = np.zeros(n + 1, np.int32 if len(dep_vals) < 2**31 else np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    mask = ~has
+    deps = pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(dep_vals[order].astype(np.int64)), mask=pa.array(mask) if mask.any() else None
+    )
+    size_arr = pa.array(size_b, mask=size_b < 0, type=pa.int64())
+    group_labels = np.array(groups + [None], dtype=object)
+    columns: dict[str, Any] = {
+        "rank": rank_of.astype(np.int32),
+        "dp_rank": rank_of.astype(np.int32),
+        "step": step,
+        "name": np.array(names, dtype=object)[name_c],
+        "kind": np.array(KIND_LABELS, dtype=object)[kind],
+        "stream": np.array(streams, dtype=object)[stream_c],
+        "start_ns": start_ns,
+        "dur_ns": dur_ns,
+        "group": group_labels[np.where(group_c >= 0, group_c, len(groups))],
+        "seq": np.where(group_c >= 0, seq, -1),
+        "peer": peer.astype(np.int32),
+        "size_bytes": size_arr,
+        "deps": deps,
+    }
+    table = make_table(columns, num_rows=n)
+    rank_ids = [int(r.rank) for r in ranks]  # type: ignore[arg-type]
+    off_by_rank = {str(rk): float(offsets_ns[rank_domain[i]] / 1e9) for i, rk in enumerate(rank_ids)}
+    declared = next((r.world_size for r in ranks if r.world_size is not None), None)
+    if declared is not None and declared > len(ranks):
+        warnings.warn(
+            f"the job has {declared} ranks but {len(ranks)} trace(s) were given; collectives are replayed among the "
+            "given ranks only",
+            LaggardWarning,
+            stacklevel=3,
+        )
+    pg_info: dict[str, Any] = {}
+    for r in ranks:
+        for g, inf in r.group_info.items():
+            pg_info.setdefault(g, {**inf, "matched_by": matched_by.get(g, "order in the step")})
+    devices = sorted({r.device for r in ranks})
+    meta = JobMeta(
+        name=_job_name(files),
+        world_size=len(ranks),
+        dp_size=len(ranks),
+        source=f"kineto:{len(files)} file(s)",
+        extra={
+            "clock_offsets_s": off_by_rank,
+            "clock_domains": len(dom_labels),
+            "declared_world_size": declared,
+            "devices": devices,
+            "collectives_from": sorted({r.coll_source for r in ranks if r.coll_source}),
+            "process_groups": pg_info,
+            "num_bytes": int(sum(r.num_bytes for r in ranks)),
+            "num_events": int(sum(r.num_events for r in ranks)),
+        },
+    )
+    return Job(table=table, meta=meta)
+
+
+def _job_name(files: list[Path]) -> str:
+    if len(files) == 1:
+        return files[0].name.removesuffix(".gz").removesuffix(".json")
+    parent = files[0].parent
+    return parent.name or "kineto"
+
+
+def _check_matches(group_c, seq, step, name_c, names, groups, rank_of, coll) -> None:
+    """Collectives paired across ranks should be of one type; say so when they are not."""
+    if len(coll) == 0:
+        return
+    o = coll[np.lexsort((seq[coll], group_c[coll], step[coll]))]
+    new = np.ones(len(o), bool)
+    new[1:] = (step[o][1:] != step[o][:-1]) | (group_c[o][1:] != group_c[o][:-1]) | (seq[o][1:] != seq[o][:-1])
+    gid = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    bad = name_c[o] != name_c[o][first[gid]]
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        g = int(gid[i])
+        warnings.warn(
+            f"{len(np.unique(gid[bad]))} matched collective(s) differ in type across ranks (e.g. step {int(step[o][i])}, "
+            f"group {groups[int(group_c[o][i])]!r} #{int(seq[o][i])}: {names[int(name_c[o][first[g]])]} on rank "
+            f"{int(rank_of[o][first[g]])}, {names[int(name_c[o][i])]} on rank {int(rank_of[o][i])}); "
+            "the ranks may not run the same collectives",
+            LaggardWarning,
+            stacklevel=3,
+        )
+
+
+def _clock_offsets(op_dom, group_c, seq, step, end_ns, num_dom: int) -> np.ndarray:
+    """Per clock domain: its offset (ns) from domain 0, from collective end times.
+
+    A collective ends at the same moment on all its ranks, so ``end = T_c + offset_d + noise``.
+    Two-way median fit (alternating medians over collectives and domains).
+    """
+    coll = np.flatnonzero(group_c >= 0)
+    if len(coll) == 0:
+        warnings.warn("no collective to align the ranks' clocks with; the traces' own clocks are used", LaggardWarning, stacklevel=4)
+        return np.zeros(num_dom)
+    o = coll[np.lexsort((seq[coll], group_c[coll], step[coll]))]
+    new = np.ones(len(o), bool)
+    new[1:] = (step[o][1:] != step[o][:-1]) | (group_c[o][1:] != group_c[o][:-1]) | (seq[o][1:] != seq[o][:-1])
+    inst = np.cumsum(new) - 1
+    num_inst = int(inst[-1]) + 1
+    ref = float(end_ns[o].min())
+    e = (end_ns[o] - ref).astype(np.float64)
+    # mean end per (instance, domain)
+    cell = inst * num_dom + op_dom[o]
+    tot = np.bincount(cell, weights=e, minlength=num_inst * num_dom)
+    cnt = np.bincount(cell, minlength=num_inst * num_dom)
+    E = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan).reshape(num_inst, num_dom)
+    E = E[np.sum(~np.isnan(E), axis=1) >= 2]
+    if len(E) == 0:
+        warnings.warn("no collective joins ranks of different hosts; their clocks are not aligned", LaggardWarning, stacklevel=4)
+        return np.zeros(num_dom)
+    off = np.zeros(num_dom)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices for unconnected domains
+        for _ in range(20):
+            T = np.nanmedian(E - off[None, :], axis=1)
+            new_off = np.nanmedian(E - T[:, None], axis=0)
+            new_off = np.where(np.isnan(new_off), 0.0, new_off)
+            new_off -= new_off[0]
+            if np.allclose(new_off, off, atol=1.0):
+                off = new_off
+                break
+            off = new_off
+    unlinked = np.flatnonzero(np.sum(~np.isnan(E), axis=0) == 0)
+    if len(unlinked):
+        warnings.warn(
+            f"{len(unlinked)} host(s) share no collective with the others; their clocks are not aligned",
+            LaggardWarning,
+            stacklevel=4,
+        )
+    return off
+
+
+__all__ = ["decode_all", "looks_like_kineto", "read_kineto", "trace_files"]

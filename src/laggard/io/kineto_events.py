@@ -1,0 +1,466 @@
+"""Decode one PyTorch-profiler (Kineto) Chrome-trace file into compact event columns.
+
+The file (plain or gzipped JSON) is read as a stream: it is decompressed block by block, the
+``traceEvents`` array is cut into chunks at event boundaries and each chunk is decoded with
+msgspec straight into small typed records holding only the fields laggard uses (unknown keys
+are skipped by the decoder without building Python objects). Each chunk becomes numpy / Arrow
+columns before the next is read, so a rank's raw JSON is never held whole. Files that are not
+laid out one event per indented block (e.g. minified JSON) are decoded in one piece.
+
+Times stay in the trace's own units here (``ts``/``dur`` in microseconds, floats);
+``base_ns`` (``baseTimeNanoseconds``, when present) puts them on the wall clock.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, field
+from itertools import count
+from operator import attrgetter, itemgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from laggard.ops import LaggardError
+
+_BLOCK_BYTES = 4 * 2**20  # bytes read per step (compressed: a sixteenth of it)
+_MIN_CHUNK_BYTES = 4 * 2**20  # events decoded per msgspec call (at least)
+_KEY = b'"traceEvents"'
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    """The ``args`` keys laggard reads; the rest are skipped by the decoder."""
+
+    ext: int = msgspec.field(default=-1, name="External id")
+    corr: int = msgspec.field(default=-1, name="correlation")
+    # collective metadata (record_param_comms and, in newer traces, the NCCL kernel itself)
+    coll: str | None = msgspec.field(default=None, name="Collective name")
+    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: str | list[int] | None = msgspec.field(default=None, name="Process Group Ranks")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    seq: int | str | None = msgspec.field(default=None, name="Seq")
+    src: int | None = msgspec.field(default=None, name="Src Rank")
+    dst: int | None = msgspec.field(default=None, name="Dst Rank")
+    # shapes (record_shapes=True): kept undecoded, read only for the few collective events
+    in_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    in_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
+
+
+class _Header(msgspec.Struct):
+    """Top-level keys (events excluded) of a trace file."""
+
+    traceEvents: list[_Event] | None = None
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[Any] | None = None
+    baseTimeNanoseconds: int | None = None
+    host_name: str | None = None
+    trace_id: str | None = None
+    traceName: str | None = None
+    schemaVersion: int | None = None
+
+
+_DEC_EVENTS = msgspec.json.Decoder(list[_Event])
+_DEC_HEADER = msgspec.json.Decoder(_Header)
+_DEC_ANY = msgspec.json.Decoder()
+
+# names whose events carry per-event metadata we need (collectives and their launches)
+_META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms|c10d::)", re.IGNORECASE)
+
+
+@dataclass(kw_only=True, slots=True)
+class RankEvents:
+    """The complete events (``ph == "X"``) of one trace file as columns."""
+
+    path: str
+    num_bytes: int  # uncompressed JSON bytes read
+    header: dict[str, Any]
+    cat: np.ndarray  # int codes into ``cats``
+    cats: list[str]
+    name: np.ndarray  # int codes into ``names``
+    names: list[str]
+    pid: np.ndarray  # int codes into ``pids`` (pids and tids are labels: numbers or strings)
+    pids: list[str]
+    tid: np.ndarray
+    tids: list[str]
+    ts_us: np.ndarray  # float64
+    dur_us: np.ndarray
+    ext: np.ndarray  # int64, -1 when absent
+    corr: np.ndarray
+    meta: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> collective metadata
+
+
+def _factorize(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Dense codes and labels (in order of first appearance) of hashable values, in C loops."""
+    first: dict[Any, int] = {}
+    pos = np.fromiter(map(first.setdefault, values, count()), np.int64, len(values))
+    lut = np.empty(len(values), np.int32)  # first-occurrence position -> dense code
+    lut[np.fromiter(first.values(), np.int64, len(first))] = np.arange(len(first), dtype=np.int32)
+    return lut[pos], list(first)
+
+
+class _Columns:
+    """Per-chunk columns, concatenated at the end (labels merged across chunks)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[Any]] = {k: [] for k in ("ts", "dur", "ext", "corr")}
+        self.labels: dict[str, dict[Any, int]] = {k: {} for k in ("cat", "name", "pid", "tid")}
+        self.codes: dict[str, list[np.ndarray]] = {k: [] for k in ("cat", "name", "pid", "tid")}
+        self.meta: dict[int, dict[str, Any]] = {}
+        self.n = 0
+
+    def _codes(self, key: str, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+        codes, labels = _factorize(values)
+        table = self.labels[key]
+        lut = np.array([table.setdefault(v, len(table)) for v in labels], dtype=np.int32)  # one per label
+        out = lut[codes]
+        self.codes[key].append(out)
+        return out, labels
+
+    def add(self, events: list[_Event]) -> None:
+        if not events:
+            return
+        ph_codes, ph_labels = _factorize(list(map(attrgetter("ph"), events)))
+        if "X" not in ph_labels:
+            return
+        keep = np.flatnonzero(ph_codes == ph_labels.index("X"))
+        evs = list(itemgetter(*keep.tolist())(events)) if len(keep) > 1 else [events[int(keep[0])]]
+        n = len(evs)
+        self._codes("cat", list(map(attrgetter("cat"), evs)))
+        name_codes, _ = self._codes("name", list(map(attrgetter("name"), evs)))
+        self._codes("pid", list(map(attrgetter("pid"), evs)))
+        self._codes("tid", list(map(attrgetter("tid"), evs)))
+        p = self.parts
+        p["ts"].append(np.fromiter(map(attrgetter("ts"), evs), np.float64, n))
+        p["dur"].append(np.fromiter(map(attrgetter("dur"), evs), np.float64, n))
+        args = list(map(attrgetter("args"), evs))
+        p["ext"].append(np.fromiter(map(attrgetter("ext"), args), np.int64, n))
+        p["corr"].append(np.fromiter(map(attrgetter("corr"), args), np.int64, n))
+        # metadata of the few events that need it (collectives): a loop over those only
+        lab = list(self.labels["name"])
+        want = [i for i, s in enumerate(lab) if _META_NAME.match(s) or s.startswith(("ncclKernel", "ncclDevKernel"))]
+        if want:
+            for i in np.flatnonzero(np.isin(name_codes, want)).tolist():
+                self.meta[self.n + i] = _meta(args[i])
+        self.n += n
+
+    def finish(self, path: str, num_bytes: int, header: dict[str, Any]) -> RankEvents:
+        p = self.parts
+
+        def codes(key: str) -> tuple[np.ndarray, list[str]]:
+            parts = self.codes[key]
+            return (np.concatenate(parts) if parts else np.zeros(0, np.int32)), [str(x) for x in self.labels[key]]
+
+        def cat(key: str, dtype) -> np.ndarray:
+            return np.concatenate(p[key]).astype(dtype, copy=False) if p[key] else np.zeros(0, dtype=dtype)
+
+        c, cats = codes("cat")
+        nm, names = codes("name")
+        pi, pids = codes("pid")
+        ti, tids = codes("tid")
+        return RankEvents(
+            path=path,
+            num_bytes=num_bytes,
+            header=header,
+            cat=c,
+            cats=cats,
+            name=nm,
+            names=names,
+            pid=pi,
+            pids=pids,
+            tid=ti,
+            tids=tids,
+            ts_us=cat("ts", np.float64),
+            dur_us=cat("dur", np.float64),
+            ext=cat("ext", np.int64),
+            corr=cat("corr", np.int64),
+            meta=self.meta,
+        )
+
+
+_DTYPE_BYTES = {
+    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "double": 8, "float64": 8,
+    "int": 4, "int32": 4, "long": 8, "int64": 8, "long int": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
+    "signed char": 1, "unsigned char": 1, "uint8": 1, "byte": 1, "bool": 1, "c10::half": 2, "c10::bfloat16": 2,
+}
+
+
+def dtype_bytes(name: str | None) -> int | None:
+    if not name:
+        return None
+    return _DTYPE_BYTES.get(name.strip().lower().removeprefix("torch."))
+
+
+def _meta(a: _Args) -> dict[str, Any]:
+    m: dict[str, Any] = {}
+    if a.coll is not None:
+        m["coll"] = a.coll
+    if a.pg_name is not None:
+        m["pg_name"] = str(a.pg_name)
+    if a.pg_desc is not None:
+        m["pg_desc"] = a.pg_desc
+    if a.pg_ranks is not None:
+        ranks = a.pg_ranks
+        if isinstance(ranks, str):
+            try:
+                ranks = _DEC_ANY.decode(ranks.encode())
+            except msgspec.DecodeError:
+                ranks = None
+        if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+            m["pg_ranks"] = ranks
+    if a.group_size is not None:
+        m["group_size"] = a.group_size
+    elem = dtype_bytes(a.dtype)
+    nelems = a.in_nelems if a.in_nelems is not None else a.out_nelems
+    if nelems is not None and a.out_nelems is not None:
+        nelems = max(nelems, a.out_nelems)
+    if nelems is not None and elem is not None:
+        m["size_bytes"] = int(nelems) * elem
+    if a.seq is not None:
+        try:
+            m["seq"] = int(a.seq)
+        except ValueError:
+            pass
+    if a.src is not None:
+        m["src"] = a.src
+    if a.dst is not None:
+        m["dst"] = a.dst
+    if "size_bytes" not in m and len(a.in_dims) and len(a.in_type):
+        size = _shape_bytes(a.in_dims, a.in_type)
+        if size is not None:
+            m["size_bytes"] = size
+    return m
+
+
+def _shape_bytes(dims_raw: msgspec.Raw, type_raw: msgspec.Raw) -> int | None:
+    """Bytes of the first tensor argument (gloo events: ``Input Dims`` [[n, ...]], ``Input type``)."""
+    try:
+        dims = _DEC_ANY.decode(dims_raw)
+        types = _DEC_ANY.decode(type_raw)
+    except msgspec.DecodeError:
+        return None
+    if not dims or not types or not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    shape = dims[0]
+    if isinstance(shape, list) and shape and isinstance(shape[0], list):  # TensorList: first tensor
+        shape = shape[0]
+    elem = dtype_bytes(str(types[0]))
+    if not isinstance(shape, list) or elem is None or not all(isinstance(x, int) for x in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64)) * elem if shape else elem
+
+
+# ---------------------------------------------------------------- streaming reader
+
+
+class _Reader:
+    """Decompressed bytes of a file, block by block; one-line errors for corrupt input."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.f = open(path, "rb")  # noqa: SIM115 (closed in close())
+        except OSError as e:
+            raise LaggardError(f"{path}: cannot read ({e.strerror or e})") from None
+        magic = self.f.read(2)
+        self.f.seek(0)
+        self.gz = zlib.decompressobj(wbits=47) if magic == b"\x1f\x8b" else None
+        self.done = False
+        self.num_bytes = 0
+
+    def read(self) -> bytes:
+        """The next block of decompressed bytes; b"" at the end."""
+        out = b""
+        while not out and not self.done:
+            raw = self.f.read(_BLOCK_BYTES if self.gz is None else _BLOCK_BYTES // 16)
+            if self.gz is None:
+                self.done = not raw
+                out = raw
+                continue
+            try:
+                if not raw:
+                    if not self.gz.eof:
+                        raise LaggardError(f"{self.path}: truncated gzip file (the compressed stream ends early)")
+                    self.done = True
+                    break
+                out = self.gz.decompress(raw)
+                while self.gz.eof and self.gz.unused_data.strip(b"\x00"):
+                    # concatenated gzip members: go on with a fresh decompressor
+                    rest = self.gz.unused_data
+                    self.gz = zlib.decompressobj(wbits=47)
+                    out += self.gz.decompress(rest)
+            except zlib.error as e:
+                raise LaggardError(f"{self.path}: corrupt gzip data ({e})") from None
+        self.num_bytes += len(out)
+        return out
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _json_error(path: Path, e: Exception) -> LaggardError:
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, msgspec.ValidationError):
+        return LaggardError(f"{path}: not a PyTorch profiler trace ({msg})")
+    return LaggardError(f"{path}: not valid JSON ({msg})")
+
+
+def read_events(path: str | Path) -> RankEvents:
+    """Decode the events of one Kineto trace file (see the module docstring)."""
+    path = Path(path)
+    try:
+        if path.stat().st_size == 0:
+            raise LaggardError(f"{path}: empty file (0 bytes), not a PyTorch profiler trace")
+    except OSError as e:
+        raise LaggardError(f"{path}: cannot read ({e.strerror or e})") from None
+    rd = _Reader(path)
+    try:
+        return _read(path, rd)
+    finally:
+        rd.close()
+
+
+def _read(path: Path, rd: _Reader) -> RankEvents:
+    cols = _Columns()
+    buf = b""
+    # 1. the header: everything before the "traceEvents" key
+    while True:
+        block = rd.read()
+        buf += block
+        k = buf.find(_KEY)
+        if k >= 0:
+            br = buf.find(b"[", k + len(_KEY))
+            if br >= 0 or not block:
+                break
+        if not block:
+            break
+        if len(buf) > 256 * 2**20:  # no events key in the first 256 MiB: decode the whole thing below
+            break
+    if not buf.strip():
+        raise LaggardError(f"{path}: empty file (no JSON), not a PyTorch profiler trace")
+    k = buf.find(_KEY)
+    br = buf.find(b"[", k + len(_KEY)) if k >= 0 else -1
+    if k < 0 or br < 0 or buf[k + len(_KEY) : br].strip() != b":":
+        # not laid out as expected: read all and decode in one piece (reports the right error)
+        while True:
+            block = rd.read()
+            if not block:
+                break
+            buf += block
+        return _whole(path, buf, rd.num_bytes, cols)
+    head = buf[:k].rstrip()
+    header = _decode_header(path, head + (b"" if head.endswith((b"{", b",")) else b",") + b'"traceEvents": []}')
+    buf = bytearray(buf[br:])  # buf[0] is the array's '['
+    # 2. the events, in chunks cut after an event that ends a line at the events' indentation;
+    # the chunk is decoded in place: its leading '[' or ',' and its trailing ',' become brackets
+    sep = _separator(bytes(buf[1:4096]))
+    while True:
+        block = rd.read()
+        if not block:
+            break
+        buf += block
+        if sep is None:
+            sep = _separator(bytes(buf[1:4096]))
+            continue
+        if len(buf) < _MIN_CHUNK_BYTES:
+            continue
+        cut = buf.rfind(sep)
+        if cut <= 0:
+            continue
+        end = cut + len(sep) - 1  # the ',' after the last whole event
+        buf[0], buf[end] = ord("["), ord("]")
+        try:
+            events = _DEC_EVENTS.decode(memoryview(buf)[: end + 1])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            # the separator matched inside an event (unusual layout): stop chunking
+            buf[0], buf[end] = ord(","), ord(",")
+            sep = None
+            continue
+        cols.add(events)
+        del events
+        del buf[:end]  # keep the ',' as the next chunk's opening
+    buf = bytes(buf[1:])
+    # 3. the last events and the keys after the array
+    try:
+        tail = _DEC_HEADER.decode(b'{"traceEvents":[' + buf)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        if isinstance(e, msgspec.DecodeError) and "truncated" in str(e).lower():
+            raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None
+        raise _json_error(path, e) from None
+    cols.add(tail.traceEvents or [])
+    for key in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "trace_id", "traceName"):
+        v = getattr(tail, key)
+        if v is not None and header.get(key) is None:
+            header[key] = v
+    return cols.finish(str(path), rd.num_bytes, header)
+
+
+def _separator(buf: bytes) -> bytes | None:
+    """The byte pattern between two events: newline, the events' indentation, '},'."""
+    m = re.match(rb"\s*\n([ \t]*)\{", buf[:4096])
+    if m is None:
+        return None
+    return b"\n" + m.group(1) + b"},"
+
+
+def _decode_header(path: Path, data: bytes) -> dict[str, Any]:
+    try:
+        h = _DEC_HEADER.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise _json_error(path, e) from None
+    return {k: getattr(h, k) for k in _Header.__struct_fields__ if k != "traceEvents" and getattr(h, k) is not None}
+
+
+def _whole(path: Path, data: bytes, num_bytes: int, cols: _Columns) -> RankEvents:
+    try:
+        obj = _DEC_ANY.decode(data) if not data.lstrip().startswith(b"{") else None
+    except msgspec.DecodeError as e:
+        raise _json_error(path, e) from None
+    if obj is not None:
+        kind = type(obj).__name__
+        raise LaggardError(f"{path}: not a PyTorch profiler trace (a JSON {kind}, expected an object with traceEvents)")
+    try:
+        h = _DEC_HEADER.decode(data)
+    except msgspec.DecodeError as e:
+        if "truncated" in str(e).lower():
+            raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None
+        raise _json_error(path, e) from None
+    except msgspec.ValidationError as e:
+        raise _json_error(path, e) from None
+    if h.traceEvents is None:
+        raise LaggardError(f"{path}: not a PyTorch profiler trace (no traceEvents in the JSON object)")
+    cols.add(h.traceEvents)
+    header = {k: getattr(h, k) for k in _Header.__struct_fields__ if k != "traceEvents" and getattr(h, k) is not None}
+    return cols.finish(str(path), num_bytes, header)
+
+
+def peek(path: Path, num_bytes: int = 65536) -> bytes:
+    """The first decompressed bytes of a file (format detection); b'' when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(num_bytes)
+        if raw[:2] == b"\x1f\x8b":
+            return zlib.decompressobj(wbits=47).decompress(raw, num_bytes)
+        return raw
+    except (OSError, zlib.error):
+        return b""
