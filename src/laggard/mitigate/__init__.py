@@ -1,0 +1,37 @@
+"""Mitigations for stragglers, usable from any PyTorch training loop in a few lines.
+
+* ``PlannedGC`` (``gc``): garbage collection on all ranks at the same step, fixed or adaptive.
+* ``balance`` / ``imbalance`` / ``WLBPacker`` (``balance``) with ``CostModel`` / ``fit_cost``
+  (``cost``): documents into DP ranks x microbatches of equal cost, under a token cap.
+* ``cp_shard`` (``cp``): per-document or per-sequence context-parallel sharding, chosen per batch.
+* ``partition_stages`` / ``split_stages`` (``partition``): the exact min-max contiguous pipeline split.
+* ``BalancedBatchSampler``, ``pack_collate``, ``exchange_sequences`` (``data``): DataLoader and
+  torch.distributed helpers.
+
+This package imports numpy only (torch inside the functions that talk between ranks, never the
+analysis stack), so a training loop can use it without loading pyarrow or the replay engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from laggard.mitigate.balance import Plan, WLBPacker, balance, imbalance
+from laggard.mitigate.cost import CostFit, CostModel, fit_cost
+from laggard.mitigate.cp import AttentionCostModel, CPShard, cp_shard
+from laggard.mitigate.gc import PlannedGC
+from laggard.mitigate.partition import StageSplit, megatron_layout, partition_stages, split_stages
+
+__all__ = [
+    "AttentionCostModel", "BalancedBatchSampler", "CPShard", "CostFit", "CostModel", "Plan", "PlannedGC",
+    "StageSplit", "WLBPacker", "balance", "cp_shard", "exchange_sequences", "fit_cost", "imbalance",
+    "megatron_layout", "pack_collate", "partition_stages", "split_stages",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("BalancedBatchSampler", "exchange_sequences", "pack_collate", "Exchange"):
+        from laggard.mitigate import data
+
+        return getattr(data, name)
+    raise AttributeError(f"module 'laggard.mitigate' has no attribute {name!r}")

@@ -1,0 +1,484 @@
+"""Sequence balancing: documents into DP ranks x microbatches so every bin costs about the same.
+
+A microbatch's time grows with the sum of its documents' costs (attention: d^2 per document, plus a
+linear part; see ``laggard.mitigate.cost``). Three partitioners, all under an optional per-bin token
+cap (the activation-memory limit), which is never exceeded:
+
+* ``greedy``: longest-processing-time first: documents by decreasing cost, each to the cheapest bin
+  that still has room.
+* ``kk``: Karmarkar-Karp k-way largest differencing: every document starts as a k-tuple of bin sums;
+  the two tuples with the largest spread are merged (largest sum against smallest) until one is left.
+* ``wlb``: variable-length packing in the spirit of WLB-LLM (Wang et al., 2025): documents whose cost
+  alone exceeds the balanced bin level (outliers) wait for a later batch instead of unbalancing this
+  one, the rest is packed longest-first and improved by moves and swaps out of the most expensive bin.
+  ``WLBPacker`` keeps the waiting documents across batches (forced in after ``max_wait_batches``) and
+  reports how many tokens were delayed and for how long.
+
+Bins are numbered rank-major when used for DP x microbatches: bin ``r * num_microbatches + m``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from laggard.mitigate._errors import check_positive_int, error
+from laggard.mitigate.cost import Cost, CostModel, doc_costs
+
+METHODS = ("wlb", "kk", "greedy")
+# refinement stops once the most expensive bin is within this of the mean
+DEFAULT_TOLERANCE = 0.002
+# how many of the cheapest bins each refinement step looks at for moves and swaps
+_NUM_PARTNERS = 4
+
+
+def imbalance(costs: Any) -> float:
+    """max / mean of per-bin costs: 1.0 is perfect balance (the figure everyone reports)."""
+    c = np.asarray(costs, dtype=np.float64).ravel()
+    if len(c) == 0:
+        raise error("imbalance: no costs given")
+    if not np.isfinite(c).all() or (c < 0).any():
+        raise error("imbalance: costs must be finite and >= 0")
+    mean = c.mean()
+    return float(c.max() / mean) if mean > 0 else 1.0
+
+
+@dataclass(kw_only=True, slots=True)
+class Plan:
+    """Documents assigned to bins. Ids are indices into the lengths given (or ``WLBPacker`` ids)."""
+
+    bins: list[list[int]]
+    deferred: list[int]
+    costs: np.ndarray  # per bin: c0 (if the bin is not empty) + sum of document costs
+    tokens: np.ndarray  # per bin: sum of document lengths
+    method: str
+    max_tokens: int | None = None
+    # documents in ``bins`` that had been held back, and how many batches each waited (WLBPacker)
+    released: list[int] = field(default_factory=list)
+    waited_batches: list[int] = field(default_factory=list)
+    num_deferred_tokens: int = 0
+
+    @property
+    def num_bins(self) -> int:
+        return len(self.bins)
+
+    @property
+    def imbalance(self) -> float:
+        return imbalance(self.costs) if len(self.costs) else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method, "num_bins": self.num_bins, "imbalance": self.imbalance,
+            "bins": self.bins, "deferred": self.deferred, "costs": self.costs.tolist(),
+            "tokens": self.tokens.tolist(), "max_tokens": self.max_tokens, "released": self.released,
+            "waited_batches": self.waited_batches, "num_deferred_tokens": self.num_deferred_tokens,
+        }
+
+
+# ------------------------------------------------------------------ partitioners (bin_of arrays)
+
+
+def greedy_assign(costs: np.ndarray, tokens: np.ndarray, num_bins: int, cap: float,
+                  base: float = 0.0, order: np.ndarray | None = None,
+                  bin_of: np.ndarray | None = None) -> np.ndarray:
+    """Longest-first: each document (in ``order``, default by decreasing cost) to the cheapest bin with
+    room. Returns the bin of every document, -1 where no bin had room. ``bin_of`` holds documents
+    already placed (-1: to place)."""
+    n = len(costs)
+    out = np.full(n, -1, dtype=np.int64) if bin_of is None else bin_of.copy()
+    loads = np.zeros(num_bins)
+    toks = np.zeros(num_bins)
+    placed = out >= 0
+    if placed.any():
+        np.add.at(loads, out[placed], costs[placed])
+        np.add.at(toks, out[placed], tokens[placed])
+        loads[np.bincount(out[placed], minlength=num_bins) > 0] += base
+    if order is None:
+        order = np.argsort(-costs, kind="stable")
+    order = order[out[order] < 0]
+    heap = [(float(loads[b]), b) for b in range(num_bins)]
+    heapq.heapify(heap)
+    tok_list = toks.tolist()
+    empty = [t == 0 for t in tok_list]
+    capped = math.isfinite(cap)
+    for i, c, t in zip(order.tolist(), costs[order].tolist(), tokens[order].tolist(), strict=True):
+        if not capped:
+            load, b = heap[0]
+            out[i] = b
+            heapq.heapreplace(heap, (load + c + (base if empty[b] else 0.0), b))
+            empty[b] = False
+            continue
+        skipped = []
+        while heap and tok_list[heap[0][1]] + t > cap:
+            skipped.append(heapq.heappop(heap))
+        if heap:
+            load, b = heap[0]
+            out[i] = b
+            tok_list[b] += t
+            heapq.heapreplace(heap, (load + c + (base if empty[b] else 0.0), b))
+            empty[b] = False
+        for s in skipped:
+            heapq.heappush(heap, s)
+    return out
+
+
+def kk_assign(costs: np.ndarray, num_bins: int) -> np.ndarray:
+    """Karmarkar-Karp k-way largest differencing (no token cap): the bin of every document.
+
+    Each partial solution is k bin sums (sorted, largest first) and the group of documents in each.
+    Merging two partials pairs the largest sum of one with the smallest of the other. Groups are
+    nodes of a forest (a merge of two non-empty groups makes a parent node), resolved at the end by
+    pointer jumping, so a merge costs O(k) numpy work and no per-document Python loop.
+    """
+    n, k = len(costs), num_bins
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    parent = np.full(2 * n, -1, dtype=np.int64)  # leaves 0..n-1, merge nodes n..2n-2
+    next_node = n
+    sums: list[np.ndarray] = []
+    groups: list[np.ndarray] = []
+    heap: list[tuple[float, int]] = []
+    for i, c in enumerate(costs.tolist()):
+        s = np.zeros(k)
+        s[0] = c
+        g = np.full(k, -1, dtype=np.int64)
+        g[0] = i
+        sums.append(s)
+        groups.append(g)
+        heap.append((-c, i))
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        _, ia = heapq.heappop(heap)
+        _, ib = heapq.heappop(heap)
+        s = sums[ia] + sums[ib][::-1]
+        ga, gb = groups[ia], groups[ib][::-1]
+        both = (ga >= 0) & (gb >= 0)
+        g = np.where(ga >= 0, ga, gb)
+        num_new = int(both.sum())
+        if num_new:
+            new = np.arange(next_node, next_node + num_new)
+            parent[ga[both]] = new
+            parent[gb[both]] = new
+            g[both] = new
+            next_node += num_new
+        order = np.argsort(-s, kind="stable")
+        s, g = s[order], g[order]
+        sums[ia], groups[ia] = s, g
+        sums[ib] = groups[ib] = None  # type: ignore[call-overload]
+        heapq.heappush(heap, (-(s[0] - s[-1]), ia))
+    _, last = heap[0]
+    root_bin = np.full(next_node, -1, dtype=np.int64)
+    final = groups[last]
+    root_bin[final[final >= 0]] = np.flatnonzero(final >= 0)
+    parent = parent[:next_node]
+    # pointer jumping: every node to its root
+    root = np.where(parent >= 0, parent, np.arange(next_node))
+    while True:
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            break
+        root = nxt
+    return root_bin[root[:n]]
+
+
+def refine(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bins: int, cap: float,
+           base: float = 0.0, *, tolerance: float = DEFAULT_TOLERANCE, max_iters: int | None = None) -> np.ndarray:
+    """Lower the most expensive bin by moving or swapping one of its documents with one of the cheapest
+    bins, while that strictly improves the pair and keeps both under the token cap."""
+    bin_of = bin_of.copy()
+    placed = bin_of >= 0
+    loads = np.bincount(bin_of[placed], weights=costs[placed], minlength=num_bins)
+    toks = np.bincount(bin_of[placed], weights=tokens[placed], minlength=num_bins)
+    count = np.bincount(bin_of[placed], minlength=num_bins)
+    loads = loads + base * (count > 0)
+    mean = loads.mean()
+    if mean <= 0 or num_bins < 2:
+        return bin_of
+    max_iters = 8 * num_bins + 64 if max_iters is None else max_iters
+    num_partners = min(_NUM_PARTNERS, num_bins - 1)
+    for _ in range(max_iters):
+        m = int(np.argmax(loads))
+        lm = loads[m]
+        if lm <= (1 + tolerance) * mean:
+            break
+        partners = np.argpartition(loads, num_partners)[: num_partners + 1]
+        partners = partners[partners != m][:num_partners]
+        xs = np.flatnonzero(bin_of == m)
+        cx, tx = costs[xs], tokens[xs]
+        lj = loads[partners]
+        # moves: x from m to partner j (a partner that was empty starts paying ``base``)
+        pay = base * (count[partners] == 0)
+        last = len(xs) == 1  # moving the only document empties m: it stops paying base
+        mv_m = lm - cx[:, None] - (base if last else 0.0)
+        mv_j = lj[None, :] + cx[:, None] + pay[None, :]
+        mv = np.maximum(mv_m, mv_j)
+        mv[toks[partners][None, :] + tx[:, None] > cap] = np.inf
+        best_mv = np.unravel_index(int(np.argmin(mv)), mv.shape) if mv.size else None
+        best_val = mv[best_mv] if best_mv is not None else np.inf
+        # swaps: x in m with y in partner bin j
+        ys = np.flatnonzero(np.isin(bin_of, partners))
+        best_sw = None
+        if len(ys) and len(xs):
+            jy = bin_of[ys]
+            delta = cx[:, None] - costs[ys][None, :]
+            dt = tx[:, None] - tokens[ys][None, :]
+            sw = np.maximum(lm - delta, loads[jy][None, :] + delta)
+            bad = (delta <= 0) | (toks[m] - dt > cap) | (toks[jy][None, :] + dt > cap)
+            sw[bad] = np.inf
+            idx = np.unravel_index(int(np.argmin(sw)), sw.shape)
+            if sw[idx] < best_val:
+                best_val, best_sw = sw[idx], idx
+        if not best_val < lm * (1 - 1e-12):
+            break
+        if best_sw is not None:
+            xi, yi = xs[best_sw[0]], ys[best_sw[1]]
+            j = int(bin_of[yi])
+            d, dtk = costs[xi] - costs[yi], tokens[xi] - tokens[yi]
+            bin_of[xi], bin_of[yi] = j, m
+            loads[m] -= d
+            loads[j] += d
+            toks[m] -= dtk
+            toks[j] += dtk
+        else:
+            assert best_mv is not None
+            xi, j = xs[best_mv[0]], int(partners[best_mv[1]])
+            bin_of[xi] = j
+            loads[m] -= costs[xi] + (base if last else 0.0)
+            loads[j] += costs[xi] + (base if count[j] == 0 else 0.0)
+            toks[m] -= tokens[xi]
+            toks[j] += tokens[xi]
+            count[m] -= 1
+            count[j] += 1
+    return bin_of
+
+
+def repair_cap(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bins: int, cap: float) -> np.ndarray:
+    """Move documents out of bins over the token cap (cheapest first) into the cheapest bins with room.
+    Documents that find no room are left at -1."""
+    bin_of = bin_of.copy()
+    toks = np.bincount(bin_of[bin_of >= 0], weights=tokens[bin_of >= 0], minlength=num_bins)
+    loads = np.bincount(bin_of[bin_of >= 0], weights=costs[bin_of >= 0], minlength=num_bins)
+    for b in np.flatnonzero(toks > cap).tolist():
+        members = np.flatnonzero(bin_of == b)
+        for i in members[np.argsort(costs[members], kind="stable")].tolist():
+            if toks[b] <= cap:
+                break
+            room = np.flatnonzero(toks + tokens[i] <= cap)
+            bin_of[i] = -1
+            toks[b] -= tokens[i]
+            loads[b] -= costs[i]
+            if len(room):
+                j = int(room[np.argmin(loads[room])])
+                bin_of[i] = j
+                toks[j] += tokens[i]
+                loads[j] += costs[i]
+    return bin_of
+
+
+def select_outliers(costs: np.ndarray, num_bins: int, base: float, forced: np.ndarray | None = None,
+                    slack: float = 0.0, waited: np.ndarray | None = None) -> np.ndarray:
+    """Documents whose cost alone is above the balanced bin level of what is kept (largest first; the
+    level drops as outliers leave; among equal costs the newest waits first). When that would leave no
+    more documents than bins, nothing is held back (waiting would not buy balance). ``forced``
+    documents are never held back."""
+    held = np.zeros(len(costs), dtype=bool)
+    if len(costs) == 0:
+        return held
+    total = float(costs.sum())
+    order = np.argsort(-costs, kind="stable") if waited is None else np.lexsort((waited, -costs))
+    num_kept = len(costs)
+    for i in order.tolist():
+        if forced is not None and forced[i]:
+            continue
+        level = (1 + slack) * (base + total / num_bins) - base
+        if costs[i] <= level:
+            return held
+        if num_kept <= num_bins:  # a bin per document and still no balance: waiting does not help
+            return np.zeros(len(costs), dtype=bool)
+        held[i] = True
+        total -= float(costs[i])
+        num_kept -= 1
+    return held
+
+
+def wlb_assign(costs: np.ndarray, tokens: np.ndarray, num_bins: int, cap: float, base: float = 0.0, *,
+               forced: np.ndarray | None = None, tolerance: float = DEFAULT_TOLERANCE,
+               defer_outliers: bool = True, outlier_slack: float = 0.0,
+               waited: np.ndarray | None = None) -> np.ndarray:
+    """WLB-style packing: outliers held back (-1), the rest longest-first then refined. Documents that
+    find no room under the cap are held back too; ``forced`` ones are placed first."""
+    n = len(costs)
+    held = (select_outliers(costs, num_bins, base, forced, outlier_slack, waited) if defer_outliers
+            else np.zeros(n, dtype=bool))
+    keep = ~held
+    order = np.argsort(-costs, kind="stable")
+    if forced is not None and forced.any():
+        order = np.concatenate([order[forced[order]], order[~forced[order]]])
+    order = order[keep[order]]
+    bin_of = greedy_assign(costs, tokens, num_bins, cap, base, order=order)
+    return refine(bin_of, costs, tokens, num_bins, cap, base, tolerance=tolerance)
+
+
+# ------------------------------------------------------------------ public API
+
+
+def _check_lengths(lengths: Any, max_tokens: int | None) -> tuple[np.ndarray, float]:
+    d = np.asarray(lengths)
+    if d.ndim != 1:
+        raise error(f"lengths must be a flat sequence of integers, got shape {d.shape}")
+    if len(d) and (d.dtype.kind not in "iu" and not (d.dtype.kind == "f" and np.isfinite(d).all()
+                                                     and (d == np.round(d)).all())):
+        raise error("lengths must be integers")
+    d = d.astype(np.int64)
+    if len(d) and d.min() < 0:
+        raise error(f"lengths must be >= 0, got {int(d.min())}")
+    if max_tokens is None:
+        return d, math.inf
+    cap = check_positive_int(max_tokens, "max_tokens")
+    if len(d) and d.max() > cap:
+        i = int(np.argmax(d))
+        raise error(f"document {i} has {int(d[i])} tokens, more than max_tokens={cap}: split it first")
+    return d, float(cap)
+
+
+def _plan(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bins: int, base: float, method: str,
+          max_tokens: int | None, ids: np.ndarray | None = None) -> Plan:
+    ids = np.arange(len(bin_of)) if ids is None else ids
+    placed = bin_of >= 0
+    order = np.argsort(np.where(placed, bin_of, num_bins), kind="stable")
+    counts = np.bincount(bin_of[placed], minlength=num_bins)
+    bins = [a.tolist() for a in np.split(ids[order[: int(placed.sum())]], np.cumsum(counts)[:-1])]
+    bin_costs = np.bincount(bin_of[placed], weights=costs[placed], minlength=num_bins) + base * (counts > 0)
+    bin_tokens = np.bincount(bin_of[placed], weights=tokens[placed], minlength=num_bins).astype(np.int64)
+    deferred = ids[~placed]
+    return Plan(bins=bins, deferred=deferred.tolist(), costs=bin_costs, tokens=bin_tokens, method=method,
+                max_tokens=max_tokens, num_deferred_tokens=int(tokens[~placed].sum()))
+
+
+def balance(lengths: Sequence[int] | np.ndarray, num_bins: int, *, method: str = "wlb",
+            cost: CostModel | Cost | None = None, max_tokens: int | None = None,
+            tolerance: float = DEFAULT_TOLERANCE, outlier_slack: float = 0.0) -> Plan:
+    """Split documents of ``lengths`` tokens into ``num_bins`` bins of about equal cost.
+
+    ``cost``: a ``CostModel``, a callable on a length, or None for the attention-dominated d^2.
+    ``max_tokens``: per-bin token cap, never exceeded. ``method``: ``wlb`` (outliers go to
+    ``plan.deferred`` for the next batch; see ``WLBPacker`` to keep them across batches), ``kk`` or
+    ``greedy`` (both place every document or raise ``LaggardError``).
+    """
+    if method not in METHODS:
+        raise error(f"method {method!r} not known (choose from {', '.join(METHODS)})")
+    num_bins = check_positive_int(num_bins, "num_bins")
+    d, cap = _check_lengths(lengths, max_tokens)
+    costs, base = doc_costs(d, cost)
+    tokens = d.astype(np.float64)
+    if method == "wlb":
+        bin_of = wlb_assign(costs, tokens, num_bins, cap, base, tolerance=tolerance, outlier_slack=outlier_slack)
+    elif method == "greedy":
+        bin_of = greedy_assign(costs, tokens, num_bins, cap, base)
+    else:
+        bin_of = kk_assign(costs, num_bins)
+        if math.isfinite(cap):
+            bin_of = repair_cap(bin_of, costs, tokens, num_bins, cap)
+            if (bin_of < 0).any():  # repair could not place everything: longest-first under the cap
+                bin_of = greedy_assign(costs, tokens, num_bins, cap, base)
+    if method != "wlb" and (bin_of < 0).any():
+        raise error(f"{method}: {int((bin_of < 0).sum())} document(s) do not fit in {num_bins} bins of "
+                    f"max_tokens={max_tokens} ({int(d.sum())} tokens in all); use more bins, a larger cap "
+                    "or method='wlb' (which defers what does not fit)")
+    return _plan(bin_of, costs, tokens, num_bins, base, method, max_tokens)
+
+
+class WLBPacker:
+    """WLB packing across batches: outliers (and what does not fit under the cap) wait in a queue and
+    join a later batch, at the latest after ``max_wait_batches`` batches.
+
+    ``pack(lengths)`` returns a ``Plan`` whose ids are global document ids (a running count unless
+    ``ids`` are given); ``plan.released`` lists the documents placed after waiting and
+    ``plan.waited_batches`` how long each waited. ``flush()`` places everything still waiting.
+    """
+
+    def __init__(self, num_bins: int, *, cost: CostModel | Cost | None = None, max_tokens: int | None = None,
+                 max_wait_batches: int = 4, tolerance: float = DEFAULT_TOLERANCE,
+                 outlier_slack: float = 0.0) -> None:
+        self.num_bins = check_positive_int(num_bins, "num_bins")
+        if isinstance(max_wait_batches, bool) or not isinstance(max_wait_batches, int) or max_wait_batches < 0:
+            raise error(f"max_wait_batches must be an integer >= 0, got {max_wait_batches!r}")
+        self.cost = cost
+        self.max_tokens = max_tokens
+        self.max_wait_batches = max_wait_batches
+        self.tolerance = tolerance
+        self.outlier_slack = outlier_slack
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._lengths = np.zeros(0, dtype=np.int64)
+        self._waited = np.zeros(0, dtype=np.int64)
+        self._next_id = 0
+        self.num_batches = 0
+        self.num_tokens = 0
+        self.num_delayed_docs = 0
+        self.num_delayed_tokens = 0  # tokens that joined a later batch than the one they came with
+        self.delayed_token_batches = 0  # sum over delayed documents of tokens x batches waited
+        self.max_waited_batches = 0
+
+    @property
+    def pending(self) -> list[int]:
+        """Ids of documents waiting for a later batch."""
+        return self._ids.tolist()
+
+    def pack(self, lengths: Sequence[int] | np.ndarray, ids: Sequence[int] | np.ndarray | None = None,
+             *, force_all: bool = False) -> Plan:
+        d, cap = _check_lengths(lengths, self.max_tokens)
+        if ids is None:
+            new_ids = np.arange(self._next_id, self._next_id + len(d), dtype=np.int64)
+        else:
+            new_ids = np.asarray(ids, dtype=np.int64)
+            if new_ids.shape != d.shape:
+                raise error(f"ids: {len(new_ids)} ids for {len(d)} lengths")
+        self._next_id = max(self._next_id, int(new_ids.max()) + 1) if len(new_ids) else self._next_id
+        all_ids = np.concatenate([self._ids, new_ids])
+        all_d = np.concatenate([self._lengths, d])
+        waited = np.concatenate([self._waited, np.zeros(len(d), dtype=np.int64)])
+        costs, base = doc_costs(all_d, self.cost)
+        tokens = all_d.astype(np.float64)
+        forced = np.ones(len(all_d), dtype=bool) if force_all else waited >= self.max_wait_batches
+        bin_of = wlb_assign(costs, tokens, self.num_bins, cap, base, forced=forced, tolerance=self.tolerance,
+                            outlier_slack=self.outlier_slack, waited=waited)
+        plan = _plan(bin_of, costs, tokens, self.num_bins, base, "wlb", self.max_tokens, ids=all_ids)
+        placed = bin_of >= 0
+        late = placed & (waited > 0)
+        plan.released = all_ids[late].tolist()
+        plan.waited_batches = waited[late].tolist()
+        self.num_batches += 1
+        self.num_tokens += int(d.sum())
+        self.num_delayed_docs += int(late.sum())
+        self.num_delayed_tokens += int(all_d[late].sum())
+        self.delayed_token_batches += int((all_d[late] * waited[late]).sum())
+        if late.any():
+            self.max_waited_batches = max(self.max_waited_batches, int(waited[late].max()))
+        self._ids, self._lengths, self._waited = all_ids[~placed], all_d[~placed], waited[~placed] + 1
+        return plan
+
+    def flush(self) -> Plan:
+        """Place every waiting document (as many bins as needed under the cap, in repeated plans is the
+        caller's business: what still does not fit stays pending)."""
+        return self.pack(np.zeros(0, dtype=np.int64), force_all=True)
+
+    def stats(self) -> dict[str, float | int]:
+        """Delay figures so far: delayed tokens (share of all tokens), mean and max wait in batches."""
+        return {
+            "num_batches": self.num_batches, "num_tokens": self.num_tokens,
+            "num_delayed_docs": self.num_delayed_docs, "num_delayed_tokens": self.num_delayed_tokens,
+            "delayed_token_share": self.num_delayed_tokens / self.num_tokens if self.num_tokens else 0.0,
+            "mean_wait_batches": (self.delayed_token_batches / self.num_delayed_tokens
+                                  if self.num_delayed_tokens else 0.0),
+            "max_wait_batches": self.max_waited_batches, "num_pending_docs": len(self._ids),
+            "num_pending_tokens": int(self._lengths.sum()),
+        }
+
+
+__all__ = ["METHODS", "Plan", "WLBPacker", "balance", "greedy_assign", "imbalance", "kk_assign", "refine",
+           "wlb_assign"]
