@@ -1,0 +1,81 @@
+"""A real multi-rank PyTorch-profiler trace: a small DDP job over gloo on 127.0.0.1 with one slow rank.
+
+Each rank trains a small MLP with DistributedDataParallel (one thread per process) under
+``torch.profiler`` and writes ``rank{R}.json.gz``; the slow rank does extra matrix products after
+its backward pass, so it reaches the next step's gradient all-reduces late.
+
+    python tests/kineto_ddp.py OUT_DIR [--world 4] [--slow-rank 2] [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import socket
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(rank: int, world: int, port: int, out: str, slow_rank: int, steps: int, extra_matmuls: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
+    ddp = DDP(model, bucket_cap_mb=0.1)  # two gradient buckets: two all-reduces per step
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x = torch.randn(64, 256)
+
+    def save(prof: torch.profiler.profile) -> None:
+        tmp = Path(out) / f"rank{rank}.json"
+        prof.export_chrome_trace(str(tmp))
+        with open(tmp, "rb") as src, gzip.open(f"{tmp}.gz", "wb", compresslevel=9) as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.unlink()
+
+    schedule = torch.profiler.schedule(wait=1, warmup=1, active=steps)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule, record_shapes=True, on_trace_ready=save
+    ) as prof:
+        for _ in range(steps + 2):
+            ddp(x).sum().backward()
+            if rank == slow_rank:  # the straggler: real extra compute on this rank only
+                a = torch.randn(300, 300)
+                for _ in range(extra_matmuls):
+                    a = a @ a
+                    a = a / a.norm()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    dist.destroy_process_group()
+
+
+def make_traces(out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30) -> Path:
+    import torch.multiprocessing as mp
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls), nprocs=world)
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--slow-rank", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    make_traces(args.out, world=args.world, slow_rank=args.slow_rank, steps=args.steps)
