@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -34,7 +34,6 @@ _KEY = b'"traceEvents"'
 class _Args(msgspec.Struct, frozen=True, gc=False):
     """The ``args`` keys laggard reads; the rest are skipped by the decoder."""
 
-    ext: int = msgspec.field(default=-1, name="External id")
     corr: int = msgspec.field(default=-1, name="correlation")
     # collective metadata (record_param_comms and, in newer traces, the NCCL kernel itself)
     coll: str | None = msgspec.field(default=None, name="Collective name")
@@ -56,7 +55,36 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
+class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete event (``"ph": "X"``): the only kind laggard reads."""
+
+    complete: ClassVar[bool] = True
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
+
+
+class _Other(msgspec.Struct, gc=False):
+    """Any other event phase (flows, instants, metadata, ...): every key is skipped."""
+
+    complete: ClassVar[bool] = False
+
+
+# every Chrome-trace phase but "X" (a tagged union lets the decoder skip those events whole)
+_PHASES = ("B", "E", "I", "i", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "V", "v", "R", "c", "(", ")")
+_OTHERS = tuple(
+    msgspec.defstruct(f"_Phase{i}", [], bases=(_Other,), tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(_PHASES)
+)
+_AnyEvent = Union[(_Event, *_OTHERS)]  # noqa: UP007 (built from a tuple)
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    """Fallback for events without a known ``ph``: decoded generically, filtered afterwards."""
+
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -70,7 +98,7 @@ class _Event(msgspec.Struct, gc=False):
 class _Header(msgspec.Struct):
     """Top-level keys (events excluded) of a trace file."""
 
-    traceEvents: list[_Event] | None = None
+    traceEvents: list[_AnyEvent] | None = None
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[Any] | None = None
     baseTimeNanoseconds: int | None = None
@@ -80,8 +108,14 @@ class _Header(msgspec.Struct):
     schemaVersion: int | None = None
 
 
-_DEC_EVENTS = msgspec.json.Decoder(list[_Event])
+class _LooseHeader(_Header):
+    traceEvents: list[_LooseEvent] | None = None  # type: ignore[assignment]
+
+
+_DEC_EVENTS = msgspec.json.Decoder(list[_AnyEvent])
+_DEC_LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
 _DEC_HEADER = msgspec.json.Decoder(_Header)
+_DEC_LOOSE_HEADER = msgspec.json.Decoder(_LooseHeader)
 _DEC_ANY = msgspec.json.Decoder()
 
 # names whose events carry per-event metadata we need (collectives and their launches)
@@ -105,8 +139,7 @@ class RankEvents:
     tids: list[str]
     ts_us: np.ndarray  # float64
     dur_us: np.ndarray
-    ext: np.ndarray  # int64, -1 when absent
-    corr: np.ndarray
+    corr: np.ndarray  # int64 (``args.correlation``), -1 when absent
     meta: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> collective metadata
 
 
@@ -123,7 +156,7 @@ class _Columns:
     """Per-chunk columns, concatenated at the end (labels merged across chunks)."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, list[Any]] = {k: [] for k in ("ts", "dur", "ext", "corr")}
+        self.parts: dict[str, list[Any]] = {k: [] for k in ("ts", "dur", "corr")}
         self.labels: dict[str, dict[Any, int]] = {k: {} for k in ("cat", "name", "pid", "tid")}
         self.codes: dict[str, list[np.ndarray]] = {k: [] for k in ("cat", "name", "pid", "tid")}
         self.meta: dict[int, dict[str, Any]] = {}
@@ -140,12 +173,17 @@ class _Columns:
     def add(self, events: list[_Event]) -> None:
         if not events:
             return
-        ph_codes, ph_labels = _factorize(list(map(attrgetter("ph"), events)))
-        if "X" not in ph_labels:
-            return
-        keep = np.flatnonzero(ph_codes == ph_labels.index("X"))
-        evs = list(itemgetter(*keep.tolist())(events)) if len(keep) > 1 else [events[int(keep[0])]]
+        if isinstance(events[0], _LooseEvent):
+            ph_codes, ph_labels = _factorize(list(map(attrgetter("ph"), events)))
+            if "X" not in ph_labels:
+                return
+            keep = np.flatnonzero(ph_codes == ph_labels.index("X"))
+            evs = list(itemgetter(*keep.tolist())(events)) if len(keep) > 1 else [events[int(keep[0])]]
+        else:
+            evs = list(filter(attrgetter("complete"), events))
         n = len(evs)
+        if n == 0:
+            return
         self._codes("cat", list(map(attrgetter("cat"), evs)))
         name_codes, _ = self._codes("name", list(map(attrgetter("name"), evs)))
         self._codes("pid", list(map(attrgetter("pid"), evs)))
@@ -154,7 +192,6 @@ class _Columns:
         p["ts"].append(np.fromiter(map(attrgetter("ts"), evs), np.float64, n))
         p["dur"].append(np.fromiter(map(attrgetter("dur"), evs), np.float64, n))
         args = list(map(attrgetter("args"), evs))
-        p["ext"].append(np.fromiter(map(attrgetter("ext"), args), np.int64, n))
         p["corr"].append(np.fromiter(map(attrgetter("corr"), args), np.int64, n))
         # metadata of the few events that need it (collectives): a loop over those only
         lab = list(self.labels["name"])
@@ -192,7 +229,6 @@ class _Columns:
             tids=tids,
             ts_us=cat("ts", np.float64),
             dur_us=cat("dur", np.float64),
-            ext=cat("ext", np.int64),
             corr=cat("corr", np.int64),
             meta=self.meta,
         )
@@ -390,7 +426,7 @@ def _read(path: Path, rd: _Reader) -> RankEvents:
         end = cut + len(sep) - 1  # the ',' after the last whole event
         buf[0], buf[end] = ord("["), ord("]")
         try:
-            events = _DEC_EVENTS.decode(memoryview(buf)[: end + 1])
+            events = _decode_events(memoryview(buf)[: end + 1])
         except (msgspec.DecodeError, msgspec.ValidationError):
             # the separator matched inside an event (unusual layout): stop chunking
             buf[0], buf[end] = ord(","), ord(",")
@@ -402,7 +438,7 @@ def _read(path: Path, rd: _Reader) -> RankEvents:
     buf = bytes(buf[1:])
     # 3. the last events and the keys after the array
     try:
-        tail = _DEC_HEADER.decode(b'{"traceEvents":[' + buf)
+        tail = _decode_trace(b'{"traceEvents":[' + buf)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         if isinstance(e, msgspec.DecodeError) and "truncated" in str(e).lower():
             raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None
@@ -413,6 +449,21 @@ def _read(path: Path, rd: _Reader) -> RankEvents:
         if v is not None and header.get(key) is None:
             header[key] = v
     return cols.finish(str(path), rd.num_bytes, header)
+
+
+def _decode_events(data: bytes | memoryview) -> list[Any]:
+    """Events of a chunk: the tagged fast path, or the generic one for unusual phases."""
+    try:
+        return _DEC_EVENTS.decode(data)
+    except msgspec.ValidationError:
+        return _DEC_LOOSE_EVENTS.decode(data)
+
+
+def _decode_trace(data: bytes) -> _Header:
+    try:
+        return _DEC_HEADER.decode(data)
+    except msgspec.ValidationError:
+        return _DEC_LOOSE_HEADER.decode(data)
 
 
 def _separator(buf: bytes) -> bytes | None:
@@ -440,7 +491,7 @@ def _whole(path: Path, data: bytes, num_bytes: int, cols: _Columns) -> RankEvent
         kind = type(obj).__name__
         raise LaggardError(f"{path}: not a PyTorch profiler trace (a JSON {kind}, expected an object with traceEvents)")
     try:
-        h = _DEC_HEADER.decode(data)
+        h = _decode_trace(data)
     except msgspec.DecodeError as e:
         if "truncated" in str(e).lower():
             raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None

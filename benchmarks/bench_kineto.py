@@ -1,0 +1,269 @@
+"""Kineto import: parse + analyse throughput and peak memory, side by side with Holistic Trace Analysis.
+
+The input is a realistic multi-rank trace set made from a real trace: the GPU trace of
+``tests/data/kineto/df_index_resolver`` (one ProfilerStep of a 2-rank NCCL job, from the HTA test
+suite) replicated to ``NUM_RANKS`` ranks x ``NUM_STEPS`` steps (ranks renumbered, steps renumbered
+and shifted in time, correlation ids kept unique), written as plain JSON in Kineto's layout.
+
+Each side runs in its own subprocess on the same files: laggard (``read_kineto`` + ``analyze`` +
+arrivals) and HTA (``TraceAnalysis(trace_dir)`` + ``get_temporal_breakdown``), with the RSS of the
+whole process tree (the parent and its worker processes) sampled every 20 ms. HTA is installed by
+this benchmark into its own venv (``~/.cache/laggard-bench/hta-venv``); it is never a laggard
+dependency. Figures: wall-clock speed-up over HTA, peak-memory ratio, and MB of uncompressed JSON
+per CPU-second (per core).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SOURCE = ROOT / "tests" / "data" / "kineto" / "df_index_resolver" / "df_index_resolver_step3.json.gz"
+NUM_RANKS = int(os.environ.get("LAGGARD_BENCH_KINETO_RANKS", 8))
+NUM_STEPS = int(os.environ.get("LAGGARD_BENCH_KINETO_STEPS", 3))
+CACHE = Path(os.environ.get("LAGGARD_BENCH_CACHE", Path.home() / ".cache" / "laggard-bench"))
+HTA_VENV = CACHE / "hta-venv"
+
+
+def _log(msg: str) -> None:
+    print(f"  [kineto] {msg}", file=sys.stderr, flush=True)
+
+
+def make_trace_set(out: Path, num_ranks: int = NUM_RANKS, num_steps: int = NUM_STEPS) -> tuple[Path, int]:
+    """Write the replicated trace set (once; reused when present). Returns (dir, total bytes)."""
+    import gzip
+
+    import orjson
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / f"rank{r}.json" for r in range(num_ranks)]
+    stamp = out / "DONE"
+    if stamp.exists() and all(f.exists() for f in files):
+        return out, sum(f.stat().st_size for f in files)
+    src = orjson.loads(gzip.open(SOURCE).read())
+    events = src["traceEvents"]
+    timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), int | float)]
+    lo = min(e["ts"] for e in timed)
+    hi = max(e["ts"] + e.get("dur", 0) for e in timed)
+    period = (hi - lo) * 1.05
+    head = {k: v for k, v in src.items() if k != "traceEvents"}
+    for r, path in enumerate(files):
+        jitter_us = 13.0 * r  # ranks do not start at exactly the same time
+        blocks = []
+        for e in events:
+            if e.get("ph") == "M":
+                blocks.append(orjson.dumps(e))
+        for k in range(num_steps):
+            for e in timed:
+                e2 = dict(e)
+                e2["ts"] = e["ts"] + k * period + jitter_us
+                if str(e2.get("name", "")).startswith("ProfilerStep#"):
+                    e2["name"] = f"ProfilerStep#{3 + k}"
+                args = e2.get("args")
+                if isinstance(args, dict) and k:
+                    args = dict(args)
+                    for key in ("External id", "correlation"):
+                        if isinstance(args.get(key), int):
+                            args[key] = args[key] + k * 10_000_000
+                    e2["args"] = args
+                blocks.append(orjson.dumps(e2))
+        h = dict(head)
+        h["distributedInfo"] = {"backend": "nccl", "rank": r, "world_size": num_ranks}
+        with open(path, "wb") as f:
+            f.write(b"{\n" + b",\n".join(b'  "%s": %s' % (k.encode(), orjson.dumps(v)) for k, v in h.items()))
+            f.write(b',\n  "traceEvents": [\n')
+            f.write(b",\n".join(b"  {\n    " + b[1:-1] + b"\n  }" for b in blocks))
+            f.write(b"\n  ]\n}\n")
+    stamp.write_text("ok\n")
+    return out, sum(f.stat().st_size for f in files)
+
+
+_LAGGARD_SIDE = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from laggard.io.kineto import read_kineto
+from laggard.whatif import analyze
+from laggard.arrivals import job_extras
+import warnings
+warnings.simplefilter("ignore")
+job = read_kineto(sys.argv[1])
+t1 = time.perf_counter()
+res = analyze(job)
+extras = job_extras(job)
+t2 = time.perf_counter()
+print(json.dumps({"parse_s": t1 - t0, "analyse_s": t2 - t1, "num_ops": job.num_ops,
+                  "slowdown": res.slowdown, "num_collectives": extras["num_collectives"]}))
+"""
+
+_HTA_SIDE = r"""
+import json, sys, time, warnings, logging
+warnings.simplefilter("ignore")
+logging.disable(logging.WARNING)
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+t1 = time.perf_counter()
+tb = a.get_temporal_breakdown(visualize=False)
+t2 = time.perf_counter()
+print(json.dumps({"parse_s": t1 - t0, "analyse_s": t2 - t1, "num_ranks": len(a.t.traces)}))
+"""
+
+
+def _tree_rss_bytes(root: int) -> int:
+    """Sum of VmRSS over ``root`` and all its descendants (Linux /proc)."""
+    parent: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+            parent[int(d)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError):
+            continue
+    tree = {root}
+    changed = True
+    while changed:
+        changed = False
+        for p, pp in parent.items():
+            if pp in tree and p not in tree:
+                tree.add(p)
+                changed = True
+    total = 0
+    for p in tree:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            continue
+    return total
+
+
+def _run_side(python: str, code: str, trace_dir: Path, env: dict[str, str] | None = None) -> dict:
+    """Run one side in a subprocess; wall time, CPU time of the tree, peak tree RSS."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([python, "-c", code, str(trace_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    peak = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_rss_bytes(proc.pid))
+            time.sleep(0.02)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(err.decode(errors="replace")[-1500:])
+    res = json.loads(out.decode().strip().splitlines()[-1])
+    res.update(
+        wall_s=wall,
+        cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        peak_rss_bytes=peak,
+        max_process_rss_bytes=after.ru_maxrss * 1024,
+    )
+    return res
+
+
+def _hta_python() -> tuple[str | None, str]:
+    """The HTA venv's python, creating it (pip install HolisticTraceAnalysis) when missing."""
+    py = HTA_VENV / "bin" / "python"
+    if py.exists() and subprocess.run([str(py), "-c", "import hta"], capture_output=True).returncode == 0:
+        return str(py), "cached venv"
+    try:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        _log(f"installing HolisticTraceAnalysis into {HTA_VENV} (once)")
+        subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True, capture_output=True, timeout=300)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "HolisticTraceAnalysis"], check=True,
+                       capture_output=True, timeout=1200)
+    except (subprocess.SubprocessError, OSError) as e:
+        detail = getattr(e, "stderr", b"") or b""
+        return None, f"could not install HolisticTraceAnalysis: {e} {detail.decode(errors='replace')[-300:]}"
+    return str(py), "installed now"
+
+
+def run() -> list[dict]:
+    cpus = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="laggard-bench-kineto-") as tmp:
+        trace_dir, num_bytes = make_trace_set(Path(os.environ.get("LAGGARD_BENCH_KINETO_DIR", tmp)) / "traces")
+        mb = num_bytes / 1e6
+        _log(f"{NUM_RANKS} ranks x {NUM_STEPS} steps, {mb:.0f} MB of JSON in {trace_dir}")
+        ours = _run_side(sys.executable, _LAGGARD_SIDE, trace_dir)
+        _log(f"laggard: {ours['wall_s']:.1f} s, peak {ours['peak_rss_bytes'] / 2**20:.0f} MiB")
+        hta_py, how = _hta_python()
+        hta: dict | None = None
+        hta_err = how
+        if hta_py is not None:
+            try:
+                hta = _run_side(hta_py, _HTA_SIDE, trace_dir)
+                _log(f"HTA: {hta['wall_s']:.1f} s, peak {hta['peak_rss_bytes'] / 2**20:.0f} MiB")
+            except (RuntimeError, ValueError) as e:
+                hta_err = f"HTA failed on the trace set: {e}"
+    inputs = {"ranks": NUM_RANKS, "steps_per_rank": NUM_STEPS, "uncompressed_mb": round(mb, 1),
+              "source": "tests/data/kineto/df_index_resolver (real NCCL GPU trace) replicated", "cpus": cpus,
+              "note": "2-core machine shared with other jobs: timings are noisy"}
+    per_core = mb / ours["cpu_s"] if ours["cpu_s"] > 0 else float("nan")
+    figures = [
+        {
+            "name": "kineto parse+analyse throughput per core",
+            "value": per_core,
+            "unit": "MB/s/core",
+            "baseline": "HTA (same files, MB per CPU-second)" if hta else None,
+            "baseline_value": mb / hta["cpu_s"] if hta and hta["cpu_s"] > 0 else None,
+            "target": ">= 100 MB/s per core",
+            "ok": bool(per_core >= 100),
+            "detail": {**inputs, "laggard": ours, "wall_mb_per_s": mb / ours["wall_s"]},
+        }
+    ]
+    if hta is None:
+        figures.append({"name": "kineto speed-up over HTA", "value": float("nan"), "unit": "x", "baseline": "HTA",
+                        "baseline_value": None, "target": ">= 5x", "ok": False, "detail": {**inputs, "error": hta_err}})
+        return figures
+    figures += [
+        {
+            "name": "kineto speed-up over HTA (wall, parse+analyse)",
+            "value": hta["wall_s"] / ours["wall_s"],
+            "unit": "x",
+            "baseline": "HTA TraceAnalysis + temporal breakdown, seconds",
+            "baseline_value": hta["wall_s"],
+            "target": ">= 5x",
+            "ok": bool(hta["wall_s"] / ours["wall_s"] >= 5),
+            "detail": {**inputs, "laggard": ours, "hta": hta, "hta_venv": how},
+        },
+        {
+            "name": "kineto peak memory vs HTA (process tree RSS)",
+            "value": ours["peak_rss_bytes"] / hta["peak_rss_bytes"],
+            "unit": "x of HTA",
+            "baseline": "HTA peak RSS, MiB",
+            "baseline_value": hta["peak_rss_bytes"] / 2**20,
+            "target": "<= 0.333",
+            "ok": bool(ours["peak_rss_bytes"] <= hta["peak_rss_bytes"] / 3),
+            "detail": {**inputs, "laggard_peak_mib": ours["peak_rss_bytes"] / 2**20,
+                       "hta_peak_mib": hta["peak_rss_bytes"] / 2**20},
+        },
+    ]
+    return figures
+
+
+if __name__ == "__main__":
+    for f in run():
+        print(json.dumps(f, indent=2, default=float))
