@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from laggard.io.kineto_rank import KIND_LABELS, RankOps
+from laggard.io.kineto_rank import KIND_LABELS, RankOps, decode_rank
 from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table
 
 _SUFFIXES = (".json", ".json.gz")
@@ -85,25 +85,18 @@ def trace_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
     return uniq
 
 
-def _decode(path: str) -> RankOps:
-    from laggard.io.kineto_events import read_events
-    from laggard.io.kineto_rank import build_rank
-
-    return build_rank(read_events(path))
-
-
 def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps]:
     """Decode every file, in parallel worker processes when it pays (one rank per task)."""
     total = sum(f.stat().st_size for f in files)
     n = min(len(files), workers if workers is not None else (os.cpu_count() or 1))
     if n <= 1 or (workers is None and total < _PARALLEL_MIN_BYTES):
-        return [_decode(str(f)) for f in files]
+        return [decode_rank(str(f)) for f in files]
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-        return list(pool.map(_decode, [str(f) for f in files]))
+    # spawn: fresh, lean workers (numpy + msgspec only; no threads inherited from the caller)
+    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(decode_rank, [str(f) for f in files]))
 
 
 def read_kineto(

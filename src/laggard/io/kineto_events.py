@@ -24,7 +24,13 @@ from typing import Any, ClassVar, Union
 import msgspec
 import numpy as np
 
-from laggard.ops import LaggardError
+
+def LaggardError(msg: str) -> Exception:  # noqa: N802 (stands for the class; ops.py imports pyarrow)
+    """``laggard.ops.LaggardError``, imported only when needed: decode workers stay lean."""
+    from laggard.ops import LaggardError as _E
+
+    return _E(msg)
+
 
 _BLOCK_BYTES = 4 * 2**20  # bytes read per step (compressed: a sixteenth of it)
 _MIN_CHUNK_BYTES = 4 * 2**20  # events decoded per msgspec call (at least)
@@ -354,7 +360,7 @@ class _Reader:
         self.f.close()
 
 
-def _json_error(path: Path, e: Exception) -> LaggardError:
+def _json_error(path: Path, e: Exception) -> Exception:
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     if isinstance(e, msgspec.ValidationError):
         return LaggardError(f"{path}: not a PyTorch profiler trace ({msg})")

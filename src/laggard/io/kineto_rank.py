@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -133,9 +132,11 @@ def _containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.
     return out
 
 
-def _rank_from_name(path: str) -> int | None:
-    m = re.search(r"rank[-_]?(\d+)", Path(path).name, re.IGNORECASE)
-    return int(m.group(1)) if m else None
+def decode_rank(path: str) -> RankOps:
+    """Decode one trace file into its rank's ops (the unit of work of a decode worker process)."""
+    from laggard.io.kineto_events import read_events
+
+    return build_rank(read_events(path))
 
 
 def build_rank(ev: RankEvents) -> RankOps:
