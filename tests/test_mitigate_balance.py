@@ -133,13 +133,19 @@ def test_wlb_defers_outliers_and_beats_kk_on_squared_cost():
     assert wins >= 3
 
 
-def test_select_outliers_prefix_and_forced():
+def test_select_outliers_single_pigeonhole_forced_and_budget():
     costs = np.array([100.0, 1, 1, 1, 1, 1, 1, 1])
-    held = select_outliers(costs, 4, 0.0)
+    held, _ = select_outliers(costs, 4, 0.0)
     assert held.tolist() == [True] + [False] * 7
     forced = np.zeros(8, dtype=bool)
     forced[0] = True
-    assert not select_outliers(costs, 4, 0.0, forced).any()
+    assert not select_outliers(costs, 4, 0.0, forced)[0].any()
+    # pigeonhole: 5 documents of 10 in 4 bins with little else: two must share a bin, one waits
+    costs = np.array([10.0, 10, 10, 10, 10] + [0.1] * 20)
+    held, used = select_outliers(costs, 4, 0.0, budget_share=1.0)
+    assert held.sum() == 1 and held[:5].sum() == 1 and used == pytest.approx(10.0)
+    held, used = select_outliers(costs, 4, 0.0, budget_share=0.1)  # over budget: nobody waits
+    assert not held.any() and used == 0.0
 
 
 def test_refine_never_worse_and_respects_cap():

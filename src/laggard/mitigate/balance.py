@@ -32,7 +32,11 @@ from laggard.mitigate.cost import Cost, CostModel, doc_costs
 
 METHODS = ("wlb", "kk", "greedy")
 # refinement stops once the most expensive bin is within this of the mean
-DEFAULT_TOLERANCE = 0.002
+DEFAULT_TOLERANCE = 1e-4
+# wlb holds documents back only when a bin would otherwise be more than this above the mean
+DEFAULT_OUTLIER_SLACK = 0.01
+# tokens that may wait for pigeonhole and packing reasons (not single outliers), as a share of those placed
+DEFER_BUDGET_SHARE = 0.10
 # how many of the cheapest bins each refinement step looks at for moves and swaps
 _NUM_PARTNERS = 4
 
@@ -201,6 +205,8 @@ def refine(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bins: 
         return bin_of
     max_iters = 8 * num_bins + 64 if max_iters is None else max_iters
     num_partners = min(_NUM_PARTNERS, num_bins - 1)
+    capped = math.isfinite(cap)
+    is_partner = np.zeros(num_bins, dtype=bool)
     for _ in range(max_iters):
         m = int(np.argmax(loads))
         lm = loads[m]
@@ -210,26 +216,27 @@ def refine(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bins: 
         partners = partners[partners != m][:num_partners]
         xs = np.flatnonzero(bin_of == m)
         cx, tx = costs[xs], tokens[xs]
-        lj = loads[partners]
         # moves: x from m to partner j (a partner that was empty starts paying ``base``)
-        pay = base * (count[partners] == 0)
         last = len(xs) == 1  # moving the only document empties m: it stops paying base
-        mv_m = lm - cx[:, None] - (base if last else 0.0)
-        mv_j = lj[None, :] + cx[:, None] + pay[None, :]
-        mv = np.maximum(mv_m, mv_j)
-        mv[toks[partners][None, :] + tx[:, None] > cap] = np.inf
-        best_mv = np.unravel_index(int(np.argmin(mv)), mv.shape) if mv.size else None
-        best_val = mv[best_mv] if best_mv is not None else np.inf
+        mv = np.maximum((lm - (base if last else 0.0)) - cx[:, None],
+                        (loads[partners] + base * (count[partners] == 0))[None, :] + cx[:, None])
+        if capped:
+            mv[toks[partners][None, :] + tx[:, None] > cap] = np.inf
+        best_mv = np.unravel_index(int(np.argmin(mv)), mv.shape)
+        best_val = mv[best_mv]
         # swaps: x in m with y in partner bin j
-        ys = np.flatnonzero(np.isin(bin_of, partners))
+        is_partner[:] = False
+        is_partner[partners] = True
+        ys = np.flatnonzero(is_partner[bin_of] & (bin_of >= 0))
         best_sw = None
-        if len(ys) and len(xs):
+        if len(ys):
             jy = bin_of[ys]
             delta = cx[:, None] - costs[ys][None, :]
-            dt = tx[:, None] - tokens[ys][None, :]
             sw = np.maximum(lm - delta, loads[jy][None, :] + delta)
-            bad = (delta <= 0) | (toks[m] - dt > cap) | (toks[jy][None, :] + dt > cap)
-            sw[bad] = np.inf
+            sw[delta <= 0] = np.inf
+            if capped:
+                dt = tx[:, None] - tokens[ys][None, :]
+                sw[(toks[m] - dt > cap) | (toks[jy][None, :] + dt > cap)] = np.inf
             idx = np.unravel_index(int(np.argmin(sw)), sw.shape)
             if sw[idx] < best_val:
                 best_val, best_sw = sw[idx], idx
@@ -245,7 +252,6 @@ def refine(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bins: 
             toks[m] -= dtk
             toks[j] += dtk
         else:
-            assert best_mv is not None
             xi, j = xs[best_mv[0]], int(partners[best_mv[1]])
             bin_of[xi] = j
             loads[m] -= costs[xi] + (base if last else 0.0)
@@ -281,47 +287,136 @@ def repair_cap(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bi
 
 
 def select_outliers(costs: np.ndarray, num_bins: int, base: float, forced: np.ndarray | None = None,
-                    slack: float = 0.0, waited: np.ndarray | None = None) -> np.ndarray:
-    """Documents whose cost alone is above the balanced bin level of what is kept (largest first; the
-    level drops as outliers leave; among equal costs the newest waits first). When that would leave no
-    more documents than bins, nothing is held back (waiting would not buy balance). ``forced``
-    documents are never held back."""
-    held = np.zeros(len(costs), dtype=bool)
-    if len(costs) == 0:
-        return held
+                    slack: float = 0.0, waited: np.ndarray | None = None, max_share: int = 3,
+                    tokens: np.ndarray | None = None, budget_share: float = DEFER_BUDGET_SHARE) -> tuple[np.ndarray, float]:
+    """Documents that cannot be balanced in this batch, held back one at a time until none is left:
+
+    * a document whose cost alone is above the balanced bin level of what is kept (largest first);
+    * pigeonhole: among the r x num_bins + 1 most expensive documents some r + 1 share a bin, so when
+      the r + 1 cheapest of them already exceed the level (r = 1..``max_share``), one of them waits
+      (the cheapest; the newest among equals), while the tokens held back for this reason stay within
+      ``budget_share`` of the tokens kept.
+
+    The level drops as documents leave. When that would leave no more documents than bins, nothing is
+    held back (waiting would not buy balance). ``forced`` documents are never held back. Returns the
+    documents held back and the tokens held back for pigeonhole reasons.
+    """
+    n = len(costs)
+    held = np.zeros(n, dtype=bool)
+    if n <= num_bins:
+        return held, 0.0
+    tok = costs if tokens is None else tokens
+    kept_tokens = float(tok.sum())
+    used = 0.0
+    # most expensive first; among equal costs the newest (least waited) first
+    kept = np.argsort(-costs, kind="stable") if waited is None else np.lexsort((waited, -costs))
+    fixed = np.zeros(n, dtype=bool) if forced is None else forced
     total = float(costs.sum())
-    order = np.argsort(-costs, kind="stable") if waited is None else np.lexsort((waited, -costs))
-    num_kept = len(costs)
-    for i in order.tolist():
-        if forced is not None and forced[i]:
+    while True:
+        # single outliers, largest first, all at once: the j-th non-forced document against the level
+        # left after the j - 1 before it have gone
+        nf_pos = np.flatnonzero(~fixed[kept])
+        c_nf = costs[kept[nf_pos]]
+        before = np.concatenate([[0.0], np.cumsum(c_nf)[:-1]])
+        above = c_nf > (1 + slack) * (base + (total - before) / num_bins) - base
+        j = len(above) if above.all() else int(np.argmin(above))
+        if j:
+            if len(kept) - j < num_bins:  # a bin per document and still no balance: waiting does not help
+                return np.zeros(n, dtype=bool), 0.0
+            gone = kept[nf_pos[:j]]
+            held[gone] = True
+            total -= float(c_nf[:j].sum())
+            kept_tokens -= float(tok[gone].sum())
+            kept = np.delete(kept, nf_pos[:j])
             continue
+        # pigeonhole: one document at a time
+        ck = costs[kept]
         level = (1 + slack) * (base + total / num_bins) - base
-        if costs[i] <= level:
-            return held
-        if num_kept <= num_bins:  # a bin per document and still no balance: waiting does not help
-            return np.zeros(len(costs), dtype=bool)
-        held[i] = True
-        total -= float(costs[i])
-        num_kept -= 1
-    return held
+        victim = -1
+        for r in range(1, max_share + 1):
+            top = r * num_bins + 1
+            if top > len(kept):
+                break
+            if ck[top - r - 1 : top].sum() <= level:
+                continue
+            window = kept[:top][~fixed[kept[:top]]]
+            if len(window):
+                cheapest = costs[window].min()
+                v = int(window[np.argmax(costs[window] == cheapest)])
+                if used + tok[v] <= budget_share * (kept_tokens - tok[v]):
+                    victim = v
+                    used += float(tok[v])
+            break
+        if victim < 0 or len(kept) <= num_bins:
+            return held, used
+        held[victim] = True
+        kept_tokens -= float(tok[victim])
+        total -= float(costs[victim])
+        kept = kept[kept != victim]
+
+
+def defer_from_heavy_bins(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bins: int,
+                          base: float, slack: float, forced: np.ndarray | None = None,
+                          budget_tokens: float = math.inf) -> tuple[np.ndarray, float]:
+    """Hold back one document from every bin still above (1 + slack) x the mean after packing: the one
+    with the fewest tokens whose removal brings the bin down to that level, else the most expensive,
+    while the tokens held back stay within ``budget_tokens``. (A stuck packing, e.g. three
+    context-length documents plus one medium one, then costs one medium document's delay instead of
+    the whole batch's balance.) Returns the new assignment and the budget left."""
+    bin_of = bin_of.copy()
+    placed = bin_of >= 0
+    count = np.bincount(bin_of[placed], minlength=num_bins)
+    loads = np.bincount(bin_of[placed], weights=costs[placed], minlength=num_bins) + base * (count > 0)
+    limit = (1 + slack) * loads.mean()
+    heavy = loads > limit
+    cand = np.flatnonzero(placed & heavy[np.maximum(bin_of, 0)] & (True if forced is None else ~forced))
+    if len(cand) == 0:
+        return bin_of, budget_tokens
+    b = bin_of[cand]
+    enough = costs[cand] >= loads[b] - limit
+    # per heavy bin: the fewest tokens among documents whose removal suffices, else the most expensive
+    order = np.lexsort((np.where(enough, tokens[cand], -costs[cand]), ~enough, b))
+    b_sorted = b[order]
+    first = np.r_[True, b_sorted[1:] != b_sorted[:-1]]
+    num_cand = np.bincount(b, minlength=num_bins)
+    for x, bb in zip(cand[order[first]].tolist(), b_sorted[first].tolist(), strict=True):
+        if num_cand[bb] <= 1 or tokens[x] > budget_tokens:  # a bin of one document: the outlier rule's
+            continue
+        budget_tokens -= tokens[x]
+        bin_of[x] = -1
+    return bin_of, budget_tokens
 
 
 def wlb_assign(costs: np.ndarray, tokens: np.ndarray, num_bins: int, cap: float, base: float = 0.0, *,
                forced: np.ndarray | None = None, tolerance: float = DEFAULT_TOLERANCE,
-               defer_outliers: bool = True, outlier_slack: float = 0.0,
-               waited: np.ndarray | None = None) -> np.ndarray:
-    """WLB-style packing: outliers held back (-1), the rest longest-first then refined. Documents that
-    find no room under the cap are held back too; ``forced`` ones are placed first."""
+               defer_outliers: bool = True, outlier_slack: float = DEFAULT_OUTLIER_SLACK,
+               waited: np.ndarray | None = None, max_rounds: int = 3) -> np.ndarray:
+    """WLB-style packing: outliers held back (-1), the rest longest-first then refined; bins still above
+    (1 + outlier_slack) x the mean give up one document and the packing is refined again (at most
+    ``max_rounds`` times). Documents that find no room under the cap are held back too; ``forced``
+    ones are placed first and never held back. Beyond the single-document outliers, documents worth at
+    most ``DEFER_BUDGET_SHARE`` of the tokens placed wait (holding back half of a tiny batch to balance
+    it is not worth it)."""
     n = len(costs)
-    held = (select_outliers(costs, num_bins, base, forced, outlier_slack, waited) if defer_outliers
-            else np.zeros(n, dtype=bool))
+    held = np.zeros(n, dtype=bool)
+    used = 0.0
+    if defer_outliers:
+        held, used = select_outliers(costs, num_bins, base, forced, outlier_slack, waited, tokens=tokens,
+                                     budget_share=DEFER_BUDGET_SHARE)
     keep = ~held
+    budget = DEFER_BUDGET_SHARE * float(tokens[keep].sum()) - used
     order = np.argsort(-costs, kind="stable")
     if forced is not None and forced.any():
         order = np.concatenate([order[forced[order]], order[~forced[order]]])
     order = order[keep[order]]
     bin_of = greedy_assign(costs, tokens, num_bins, cap, base, order=order)
-    return refine(bin_of, costs, tokens, num_bins, cap, base, tolerance=tolerance)
+    bin_of = refine(bin_of, costs, tokens, num_bins, cap, base, tolerance=tolerance)
+    for _ in range(max_rounds if defer_outliers else 0):
+        nxt, budget = defer_from_heavy_bins(bin_of, costs, tokens, num_bins, base, outlier_slack, forced, budget)
+        if np.array_equal(nxt, bin_of):
+            break
+        bin_of = refine(nxt, costs, tokens, num_bins, cap, base, tolerance=tolerance)
+    return bin_of
 
 
 # ------------------------------------------------------------------ public API
@@ -362,7 +457,7 @@ def _plan(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bins: i
 
 def balance(lengths: Sequence[int] | np.ndarray, num_bins: int, *, method: str = "wlb",
             cost: CostModel | Cost | None = None, max_tokens: int | None = None,
-            tolerance: float = DEFAULT_TOLERANCE, outlier_slack: float = 0.0) -> Plan:
+            tolerance: float = DEFAULT_TOLERANCE, outlier_slack: float = DEFAULT_OUTLIER_SLACK) -> Plan:
     """Split documents of ``lengths`` tokens into ``num_bins`` bins of about equal cost.
 
     ``cost``: a ``CostModel``, a callable on a length, or None for the attention-dominated d^2.
@@ -404,7 +499,7 @@ class WLBPacker:
 
     def __init__(self, num_bins: int, *, cost: CostModel | Cost | None = None, max_tokens: int | None = None,
                  max_wait_batches: int = 4, tolerance: float = DEFAULT_TOLERANCE,
-                 outlier_slack: float = 0.0) -> None:
+                 outlier_slack: float = DEFAULT_OUTLIER_SLACK) -> None:
         self.num_bins = check_positive_int(num_bins, "num_bins")
         if isinstance(max_wait_batches, bool) or not isinstance(max_wait_batches, int) or max_wait_batches < 0:
             raise error(f"max_wait_batches must be an integer >= 0, got {max_wait_batches!r}")
