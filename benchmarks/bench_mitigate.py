@@ -96,8 +96,8 @@ def _balance_runs(docs: np.ndarray, num_mb: int, seed: int) -> dict:
     # WLB without holding anything back: the packer alone against KK on the same documents
     ms, imbs = [], []
     for b in batches:
-        from laggard.mitigate.balance import wlb_assign
         from laggard.mitigate.cost import doc_costs
+        from laggard.mitigate.packing import wlb_assign
 
         t0 = time.perf_counter()
         c, base = doc_costs(b, None)

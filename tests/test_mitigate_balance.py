@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from laggard.mitigate import CostModel, Plan, WLBPacker, balance, imbalance
-from laggard.mitigate.balance import greedy_assign, kk_assign, refine, select_outliers
+from laggard.mitigate.packing import greedy_assign, kk_assign, refine, select_outliers
 from laggard.ops import LaggardError
 
 pytestmark = pytest.mark.timeout(120)
