@@ -11,14 +11,18 @@ turns automatic collection off and collects on all ranks together:
 * ``gc.freeze()`` after start-up (``freeze_after_steps``) so long-lived objects (model, optimizer,
   dataset indices) are never traversed again.
 
-Each collection is timed and handed to ``on_collect(start_ns, dur_ns, generation)`` (the tracer
-records it as a ``gc`` op). Works without ``torch.distributed`` (a single process decides alone).
+Each collection is timed (``start_ns`` on ``clock_ns``, by default ``time.perf_counter_ns``, the
+tracer's default local clock) and handed to ``on_collect(start_ns, dur_ns, generation)``. A
+``laggard.tracer.Tracer`` with ``record_gc=True`` (its default) already records every collection,
+planned ones included, through ``gc.callbacks``; with ``record_gc=False`` pass
+``on_collect=tracer.record_gc, clock_ns=tracer.clock_ns`` instead (not both: each collection would
+be recorded twice). Works without ``torch.distributed`` (a single process decides alone).
 
-    gc_plan = PlannedGC(adaptive=True, on_collect=tracer.record_gc)
-    gc_plan.start()
+    gc_plan = PlannedGC(adaptive=True)
+    gc_plan.start()            # after start-up: model, optimizer and data built
     for step in range(num_steps):
         train_step()
-        gc_plan.step()
+        gc_plan.step()         # every rank, same place in the step
     gc_plan.stop()
 """
 
@@ -101,7 +105,7 @@ class PlannedGC:
                  max_interval_steps: int | None = None, check_every_steps: int = 1, generation: int = 2,
                  freeze_after_steps: int | None = 1, group: Any = None, device: Any = None,
                  on_collect: Callable[[int, int, int], Any] | None = None,
-                 clock_ns: Callable[[], int] = time.time_ns) -> None:
+                 clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
         if interval_steps is None and not adaptive and max_rss_bytes is None:
             raise error("PlannedGC: give interval_steps, adaptive=True or max_rss_bytes, or nothing is ever collected")
         for name, v, lo in (("interval_steps", interval_steps, 1), ("min_interval_steps", min_interval_steps, 1),
