@@ -1,0 +1,198 @@
+"""Fixed-size pages of recorded ops (preallocated numpy records) and their conversion to op tables.
+
+The training thread packs one record per op into a page with a single ``struct.pack_into`` call;
+full pages go to the writer thread, which turns them into Arrow tables (vectorised) and Parquet
+shards. Per-op strings (op type, kind, stream, group) are small integer codes into label lists.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from laggard.ops import make_table
+
+# one record per op, packed by the training thread with one struct.pack_into call; the fields
+# communication ops add go to a second ("aux") record; the step is stored once per run of rows
+RECORD_FIELDS: tuple[tuple[str, str], ...] = (
+    ("start_ns", "q"),  # local clock; the writer adds the rank's clock offset
+    ("dur_ns", "q"),
+    ("num_tokens", "q"),  # -1: null
+    ("optype", "i"),  # code of (name, kind, stream)
+    ("microbatch", "i"),
+    ("aux", "i"),  # row of the aux record, -1: none
+)
+AUX_FIELDS: tuple[tuple[str, str], ...] = (
+    ("size_bytes", "q"),  # -1: null
+    ("seq", "q"),
+    ("group", "i"),  # code of the group label, -1: none
+    ("peer", "i"),
+    ("side", "i"),  # index into the page's side list, -1: none
+)
+
+
+def _struct(fields: tuple[tuple[str, str], ...]) -> tuple[struct.Struct, np.dtype]:
+    st = struct.Struct("<" + "".join(c for _, c in fields))
+    dt = np.dtype([(n, "<i8" if c == "q" else "<i4") for n, c in fields])
+    assert dt.itemsize == st.size
+    return st, dt
+
+
+PACK, RECORD_DTYPE = _struct(RECORD_FIELDS)
+AUX_PACK, AUX_DTYPE = _struct(AUX_FIELDS)
+RECORD_BYTES = PACK.size
+AUX_BYTES = AUX_PACK.size
+# op ids are unique in the job: rank in the high bits, the rank's op counter below
+RANK_SHIFT = 40
+
+
+def op_id_base(rank: int) -> int:
+    return rank << RANK_SHIFT
+
+
+@dataclass(kw_only=True, slots=True)
+class Side:
+    """Rare per-op extras, kept out of the fixed record."""
+
+    seq_lens: list[int] | None = None
+    deps: list[int] | None = None  # explicit dependencies (the rank's local op counters)
+    replace_chain: bool = False  # True: ``deps`` are all the dependencies (the op is off the stream chain)
+
+
+@dataclass(kw_only=True, slots=True)
+class FullPage:
+    """A page handed to the writer: its records, side data and the labels its codes refer to."""
+
+    records: np.ndarray  # RECORD_DTYPE, length num_rows (a view of the page)
+    aux: np.ndarray  # AUX_DTYPE, the rows ``records["aux"]`` refers to
+    steps: list[tuple[int, int]]  # (first row, step): the step of every row from there on
+    first_op: int  # the rank's op counter at row 0
+    side: list[Side]
+    optypes: list[tuple[str, str, str]]  # code -> (name, kind, stream)
+    groups: list[str]
+    buffer: Any = None  # the (records, aux) buffers to give back to the pool once written
+    sync: Any = None  # an Event to set when written (synchronous flushes)
+
+
+@dataclass(kw_only=True, slots=True)
+class Chain:
+    """Carried from page to page: the last op of each stream, so chains continue across pages."""
+
+    last: dict[str, tuple[int, int]] = field(default_factory=dict)  # stream -> (step, op id)
+
+
+def _dict_col(codes: np.ndarray, labels: list[str], index_type: Any) -> pa.DictionaryArray:
+    valid = codes >= 0
+    idx = pa.array(np.where(valid, codes, 0).astype(index_type), mask=None if valid.all() else ~valid)
+    return pa.DictionaryArray.from_arrays(idx, pa.array(labels if labels else [""], type=pa.string()))
+
+
+def _lists(counts: np.ndarray, values: np.ndarray, valid: np.ndarray | None, value_type: pa.DataType) -> pa.Array:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    mask = pa.array(~valid) if valid is not None and not valid.all() else None
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
+
+
+def page_table(page: FullPage, *, rank: int, layout: tuple[int, int, int, int], offset_ns: int, chain: Chain,
+               ) -> pa.Table:
+    """The op table of one page (schema ``laggard.ops.OP_SCHEMA``); updates ``chain``."""
+    rec = page.records
+    n = len(rec)
+    first_id = op_id_base(rank) + page.first_op
+    op_id = first_id + np.arange(n, dtype=np.int64)
+    optype = rec["optype"].astype(np.int64)
+    names = [t[0] for t in page.optypes]
+    kinds = sorted({t[1] for t in page.optypes})
+    streams = sorted({t[2] for t in page.optypes})
+    kind_of = np.array([kinds.index(t[1]) for t in page.optypes] or [0], dtype=np.int64)
+    stream_of = np.array([streams.index(t[2]) for t in page.optypes] or [0], dtype=np.int64)
+    stream = stream_of[optype] if n else np.zeros(0, dtype=np.int64)
+    bounds = np.array([b for b, _ in page.steps], dtype=np.int64)
+    step_of = np.array([s for _, s in page.steps], dtype=np.int64)
+    step = step_of[np.searchsorted(bounds, np.arange(n), side="right") - 1] if n else np.zeros(0, np.int64)
+    aux_row = rec["aux"].astype(np.int64)
+    has_aux = aux_row >= 0
+
+    def aux_col(name: str, missing: int) -> np.ndarray:
+        out = np.full(n, missing, dtype=page.aux.dtype[name])
+        out[has_aux] = page.aux[name][aux_row[has_aux]]
+        return out
+
+    side_idx = aux_col("side", -1)
+
+    # dependencies: the previous op on the same stream in the same step (in record order), plus
+    # explicit extras; ops marked replace_chain carry only their explicit list
+    has_side = np.flatnonzero(side_idx >= 0)
+    off_chain = np.zeros(n, dtype=bool)
+    extra_rows: list[int] = []
+    extra_vals: list[int] = []
+    seq_valid = np.zeros(n, dtype=bool)
+    seq_counts = np.zeros(n, dtype=np.int64)
+    seq_vals: list[int] = []
+    for r in has_side.tolist():  # side data is rare (async ops, sequence metadata)
+        s = page.side[side_idx[r]]
+        if s.replace_chain:
+            off_chain[r] = True
+        if s.deps:
+            extra_rows.extend([r] * len(s.deps))
+            extra_vals.extend(s.deps)
+        if s.seq_lens is not None:
+            seq_valid[r] = True
+            seq_counts[r] = len(s.seq_lens)
+            seq_vals.extend(s.seq_lens)
+    on = np.flatnonzero(~off_chain)
+    order = on[np.lexsort((on, step[on], stream[on]))]
+    prev = np.full(n, -1, dtype=np.int64)
+    if len(order):
+        same = (stream[order][1:] == stream[order][:-1]) & (step[order][1:] == step[order][:-1])
+        prev[order[1:][same]] = op_id[order[:-1][same]]
+        # first op of each stream in this page continues the chain of the previous page
+        first_of = np.ones(len(order), dtype=bool)
+        first_of[1:] = stream[order][1:] != stream[order][:-1]
+        last_of = np.ones(len(order), dtype=bool)
+        last_of[:-1] = stream[order][1:] != stream[order][:-1]
+        for r in order[first_of].tolist():
+            carried = chain.last.get(streams[stream[r]])
+            if carried is not None and carried[0] == step[r]:
+                prev[r] = carried[1]
+        for r in order[last_of].tolist():
+            chain.last[streams[stream[r]]] = (int(step[r]), int(op_id[r]))
+    has_prev = prev >= 0
+    dep_rows = np.concatenate([np.flatnonzero(has_prev), np.asarray(extra_rows, dtype=np.int64)])
+    dep_vals = np.concatenate([prev[has_prev], op_id_base(rank) + np.asarray(extra_vals, dtype=np.int64)])
+    o = np.argsort(dep_rows, kind="stable")
+    deps = _lists(np.bincount(dep_rows, minlength=n), dep_vals[o], None, pa.int64())
+
+    def nullable(col: np.ndarray) -> pa.Array:
+        return pa.array(col, mask=col < 0, type=pa.int64())
+
+    dp, pp, tp, cp = layout
+    gcode = aux_col("group", -1).astype(np.int64)
+    cols: dict[str, Any] = {
+        "op_id": op_id,
+        "rank": np.full(n, rank, dtype=np.int32),
+        "dp_rank": np.full(n, dp, dtype=np.int32),
+        "pp_rank": np.full(n, pp, dtype=np.int32),
+        "tp_rank": np.full(n, tp, dtype=np.int32),
+        "cp_rank": np.full(n, cp, dtype=np.int32),
+        "step": step,
+        "microbatch": rec["microbatch"].astype(np.int32),
+        "name": _dict_col(optype, names, np.int32),
+        "kind": _dict_col(kind_of[optype] if n else optype, kinds, np.int8),
+        "stream": _dict_col(stream, streams, np.int32),
+        "start_ns": rec["start_ns"] + np.int64(offset_ns),
+        "dur_ns": np.maximum(rec["dur_ns"], 0),
+        "group": _dict_col(gcode, page.groups, np.int32),
+        "seq": aux_col("seq", -1).astype(np.int64),
+        "peer": aux_col("peer", -1).astype(np.int32),
+        "size_bytes": nullable(aux_col("size_bytes", -1)),
+        "num_tokens": nullable(rec["num_tokens"]),
+        "seq_lens": _lists(seq_counts, np.asarray(seq_vals, dtype=np.int32), seq_valid, pa.int32()),
+        "deps": deps,
+    }
+    return make_table(cols, num_rows=n)

@@ -1,0 +1,913 @@
+"""The runtime tracer: records a training loop's ops into laggard's native format.
+
+    tracer = Tracer("trace/", dp_rank=dp, pp_rank=pp)      # after init_process_group
+    for i, batch in enumerate(tracer.data(loader)):         # data-loading waits
+        with tracer.step(i):
+            with tracer.op("forward-compute", microbatch=0):
+                loss = model(batch)
+            ...
+            tracer.all_reduce(grads, group=dp_group, name="grads-all-reduce")
+    tracer.close()                                          # or use it as a context manager
+
+On CPU an op is timed with ``time.perf_counter_ns`` around the block; on GPU (``timing="cuda"``)
+with CUDA events on the current stream, resolved at later step boundaries (never a sync per op).
+Ops are packed into preallocated pages and written by a background thread as per-rank Parquet
+shards (``ops-rank{R}-{k}.parquet``) beside ``job.json`` (rank 0), so a step never waits for I/O and
+memory stays bounded; when the writer falls behind, ops are dropped and counted, never queued.
+
+Dependencies: ops run in order on a stream (one per rank on CPU: everything is synchronous on the
+Python thread), so each op depends on the previous op of its stream in the same step. An op
+nested in another (or a GC pause inside an op) is cut out of the outer op, so the stream's ops
+never overlap. Asynchronous communication (``isend``, ``irecv``, ``async_op=True``) runs beside
+the stream: it depends on the op before its issue, and the first op after its ``wait()`` depends
+on it. Collectives are matched across ranks by (step, group, seq): the group is the process
+group's ranks (or a label you give), seq the call count of that group in the step; point-to-point
+transfers by the group ``p2p:SRC>DST`` and a per-pair count.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import queue
+import socket
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from laggard.ops import JobMeta, LaggardError, LaggardWarning
+from laggard.tracer import _signals
+from laggard.tracer._page import (
+    AUX_BYTES,
+    AUX_DTYPE,
+    AUX_PACK,
+    PACK,
+    RECORD_BYTES,
+    RECORD_DTYPE,
+    FullPage,
+    Side,
+)
+from laggard.tracer._writer import ShardWriter, write_json_atomic
+from laggard.tracer.clock import ClockSync, align_clocks, local_sync
+
+KIND_NAMES = ("compute", "collective", "p2p_send", "p2p_recv", "other")
+MAX_PENDING_OPS = 4096  # ops recorded between steps, attached to the next step
+
+
+class _NullCtx:
+    """What ``op``/``step`` return when tracing is off: does nothing, cheaply."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _NullCtx:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+_NULL = _NullCtx()
+
+
+class _OpCtx:
+    __slots__ = ("_t", "_code", "_mb", "_ntok", "_aux", "_start", "_excl0")
+
+    def __init__(self, t: Tracer, code: int, mb: int, ntok: int, aux: tuple | None) -> None:
+        self._t = t
+        self._code = code
+        self._mb = mb
+        self._ntok = ntok
+        self._aux = aux  # (size_bytes, seq, group, peer, side) of a communication op, or None
+
+    def __enter__(self) -> _OpCtx:
+        t = self._t
+        if t._gcq:
+            t._drain_gc()
+        self._excl0 = t._excl_ns
+        self._start = t._clock()
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        t = self._t
+        end = t._clock()
+        if t._gcq:
+            t._drain_gc()
+        start = self._start
+        # time spent in ops recorded inside this one (nested ops, GC pauses) is theirs
+        dur = end - start - (t._excl_ns - self._excl0)
+        t._excl_ns += dur
+        i = t._n
+        if t._fast and i < t._cap and self._aux is None:  # the common case, inlined
+            t._pack(t._mv, i * RECORD_BYTES, start, dur, self._ntok, self._code, self._mb, -1)
+            t._n = i + 1  # count after packing: a flush that interrupts us never sees half a record
+            t._pool.append(self)  # reused by the next op() (creating objects is most of the cost)
+        else:
+            t._rec(self._code, self._mb, start, dur, self._ntok, self._aux)
+        return False
+
+
+class _CudaOpCtx(_OpCtx):
+    """GPU timing: CUDA events on the current stream, resolved later without a sync."""
+
+    __slots__ = ("_ev0",)
+
+    def __enter__(self) -> _CudaOpCtx:
+        self._ev0 = self._t._cuda.event()
+        self._ev0.record()
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        t = self._t
+        ev1 = t._cuda.event()
+        ev1.record()
+        t._cuda.pending.append((t._step if t._in_step else None, self._code, self._mb, self._ntok, self._aux,
+                                self._ev0, ev1))
+        return False
+
+
+class _StepCtx:
+    __slots__ = ("_t", "_step")
+
+    def __init__(self, t: Tracer, step: int) -> None:
+        self._t = t
+        self._step = step
+
+    def __enter__(self) -> _StepCtx:
+        self._t._begin_step(self._step)
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self._t._end_step()
+        return False
+
+
+class TracedWork:
+    """An asynchronous communication in flight; ``wait()`` completes and records it."""
+
+    def __init__(self, tracer: Tracer, code: int, mb: int, aux: tuple, issue_pred: int, step: int | None,
+                 ev0: Any = None) -> None:
+        self._tracer = tracer
+        self._work: Any = None
+        self._code = code
+        self._mb = mb
+        self._aux = aux
+        self._issue_pred = issue_pred
+        self._step = step
+        self._start = tracer._clock() if ev0 is None else 0
+        self._ev0 = ev0
+        self._done = False
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._work.wait(*args, **kwargs) if self._work is not None else True
+        if not self._done:
+            self._done = True
+            self._tracer._complete_async(self)
+        return out
+
+    def is_completed(self) -> bool:
+        return bool(self._work.is_completed()) if self._work is not None else True
+
+    def __getattr__(self, name: str) -> Any:  # anything else a torch Work offers
+        return getattr(self._work, name)
+
+
+class _Cuda:
+    """CUDA event pool, pending GPU ops and the anchor mapping GPU time to the local clock."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        import torch
+
+        self.torch = torch
+        self.free: list[Any] = []
+        self.pending: deque[tuple] = deque()
+        self.clock = clock
+        self.anchor()
+
+    def event(self) -> Any:
+        return self.free.pop() if self.free else self.torch.cuda.Event(enable_timing=True)
+
+    def anchor(self) -> None:
+        # an event on an idle stream runs at once: its GPU time is now on the local clock
+        self.torch.cuda.synchronize()
+        ev = self.torch.cuda.Event(enable_timing=True)
+        ev.record()
+        ev.synchronize()
+        self.anchor_ns = self.clock()
+        self.anchor_ev = ev
+
+    def to_local(self, ev: Any) -> int:
+        return self.anchor_ns + round(self.anchor_ev.elapsed_time(ev) * 1e6)
+
+
+class Tracer:
+    """Record a training loop's ops (see the module docstring).
+
+    Create it on every rank after ``torch.distributed.init_process_group`` (it aligns clocks and
+    gathers the parallel layout: collective calls every rank must make). Without torch.distributed
+    it traces one process (pass ``rank``/``world_size`` to trace ranks launched another way).
+    An unwritable directory or a full disk gives one warning and turns tracing off; the training
+    goes on.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path | None,
+        *,
+        name: str = "job",
+        dp_rank: int | None = None,
+        pp_rank: int = 0,
+        tp_rank: int = -1,
+        cp_rank: int = -1,
+        rank: int | None = None,
+        world_size: int | None = None,
+        timing: str = "auto",
+        record_gc: bool = True,
+        gc_min_us: float = 0.0,
+        align: str | None = "pingpong",
+        flush_interval_s: float = 10.0,
+        page_ops: int = 8192,
+        num_pages: int = 4,
+        handle_signals: bool = True,
+        clock_ns: Callable[[], int] | None = None,
+        meta_extra: dict[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        if page_ops < 16 or num_pages < 2:
+            raise LaggardError("Tracer: page_ops must be >= 16 and num_pages >= 2")
+        if align not in (None, "pingpong", "barrier"):
+            raise LaggardError(f"Tracer: align must be pingpong, barrier or None, not {align!r}")
+        if timing not in ("auto", "cpu", "cuda"):
+            raise LaggardError(f"Tracer: timing must be auto, cpu or cuda, not {timing!r}")
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        enabled = enabled and out_dir is not None
+        self._clock = clock_ns or time.perf_counter_ns
+        self.clock_ns = self._clock
+        dist = _dist_if_initialized()
+        if dist is not None:
+            self.rank = dist.get_rank() if rank is None else rank
+            self.world_size = dist.get_world_size() if world_size is None else world_size
+        else:
+            self.rank = 0 if rank is None else rank
+            self.world_size = 1 if world_size is None else world_size
+        self.layout = (self.rank if dp_rank is None else dp_rank, pp_rank, tp_rank, cp_rank)
+        self._closed = False
+        self._enabled = self._plain = False
+        self._in_step = False
+        self._step = -1
+        self._seqs: dict[int, int] = {}
+        self._gcq: deque[tuple[int, int, int]] = deque(maxlen=100_000)
+        self._excl_ns = 0
+        self._pending: list[tuple] = []
+        self._joins: list[int] = []
+        self.num_ops_recorded = 0
+        self.num_ops_dropped = 0
+        self.num_ops_outside_steps_dropped = 0
+
+        if not enabled:  # a tracer that does nothing at all (no collectives either)
+            self.sync = local_sync(self._clock)
+            return
+        assert self.out_dir is not None
+        # collective start-up: every rank takes part whatever happens to its directory
+        if dist is not None and align:
+            self.sync: ClockSync = align_clocks(self._clock, method=align)
+        else:
+            self.sync = local_sync(self._clock)
+        layouts = [(self.rank, *self.layout)]
+        if dist is not None:
+            gathered: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, (self.rank, *self.layout))
+            layouts = sorted(gathered)
+        use_cuda = timing == "cuda" or (timing == "auto" and _cuda_in_use())
+        self._cuda: _Cuda | None = _Cuda(self._clock) if use_cuda else None
+        self._main_stream = "gpu" if use_cuda else "main"
+
+        self._state: dict[str, Any] = {
+            "rank": self.rank, "world_size": self.world_size, "layout": dict(zip(("dp", "pp", "tp", "cp"), self.layout,
+                                                                                strict=True)),
+            "pid": os.getpid(), "host": socket.gethostname(), "status": "running",
+            "num_ops_recorded": 0, "num_ops_dropped": 0, "last_step_started": None,
+            "clock_offset_ns": self.sync.offset_ns, "clock_error_ns": self.sync.error_ns,
+        }
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            for old in self.out_dir.glob(f"ops-rank{self.rank}-*.parquet"):
+                old.unlink()
+            write_json_atomic(self.out_dir / f"rank{self.rank}.state.json", self._state)
+            if self.rank == 0:
+                for old in [*self.out_dir.glob("ops-rank*-*.parquet"), *self.out_dir.glob("rank*.state.json")]:
+                    r = old.name.removeprefix("ops-rank").removeprefix("rank").split("-", 1)[0].split(".", 1)[0]
+                    if r.isdigit() and int(r) >= self.world_size:  # a previous, larger job's ranks
+                        old.unlink()
+                meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda, meta_extra or {})
+                write_json_atomic(self.out_dir / "job.json", meta.to_json())
+        except OSError as e:
+            warnings.warn(
+                f"laggard tracer (rank {self.rank}): cannot write the trace to {self.out_dir} "
+                f"({e.strerror or e}); tracing is disabled, training goes on",
+                LaggardWarning,
+                stacklevel=2,
+            )
+            return
+
+        # pages: preallocated, recycled by the writer; the training thread never allocates one
+        self._free: queue.SimpleQueue[tuple[np.ndarray, np.ndarray]] = queue.SimpleQueue()
+        for _ in range(num_pages):
+            self._free.put((np.zeros(page_ops, dtype=RECORD_DTYPE), np.zeros(page_ops, dtype=AUX_DTYPE)))
+        self._page: np.ndarray | None = None
+        self._aux: np.ndarray | None = None
+        self._mv = memoryview(b"")
+        self._amv = memoryview(b"")
+        self._cap = 0
+        self._n = 0
+        self._na = 0
+        self._fast = False  # in a step, no pending joins, the page's step is the current step
+        self._bounds: list[tuple[int, int]] = []
+        self._bstep = -1
+        self._first_op = 0
+        self._side: list[Side] = []
+        self._pack = PACK.pack_into
+        self._auxpack = AUX_PACK.pack_into
+        self._next_page()
+        self._optypes: list[tuple[str, str, str]] = []
+        self._optype_code: dict[tuple[str, str, str], int] = {}
+        self._compute_code: dict[str, int] = {}
+        self._groups: list[str] = []
+        self._group_code: dict[str, int] = {}
+        self._pg_labels: dict[int, str] = {}
+        self._flush_interval_ns = int(flush_interval_s * 1e9)
+        self._last_flush_ns = self._clock()
+        self._writer = ShardWriter(self.out_dir, rank=self.rank, layout=self.layout, offset_ns=self.sync.offset_ns,
+                                   on_page_free=self._page_free, state=self._state)
+        self._gc_code = self._code("gc", "other", "cpu" if use_cuda else self._main_stream)
+        self._gc_t0 = 0
+        self._gc_min_ns = int(gc_min_us * 1000)
+        self._record_gc = record_gc
+        if record_gc:
+            gc.callbacks.append(self._on_gc)
+        self._pool: list[_OpCtx] = []
+        self._enabled = True
+        self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
+        _signals.register(self, handle_signals=handle_signals)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def enabled(self) -> bool:
+        """False when tracing is off (disabled, closed, or the directory could not be written)."""
+        return self._enabled and self._writer.failed is None
+
+    def now_ns(self) -> int:
+        """The current time on the job's aligned timeline (ns since the Unix epoch, rank 0's clock)."""
+        return self._clock() + self.sync.offset_ns
+
+    def step(self, step: int) -> _StepCtx | _NullCtx:
+        """Context for one training step; ops recorded between steps join the next step."""
+        if not self._enabled:
+            return _NULL
+        return _StepCtx(self, int(step))
+
+    def op(self, name: str, *, microbatch: int = -1, kind: str = "compute", num_tokens: int | None = None,
+           seq_lens: list[int] | None = None, stream: str | None = None) -> _OpCtx | _NullCtx:
+        """Context timing one op, e.g. ``with tracer.op("forward-compute", microbatch=j):``."""
+        if kind == "compute" and stream is None and seq_lens is None and self._plain:
+            code = self._compute_code.get(name)
+            if code is not None:  # the common case: a known compute op timed on the CPU
+                pool = self._pool
+                c = pool.pop() if pool else _OpCtx(self, code, microbatch, -1, None)
+                c._code = code
+                c._mb = microbatch
+                c._ntok = -1 if num_tokens is None else num_tokens
+                return c
+        if not self._enabled:
+            return _NULL
+        aux = None
+        if kind == "compute" and stream is None:
+            code = self._compute_code.get(name)
+            if code is None:
+                code = self._compute_code[name] = self._code(name, kind, self._main_stream)
+        else:
+            code = self._code(name, kind, stream or self._main_stream)
+        if seq_lens is not None:
+            aux = (-1, -1, -1, -1, self._add_side(Side(seq_lens=[int(x) for x in seq_lens])))
+        ntok = -1 if num_tokens is None else num_tokens
+        if self._cuda is not None:
+            return _CudaOpCtx(self, code, microbatch, ntok, aux)
+        return _OpCtx(self, code, microbatch, ntok, aux)
+
+    def record(self, name: str, start_ns: int, dur_ns: int, *, kind: str = "other", microbatch: int = -1) -> None:
+        """Record an op timed elsewhere; ``start_ns`` on this tracer's local clock (``tracer.clock_ns``)."""
+        if not self._enabled:
+            return
+        code = self._code(name, kind, "cpu" if self._cuda is not None else self._main_stream)
+        self._rec(code, microbatch, int(start_ns), int(dur_ns), -1, self._cpu_aux())
+        self._excl_ns += int(dur_ns)
+
+    def record_gc(self, start_ns: int, dur_ns: int, generation: int = 2) -> None:
+        """Record a garbage collection timed by someone else (e.g. a planned-GC hook).
+
+        With ``record_gc=True`` (default) the tracer already sees every collection through
+        ``gc.callbacks``; use this only for collections it cannot see, or trace with record_gc=False.
+        """
+        self.record("gc", start_ns, dur_ns, kind="other")
+
+    def data(self, iterable: Iterable[Any], *, name: str = "data-wait") -> Iterator[Any]:
+        """Wrap a DataLoader (any iterable): the wait for each item is recorded as an op."""
+        it = iter(iterable)
+        while True:
+            if not self._enabled:
+                yield from it
+                return
+            t0 = self._clock()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            self.record(name, t0, self._clock() - t0, kind="other")
+            yield item
+
+    def collective(self, name: str, *, group: Any = None, label: str | None = None, size_bytes: int | None = None,
+                   microbatch: int = -1) -> _OpCtx | _NullCtx:
+        """Context timing one collective you call yourself (all participants must use it)."""
+        if not self._enabled:
+            return _NULL
+        g = self._group_label(group) if label is None else label
+        return self._comm_ctx(name, "collective", g, -1, size_bytes, microbatch)
+
+    def p2p(self, name: str, *, peer: int, send: bool, size_bytes: int | None = None,
+            microbatch: int = -1) -> _OpCtx | _NullCtx:
+        """Context timing one blocking point-to-point transfer with global rank ``peer``."""
+        if not self._enabled:
+            return _NULL
+        src, dst = (self.rank, peer) if send else (peer, self.rank)
+        return self._comm_ctx(name, "p2p_send" if send else "p2p_recv", f"p2p:{src}>{dst}", peer, size_bytes,
+                              microbatch)
+
+    # torch.distributed wrappers: the call as torch documents it, plus name= and microbatch=
+    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None, async_op: bool = False, *,
+                   name: str = "all-reduce", microbatch: int = -1) -> Any:
+        d = _dist()
+        kw = {} if op is None else {"op": op}
+        return self._call_collective(lambda: d.all_reduce(tensor, group=group, async_op=async_op, **kw),
+                                     name, group, _nbytes(tensor), microbatch, async_op)
+
+    def broadcast(self, tensor: Any, src: int, group: Any = None, async_op: bool = False, *,
+                  name: str = "broadcast", microbatch: int = -1) -> Any:
+        d = _dist()
+        return self._call_collective(lambda: d.broadcast(tensor, src, group=group, async_op=async_op),
+                                     name, group, _nbytes(tensor), microbatch, async_op)
+
+    def all_gather_into_tensor(self, output: Any, input: Any, group: Any = None, async_op: bool = False, *,
+                               name: str = "all-gather", microbatch: int = -1) -> Any:
+        d = _dist()
+        return self._call_collective(
+            lambda: d.all_gather_into_tensor(output, input, group=group, async_op=async_op),
+            name, group, _nbytes(output), microbatch, async_op)
+
+    def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = None, group: Any = None,
+                              async_op: bool = False, *, name: str = "reduce-scatter", microbatch: int = -1) -> Any:
+        d = _dist()
+        kw = {} if op is None else {"op": op}
+        return self._call_collective(
+            lambda: d.reduce_scatter_tensor(output, input, group=group, async_op=async_op, **kw),
+            name, group, _nbytes(input), microbatch, async_op)
+
+    def barrier(self, group: Any = None, *, name: str = "barrier") -> Any:
+        d = _dist()
+        return self._call_collective(lambda: d.barrier(group=group), name, group, 0, -1, False)
+
+    def send(self, tensor: Any, dst: int, group: Any = None, tag: int = 0, *, name: str = "send",
+             microbatch: int = -1) -> None:
+        """Blocking send to global rank ``dst``, recorded as a p2p_send op."""
+        d = _dist()
+        with self.p2p(name, peer=dst, send=True, size_bytes=_nbytes(tensor), microbatch=microbatch):
+            d.send(tensor, dst, group=group, tag=tag)
+
+    def recv(self, tensor: Any, src: int, group: Any = None, tag: int = 0, *, name: str = "recv",
+             microbatch: int = -1) -> int:
+        """Blocking receive from global rank ``src`` (a source is required: it is what matches the send)."""
+        if src is None:
+            raise LaggardError("Tracer.recv: src is required (a receive from any source cannot be matched)")
+        d = _dist()
+        with self.p2p(name, peer=src, send=False, size_bytes=_nbytes(tensor), microbatch=microbatch):
+            return d.recv(tensor, src, group=group, tag=tag)
+
+    def isend(self, tensor: Any, dst: int, group: Any = None, tag: int = 0, *, name: str = "send",
+              microbatch: int = -1) -> Any:
+        d = _dist()
+        return self._issue_async(lambda: d.isend(tensor, dst, group=group, tag=tag), name, "p2p_send",
+                                 f"p2p:{self.rank}>{dst}", dst, _nbytes(tensor), microbatch)
+
+    def irecv(self, tensor: Any, src: int, group: Any = None, tag: int = 0, *, name: str = "recv",
+              microbatch: int = -1) -> Any:
+        if src is None:
+            raise LaggardError("Tracer.irecv: src is required (a receive from any source cannot be matched)")
+        d = _dist()
+        return self._issue_async(lambda: d.irecv(tensor, src, group=group, tag=tag), name, "p2p_recv",
+                                 f"p2p:{src}>{self.rank}", src, _nbytes(tensor), microbatch)
+
+    def batch_isend_irecv(self, p2p_ops: list[Any], *, names: list[str] | None = None,
+                          microbatch: int = -1) -> list[Any]:
+        """``torch.distributed.batch_isend_irecv`` with each transfer recorded (peers are global ranks)."""
+        d = _dist()
+        works = d.batch_isend_irecv(p2p_ops)
+        if not self._enabled:
+            return works
+        out = []
+        for i, (p, w) in enumerate(zip(p2p_ops, works, strict=True)):
+            send = "send" in getattr(p.op, "__name__", "")
+            nm = names[i] if names else ("send" if send else "recv")
+            src, dst = (self.rank, p.peer) if send else (p.peer, self.rank)
+            out.append(self._issue_async(lambda w=w: w, nm, "p2p_send" if send else "p2p_recv",
+                                         f"p2p:{src}>{dst}", p.peer, _nbytes(p.tensor), microbatch))
+        return out
+
+    def close(self, status: str = "closed") -> None:
+        """Write everything recorded and stop; safe to call twice. Ops outside steps are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._enabled:
+            return
+        self._enabled = self._plain = False
+        if self._record_gc and self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+        if self._cuda is not None:
+            self._cuda.torch.cuda.synchronize()
+            self._resolve_cuda()
+        if self._in_step:
+            self._end_step(flush=False)
+        self.num_ops_outside_steps_dropped += len(self._pending)
+        self._pending.clear()
+        self._hand_off()
+        finished = self._writer.close()
+        self._update_counts()
+        self._writer.write_state(status if finished else "incomplete")
+        _signals.unregister(self)
+        if self.num_ops_dropped:
+            warnings.warn(f"laggard tracer (rank {self.rank}): dropped {self.num_ops_dropped} op(s) because the "
+                          "writer fell behind (more num_pages or page_ops?)", LaggardWarning, stacklevel=2)
+
+    def __enter__(self) -> Tracer:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.close("closed" if exc_type is None else f"failed: {exc_type.__name__}")
+        return False
+
+    # ------------------------------------------------------------------ recording
+    def _rec(self, code: int, mb: int, start: int, dur: int, ntok: int, aux: tuple | None) -> None:
+        """Record an op of the current step (between steps: keep it for the next step)."""
+        if not self._in_step:
+            self._defer((code, mb, start, dur, ntok, aux))
+            return
+        self._write(self._step, code, mb, start, dur, ntok, aux)
+
+    def _write(self, step: int, code: int, mb: int, start: int, dur: int, ntok: int, aux: tuple | None) -> int:
+        """The general path: any step, communication fields, joins, full pages. Returns the local op id."""
+        if self._joins and self._in_step and step == self._step:
+            aux = self._join(aux)
+        i = self._n
+        if i >= self._cap and (i := self._rotate()) < 0:
+            self.num_ops_dropped += 1
+            return -1
+        if step != self._bstep:
+            self._bounds.append((i, step))
+            self._bstep = step
+        a = -1
+        if aux is not None:
+            a = self._na
+            self._auxpack(self._amv, a * AUX_BYTES, *aux)
+            self._na = a + 1
+        self._pack(self._mv, i * RECORD_BYTES, start, dur, ntok, code, mb, a)
+        self._n = i + 1
+        if self._in_step and step != self._step:  # back to the current step for the rows that follow
+            self._bounds.append((i + 1, self._step))
+            self._bstep = self._step
+        self._fast = self._in_step and not self._joins and self._bstep == self._step
+        return self._first_op + i
+
+    def _write_in(self, step: int | None, args: tuple) -> int:
+        """Record ``args`` (as for _rec) with the step it belongs to: now, or deferred to the next step."""
+        if step is None:
+            self._defer(args)
+            return -1
+        return self._write(step, *args)
+
+    def _defer(self, args: tuple) -> None:
+        # the side entry travels as an object: the page (and its side list) may change before the step
+        if len(self._pending) < MAX_PENDING_OPS:
+            aux = args[-1]
+            if aux is not None and aux[4] >= 0:
+                aux = (*aux[:4], self._side[aux[4]])
+            self._pending.append((*args[:-1], aux))
+        else:
+            self.num_ops_outside_steps_dropped += 1
+
+    def _begin_step(self, step: int) -> None:
+        if self._in_step:
+            raise LaggardError(f"Tracer.step({step}): step {self._step} is still open (steps do not nest)")
+        if self._gcq:
+            self._drain_gc()
+        self._step = step
+        self._in_step = True
+        self._joins.clear()
+        self._state["last_step_started"] = step
+        if self._bstep != step:
+            self._bounds.append((self._n, step))
+            self._bstep = step
+        self._fast = True
+        pending, self._pending = self._pending, []
+        for *args, aux in pending:
+            if aux is not None and not isinstance(aux[4], int):
+                aux = (*aux[:4], self._add_side(aux[4]))
+            self._write(step, *args, aux)
+
+    def _end_step(self, *, flush: bool = True) -> None:
+        if self._gcq:
+            self._drain_gc()
+        self._in_step = False
+        self._fast = False
+        self._seqs.clear()
+        if self._cuda is not None:
+            self._resolve_cuda()
+        # a timed flush only when a free page is ready: flushing never makes the tracer drop ops
+        if (flush and self._n and self._clock() - self._last_flush_ns >= self._flush_interval_ns
+                and not self._free.empty()):
+            self._hand_off()
+
+    def _cpu_aux(self) -> tuple | None:
+        """On GPU, CPU-timed ops (GC, data waits) sit beside the GPU stream, with no dependencies."""
+        if self._cuda is None:
+            return None
+        return (-1, -1, -1, -1, self._add_side(Side(replace_chain=True, deps=[])))
+
+    def _drain_gc(self) -> None:
+        q = self._gcq
+        while q:
+            t0, dur, _gen = q.popleft()
+            if dur >= self._gc_min_ns:
+                self._rec(self._gc_code, -1, t0, dur, -1, self._cpu_aux())
+                self._excl_ns += dur
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        # may run in any thread and in the middle of a record: only queue it (deque appends are atomic)
+        if phase == "start":
+            self._gc_t0 = self._clock()
+        else:
+            self._gcq.append((self._gc_t0, self._clock() - self._gc_t0, info.get("generation", -1)))
+
+    def _comm_aux(self, label: str, peer: int, size_bytes: int | None) -> tuple:
+        gcode = self._group_code.get(label)
+        if gcode is None:
+            gcode = self._group_code[label] = len(self._groups)
+            self._groups.append(label)
+        seq = self._seqs.get(gcode, 0)
+        self._seqs[gcode] = seq + 1
+        return (-1 if size_bytes is None else int(size_bytes), seq, gcode, peer, -1)
+
+    def _comm_ctx(self, name: str, kind: str, label: str, peer: int, size_bytes: int | None,
+                  microbatch: int) -> _OpCtx:
+        code = self._code(name, kind, self._main_stream)
+        cls = _CudaOpCtx if self._cuda is not None else _OpCtx
+        return cls(self, code, microbatch, -1, self._comm_aux(label, peer, size_bytes))
+
+    def _call_collective(self, call: Callable[[], Any], name: str, group: Any, size: int, mb: int,
+                         async_op: bool) -> Any:
+        if not self._enabled:
+            return call()
+        if async_op:
+            return self._issue_async(call, name, "collective", self._group_label(group), -1, size, mb)
+        with self._comm_ctx(name, "collective", self._group_label(group), -1, size, mb):
+            return call()
+
+    def _issue_async(self, call: Callable[[], Any], name: str, kind: str, label: str, peer: int, size: int,
+                     mb: int) -> Any:
+        if not self._enabled:
+            return call()
+        if self._gcq:
+            self._drain_gc()
+        aux = self._comm_aux(label, peer, size)
+        ev0 = None
+        if self._cuda is not None:
+            ev0 = self._cuda.event()
+            ev0.record()
+        work = TracedWork(self, self._code(name, kind, "async"), mb, aux, self._last_op(),
+                          self._step if self._in_step else None, ev0)
+        work._work = call()
+        return work
+
+    def _complete_async(self, w: TracedWork) -> None:
+        if not self._enabled:
+            return
+        deps = [w._issue_pred] if w._issue_pred >= 0 else []
+        aux = (*w._aux[:4], self._add_side(Side(replace_chain=True, deps=deps)))
+        if self._cuda is not None:
+            ev1 = self._cuda.event()
+            ev1.record()
+            self._cuda.pending.append((w._step, w._code, w._mb, -1, aux, w._ev0, ev1))
+            return
+        end = self._clock()
+        joins, self._joins = self._joins, []  # pending joins belong to the next op on the stream
+        oid = self._write_in(w._step, (w._code, w._mb, w._start, end - w._start, -1, aux))
+        self._joins = joins
+        if oid >= 0 and self._in_step and w._step == self._step:
+            self._joins.append(oid)
+        self._fast = self._in_step and not self._joins and self._bstep == self._step
+
+    def _join(self, aux: tuple | None) -> tuple:
+        deps = list(self._joins)
+        self._joins.clear()
+        if aux is None or aux[4] < 0:
+            side = self._add_side(Side(deps=deps))
+            return (-1, -1, -1, -1, side) if aux is None else (*aux[:4], side)
+        s = self._side[aux[4]]
+        s.deps = (s.deps or []) + deps
+        return aux
+
+    def _last_op(self) -> int:
+        """The local id of the last op on the stream chain in this step (the issue point of an async op)."""
+        if not self._in_step or self._page is None:
+            return -1
+        for i in range(self._n - 1, -1, -1):
+            row_step = next(st for b, st in reversed(self._bounds) if b <= i)
+            if row_step != self._step:
+                return -1
+            a = int(self._page[i]["aux"])
+            side = int(self._aux[a]["side"]) if a >= 0 and self._aux is not None else -1
+            if side < 0 or not self._side[side].replace_chain:
+                return self._first_op + i
+        return -1
+
+    def _resolve_cuda(self) -> None:
+        assert self._cuda is not None
+        cu = self._cuda
+        while cu.pending and cu.pending[0][-1].query():
+            step, code, mb, ntok, aux, ev0, ev1 = cu.pending.popleft()
+            start = cu.to_local(ev0)
+            dur = round(ev0.elapsed_time(ev1) * 1e6)
+            self._write_in(step, (code, mb, start, dur, ntok, aux))
+            cu.free += [ev0, ev1]
+
+    # ------------------------------------------------------------------ codes and pages
+    def _code(self, name: str, kind: str, stream: str) -> int:
+        key = (name, kind, stream)
+        c = self._optype_code.get(key)
+        if c is None:
+            if kind not in KIND_NAMES:
+                raise LaggardError(f"Tracer: kind must be one of {', '.join(KIND_NAMES)}, not {kind!r}")
+            c = self._optype_code[key] = len(self._optypes)
+            self._optypes.append(key)
+        return c
+
+    def _add_side(self, s: Side) -> int:
+        self._side.append(s)
+        return len(self._side) - 1
+
+    def _group_label(self, group: Any) -> str:
+        if group is None:
+            return "world"
+        key = id(group)
+        label = self._pg_labels.get(key)
+        if label is None:
+            ranks = _dist().get_process_group_ranks(group)
+            label = self._pg_labels[key] = "pg:" + ",".join(str(r) for r in sorted(ranks))
+        return label
+
+    def _page_free(self, bufs: tuple[np.ndarray, np.ndarray] | None) -> None:
+        if bufs is not None:
+            self._free.put(bufs)
+
+    def _take(self, sync: threading.Event | None = None) -> FullPage | None:
+        n = self._n
+        if self._page is None or (n == 0 and sync is None):
+            return None
+        assert self._aux is not None
+        page = FullPage(records=self._page[:n], aux=self._aux[: self._na], steps=self._bounds,
+                        first_op=self._first_op, side=self._side, optypes=list(self._optypes),
+                        groups=list(self._groups), buffer=(self._page, self._aux), sync=sync)
+        self.num_ops_recorded += n
+        self._first_op += n
+        self._page = self._aux = None
+        self._mv = self._amv = memoryview(b"")
+        self._side = []
+        self._bounds = []
+        self._bstep = -1
+        self._cap = self._n = self._na = 0
+        self._fast = False
+        return page
+
+    def _hand_off(self) -> None:
+        page = self._take()
+        self._last_flush_ns = self._clock()
+        self._update_counts()
+        if self._writer.failed is not None:
+            self._enabled = self._plain = False  # the writer warned once; stop recording for nothing
+        if page is not None:
+            self._writer.submit(page)
+        self._next_page()
+
+    def _next_page(self) -> bool:
+        try:
+            recs, aux = self._free.get_nowait()
+        except queue.Empty:
+            return False
+        self._page, self._aux = recs, aux
+        self._mv = memoryview(recs).cast("B")
+        self._amv = memoryview(aux).cast("B")
+        self._cap = len(recs)
+        self._n = self._na = 0
+        self._bounds = [(0, self._step if self._in_step else -1)]
+        self._bstep = self._bounds[0][1]
+        self._fast = self._in_step and not self._joins
+        return True
+
+    def _rotate(self) -> int:
+        """The page is full (or there is none): hand it off and continue on a free one; -1 to drop."""
+        if not self._enabled:
+            return -1
+        if self._page is not None:
+            self._hand_off()
+        elif not self._next_page():
+            return -1
+        return 0 if self._page is not None else -1
+
+    def _update_counts(self) -> None:
+        self._state.update(num_ops_recorded=self.num_ops_recorded, num_ops_dropped=self.num_ops_dropped,
+                           num_ops_outside_steps_dropped=self.num_ops_outside_steps_dropped)
+
+    def _emergency_flush(self, status: str) -> None:
+        """From the SIGTERM handler or watcher: write what was recorded, then stop recording."""
+        if self._closed or not self._enabled:
+            return
+        self._enabled = self._plain = False
+        done = threading.Event()
+        page = self._take(done)
+        self._update_counts()
+        if page is not None:
+            self._writer.submit(page)
+            done.wait(30.0)
+        self._writer.write_state(status)
+
+
+def _dist_if_initialized() -> Any:
+    import sys
+
+    if "torch" not in sys.modules:
+        return None
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def _cuda_in_use() -> bool:
+    import sys
+
+    if "torch" not in sys.modules:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+
+
+def _dist() -> Any:
+    import torch.distributed as dist
+
+    return dist
+
+
+def _nbytes(t: Any) -> int:
+    try:
+        return int(t.numel() * t.element_size())
+    except AttributeError:
+        return -1
+
+
+def _job_meta(name: str, layouts: list[tuple[int, ...]], world_size: int, sync: ClockSync, cuda: bool,
+              extra: dict[str, Any]) -> JobMeta:
+    arr = np.array(layouts, dtype=np.int64).reshape(-1, 5)
+
+    def size(col: int) -> int:
+        v = arr[:, col]
+        return int(v.max()) + 1 if (v >= 0).any() else 1
+
+    return JobMeta(
+        name=name,
+        world_size=world_size,
+        dp_size=size(1),
+        pp_size=size(2),
+        tp_size=size(3),
+        cp_size=size(4),
+        source="laggard-tracer",
+        extra={
+            **extra,
+            "ranks": [dict(zip(("rank", "dp", "pp", "tp", "cp"), (int(x) for x in row), strict=True)) for row in arr],
+            "timing": "cuda-events" if cuda else "perf_counter_ns",
+            "clock": sync.to_json(),
+            "created_unix_s": round(time.time(), 3),
+        },
+    )
