@@ -1,1 +1,52 @@
-"""laggard"""
+"""laggard: find, explain and fix stragglers in distributed training.
+
+The public API, loaded lazily (``import laggard`` stays cheap; each name imports its module on
+first use)::
+
+    job = laggard.load_job("trace-AR.parquet")
+    res = laggard.analyze(job)              # slowdown, attributions, diagnosis
+    res.to_json()["findings"]
+    laggard.custom_whatif(job, laggard.parse_changes(["worker=dp0:pp0"], [], []))
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Job": "laggard.ops",
+    "JobMeta": "laggard.ops",
+    "LaggardError": "laggard.ops",
+    "LaggardWarning": "laggard.ops",
+    "make_table": "laggard.ops",
+    "write_native": "laggard.ops",
+    "load_job": "laggard.io",
+    "analyze": "laggard.whatif",
+    "Analysis": "laggard.whatif",
+    "custom_whatif": "laggard.whatif",
+    "parse_changes": "laggard.whatif",
+    "diagnose": "laggard.diagnose",
+    "Finding": "laggard.diagnose",
+    "SynthConfig": "laggard.synth",
+    "synthesize": "laggard.synth",
+    "synthesize_with_truth": "laggard.synth",
+    "parse_injection": "laggard.inject",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'laggard' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
