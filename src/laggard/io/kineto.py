@@ -94,8 +94,14 @@ def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    # spawn: fresh, lean workers (numpy + msgspec only; no threads inherited from the caller)
-    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
+    # forked from a fresh single-threaded server that has the decoder imported (numpy + msgspec,
+    # no pyarrow): lean workers that start at once and inherit no threads from the caller
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["laggard.io.kineto_rank"])
+    else:
+        ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
         return list(pool.map(decode_rank, [str(f) for f in files]))
 
 
@@ -220,7 +226,8 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
     np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
     order = np.argsort(dst, kind="stable")
     fields = {}
-    for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "group", "meta_seq", "size_bytes", "peer", "has_deps"):
+    for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "group", "meta_seq", "size_bytes", "peer",
+              "has_deps"):
         fields[f] = getattr(r, f)[keep]
     out = RankOps(**{**{k: getattr(r, k) for k in r.__slots__ if k not in fields}, **fields,
                      "dep_ptr": ptr, "dep_idx": src[order]})  # type: ignore[attr-defined]
@@ -352,6 +359,8 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -
             "process_groups": pg_info,
             "num_bytes": int(sum(r.num_bytes for r in ranks)),
             "num_events": int(sum(r.num_events for r in ranks)),
+            "decode_cpu_s": float(sum(r.cpu_s for r in ranks)),
+            "worker_cpu_s": float(sum(r.cpu_s for r in ranks if r.in_worker)),
         },
     )
     return Job(table=table, meta=meta)

@@ -73,6 +73,8 @@ class RankOps:
     group_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     coll_source: str = ""
     warnings: list[str] = field(default_factory=list)
+    cpu_s: float = 0.0  # CPU time spent decoding this rank
+    in_worker: bool = False  # decoded in a worker process
 
 
 def coll_type(name: str) -> str:
@@ -134,9 +136,17 @@ def _containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.
 
 def decode_rank(path: str) -> RankOps:
     """Decode one trace file into its rank's ops (the unit of work of a decode worker process)."""
+    import time
+
     from laggard.io.kineto_events import read_events
 
-    return build_rank(read_events(path))
+    t0 = time.process_time()
+    ops = build_rank(read_events(path))
+    ops.cpu_s = time.process_time() - t0
+    import multiprocessing
+
+    ops.in_worker = multiprocessing.parent_process() is not None
+    return ops
 
 
 def build_rank(ev: RankEvents) -> RankOps:
