@@ -1,0 +1,342 @@
+"""A small GPT trained for real on CPU processes, data x pipeline parallel, traced by laggard.
+
+`laggard demo` runs it (one spawned process per rank, gloo on 127.0.0.1); you can also run it
+yourself:  python examples/demo_job.py --dp 2 --pp 2 --steps 20 --out out/demo-trace
+
+Layout: rank = dp_rank * pp + pp_rank. Pipeline stage s holds a slice of the transformer blocks
+(stage 0 also the embeddings, the last stage the LM head and the loss). A step runs the 1F1B
+schedule over the microbatches with blocking send/recv between neighbouring stages, all-reduces
+the gradients across the data-parallel replicas of each stage, and steps AdamW.
+
+Data: byte-level tokens of the Python standard library's own source files (every machine has
+them), packed into fixed-length rows, or, with seqlen-imbalance, cut into microbatches of
+variable length. Injected stragglers (--inject, see laggard/inject.py) are real effects.
+"""
+
+from __future__ import annotations
+
+import gc
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from laggard.tracer import Tracer
+
+VOCAB = 256  # bytes
+
+
+# ---------------------------------------------------------------- data
+
+
+def load_corpus(num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes of stdlib source files (sorted, so every rank reads the same) and where each file starts."""
+    files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    chunks, starts, total = [], [], 0
+    for f in files * (1 + num_tokens // 4_000_000):  # repeat the corpus if a long run needs more
+        b = np.frombuffer(f.read_bytes(), dtype=np.uint8)
+        starts.append(total)
+        chunks.append(b)
+        total += len(b)
+        if total >= num_tokens:
+            break
+    return np.concatenate(chunks), np.array(starts, dtype=np.int64)
+
+
+class Batches:
+    """Microbatch (step, dp_rank, mb) -> tokens, targets and document lengths, the same on every rank."""
+
+    def __init__(self, cfg, sigma: float | None) -> None:
+        self.cfg, self.sigma = cfg, sigma
+        per_step = cfg.dp * cfg.microbatches * cfg.batch_size * (4 * cfg.seq_len + 1)
+        self.tokens, self.doc_starts = load_corpus(min(per_step * (cfg.steps + cfg.warmup_steps), 8_000_000))
+
+    def seq_len(self, step: int, dp: int, mb: int) -> int:
+        if self.sigma is None:  # packed: every microbatch has the same shape
+            return self.cfg.seq_len
+        # variable length: lognormal around seq_len (mean preserved), attention cost ~ length^2
+        rng = np.random.default_rng([self.cfg.seed, step, dp, mb])
+        z = rng.lognormal(-0.5 * self.sigma**2, self.sigma)
+        return int(np.clip(round(self.cfg.seq_len * z), 8, 4 * self.cfg.seq_len))
+
+    def get(self, step: int, dp: int, mb: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        B, L = self.cfg.batch_size, self.seq_len(step, dp, mb)
+        start = ((step * self.cfg.dp + dp) * self.cfg.microbatches + mb) * B * (L + 1)
+        idx = (start + np.arange(B * (L + 1))) % (len(self.tokens) - 1)
+        rows = torch.from_numpy(self.tokens[idx].astype(np.int64)).view(B, L + 1)
+        # document (file) pieces in each row: what sequence packing hides
+        cuts = np.searchsorted(self.doc_starts, idx.reshape(B, L + 1)[:, 0], side="right")
+        ends = np.minimum(self.doc_starts[np.minimum(cuts, len(self.doc_starts) - 1)] - idx.reshape(B, L + 1)[:, 0], L)
+        seq_lens = [int(x) for e in ends for x in ((e, L - e) if 0 < e < L else (L,))]
+        return rows[:, :-1], rows[:, 1:], seq_lens
+
+
+# ---------------------------------------------------------------- model
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                   for t in self.qkv(self.ln1(x)).split(C, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class Stage(nn.Module):
+    """The blocks of one pipeline stage; the first also embeds tokens, the last also predicts them."""
+
+    def __init__(self, cfg, stage: int, extra_vocab: int = 0) -> None:
+        super().__init__()
+        self.first, self.last = stage == 0, stage == cfg.pp - 1
+        per = cfg.num_layers / cfg.pp
+        lo, hi = round(stage * per), round((stage + 1) * per)
+        if self.first:
+            self.tok, self.pos = nn.Embedding(VOCAB, cfg.d_model), nn.Embedding(4 * cfg.seq_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg.d_model, cfg.num_heads) for _ in range(lo, hi))
+        if self.last:
+            # heavy-last-stage pads the vocabulary, as the huge vocabularies of real LLMs do
+            self.ln_f, self.head = nn.LayerNorm(cfg.d_model), nn.Linear(cfg.d_model, VOCAB + extra_vocab, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.first:
+            x = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln_f(x)) if self.last else x
+
+
+# ---------------------------------------------------------------- injected stragglers
+
+
+class Stragglers:
+    """The --inject causes that touch this rank, each a real effect."""
+
+    def __init__(self, injections, rank: int, cfg) -> None:
+        self.slow, self.head_factor, self.sigma = 1.0, 0.0, None
+        self.gc_prob, self.gc_pause_ms, self.launch_delay_s = 0.0, 0.0, 0.0
+        self.link_delay_s: dict[int, float] = {}
+        for inj in injections:
+            p = inj.params
+            if inj.cause == "slow-worker" and int(p["rank"]) == rank:
+                self.slow *= p["factor"]
+            elif inj.cause == "heavy-last-stage":
+                self.head_factor = p["factor"]
+            elif inj.cause == "seqlen-imbalance":
+                self.sigma = p["sigma"]
+            elif inj.cause == "gc-pauses":
+                self.gc_prob, self.gc_pause_ms = p["prob"], p["pause_ms"]
+            elif inj.cause == "slow-link" and int(p["src"]) == rank:
+                self.link_delay_s[int(p["dst"])] = p["delay_ms"] / 1e3
+            elif inj.cause == "launch-delay":
+                self.launch_delay_s = p["ms"] / 1e3
+        self.rng = np.random.default_rng([cfg.seed, rank, 7])
+        self.heap: list = []
+        self._burn = torch.randn(64, 64)
+
+    def extra_vocab(self, d_model: int) -> int:
+        # a block costs ~12 d^2 multiply-adds per token, the head d x vocab: pad by factor blocks
+        return int(round(self.head_factor * 12 * d_model))
+
+    def burn(self, elapsed_s: float) -> None:
+        """slow-worker: real extra compute, (factor - 1) x what the op took."""
+        end = time.perf_counter() + (self.slow - 1.0) * elapsed_s
+        while time.perf_counter() < end:
+            self._burn @ self._burn
+
+    def launch_delay(self) -> None:
+        if self.launch_delay_s:
+            time.sleep(self.launch_delay_s)  # CPU-side work before the compute starts, not traced
+
+    def prepare_gc(self) -> None:
+        """gc-pauses: keep enough live Python objects that a full collection takes about pause_ms."""
+        if not self.gc_prob:
+            return
+        while len(self.heap) < 4_000_000:
+            self.heap.extend([i] for i in range(max(50_000, len(self.heap))))
+            t0 = time.perf_counter()
+            gc.collect()
+            if (time.perf_counter() - t0) * 1e3 >= self.gc_pause_ms:
+                break
+
+    def maybe_collect(self) -> None:
+        if self.gc_prob and self.rng.random() < self.gc_prob:
+            cycles = [[] for _ in range(1000)]
+            for a, b in zip(cycles, cycles[1:], strict=False):
+                a.append(b), b.append(a)  # reference cycles: only the collector can free them
+            del cycles
+            gc.collect()
+
+
+# ---------------------------------------------------------------- training
+
+
+def train(rank: int, world_size: int, cfg, report=None) -> dict:
+    """One rank's training loop; returns its step times (s) and last loss."""
+    P, M = cfg.pp, cfg.microbatches
+    dp, s = divmod(rank, P)
+    last = s == P - 1
+    torch.manual_seed(cfg.seed + s)  # replicas of a stage start identical
+    inj = Stragglers(cfg.injections, rank, cfg)
+    data = Batches(cfg, inj.sigma)
+    model = Stage(cfg, s, inj.extra_vocab(cfg.d_model) if last else 0)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    # one gradient all-reduce group per stage: the DP replicas of that stage (every rank creates all)
+    groups = [dist.new_group([d * P + st for d in range(cfg.dp)]) for st in range(P)]
+    inj.prepare_gc()
+
+    # warm-up steps run untraced (a disabled tracer does nothing): first-call costs are not stragglers
+    off = Tracer(None, enabled=False)
+    for step in range(cfg.warmup_steps):
+        train_step(step, cfg, off, model, opt, groups[s], data, inj, dp, s)
+    # the tracer aligns the ranks' clocks and gathers their layout: every rank creates it
+    tracer = Tracer(cfg.trace_dir, name="demo-gpt", dp_rank=dp, pp_rank=s, flush_interval_s=cfg.flush_interval_s,
+                    meta_extra={"injections": [i.to_json() for i in cfg.injections], "microbatches": M},
+                    enabled=cfg.trace_dir is not None)
+    step_s, loss_value = [], None
+    with tracer:  # closes (flushes) the trace however the loop ends
+        for step in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
+            t0 = time.perf_counter()
+            with tracer.step(step):
+                loss_value = train_step(step, cfg, tracer, model, opt, groups[s], data, inj, dp, s)
+            step_s.append(time.perf_counter() - t0)
+            if report is not None:
+                report(step - cfg.warmup_steps, loss_value)
+    return {"rank": rank, "step_s": step_s, "loss": loss_value}
+
+
+def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> float | None:
+    P, M, B, d = cfg.pp, cfg.microbatches, cfg.batch_size, cfg.d_model
+    first, last = s == 0, s == P - 1
+    prev_rank, next_rank = dp * P + s - 1, dp * P + s + 1
+    inputs, outputs, losses = {}, {}, []
+    meta = {}  # microbatch -> (tokens, targets, seq_lens)
+
+    def shape(m):
+        return (B, data.seq_len(step, dp, m), d)
+
+    def batch(m):
+        if m not in meta:
+            with tracer.op("data-wait", kind="other", microbatch=m):  # "loading" = slicing the corpus
+                meta[m] = data.get(step, dp, m)
+        return meta[m]
+
+    def recv_forward(m):
+        if not first:
+            inputs[m] = torch.empty(shape(m))
+            tracer.recv(inputs[m], prev_rank, name="forward-recv", microbatch=m)
+            inputs[m].requires_grad_()
+
+    def send(t, dst, name, m):
+        with tracer.p2p(name, peer=dst, send=True, size_bytes=t.numel() * 4, microbatch=m):
+            if dst in inj.link_delay_s:
+                time.sleep(inj.link_delay_s[dst])  # slow-link: this transfer is late
+            dist.send(t.contiguous(), dst)
+
+    def forward(m):
+        x, y, seq_lens = batch(m)
+        inj.launch_delay()
+        with tracer.op("forward-compute", microbatch=m, num_tokens=x.numel(), seq_lens=seq_lens):
+            t0 = time.perf_counter()
+            out = model(x if first else inputs[m])
+            if last:  # the loss is part of the last stage's forward
+                out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / M
+                losses.append(out.item())
+            inj.burn(time.perf_counter() - t0)
+            inj.maybe_collect()
+        outputs[m] = out
+        if not last:
+            send(out.detach(), next_rank, "forward-send", m)
+
+    def backward(m):
+        grad = None
+        if not last:
+            grad = torch.empty(shape(m))
+            tracer.recv(grad, next_rank, name="backward-recv", microbatch=m)
+        x, _, seq_lens = batch(m)
+        inj.launch_delay()
+        with tracer.op("backward-compute", microbatch=m, num_tokens=x.numel(), seq_lens=seq_lens):
+            t0 = time.perf_counter()
+            torch.autograd.backward(outputs.pop(m), grad_tensors=grad)
+            inj.burn(time.perf_counter() - t0)
+
+    def send_backward(m):
+        if not first:
+            send(inputs.pop(m).grad, prev_rank, "backward-send", m)
+
+    # 1F1B: warm-up forwards, then one forward one backward, then the remaining backwards. With
+    # blocking (rendezvous) transfers the lower stage of each pair sends before it receives and the
+    # upper one receives before it sends, so neighbours never wait on each other in a cycle.
+    warmup = min(P - s - 1, M)
+    for m in range(warmup):
+        recv_forward(m)
+        forward(m)
+    steady = M - warmup
+    if steady:
+        recv_forward(warmup)
+    for i in range(steady):
+        forward(warmup + i)  # sends the activation, if there is a next stage
+        backward(i)  # receives the gradient, if there is a next stage
+        if i < steady - 1:
+            recv_forward(warmup + i + 1)
+        send_backward(i)
+    for m in range(steady, M):
+        backward(m)
+        send_backward(m)
+
+    # data parallel: average this stage's gradients over its replicas, in one flat buffer
+    params = [p for p in model.parameters() if p.grad is not None]
+    flat = None
+    if cfg.dp > 1:
+        with tracer.collective("grads-all-reduce", group=dp_group, size_bytes=4 * sum(p.numel() for p in params)):
+            flat = torch.cat([p.grad.flatten() for p in params])  # traced too: untraced work hides in gaps
+            dist.all_reduce(flat, group=dp_group)
+    # clip by the norm of the whole model's gradient: a world-wide all-reduce, as Megatron does,
+    # which also lines all ranks up for the next step
+    with tracer.collective("optimizer-clip-main-grad", size_bytes=8):
+        sq = (flat / cfg.dp).square().sum() if flat is not None else sum(p.grad.square().sum() for p in params)
+        sq = sq.reshape(1) / cfg.dp  # every stage is counted once per DP replica
+        dist.all_reduce(sq)
+    inj.launch_delay()
+    with tracer.op("optimizer"):
+        scale = min(1.0, 1.0 / (float(sq.sqrt()) + 1e-6))  # max gradient norm 1.0
+        offset = 0
+        for p in params:
+            if flat is not None:
+                p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+                offset += p.numel()
+            p.grad.mul_(scale / (cfg.dp if flat is not None else 1))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return sum(losses) if last else None
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from laggard.inject import parse_injections
+    from laggard.tracer.launch import JobConfig, run_job
+
+    ap = argparse.ArgumentParser(description="Train the demo GPT on dp x pp CPU processes, traced.")
+    ap.add_argument("--dp", type=int, default=2)
+    ap.add_argument("--pp", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--inject", action="append", default=[])
+    ap.add_argument("--out", default="out/demo-trace")
+    a = ap.parse_args()
+    res = run_job(JobConfig(dp=a.dp, pp=a.pp, steps=a.steps, injections=parse_injections(a.inject), trace_dir=a.out),
+                  on_progress=lambda k, n, loss: print(f"step {k}/{n} loss {loss:.3f}" if loss else f"step {k}/{n}"))
+    print(f"{'ok' if res.ok else 'failed: ' + str(res.failures)} in {res.wall_s:.1f} s; trace in {a.out}")
