@@ -336,3 +336,20 @@ def test_workers_parallel_equals_serial():
     a, _ = _load(DDP, workers=1)
     b, _ = _load(DDP, workers=2)
     assert a.table.equals(b.table)
+
+
+def test_mixed_gpu_and_cpu_only_ranks(tmp_path):
+    """A GPU rank with NCCL kernels beside a rank whose trace has no GPU activity."""
+    shutil.copy(KT / "nccl_parser_config/nccl_data.json.gz", tmp_path / "rank0.json.gz")
+
+    def as_rank1_cpu_only(d):
+        d["distributedInfo"] = {"backend": "nccl", "rank": 1, "world_size": 2}
+        d["traceEvents"] = [e for e in d["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")]
+
+    _rewrite(KT / "nccl_parser_config/nccl_data.json.gz", tmp_path / "rank1.json.gz", as_rank1_cpu_only)
+    job, warns = _load(tmp_path)
+    assert job.meta.extra["devices"] == ["cpu", "gpu"]
+    assert any("no GPU activity" in w for w in warns)
+    assert sorted(set(job.table.column("rank").to_pylist())) == [0, 1]
+    res = analyze(job)
+    assert res.num_workers == 2

@@ -345,6 +345,15 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -
         for g, inf in r.group_info.items():
             pg_info.setdefault(g, {**inf, "matched_by": matched_by.get(g, "order in the step")})
     devices = sorted({r.device for r in ranks})
+    if len(devices) > 1:
+        cpu_only = [int(r.rank) for r in ranks if r.device == "cpu"]  # type: ignore[arg-type]
+        warnings.warn(
+            f"{len(cpu_only)} rank(s) have no GPU activity in their trace ({', '.join(map(str, cpu_only[:8]))}"
+            f"{' ...' if len(cpu_only) > 8 else ''}): their ops are CPU ops and their collectives the CPU-side "
+            "calls, timed differently from the other ranks' GPU kernels",
+            LaggardWarning,
+            stacklevel=3,
+        )
     meta = JobMeta(
         name=_job_name(files),
         world_size=len(ranks),
