@@ -146,18 +146,6 @@ def synth(
     typer.echo(f"wrote {res.job.num_ops:,} ops ({dp * pp} workers, {steps} steps) to {out}; injected: {causes}")
 
 
-@app.command()
-def demo(
-    out: Annotated[Path, typer.Option("--out", help="Directory for the demo's outputs.")] = Path("out/demo"),
-) -> None:
-    """Analyse the built-in example trace and write the HTML report."""
-    from laggard.demo import run_demo
-
-    paths = run_demo(out)
-    for kind, p in paths.items():
-        typer.echo(f"wrote {kind}: {p}")
-
-
 # Command groups and commands that live beside their library code. A module listed here
 # defines typer apps (mounted under a name) and/or ``register(app)`` for top-level commands.
 # Keep those modules light at import: `laggard` start-up time is benchmarked.
