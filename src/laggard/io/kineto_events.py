@@ -32,8 +32,8 @@ def LaggardError(msg: str) -> Exception:  # noqa: N802 (stands for the class; op
     return _E(msg)
 
 
-_BLOCK_BYTES = 4 * 2**20  # bytes read per step (compressed: a sixteenth of it)
-_MIN_CHUNK_BYTES = 4 * 2**20  # events decoded per msgspec call (at least)
+_BLOCK_BYTES = 2**20  # bytes read per step (compressed: a sixteenth of it)
+_MIN_CHUNK_BYTES = 2**20  # events decoded per msgspec call (at least): bounds a worker's memory
 _KEY = b'"traceEvents"'
 
 
