@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", help="Directory for the trace (OUT/trace) and the reports.")] = Path("out/demo"),
         dp: Annotated[int, typer.Option("--dp", help="Data-parallel replicas.")] = 2,
         pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (one process per dp x pp rank).")] = 2,
-        steps: Annotated[int | None, typer.Option("--steps", help="Traced training steps (default 60, 16 with --quick).")] = None,
+        steps: Annotated[int | None, typer.Option("--steps", help="Traced training steps (default 200, 24 with --quick; 3 untraced warm-up steps come first).")] = None,
         microbatches: Annotated[int, typer.Option("--microbatches", help="Microbatches per step (1F1B schedule).")] = 4,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the model, the data order and the injected randomness.")] = 0,
         trace: Annotated[Path | None, typer.Option("--trace", help="Analyse this existing trace instead of running the job (e.g. tests/data/ndtimeline/trace-AR.parquet).")] = None,

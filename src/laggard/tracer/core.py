@@ -103,7 +103,7 @@ class _OpCtx:
         dur = end - start - (t._excl_ns - self._excl0)
         t._excl_ns += dur
         i = t._n
-        if t._fast and i < t._cap and self._aux is None:  # the common case, inlined
+        if i < t._room and self._aux is None:  # the common case, inlined
             t._pack(t._mv, i * RECORD_BYTES, start, dur, self._ntok, self._code, self._mb, -1)
             t._n = i + 1  # count after packing: a flush that interrupts us never sees half a record
             t._pool.append(self)  # reused by the next op() (creating objects is most of the cost)
@@ -326,7 +326,8 @@ class Tracer:
         self._cap = 0
         self._n = 0
         self._na = 0
-        self._fast = False  # in a step, no pending joins, the page's step is the current step
+        self._room = 0  # rows the inlined path may fill: the page's capacity while in a step with no
+        # pending joins and the page on the current step, else 0 (everything goes through _write)
         self._bounds: list[tuple[int, int]] = []
         self._bstep = -1
         self._first_op = 0
@@ -347,6 +348,7 @@ class Tracer:
         self._gc_code = self._code("gc", "other", "cpu" if use_cuda else self._main_stream)
         self._gc_t0 = 0
         self._gc_min_ns = int(gc_min_us * 1000)
+        self._gc_in_step = False
         self._record_gc = record_gc
         if record_gc:
             gc.callbacks.append(self._on_gc)
@@ -588,7 +590,7 @@ class Tracer:
         if self._in_step and step != self._step:  # back to the current step for the rows that follow
             self._bounds.append((i + 1, self._step))
             self._bstep = self._step
-        self._fast = self._in_step and not self._joins and self._bstep == self._step
+        self._room = self._cap if self._in_step and not self._joins and self._bstep == self._step else 0
         return self._first_op + i
 
     def _write_in(self, step: int | None, args: tuple) -> int:
@@ -620,7 +622,7 @@ class Tracer:
         if self._bstep != step:
             self._bounds.append((self._n, step))
             self._bstep = step
-        self._fast = True
+        self._room = self._cap if not self._joins else 0
         pending, self._pending = self._pending, []
         for *args, aux in pending:
             if aux is not None and not isinstance(aux[4], int):
@@ -630,8 +632,14 @@ class Tracer:
     def _end_step(self, *, flush: bool = True) -> None:
         if self._gcq:
             self._drain_gc()
+        if self._record_gc and not self._gc_in_step:
+            # no collection in this step: a zero-length gc op says so. GC is a cost of every step;
+            # ideal GC (the mean per gc op) is then that cost spread evenly over ranks and steps,
+            # and pauses that hit some ranks only show as straggling (S_t of gc above 1)
+            self._rec(self._gc_code, -1, self._clock(), 0, -1, self._cpu_aux())
+        self._gc_in_step = False
         self._in_step = False
-        self._fast = False
+        self._room = 0
         self._seqs.clear()
         if self._cuda is not None:
             self._resolve_cuda()
@@ -653,6 +661,7 @@ class Tracer:
             if dur >= self._gc_min_ns:
                 self._rec(self._gc_code, -1, t0, dur, -1, self._cpu_aux())
                 self._excl_ns += dur
+                self._gc_in_step = self._in_step
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         # may run in any thread and in the middle of a record: only queue it (deque appends are atomic)
@@ -717,7 +726,7 @@ class Tracer:
         self._joins = joins
         if oid >= 0 and self._in_step and w._step == self._step:
             self._joins.append(oid)
-        self._fast = self._in_step and not self._joins and self._bstep == self._step
+        self._room = self._cap if self._in_step and not self._joins and self._bstep == self._step else 0
 
     def _join(self, aux: tuple | None) -> tuple:
         deps = list(self._joins)
@@ -798,7 +807,7 @@ class Tracer:
         self._bounds = []
         self._bstep = -1
         self._cap = self._n = self._na = 0
-        self._fast = False
+        self._room = 0
         return page
 
     def _hand_off(self) -> None:
@@ -823,7 +832,7 @@ class Tracer:
         self._n = self._na = 0
         self._bounds = [(0, self._step if self._in_step else -1)]
         self._bstep = self._bounds[0][1]
-        self._fast = self._in_step and not self._joins
+        self._room = self._cap if self._in_step and not self._joins else 0
         return True
 
     def _rotate(self) -> int:

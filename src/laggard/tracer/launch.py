@@ -34,7 +34,7 @@ class JobConfig:
 
     dp: int = 2
     pp: int = 2
-    steps: int = 60  # traced steps
+    steps: int = 200  # traced steps (about two minutes with the start-up, on two cores)
     warmup_steps: int = 3  # run first, untraced (first-call costs are not stragglers)
     microbatches: int = 4
     batch_size: int = 4  # sequences per microbatch
@@ -76,7 +76,7 @@ class JobConfig:
     @classmethod
     def quick(cls, **kw: Any) -> JobConfig:
         """Under a minute on two cores: fewer steps, a smaller model."""
-        base = {"steps": 16, "d_model": 96, "seq_len": 96}
+        base = {"steps": 24, "d_model": 96, "seq_len": 96}
         return cls(**{**base, **kw})
 
 
