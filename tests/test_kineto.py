@@ -72,15 +72,7 @@ def test_hta_trace_imports(rel):
         assert all(n.split(":")[0] in ("nccl", "gloo") for n in names), names
 
 
-def _one_op_graph_bug(rel: str):
-    # The AMD trace is one GPU stream with no collective: a one-op job. graph.py (not this
-    # importer) cannot yet replay a graph without any dependency (seg_off is [0] for no segment).
-    if rel.startswith("amd_trace"):
-        return pytest.param(rel, marks=pytest.mark.xfail(raises=ValueError, reason="graph.py: one-op job", strict=False))
-    return rel
-
-
-@pytest.mark.parametrize("rel", [_one_op_graph_bug(r) for r in sorted(FILES)])
+@pytest.mark.parametrize("rel", sorted(FILES))
 def test_hta_trace_cli(rel, tmp_path, capsys):
     out = tmp_path / "a.json"
     code = run_cli("analyze", KT / rel, "--format", "kineto", "--json", out, "--quiet")

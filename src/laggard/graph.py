@@ -115,7 +115,7 @@ def _dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray
         rows = np.flatnonzero(~has_list)
         rank = job.column("rank")[rows]
         stream, _ = job.codes("stream")
-        key_order = np.lexsort((job.column("start_ns")[rows], stream[rows], op_step[rows], rank[rows]))
+        key_order = np.lexsort((job.column("start_ns")[rows], stream[rows], op_step[rows], rank))
         r = rows[key_order]
         same = (rank[key_order][1:] == rank[key_order][:-1]) & (stream[r][1:] == stream[r][:-1]) & (
             op_step[r][1:] == op_step[r][:-1]
@@ -358,7 +358,7 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
     seg_start, seg_end = seg_start[keep], seg_end[keep]
     seg_k = bk_o[seg_start]
     sizes = (seg_end - seg_start) * seg_k
-    seg_off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    seg_off = (np.cumsum(sizes) - sizes).astype(np.int64)
     seg_pred = np.full(int(sizes.sum()), num_nodes, dtype=np.int64)
     # scatter every node's predecessors into its row of its segment's matrix
     seg_of = np.full(num_nodes, -1, dtype=np.int64)

@@ -327,6 +327,9 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True)
         warnings.simplefilter("always", LaggardWarning)
         base = prepare(job)
         res = _analyze(base)
+        from laggard.arrivals import job_extras
+
+        res.extras.update(job_extras(base.job))
         if diagnose:
             from laggard.diagnose import diagnose as run_diagnosis
 
