@@ -165,8 +165,11 @@ class Stragglers:
         """gc-pauses: keep enough live Python objects that a full collection takes about pause_ms."""
         if not self.gc_prob:
             return
+        # torch's own objects alone make a full collection take ~150 ms here: freeze them (as
+        # planned GC does) so that a collection costs what pause_ms asks for
+        gc.freeze()
         while len(self.heap) < 4_000_000:
-            self.heap.extend([i] for i in range(max(50_000, len(self.heap))))
+            self.heap.extend([i] for i in range(max(20_000, len(self.heap) // 2)))
             t0 = time.perf_counter()
             gc.collect()
             if (time.perf_counter() - t0) * 1e3 >= self.gc_pause_ms:
