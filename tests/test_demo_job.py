@@ -132,3 +132,15 @@ def test_laggard_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert d["num_workers"] == 2 and d["num_steps"] == 3
     assert (out / "report.html").stat().st_size > 1000 and (out / "trace" / "job.json").exists()
     assert run_cli("demo", "--inject", "bogus") == 2
+
+
+def test_config_mistakes_are_one_line_errors() -> None:
+    from laggard.ops import LaggardError
+
+    for spec, msg in (("slow-worker:rank=4", "the job has 4 ranks"), ("slow-link:src=0,dst=3", "never sends"),
+                      ("slow-link:src=1,dst=2", "never sends")):
+        with pytest.raises(LaggardError, match=msg):
+            _cfg(None, spec)
+    with pytest.raises(LaggardError, match="too few for 8 pipeline stages"):
+        JobConfig(pp=8)
+    _cfg(None, "slow-link:src=1,dst=0", "slow-link:src=2,dst=3")  # neighbours: fine

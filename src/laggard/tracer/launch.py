@@ -68,6 +68,14 @@ class JobConfig:
                 if key in inj.params and int(inj.params[key]) >= world:
                     raise LaggardError(f"--inject {inj.spec()}: {key}={int(inj.params[key])} but the job has "
                                        f"{world} ranks (0..{world - 1})")
+            if inj.cause == "slow-link":
+                src, dst = int(inj.params["src"]), int(inj.params["dst"])
+                stage = src % self.pp
+                peers = [r for r, ok in ((src + 1, stage < self.pp - 1), (src - 1, stage > 0)) if ok]
+                if dst not in peers:
+                    raise LaggardError(f"--inject {inj.spec()}: rank {src} never sends to rank {dst} (rank = "
+                                       f"dp * {self.pp} + stage; it sends to its pipeline neighbours "
+                                       f"{' and '.join(map(str, peers)) or '(none: pp is 1)'})")
 
     @property
     def world_size(self) -> int:
