@@ -29,7 +29,7 @@ def state_path(out_dir: Path, rank: int) -> Path:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}-{threading.get_ident()}")
     tmp.write_text(json.dumps(obj, indent=1) + "\n")
     os.replace(tmp, path)
 

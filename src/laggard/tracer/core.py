@@ -213,6 +213,16 @@ class Tracer:
     it traces one process (pass ``rank``/``world_size`` to trace ranks launched another way).
     An unwritable directory or a full disk gives one warning and turns tracing off; the training
     goes on.
+
+    Arguments: ``out_dir`` (None: a tracer that does nothing, no collectives either; every rank
+    must agree), ``dp_rank``/``pp_rank``/``tp_rank``/``cp_rank`` (this rank's coordinates; job.json
+    gets the sizes from all ranks'), ``timing`` (auto: CUDA events when CUDA is initialised, else
+    ``perf_counter_ns``), ``record_gc`` (gc.callbacks; collections shorter than ``gc_min_us`` stay
+    inside the op they interrupted), ``align`` (pingpong, barrier or None: see
+    ``laggard.tracer.clock``), ``flush_interval_s`` (hand the page to the writer at the end of a
+    step this often), ``page_ops``/``num_pages`` (the memory bound: num_pages x page_ops records
+    of 36 + 28 bytes), ``handle_signals`` (flush on SIGTERM), ``clock_ns`` (the local clock, for
+    tests), ``meta_extra`` (added to job.json).
     """
 
     def __init__(
