@@ -188,7 +188,7 @@ class Stragglers:
 
 
 def train(rank: int, world_size: int, cfg, report=None) -> dict:
-    """One rank's training loop; returns its step times (s) and last loss."""
+    """One rank's training loop; returns its step times (wall and CPU, s) and last loss."""
     P, M = cfg.pp, cfg.microbatches
     dp, s = divmod(rank, P)
     last = s == P - 1
@@ -208,17 +208,18 @@ def train(rank: int, world_size: int, cfg, report=None) -> dict:
     # the tracer aligns the ranks' clocks and gathers their layout: every rank creates it
     tracer = Tracer(cfg.trace_dir, name="demo-gpt", dp_rank=dp, pp_rank=s, flush_interval_s=cfg.flush_interval_s,
                     meta_extra={"injections": [i.to_json() for i in cfg.injections], "microbatches": M},
-                    enabled=cfg.trace_dir is not None)
-    step_s, loss_value = [], None
+                    enabled=cfg.trace_dir is not None, record_every=cfg.record_every)
+    step_s, cpu_s, loss_value = [], [], None
     with tracer:  # closes (flushes) the trace however the loop ends
         for step in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             with tracer.step(step):
                 loss_value = train_step(step, cfg, tracer, model, opt, groups[s], data, inj, dp, s)
             step_s.append(time.perf_counter() - t0)
+            cpu_s.append(time.thread_time() - c0)  # this thread's CPU time: what tracing would add to
             if report is not None:
                 report(step - cfg.warmup_steps, loss_value)
-    return {"rank": rank, "step_s": step_s, "loss": loss_value}
+    return {"rank": rank, "step_s": step_s, "step_cpu_s": cpu_s, "loss": loss_value}
 
 
 def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> float | None:

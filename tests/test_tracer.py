@@ -311,3 +311,15 @@ def test_per_op_overhead_is_small(tmp_path: Path) -> None:
     t.close()
     assert per_op < 50_000
     assert os.path.exists(tmp_path / "trace" / "ops-rank0-00000.parquet")
+
+
+def test_record_every_n_steps(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    with Tracer(out, record_every=2, record_gc=False) as t:
+        for step in range(5):
+            with t.step(step):
+                with t.op("forward-compute"):
+                    pass
+                t.record("data-wait", t.clock_ns(), 10)
+    rows = _rows(out)
+    assert [(r["step"], r["name"]) for r in rows] == [(s, n) for s in (0, 2, 4) for n in ("forward-compute", "data-wait")]

@@ -147,6 +147,26 @@ class _StepCtx:
         return False
 
 
+class _SkipCtx:
+    """A step that is not recorded (``record_every``): every recording call is off meanwhile."""
+
+    __slots__ = ("_t",)
+
+    def __init__(self, t: Tracer) -> None:
+        self._t = t
+
+    def __enter__(self) -> _SkipCtx:
+        t = self._t
+        t._skip, t._plain = True, False
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        t = self._t
+        t._skip, t._plain = False, t._enabled and t._cuda is None
+        t._gcq.clear()  # collections during the skipped step are not this step's
+        return False
+
+
 class TracedWork:
     """An asynchronous communication in flight; ``wait()`` completes and records it."""
 
@@ -222,7 +242,7 @@ class Tracer:
     ``laggard.tracer.clock``), ``flush_interval_s`` (hand the page to the writer at the end of a
     step this often), ``page_ops``/``num_pages`` (the memory bound: num_pages x page_ops records
     of 36 + 28 bytes), ``handle_signals`` (flush on SIGTERM), ``clock_ns`` (the local clock, for
-    tests), ``meta_extra`` (added to job.json).
+    tests), ``meta_extra`` (added to job.json), ``record_every`` (record one step in N).
     """
 
     def __init__(
@@ -247,7 +267,12 @@ class Tracer:
         clock_ns: Callable[[], int] | None = None,
         meta_extra: dict[str, Any] | None = None,
         enabled: bool = True,
+        record_every: int = 1,
     ) -> None:
+        if not isinstance(record_every, int) or record_every < 1:
+            raise LaggardError(f"Tracer: record_every must be a positive integer, not {record_every!r}")
+        self._record_every = record_every
+        self._skip = False
         if page_ops < 16 or num_pages < 2:
             raise LaggardError("Tracer: page_ops must be >= 16 and num_pages >= 2")
         if align not in (None, "pingpong", "barrier"):
@@ -377,10 +402,16 @@ class Tracer:
         """The current time on the job's aligned timeline (ns since the Unix epoch, rank 0's clock)."""
         return self._clock() + self.sync.offset_ns
 
-    def step(self, step: int) -> _StepCtx | _NullCtx:
-        """Context for one training step; ops recorded between steps join the next step."""
+    def step(self, step: int) -> _StepCtx | _SkipCtx | _NullCtx:
+        """Context for one training step; ops recorded between steps join the next step.
+
+        With ``record_every=N`` only steps whose number is a multiple of N are recorded (the same
+        on every rank); nothing is recorded during the others.
+        """
         if not self._enabled:
             return _NULL
+        if self._record_every > 1 and step % self._record_every:
+            return _SkipCtx(self)
         return _StepCtx(self, int(step))
 
     def op(self, name: str, *, microbatch: int = -1, kind: str = "compute", num_tokens: int | None = None,
@@ -395,7 +426,7 @@ class Tracer:
                 c._mb = microbatch
                 c._ntok = -1 if num_tokens is None else num_tokens
                 return c
-        if not self._enabled:
+        if not self._enabled or self._skip:
             return _NULL
         aux = None
         if kind == "compute" and stream is None:
@@ -413,7 +444,7 @@ class Tracer:
 
     def record(self, name: str, start_ns: int, dur_ns: int, *, kind: str = "other", microbatch: int = -1) -> None:
         """Record an op timed elsewhere; ``start_ns`` on this tracer's local clock (``tracer.clock_ns``)."""
-        if not self._enabled:
+        if not self._enabled or self._skip:
             return
         code = self._code(name, kind, "cpu" if self._cuda is not None else self._main_stream)
         self._rec(code, microbatch, int(start_ns), int(dur_ns), -1, self._cpu_aux())
@@ -445,7 +476,7 @@ class Tracer:
     def collective(self, name: str, *, group: Any = None, label: str | None = None, size_bytes: int | None = None,
                    microbatch: int = -1) -> _OpCtx | _NullCtx:
         """Context timing one collective you call yourself (all participants must use it)."""
-        if not self._enabled:
+        if not self._enabled or self._skip:
             return _NULL
         g = self._group_label(group) if label is None else label
         return self._comm_ctx(name, "collective", g, -1, size_bytes, microbatch)
@@ -453,7 +484,7 @@ class Tracer:
     def p2p(self, name: str, *, peer: int, send: bool, size_bytes: int | None = None,
             microbatch: int = -1) -> _OpCtx | _NullCtx:
         """Context timing one blocking point-to-point transfer with global rank ``peer``."""
-        if not self._enabled:
+        if not self._enabled or self._skip:
             return _NULL
         src, dst = (self.rank, peer) if send else (peer, self.rank)
         return self._comm_ctx(name, "p2p_send" if send else "p2p_recv", f"p2p:{src}>{dst}", peer, size_bytes,
@@ -527,7 +558,7 @@ class Tracer:
         """``torch.distributed.batch_isend_irecv`` with each transfer recorded (peers are global ranks)."""
         d = _dist()
         works = d.batch_isend_irecv(p2p_ops)
-        if not self._enabled:
+        if not self._enabled or self._skip:
             return works
         out = []
         for i, (p, w) in enumerate(zip(p2p_ops, works, strict=True)):
@@ -697,7 +728,7 @@ class Tracer:
 
     def _call_collective(self, call: Callable[[], Any], name: str, group: Any, size: int, mb: int,
                          async_op: bool) -> Any:
-        if not self._enabled:
+        if not self._enabled or self._skip:
             return call()
         if async_op:
             return self._issue_async(call, name, "collective", self._group_label(group), -1, size, mb)
@@ -706,7 +737,7 @@ class Tracer:
 
     def _issue_async(self, call: Callable[[], Any], name: str, kind: str, label: str, peer: int, size: int,
                      mb: int) -> Any:
-        if not self._enabled:
+        if not self._enabled or self._skip:
             return call()
         if self._gcq:
             self._drain_gc()
