@@ -323,3 +323,15 @@ def test_record_every_n_steps(tmp_path: Path) -> None:
                 t.record("data-wait", t.clock_ns(), 10)
     rows = _rows(out)
     assert [(r["step"], r["name"]) for r in rows] == [(s, n) for s in (0, 2, 4) for n in ("forward-compute", "data-wait")]
+
+
+def test_bad_op_arguments_are_one_line_errors(tmp_path: Path) -> None:
+    from laggard.ops import LaggardError
+
+    with Tracer(tmp_path / "trace") as t, t.step(0):
+        with pytest.raises(LaggardError, match="must be integers"), t.op("forward-compute", microbatch="x"):
+            pass
+        with pytest.raises(LaggardError, match="kind must be one of"):
+            t.op("x", kind="gpu")
+        with pytest.raises(LaggardError, match="steps do not nest"), t.step(1):
+            pass

@@ -31,6 +31,7 @@ import gc
 import os
 import queue
 import socket
+import struct
 import threading
 import time
 import warnings
@@ -104,7 +105,11 @@ class _OpCtx:
         t._excl_ns += dur
         i = t._n
         if i < t._room and self._aux is None:  # the common case, inlined
-            t._pack(t._mv, i * RECORD_BYTES, start, dur, self._ntok, self._code, self._mb, -1)
+            try:
+                t._pack(t._mv, i * RECORD_BYTES, start, dur, self._ntok, self._code, self._mb, -1)
+            except struct.error:
+                raise LaggardError(f"Tracer.op: microbatch and num_tokens must be integers, got "
+                                   f"{self._mb!r} and {self._ntok!r}") from None
             t._n = i + 1  # count after packing: a flush that interrupts us never sees half a record
             t._pool.append(self)  # reused by the next op() (creating objects is most of the cost)
         else:
@@ -622,11 +627,15 @@ class Tracer:
             self._bounds.append((i, step))
             self._bstep = step
         a = -1
-        if aux is not None:
-            a = self._na
-            self._auxpack(self._amv, a * AUX_BYTES, *aux)
-            self._na = a + 1
-        self._pack(self._mv, i * RECORD_BYTES, start, dur, ntok, code, mb, a)
+        try:
+            if aux is not None:
+                a = self._na
+                self._auxpack(self._amv, a * AUX_BYTES, *aux)
+                self._na = a + 1
+            self._pack(self._mv, i * RECORD_BYTES, start, dur, ntok, code, mb, a)
+        except struct.error:
+            raise LaggardError(f"Tracer: microbatch, num_tokens, size_bytes and peer must be integers, got "
+                               f"{mb!r}, {ntok!r}, {aux[0] if aux else None!r}, {aux[3] if aux else None!r}") from None
         self._n = i + 1
         if self._in_step and step != self._step:  # back to the current step for the rows that follow
             self._bounds.append((i + 1, self._step))
