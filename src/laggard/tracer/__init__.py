@@ -11,7 +11,7 @@ __all__ = ["ClockSync", "Tracer", "TracedWork", "check_trace", "offsets_from_sam
 
 _EXPORTS = {
     "Tracer": "laggard.tracer.core",
-    "TracedWork": "laggard.tracer.core",
+    "TracedWork": "laggard.tracer.comm",
     "ClockSync": "laggard.tracer.clock",
     "offsets_from_samples": "laggard.tracer.clock",
     "check_trace": "laggard.tracer.state",
