@@ -194,3 +194,16 @@ def test_wrong_flags(capsys):
     assert "factor" in _one_line_error(capsys, "whatif", ST, "--scale", "stage=1:fast")
     assert "matches no op" in _one_line_error(capsys, "whatif", ST, "--fix", "stage=9")
     assert "nothing to change" in _one_line_error(capsys, "whatif", ST)
+
+
+def test_native_missing_rank_is_reported(capsys, tmp_path):
+    from laggard.ops import Job, write_native
+    from laggard.synth import SynthConfig, synthesize
+
+    job = synthesize(SynthConfig(dp=2, pp=2, steps=3))
+    keep = job.column("rank") != 2
+    write_native(Job(table=job.table.filter(pa.array(keep)), meta=job.meta), tmp_path / "nat")
+    code = run_cli("analyze", tmp_path / "nat", "--json", tmp_path / "a.json", "-q")
+    err = capsys.readouterr().err
+    assert "1 of 4 ranks have no ops (ranks 2)" in err and "Traceback" not in err
+    assert code in (0, 2)

@@ -34,6 +34,7 @@ _EXPORTS = {
     "synthesize": "laggard.synth",
     "synthesize_with_truth": "laggard.synth",
     "parse_injection": "laggard.inject",
+    "Tracer": "laggard.tracer",
 }
 
 __all__ = sorted(_EXPORTS)

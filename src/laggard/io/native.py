@@ -41,4 +41,30 @@ def read_native(path: Path) -> Job:
     table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
     if table.num_rows == 0:
         raise LaggardError(f"{path}: the trace has no ops")
-    return Job(table=table, meta=meta)
+    job = Job(table=table, meta=meta)
+    for problem in _missing_ranks(path, job):
+        warnings.warn(problem, LaggardWarning, stacklevel=2)
+    return job
+
+
+def _missing_ranks(path: Path, job: Job) -> list[str]:
+    """Ranks the job should have but that wrote nothing (or died): the tracer's heartbeat files
+    say so precisely; otherwise compare with the world size in job.json."""
+    if list(path.glob("rank*.state.json")):
+        from laggard.tracer.state import check_trace
+
+        return [f"{path}: {line}" for line in check_trace(path)]
+    meta = job.meta
+    if meta.world_size is None:
+        return []
+    expected = meta.world_size // max(meta.gpus_per_worker, 1)
+    import numpy as np
+
+    have = np.unique(job.column("rank"))
+    if len(have) >= expected:
+        return []
+    ranks = set(have.tolist())
+    step = max(meta.gpus_per_worker, 1)
+    missing = [r for r in range(0, meta.world_size, step) if r not in ranks]
+    shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
+    return [f"{path}: {len(missing)} of {expected} ranks have no ops (ranks {shown}); the analysis covers the others only"]
