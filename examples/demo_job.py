@@ -11,6 +11,12 @@ the gradients across the data-parallel replicas of each stage, and steps AdamW.
 Data: byte-level tokens of the Python standard library's own source files (every machine has
 them), packed into fixed-length rows, or, with seqlen-imbalance, cut into microbatches of
 variable length. Injected stragglers (--inject, see laggard/inject.py) are real effects.
+
+Mitigations (laggard.mitigate), each acting on the effect it fixes:
+* planned_gc: PlannedGC on every rank, automatic GC off, all ranks collect at the same step;
+* balance_sequences: with seqlen-imbalance, each step's sequences are dealt over the microbatches by
+  cost (laggard.mitigate.balance) and packed, attention running per sequence, instead of in order;
+* layers_per_stage: an explicit (uneven) split of the transformer blocks over the pipeline stages.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class Batches:
 
     def __init__(self, cfg, sigma: float | None) -> None:
         self.cfg, self.sigma = cfg, sigma
+        self.balanced = bool(getattr(cfg, "balance_sequences", False)) and sigma is not None
+        self._plans: dict[int, list[list[tuple[int, int]]]] = {}
         per_step = cfg.dp * cfg.microbatches * cfg.batch_size * (4 * cfg.seq_len + 1)
         self.tokens, self.doc_starts = load_corpus(min(per_step * (cfg.steps + cfg.warmup_steps), 8_000_000))
 
@@ -64,7 +72,45 @@ class Batches:
         z = rng.lognormal(-0.5 * self.sigma**2, self.sigma)
         return int(np.clip(round(self.cfg.seq_len * z), 8, 4 * self.cfg.seq_len))
 
+    def plan(self, step: int) -> list[list[tuple[int, int]]]:
+        """balance_sequences: the step's dp x M x B sequences (the very ones, lengths and tokens, that
+        microbatch order would give: B of length seq_len(step, dp, mb) per microbatch) dealt over the
+        dp x M microbatches by Karmarkar-Karp on their cost; the same on every rank. Microbatch
+        dp * M + mb gets a list of (corpus start, length)."""
+        if step not in self._plans:
+            from laggard.mitigate import balance
+
+            cfg = self.cfg
+            B, M = cfg.batch_size, cfg.microbatches
+            seqs = []
+            for d in range(cfg.dp):
+                for m in range(M):
+                    L = self.seq_len(step, d, m)
+                    start = ((step * cfg.dp + d) * M + m) * B * (L + 1)
+                    seqs += [(start + r * (L + 1), L) for r in range(B)]
+            # cost per sequence per block: attention ~ 2 L^2 d, the linear layers ~ 12 L d^2 (over d)
+            plan = balance([L for _, L in seqs], cfg.dp * M, method="kk",
+                           cost=lambda n: 2.0 * n * n + 12.0 * cfg.d_model * n)
+            bins = [sorted(seqs[i] for i in b) for b in plan.bins]
+            if not all(bins):
+                raise RuntimeError(f"balance_sequences: an empty microbatch at step {step}")
+            self._plans = {step: bins}  # keep only the current step
+        return self._plans[step]
+
+    def shape(self, step: int, dp: int, mb: int) -> tuple[int, int]:
+        """(rows, tokens per row) of a microbatch: every rank knows it without being told."""
+        if self.balanced:
+            return 1, sum(L for _, L in self.plan(step)[dp * self.cfg.microbatches + mb])
+        return self.cfg.batch_size, self.seq_len(step, dp, mb)
+
     def get(self, step: int, dp: int, mb: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        if self.balanced:  # one packed row; seq_lens are the sequences the model attends within
+            seqs = self.plan(step)[dp * self.cfg.microbatches + mb]
+            rows = [torch.from_numpy(self.tokens[(s + np.arange(L + 1)) % (len(self.tokens) - 1)].astype(np.int64))
+                    for s, L in seqs]
+            x = torch.cat([r[:-1] for r in rows]).view(1, -1)
+            y = torch.cat([r[1:] for r in rows]).view(1, -1)
+            return x, y, [L for _, L in seqs]
         B, L = self.cfg.batch_size, self.seq_len(step, dp, mb)
         start = ((step * self.cfg.dp + dp) * self.cfg.microbatches + mb) * B * (L + 1)
         idx = (start + np.arange(B * (L + 1))) % (len(self.tokens) - 1)
@@ -87,11 +133,16 @@ class Block(nn.Module):
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, seq_lens: list[int] | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
                    for t in self.qkv(self.ln1(x)).split(C, dim=2))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if seq_lens is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # packed sequences (balance_sequences): attention within each, as varlen kernels do
+            y = torch.cat([F.scaled_dot_product_attention(a, b, c, is_causal=True) for a, b, c in
+                           zip(q.split(seq_lens, dim=2), k.split(seq_lens, dim=2), v.split(seq_lens, dim=2),
+                               strict=True)], dim=2)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
@@ -102,8 +153,12 @@ class Stage(nn.Module):
     def __init__(self, cfg, stage: int, extra_vocab: int = 0) -> None:
         super().__init__()
         self.first, self.last = stage == 0, stage == cfg.pp - 1
-        per = cfg.num_layers / cfg.pp
-        lo, hi = round(stage * per), round((stage + 1) * per)
+        if getattr(cfg, "layers_per_stage", None):  # an explicit split (e.g. from partition_stages)
+            lo = sum(cfg.layers_per_stage[:stage])
+            hi = lo + cfg.layers_per_stage[stage]
+        else:
+            per = cfg.num_layers / cfg.pp
+            lo, hi = round(stage * per), round((stage + 1) * per)
         if self.first:
             self.tok, self.pos = nn.Embedding(VOCAB, cfg.d_model), nn.Embedding(4 * cfg.seq_len, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg.d_model, cfg.num_heads) for _ in range(lo, hi))
@@ -111,11 +166,12 @@ class Stage(nn.Module):
             # heavy-last-stage pads the vocabulary, as the huge vocabularies of real LLMs do
             self.ln_f, self.head = nn.LayerNorm(cfg.d_model), nn.Linear(cfg.d_model, VOCAB + extra_vocab, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, seq_lens: list[int] | None = None) -> torch.Tensor:
         if self.first:
-            x = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+            pos = torch.arange(x.shape[1]) if seq_lens is None else torch.cat([torch.arange(n) for n in seq_lens])
+            x = self.tok(x) + self.pos(pos)
         for b in self.blocks:
-            x = b(x)
+            x = b(x, seq_lens)
         return self.head(self.ln_f(x)) if self.last else x
 
 
@@ -181,7 +237,10 @@ class Stragglers:
             for a, b in zip(cycles, cycles[1:], strict=False):
                 a.append(b), b.append(a)  # reference cycles: only the collector can free them
             del cycles
-            gc.collect()
+            # this stands for Python's automatic collector, which runs only while it is enabled
+            # (planned GC turns it off and collects on every rank at the same step instead)
+            if gc.isenabled():
+                gc.collect()
 
 
 # ---------------------------------------------------------------- training
@@ -189,7 +248,7 @@ class Stragglers:
 
 def train(rank: int, world_size: int, cfg, report=None) -> dict:
     """One rank's training loop; returns its step times (wall and CPU, s) and last loss."""
-    P, M = cfg.pp, cfg.microbatches
+    P = cfg.pp
     dp, s = divmod(rank, P)
     last = s == P - 1
     torch.manual_seed(cfg.seed + s)  # replicas of a stage start identical
@@ -200,37 +259,68 @@ def train(rank: int, world_size: int, cfg, report=None) -> dict:
     # one gradient all-reduce group per stage: the DP replicas of that stage (every rank creates all)
     groups = [dist.new_group([d * P + st for d in range(cfg.dp)]) for st in range(P)]
     inj.prepare_gc()
+    planned = None
+    if getattr(cfg, "planned_gc", None) is not None:  # mitigation: every rank collects at the same step
+        from laggard.mitigate import PlannedGC
 
+        adaptive = cfg.planned_gc == "adaptive"
+        # the tracer records the planned collections itself (gc.callbacks): no on_collect here
+        planned = PlannedGC(interval_steps=None if adaptive else int(cfg.planned_gc), adaptive=adaptive).start()
+    try:
+        return _train_loop(rank, cfg, report, model, opt, groups[s], data, inj, dp, s, planned)
+    finally:
+        if planned is not None:
+            planned.stop()
+
+
+def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, planned) -> dict:
+    M = cfg.microbatches
     # warm-up steps run untraced (a disabled tracer does nothing): first-call costs are not stragglers
     off = Tracer(None, enabled=False)
     for step in range(cfg.warmup_steps):
-        train_step(step, cfg, off, model, opt, groups[s], data, inj, dp, s)
+        train_step(step, cfg, off, model, opt, dp_group, data, inj, dp, s)
+        if planned is not None:
+            planned.step()
     # the tracer aligns the ranks' clocks and gathers their layout: every rank creates it
     tracer = Tracer(cfg.trace_dir, name="demo-gpt", dp_rank=dp, pp_rank=s, flush_interval_s=cfg.flush_interval_s,
-                    meta_extra={"injections": [i.to_json() for i in cfg.injections], "microbatches": M},
+                    meta_extra={"injections": [i.to_json() for i in cfg.injections], "microbatches": M,
+                                **_mitigation_meta(cfg)},
                     enabled=cfg.trace_dir is not None, record_every=cfg.record_every)
     step_s, cpu_s, loss_value = [], [], None
     with tracer:  # closes (flushes) the trace however the loop ends
         for step in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
             t0, c0 = time.perf_counter(), time.thread_time()
             with tracer.step(step):
-                loss_value = train_step(step, cfg, tracer, model, opt, groups[s], data, inj, dp, s)
+                loss_value = train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s)
+                if planned is not None:
+                    planned.step()  # inside the step: the tracer puts the collection in it
             step_s.append(time.perf_counter() - t0)
             cpu_s.append(time.thread_time() - c0)  # this thread's CPU time: what tracing would add to
             if report is not None:
                 report(step - cfg.warmup_steps, loss_value)
-    return {"rank": rank, "step_s": step_s, "step_cpu_s": cpu_s, "loss": loss_value}
+    out = {"rank": rank, "step_s": step_s, "step_cpu_s": cpu_s, "loss": loss_value, "num_blocks": len(model.blocks)}
+    if planned is not None:
+        out["planned_gc"] = planned.summary()
+    return out
+
+
+def _mitigation_meta(cfg) -> dict:
+    """What the trace says about the model split and the mitigations that were on."""
+    P, n = cfg.pp, cfg.num_layers
+    split = getattr(cfg, "layers_per_stage", None) or [round((s + 1) * n / P) - round(s * n / P) for s in range(P)]
+    return {"num_layers": n, "layers_per_stage": list(split), "planned_gc": getattr(cfg, "planned_gc", None),
+            "balance_sequences": bool(getattr(cfg, "balance_sequences", False))}
 
 
 def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> float | None:
-    P, M, B, d = cfg.pp, cfg.microbatches, cfg.batch_size, cfg.d_model
+    P, M, d = cfg.pp, cfg.microbatches, cfg.d_model
     first, last = s == 0, s == P - 1
     prev_rank, next_rank = dp * P + s - 1, dp * P + s + 1
     inputs, outputs, losses = {}, {}, []
     meta = {}  # microbatch -> (tokens, targets, seq_lens)
 
     def shape(m):
-        return (B, data.seq_len(step, dp, m), d)
+        return (*data.shape(step, dp, m), d)
 
     def batch(m):
         if m not in meta:
@@ -255,7 +345,7 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
         inj.launch_delay()
         with tracer.op("forward-compute", microbatch=m, num_tokens=x.numel(), seq_lens=seq_lens):
             t0 = time.perf_counter()
-            out = model(x if first else inputs[m])
+            out = model(x if first else inputs[m], seq_lens if data.balanced else None)
             if last:  # the loss is part of the last stage's forward
                 out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / M
                 losses.append(out.item())
@@ -340,7 +430,14 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--inject", action="append", default=[])
     ap.add_argument("--out", default="out/demo-trace")
+    ap.add_argument("--planned-gc", default=None, help="mitigation: collect on all ranks every N steps, or 'adaptive'")
+    ap.add_argument("--balance-sequences", action="store_true", help="mitigation: balance microbatches by cost")
+    ap.add_argument("--layers-per-stage", default=None, help="mitigation: blocks per stage, e.g. 3,1")
     a = ap.parse_args()
-    res = run_job(JobConfig(dp=a.dp, pp=a.pp, steps=a.steps, injections=parse_injections(a.inject), trace_dir=a.out),
+    gc_plan = None if a.planned_gc is None else a.planned_gc if a.planned_gc == "adaptive" else int(a.planned_gc)
+    split = None if a.layers_per_stage is None else [int(x) for x in a.layers_per_stage.split(",")]
+    res = run_job(JobConfig(dp=a.dp, pp=a.pp, steps=a.steps, injections=parse_injections(a.inject), trace_dir=a.out,
+                            planned_gc=gc_plan, balance_sequences=a.balance_sequences, layers_per_stage=split,
+                            num_layers=sum(split) if split else 4),
                   on_progress=lambda k, n, loss: print(f"step {k}/{n} loss {loss:.3f}" if loss else f"step {k}/{n}"))
     print(f"{'ok' if res.ok else 'failed: ' + str(res.failures)} in {res.wall_s:.1f} s; trace in {a.out}")

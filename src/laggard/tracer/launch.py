@@ -51,6 +51,10 @@ class JobConfig:
     timeout_s: float = 120.0  # a collective that waits longer fails (gloo timeout)
     crash_rank: int | None = None  # testing: this rank dies (os._exit) at the end of crash_step
     crash_step: int = 0
+    # mitigations (laggard.mitigate), see examples/demo_job.py
+    planned_gc: int | str | None = None  # PlannedGC: all ranks collect every N steps, or "adaptive"
+    balance_sequences: bool = False  # seqlen-imbalance: microbatches balanced by cost, not taken in order
+    layers_per_stage: list[int] | None = None  # transformer blocks per pipeline stage (default: even)
 
     def __post_init__(self) -> None:
         for k in ("dp", "pp", "steps", "microbatches", "batch_size", "seq_len", "d_model", "num_layers", "num_heads"):
@@ -77,6 +81,16 @@ class JobConfig:
                     raise LaggardError(f"--inject {inj.spec()}: rank {src} never sends to rank {dst} (rank = "
                                        f"dp * {self.pp} + stage; it sends to its pipeline neighbours "
                                        f"{' and '.join(map(str, peers)) or '(none: pp is 1)'})")
+        if self.planned_gc is not None and self.planned_gc != "adaptive" and (
+                not isinstance(self.planned_gc, int) or isinstance(self.planned_gc, bool) or self.planned_gc < 1):
+            raise LaggardError(f"--planned-gc: a positive number of steps or 'adaptive', got {self.planned_gc!r}")
+        if self.layers_per_stage is not None:
+            split = list(self.layers_per_stage)
+            if (len(split) != self.pp or sum(split) != self.num_layers
+                    or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in split)):
+                raise LaggardError(f"--layers-per-stage {split}: {self.pp} non-negative integers adding up to the "
+                                   f"{self.num_layers} layers")
+            self.layers_per_stage = split
 
     @property
     def world_size(self) -> int:
