@@ -305,6 +305,19 @@ def _fit_seq_cost(ctx: _Ctx, fm: np.ndarray) -> float | None:
     return 1.0 - ss_res / ss_tot if ss_tot > 0 else None
 
 
+def _group_median(values: np.ndarray, groups: np.ndarray, num_groups: int) -> np.ndarray:
+    """Median of ``values`` per group id (0..num_groups-1), vectorised; 0 for empty groups."""
+    order = np.lexsort((values, groups))
+    g = groups[order]
+    starts = np.searchsorted(g, np.arange(num_groups))
+    ends = np.searchsorted(g, np.arange(num_groups), side="right")
+    lens = ends - starts
+    nonempty = lens > 0
+    lo = order[np.where(nonempty, starts + (lens - 1) // 2, 0)]
+    hi = order[np.where(nonempty, starts + lens // 2, 0)]
+    return np.where(nonempty, 0.5 * (values[lo] + values[hi]), 0.0)
+
+
 def _robust_outliers(ctx: _Ctx, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Ops in ``mask`` far above the median of their (rank, op type); returns (outlier mask, median)."""
     key = ctx.rank * (len(ctx.names) + 1) + ctx.name
@@ -325,9 +338,7 @@ def _robust_outliers(ctx: _Ctx, mask: np.ndarray) -> tuple[np.ndarray, np.ndarra
     seg = np.repeat(np.arange(len(starts)), lens)
     med[order] = m[seg]
     dev = np.abs(ctx.w[order] - med[order])
-    mad = np.zeros(len(starts))
-    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        mad[i] = np.median(dev[a:b])
+    mad = _group_median(dev, seg, len(starts))
     thresh = med[order] + np.maximum(8 * 1.4826 * mad[seg], 0.3 * med[order])
     out[order] = ctx.w[order] > thresh
     return out, med
@@ -394,14 +405,9 @@ def _comm(ctx: _Ctx, thr: float) -> list[_Candidate]:
     key = link[rows] * (len(ctx.names) + 1) + ctx.name[rows]
     uniq, inv = np.unique(key, return_inverse=True)
     excess = np.bincount(inv, weights=np.maximum(ctx.w[rows] - tmed[rows], 0.0), minlength=len(uniq))
-    cnt = np.bincount(inv, minlength=len(uniq))
-    med_link = np.zeros(len(uniq))
     mx_link = np.zeros(len(uniq))
     np.maximum.at(mx_link, inv, ctx.w[rows])
-    order = np.argsort(inv, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(cnt)])
-    for i in range(len(uniq)):
-        med_link[i] = np.median(ctx.w[rows[order[bounds[i] : bounds[i + 1]]]])
+    med_link = _group_median(ctx.w[rows], inv, len(uniq))
     base_med = np.array([med_by_type[int(k % (len(ctx.names) + 1))] for k in uniq])
     slow = ((med_link > 3 * base_med) | (mx_link > 10 * base_med)) & (excess > 0)
     slow &= excess >= 0.3 * excess.max()

@@ -309,7 +309,10 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 def _explain(base: Baseline, mask: np.ndarray, T: float, T_ideal: float) -> Explained:
     # removal: these ops ideal, the rest measured; addition: these ops measured, the rest ideal
     st_rem, st_add = replay_mixed(base, (mask, [False]), (mask, [True]))
-    t_rem, t_add = float(st_rem.mean()), float(st_add.mean())
+    return _explained(float(st_rem.mean()), float(st_add.mean()), T, T_ideal)
+
+
+def _explained(t_rem: float, t_add: float, T: float, T_ideal: float) -> Explained:
     gap = T - T_ideal
     return Explained(
         removed=(T - t_rem) / gap if gap > 0 else float("nan"),
@@ -348,10 +351,11 @@ def _analyze(base: Baseline) -> Analysis:
     dps, stages = np.unique(base.dp_rank), np.unique(base.pp_rank)
     attr_vals = np.arange(len(base.attr_names))
     reduction = _dp_reduction(base) if len(dps) > DP_REDUCTION_MIN else None
-    blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages)]
+    last_stage = base.pp_rank == stages.max()
+    blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages), (last_stage, [False, True])]
     if reduction is None:
         blocks.append((base.dp_rank, dps))
-    st_base, st_type, st_pp, *rest = replay_mixed(base, *blocks)
+    st_base, st_type, st_pp, st_ms, *rest = replay_mixed(base, *blocks)
     st_meas, st_ideal = st_base[:, 0], st_base[:, 1]
     T, T_ideal = float(st_meas.mean()), float(st_ideal.mean())
     slowdown = T / T_ideal
@@ -371,7 +375,7 @@ def _analyze(base: Baseline) -> Analysis:
     num_fix = max(1, math.ceil(len(ranks) * TOP_WORKER_SHARE))
     fixed = ranks[order[:num_fix]]
     mw = _explain(base, np.isin(base.rank, fixed), T, T_ideal)
-    ms = _explain(base, base.pp_rank == stages.max(), T, T_ideal)
+    ms = _explained(float(st_ms[:, 0].mean()), float(st_ms[:, 1].mean()), T, T_ideal)
     per_step = dict(zip(g.steps.tolist(), (st_meas / st_ideal).tolist(), strict=True))
     return Analysis(
         meta=base.job.meta,

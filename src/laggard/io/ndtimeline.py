@@ -257,7 +257,10 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         [np.diff(np.append(starts_, len(order))), np.add.reduceat(key[order], starts_), np.add.reduceat(h * h % 1000003, starts_)],
         axis=1,
     )
-    uniq, inv, cnt = np.unique(sig, axis=0, return_inverse=True, return_counts=True)
+    # one 64-bit hash per instance (wrapping arithmetic is fine for telling op sets apart)
+    sig64 = sig.astype(np.uint64)
+    flat = (sig64[:, 0] * np.uint64(0x9E3779B97F4A7C15) + sig64[:, 1]) * np.uint64(0xBF58476D1CE4E5B9) + sig64[:, 2]
+    uniq, inv, cnt = np.unique(flat, return_inverse=True, return_counts=True)
     common = int(np.argmax(cnt))
     ref_pos = int(np.flatnonzero(inv.ravel() == common)[0])
     ref_inst = int(inst_sorted[starts_[ref_pos]])
