@@ -6,13 +6,16 @@ unfixed trace.
   predicted: the diagnosis's `gc` finding gain.
 * seqlen-imbalance + sequence balancing (Karmarkar-Karp over each step's sequences, packed);
   predicted: the diagnosis's `sequence-imbalance` finding gain (every microbatch at the step mean).
-* heavy-last-stage + cost-aware partition: `laggard partition` logic on the unfixed trace (measured
+* heavy-last-stage + cost-aware partition: `laggard partition` logic (laggard/cli_mitigate.py) on the unfixed trace (measured
   per-stage compute -> per-layer costs -> exact min-max split -> layers_per_stage); predicted: the
   what-if replay with each stage's compute scaled by new/old stage cost.
 
 Step time = wall time per step (time.perf_counter around the whole step), mean over ranks and traced
 steps; both runs traced. On a 2-core machine shared with other work, 4 ranks over-subscribe the
-cores: timings are noisy (a few % run to run), read the speed-ups accordingly.
+cores: timings are noisy (a few % run to run), read the speed-ups accordingly. Over-subscribed, the
+ranks do not run in parallel, so a fix that only moves work between ranks (balancing, partitioning)
+cannot shorten the wall step much here, while the what-if assumes every rank has its own core;
+the per-rank CPU time per step (in each figure's detail) shows where the work went.
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ def _step_s(res: Any) -> float:
     return float(np.mean([np.mean(r["step_s"]) for r in res.ranks.values()]))
 
 
+def _cpu_ms(res: Any) -> list[float]:
+    """Mean CPU time per step of each rank (ms): the work a rank does, without its waits."""
+    return [round(float(np.mean(res.ranks[r]["step_cpu_s"])) * 1e3, 2) for r in sorted(res.ranks)]
+
+
 def _gain(job: Any, cause: str) -> tuple[float | None, list[str]]:
     from laggard.whatif import analyze
 
@@ -54,7 +62,10 @@ def _gain(job: Any, cause: str) -> tuple[float | None, list[str]]:
 
 def _partition(job: Any, num_layers: int) -> dict[str, Any]:
     """`laggard partition TRACE` on the unfixed trace: the split and its what-if."""
-    from laggard.mitigate.cli import replay_scaled, stage_compute_s
+    try:  # the command moved out of the package (laggard.mitigate imports no analysis code)
+        from laggard.cli_mitigate import replay_scaled, stage_compute_s
+    except ImportError:
+        from laggard.mitigate.cli import replay_scaled, stage_compute_s
     from laggard.mitigate.partition import describe_split, even_counts, layer_costs_from_stages, split_stages
 
     measured = stage_compute_s(job)
@@ -77,7 +88,11 @@ def _partition(job: Any, num_layers: int) -> dict[str, Any]:
             "whatif_T_ms": t_old * 1e3, "whatif_T_new_ms": t_new * 1e3, "predicted": t_old / t_new}
 
 
-def _figure(name: str, before: float, after: float, predicted: float | None, detail: dict) -> dict:
+def _figure(name: str, before: Any, after: Any, predicted: float | None, detail: dict) -> dict:
+    detail = {"step_cpu_ms_per_rank_without": _cpu_ms(before), "step_cpu_ms_per_rank_with": _cpu_ms(after), **detail}
+    print(f"  {name}: CPU ms per step and rank {detail['step_cpu_ms_per_rank_without']} -> "
+          f"{detail['step_cpu_ms_per_rank_with']}", file=sys.stderr, flush=True)
+    before, after = _step_s(before), _step_s(after)
     measured = before / after
     print(f"  {name}: step {before * 1e3:.1f} -> {after * 1e3:.1f} ms (wall)  measured x{measured:.3f}  "
           f"predicted x{predicted:.3f}" if predicted is not None else f"  {name}: measured x{measured:.3f}, "
@@ -122,14 +137,14 @@ def run() -> list[dict]:
         heavy_gain, heavy_found = _gain(jobs["heavy"], "stage-imbalance")
         gc_summary = res["gc-fixed"].ranks[0].get("planned_gc", {})
         figures = [
-            _figure("gc-pauses + planned GC", _step_s(res["gc"]), _step_s(res["gc-fixed"]), gc_pred,
+            _figure("gc-pauses + planned GC", res["gc"], res["gc-fixed"], gc_pred,
                     {"inject": GC_SPEC, "fix": f"planned_gc={GC_INTERVAL}", "findings": gc_found,
                      "planned_collections_rank0": gc_summary.get("collection_steps"),
                      "planned_collect_s_rank0": gc_summary.get("total_collect_s")}),
-            _figure("seqlen-imbalance + sequence balancing", _step_s(res["seq"]), _step_s(res["seq-fixed"]), seq_pred,
+            _figure("seqlen-imbalance + sequence balancing", res["seq"], res["seq-fixed"], seq_pred,
                     {"inject": SEQ_SPEC, "fix": "balance_sequences (kk, cost 2 L^2 + 12 d L per sequence)",
                      "findings": seq_found}),
-            _figure("heavy-last-stage + cost-aware partition", _step_s(res["heavy-again"]), _step_s(res["heavy-fixed"]),
+            _figure("heavy-last-stage + cost-aware partition", res["heavy-again"], res["heavy-fixed"],
                     part["predicted"],
                     {"inject": HEAVY_SPEC, "num_layers": HEAVY_LAYERS, "fix": f"layers_per_stage={part['layers_per_stage']}",
                      "partition": part, "findings": heavy_found, "stage_imbalance_finding_gain": heavy_gain,
