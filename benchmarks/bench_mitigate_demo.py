@@ -37,6 +37,8 @@ def _cfg(trace: Path, spec: str, **kw: Any):  # noqa: ANN202
     from laggard.inject import parse_injections
     from laggard.tracer.launch import JobConfig
 
+    # dp 1 x pp 2: one core per rank on this 2-core machine (4 ranks on 2 cores hide what a fix moves)
+    kw = {"dp": 1, "pp": 2, **kw}
     return JobConfig.quick(injections=parse_injections([spec]), trace_dir=str(trace), steps=STEPS, **kw)
 
 
@@ -117,7 +119,7 @@ def run() -> list[dict]:
             "seq-fixed": _cfg(base / "seq-fixed", SEQ_SPEC, balance_sequences=True),
             "heavy": _cfg(base / "heavy", HEAVY_SPEC, num_layers=HEAVY_LAYERS),
         }
-        print(f"  launch 1: {', '.join(first)} ({STEPS} steps each, 2 x 2 ranks)", file=sys.stderr, flush=True)
+        print(f"  launch 1: {', '.join(first)} ({STEPS} steps each, dp 1 x pp 2 ranks)", file=sys.stderr, flush=True)
         res = dict(zip(first, run_jobs(list(first.values())), strict=True))
         jobs = {k: load_job(Path(first[k].trace_dir)) for k in ("gc", "seq", "heavy")}
         part = _partition(jobs["heavy"], HEAVY_LAYERS)
