@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -328,6 +330,42 @@ def test_workers_parallel_equals_serial():
     a, _ = _load(DDP, workers=1)
     b, _ = _load(DDP, workers=2)
     assert a.table.equals(b.table)
+
+
+def test_decoder_stays_lean():
+    """The decode workers import only the decoder: no numpy, no pyarrow (they start in milliseconds)."""
+    code = "import sys, laggard.io.kineto_events; print(sorted({'numpy', 'pyarrow', 'pandas'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_parallel_decode_from_a_script_without_main_guard(tmp_path):
+    """Workers never re-run the caller's main script: no crash without an ``if __name__ == "__main__"``
+    guard, no side effects repeated, no CLI / pyarrow imported in the workers."""
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+        "from laggard.io.kineto import read_kineto\n"
+        f"job = read_kineto({str(DDP)!r}, workers=2)\n"
+        "print(job.num_ops, job.meta.extra['worker_cpu_s'] > 0)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    serial, _ = _load(DDP, workers=1)
+    assert out.stdout.split() == [str(serial.num_ops), "True"]
+    assert marker.read_text() == "ran\n"
+
+
+def test_worker_error_is_the_first_bad_file(tmp_path, capsys):
+    """With parallel workers, a bad file still ends in its one-line error (the first bad file's)."""
+    for r in range(4):
+        shutil.copy(DDP / f"rank{r}.json.gz", tmp_path / f"rank{r}.json.gz")
+    (tmp_path / "rank1.json.gz").write_bytes(gzip.open(DDP / "rank1.json.gz").read()[:5000])  # truncated
+    (tmp_path / "rank3.json.gz").write_bytes(b"")
+    with pytest.raises(LaggardError, match=r"rank1\.json\.gz: not valid JSON"):
+        read_kineto(tmp_path, workers=2)
 
 
 def test_mixed_gpu_and_cpu_only_ranks(tmp_path):

@@ -22,14 +22,17 @@ from __future__ import annotations
 import glob as globmod
 import os
 import re
+import sys
+import types
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from laggard.io.kineto_rank import KIND_LABELS, RankOps, decode_rank
+from laggard.io.kineto_rank import KIND_LABELS, RankOps, decode_rank, rank_ops
 from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table
 
 _SUFFIXES = (".json", ".json.gz")
@@ -86,23 +89,60 @@ def trace_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
 
 
 def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps]:
-    """Decode every file, in parallel worker processes when it pays (one rank per task)."""
+    """Decode every file, in parallel worker processes when it pays (one rank per task).
+
+    The workers only decode (msgspec, no numpy: they start in milliseconds); each rank's ops are
+    built here as its columns arrive, while the workers go on with the other files.
+    """
     total = sum(f.stat().st_size for f in files)
     n = min(len(files), workers if workers is not None else (os.cpu_count() or 1))
     if n <= 1 or (workers is None and total < _PARALLEL_MIN_BYTES):
         return [decode_rank(str(f)) for f in files]
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    # forked from a fresh single-threaded server that has the decoder imported (numpy + msgspec,
-    # no pyarrow): lean workers that start at once and inherit no threads from the caller
+    from laggard.io.kineto_events import decode_file
+
+    # forked from a fresh single-threaded server that has only the decoder imported (msgspec):
+    # lean workers that start at once and inherit no threads from the caller
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["laggard.io.kineto_rank"])
+        ctx.set_forkserver_preload(["laggard.io.kineto_events"])
     else:
         ctx = mp.get_context("spawn")
+    out: list[RankOps | None] = [None] * len(files)
+    errors: dict[int, Exception] = {}
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-        return list(pool.map(decode_rank, [str(f) for f in files]))
+        with _main_hidden():  # the workers are started by these submits
+            pending = {pool.submit(decode_file, str(f)): i for i, f in enumerate(files)}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i = pending.pop(fut)
+                try:
+                    out[i] = rank_ops(fut.result(), in_worker=True)
+                except Exception as e:  # reported below, for the first bad file as in a serial run
+                    errors[i] = e
+    if errors:
+        raise errors[min(errors)]
+    return out  # type: ignore[return-value]
+
+
+@contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Start worker processes without re-running the caller's ``__main__`` in each of them.
+
+    multiprocessing re-imports the main script in every worker it starts (for ``laggard`` that is
+    the CLI: typer, pyarrow, ~0.3 CPU-s per worker; for a script without a ``__main__`` guard, a
+    crash). The workers run only this package's code, so they are given an empty main module.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
 
 
 def read_kineto(
@@ -313,17 +353,16 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -
         pa.array(offsets), pa.array(dep_vals[order].astype(np.int64)), mask=pa.array(mask) if mask.any() else None
     )
     size_arr = pa.array(size_b, mask=size_b < 0, type=pa.int64())
-    group_labels = np.array(groups + [None], dtype=object)
     columns: dict[str, Any] = {
         "rank": rank_of.astype(np.int32),
         "dp_rank": rank_of.astype(np.int32),
         "step": step,
-        "name": np.array(names, dtype=object)[name_c],
-        "kind": np.array(KIND_LABELS, dtype=object)[kind],
-        "stream": np.array(streams, dtype=object)[stream_c],
+        "name": _dict_column(name_c, names, "name"),
+        "kind": _dict_column(kind, list(KIND_LABELS), "kind"),
+        "stream": _dict_column(stream_c, streams, "stream"),
         "start_ns": start_ns,
         "dur_ns": dur_ns,
-        "group": group_labels[np.where(group_c >= 0, group_c, len(groups))],
+        "group": _dict_column(group_c, groups, "group"),
         "seq": np.where(group_c >= 0, seq, -1),
         "peer": peer.astype(np.int32),
         "size_bytes": size_arr,
@@ -369,10 +408,30 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -
             "num_bytes": int(sum(r.num_bytes for r in ranks)),
             "num_events": int(sum(r.num_events for r in ranks)),
             "decode_cpu_s": float(sum(r.cpu_s for r in ranks)),
-            "worker_cpu_s": float(sum(r.cpu_s for r in ranks if r.in_worker)),
+            "worker_cpu_s": float(sum(r.worker_cpu_s for r in ranks)),
         },
     )
     return Job(table=table, meta=meta)
+
+
+def _dict_column(codes: np.ndarray, labels: list[str], column: str) -> Any:
+    """Codes (-1: null) into ``labels`` as the op table's dictionary column: the labels that occur,
+    sorted, as ``make_table`` would encode the strings themselves (without building them)."""
+    import pyarrow as pa
+
+    from laggard.ops import OP_SCHEMA
+
+    index_type = OP_SCHEMA.field(column).type.index_type
+    valid = codes >= 0
+    used = np.flatnonzero(np.bincount(codes[valid], minlength=len(labels)))
+    text = np.array([labels[i] for i in used.tolist()], dtype=str)
+    order = np.argsort(text, kind="stable")
+    lut = np.zeros(max(len(labels), 1), np.int64)
+    lut[used[order]] = np.arange(len(used))
+    idx = np.where(valid, lut[np.where(valid, codes, 0)], 0).astype(index_type.to_pandas_dtype())
+    return pa.DictionaryArray.from_arrays(
+        pa.array(idx, mask=~valid if not valid.all() else None), pa.array(text[order].tolist(), type=pa.string())
+    )
 
 
 def _job_name(files: list[Path]) -> str:

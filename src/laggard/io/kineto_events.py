@@ -2,10 +2,14 @@
 
 The file (plain or gzipped JSON) is read as a stream: it is decompressed block by block, the
 ``traceEvents`` array is cut into chunks at event boundaries and each chunk is decoded with
-msgspec straight into small typed records holding only the fields laggard uses (unknown keys
-are skipped by the decoder without building Python objects). Each chunk becomes numpy / Arrow
-columns before the next is read, so a rank's raw JSON is never held whole. Files that are not
-laid out one event per indented block (e.g. minified JSON) are decoded in one piece.
+msgspec straight into small typed records holding only the fields laggard uses (unknown keys,
+and events other than complete ones, are skipped by the decoder without building Python
+objects). Each chunk becomes compact columns (``array.array``, label codes) before the next is
+read, so a rank's raw JSON is never held whole. Files that are not laid out one event per
+indented block (e.g. minified JSON) are decoded in one piece.
+
+This module runs in the decode worker processes and imports neither numpy nor pyarrow (a
+worker starts in milliseconds); ``RankEvents`` hands its columns to numpy in the parent.
 
 Times stay in the trace's own units here (``ts``/``dur`` in microseconds, floats);
 ``base_ns`` (``baseTimeNanoseconds``, when present) puts them on the wall clock.
@@ -13,16 +17,22 @@ Times stay in the trace's own units here (``ts``/``dur`` in microseconds, floats
 
 from __future__ import annotations
 
+import math
 import re
+import time
 import zlib
+from array import array
+from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import count
-from operator import attrgetter, itemgetter
+from itertools import compress, count, islice
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import msgspec
-import numpy as np
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def LaggardError(msg: str) -> Exception:  # noqa: N802 (stands for the class; ops.py imports pyarrow)
@@ -124,118 +134,144 @@ _DEC_HEADER = msgspec.json.Decoder(_Header)
 _DEC_LOOSE_HEADER = msgspec.json.Decoder(_LooseHeader)
 _DEC_ANY = msgspec.json.Decoder()
 
-# names whose events carry per-event metadata we need (collectives and their launches)
-_META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms|c10d::)", re.IGNORECASE)
+# names whose events carry the metadata build_rank reads: collectives and the calls launching them
+_META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms)", re.IGNORECASE)
+_LABELS = ("cat", "name", "pid", "tid")
+_COMPLETE = attrgetter("complete")
+_PH, _NAME, _TS, _DUR, _ARGS, _CORR = (attrgetter(k) for k in ("ph", "name", "ts", "dur", "args", "corr"))
+
+
+def _codebook() -> defaultdict[Any, int]:
+    """A dict that gives every new key the next code: ``map(book.__getitem__, keys)`` factorises
+    in C (codes in order of first appearance)."""
+    book: defaultdict[Any, int] = defaultdict()
+    book.default_factory = book.__len__
+    return book
+
+
+def _view(a: array, dtype: str) -> np.ndarray:
+    import numpy as np
+
+    return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
 
 
 @dataclass(kw_only=True, slots=True)
 class RankEvents:
-    """The complete events (``ph == "X"``) of one trace file as columns."""
+    """The complete events (``ph == "X"``) of one trace file as columns.
+
+    The columns are ``array.array`` (they cross from a decode worker to the parent as bytes);
+    ``cat``, ``name``, ``pid``, ``tid``, ``ts_us``, ``dur_us`` and ``corr`` are numpy views of them.
+    """
 
     path: str
     num_bytes: int  # uncompressed JSON bytes read
     header: dict[str, Any]
-    cat: np.ndarray  # int codes into ``cats``
     cats: list[str]
-    name: np.ndarray  # int codes into ``names``
     names: list[str]
-    pid: np.ndarray  # int codes into ``pids`` (pids and tids are labels: numbers or strings)
-    pids: list[str]
-    tid: np.ndarray
+    pids: list[str]  # pids and tids are labels: numbers or strings
     tids: list[str]
-    ts_us: np.ndarray  # float64
-    dur_us: np.ndarray
-    corr: np.ndarray  # int64 (``args.correlation``), -1 when absent
+    cat_codes: array  # C int codes into ``cats``
+    name_codes: array
+    pid_codes: array
+    tid_codes: array
+    ts_col: array  # float64, µs
+    dur_col: array
+    corr_col: array  # int64 (``args.correlation``), -1 when absent
     meta: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> collective metadata
+    cpu_s: float = 0.0  # CPU time spent decoding
 
+    @property
+    def num_events(self) -> int:
+        return len(self.ts_col)
 
-def _factorize(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Dense codes and labels (in order of first appearance) of hashable values, in C loops."""
-    first: dict[Any, int] = {}
-    pos = np.fromiter(map(first.setdefault, values, count()), np.int64, len(values))
-    lut = np.empty(len(values), np.int32)  # first-occurrence position -> dense code
-    lut[np.fromiter(first.values(), np.int64, len(first))] = np.arange(len(first), dtype=np.int32)
-    return lut[pos], list(first)
+    @property
+    def cat(self) -> np.ndarray:
+        return _view(self.cat_codes, "intc")
+
+    @property
+    def name(self) -> np.ndarray:
+        return _view(self.name_codes, "intc")
+
+    @property
+    def pid(self) -> np.ndarray:
+        return _view(self.pid_codes, "intc")
+
+    @property
+    def tid(self) -> np.ndarray:
+        return _view(self.tid_codes, "intc")
+
+    @property
+    def ts_us(self) -> np.ndarray:
+        return _view(self.ts_col, "float64")
+
+    @property
+    def dur_us(self) -> np.ndarray:
+        return _view(self.dur_col, "float64")
+
+    @property
+    def corr(self) -> np.ndarray:
+        return _view(self.corr_col, "int64")
 
 
 class _Columns:
-    """Per-chunk columns, concatenated at the end (labels merged across chunks)."""
+    """Columns grown chunk by chunk; labels are coded across chunks as they appear."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, list[Any]] = {k: [] for k in ("ts", "dur", "corr")}
-        self.labels: dict[str, dict[Any, int]] = {k: {} for k in ("cat", "name", "pid", "tid")}
-        self.codes: dict[str, list[np.ndarray]] = {k: [] for k in ("cat", "name", "pid", "tid")}
+        self.books = {k: _codebook() for k in _LABELS}
+        self.codes = {k: array("i") for k in _LABELS}
+        self.ts = array("d")
+        self.dur = array("d")
+        self.corr = array("q")
         self.meta: dict[int, dict[str, Any]] = {}
-        self.n = 0
+        self.meta_codes: set[int] = set()  # name codes whose events carry metadata
+        self.num_names_checked = 0
 
-    def _codes(self, key: str, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-        codes, labels = _factorize(values)
-        table = self.labels[key]
-        lut = np.array([table.setdefault(v, len(table)) for v in labels], dtype=np.int32)  # one per label
-        out = lut[codes]
-        self.codes[key].append(out)
-        return out, labels
-
-    def add(self, events: list[_Event]) -> None:
+    def add(self, events: list[Any]) -> None:
+        """Append the complete events of a decoded chunk (C-level passes, no loop per event)."""
         if not events:
             return
         if isinstance(events[0], _LooseEvent):
-            ph_codes, ph_labels = _factorize(list(map(attrgetter("ph"), events)))
-            if "X" not in ph_labels:
-                return
-            keep = np.flatnonzero(ph_codes == ph_labels.index("X"))
-            evs = list(itemgetter(*keep.tolist())(events)) if len(keep) > 1 else [events[int(keep[0])]]
+            evs = list(compress(events, map("X".__eq__, map(_PH, events))))
         else:
-            evs = list(filter(attrgetter("complete"), events))
-        n = len(evs)
-        if n == 0:
+            evs = list(filter(_COMPLETE, events))
+        if not evs:
             return
-        self._codes("cat", list(map(attrgetter("cat"), evs)))
-        name_codes, _ = self._codes("name", list(map(attrgetter("name"), evs)))
-        self._codes("pid", list(map(attrgetter("pid"), evs)))
-        self._codes("tid", list(map(attrgetter("tid"), evs)))
-        p = self.parts
-        p["ts"].append(np.fromiter(map(attrgetter("ts"), evs), np.float64, n))
-        p["dur"].append(np.fromiter(map(attrgetter("dur"), evs), np.float64, n))
-        args = list(map(attrgetter("args"), evs))
-        p["corr"].append(np.fromiter(map(attrgetter("corr"), args), np.int64, n))
-        # metadata of the few events that need it (collectives): a loop over those only
-        lab = list(self.labels["name"])
-        want = [i for i, s in enumerate(lab) if _META_NAME.match(s) or s.startswith(("ncclKernel", "ncclDevKernel"))]
-        if want:
-            for i in np.flatnonzero(np.isin(name_codes, want)).tolist():
-                self.meta[self.n + i] = _meta(args[i])
-        self.n += n
+        start = len(self.ts)
+        # array.fromlist(list(map(...))): two C loops, as fast as numpy.fromiter
+        for key in ("cat", "pid", "tid"):
+            self.codes[key].fromlist(list(map(self.books[key].__getitem__, map(attrgetter(key), evs))))
+        names = self.books["name"]
+        name_codes = list(map(names.__getitem__, map(_NAME, evs)))
+        self.codes["name"].fromlist(name_codes)
+        self.ts.fromlist(list(map(_TS, evs)))
+        self.dur.fromlist(list(map(_DUR, evs)))
+        args = list(map(_ARGS, evs))
+        self.corr.fromlist(list(map(_CORR, args)))
+        if len(names) > self.num_names_checked:  # one regex per new name, not per event
+            new = islice(names, self.num_names_checked, None)
+            self.meta_codes.update(c for c, s in enumerate(new, self.num_names_checked) if _META_NAME.match(s))
+            self.num_names_checked = len(names)
+        if self.meta_codes:  # metadata of the few events that need it: a loop over those only
+            for i in compress(count(), map(self.meta_codes.__contains__, name_codes)):
+                self.meta[start + i] = _meta(args[i])
 
     def finish(self, path: str, num_bytes: int, header: dict[str, Any]) -> RankEvents:
-        p = self.parts
-
-        def codes(key: str) -> tuple[np.ndarray, list[str]]:
-            parts = self.codes[key]
-            return (np.concatenate(parts) if parts else np.zeros(0, np.int32)), [str(x) for x in self.labels[key]]
-
-        def cat(key: str, dtype) -> np.ndarray:
-            return np.concatenate(p[key]).astype(dtype, copy=False) if p[key] else np.zeros(0, dtype=dtype)
-
-        c, cats = codes("cat")
-        nm, names = codes("name")
-        pi, pids = codes("pid")
-        ti, tids = codes("tid")
+        labels = {k: [str(x) for x in self.books[k]] for k in _LABELS}
         return RankEvents(
             path=path,
             num_bytes=num_bytes,
             header=header,
-            cat=c,
-            cats=cats,
-            name=nm,
-            names=names,
-            pid=pi,
-            pids=pids,
-            tid=ti,
-            tids=tids,
-            ts_us=cat("ts", np.float64),
-            dur_us=cat("dur", np.float64),
-            corr=cat("corr", np.int64),
+            cats=labels["cat"],
+            names=labels["name"],
+            pids=labels["pid"],
+            tids=labels["tid"],
+            cat_codes=self.codes["cat"],
+            name_codes=self.codes["name"],
+            pid_codes=self.codes["pid"],
+            tid_codes=self.codes["tid"],
+            ts_col=self.ts,
+            dur_col=self.dur,
+            corr_col=self.corr,
             meta=self.meta,
         )
 
@@ -309,7 +345,7 @@ def _shape_bytes(dims_raw: msgspec.Raw, type_raw: msgspec.Raw) -> int | None:
     elem = dtype_bytes(str(types[0]))
     if not isinstance(shape, list) or elem is None or not all(isinstance(x, int) for x in shape):
         return None
-    return int(np.prod(shape, dtype=np.int64)) * elem if shape else elem
+    return math.prod(shape) * elem if shape else elem
 
 
 # ---------------------------------------------------------------- streaming reader
@@ -365,6 +401,14 @@ def _json_error(path: Path, e: Exception) -> Exception:
     if isinstance(e, msgspec.ValidationError):
         return LaggardError(f"{path}: not a PyTorch profiler trace ({msg})")
     return LaggardError(f"{path}: not valid JSON ({msg})")
+
+
+def decode_file(path: str) -> RankEvents:
+    """``read_events`` with its CPU time (the unit of work of a decode worker process)."""
+    t0 = time.process_time()
+    ev = read_events(path)
+    ev.cpu_s = time.process_time() - t0
+    return ev
 
 
 def read_events(path: str | Path) -> RankEvents:

@@ -21,7 +21,9 @@ The model (see ``laggard.io.kineto`` for how ranks are joined):
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,7 @@ _NCCL_KERNEL = re.compile(r"^(ncclKernel|ncclDevKernel)_?([A-Za-z]*)")
 _WAIT_TOL_NS = 100_000
 _WAIT_SHARE = 0.25
 KIND_LABELS = ("compute", "collective", "p2p_send", "p2p_recv")
+_NO_META: dict[str, Any] = {}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -73,10 +76,11 @@ class RankOps:
     group_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     coll_source: str = ""
     warnings: list[str] = field(default_factory=list)
-    cpu_s: float = 0.0  # CPU time spent decoding this rank
-    in_worker: bool = False  # decoded in a worker process
+    cpu_s: float = 0.0  # CPU time spent decoding this rank and building its ops
+    worker_cpu_s: float = 0.0  # the part of it spent in a decode worker process
 
 
+@functools.lru_cache(maxsize=4096)
 def coll_type(name: str) -> str:
     """'allreduce', '_allgather_base', 'AllReduce', 'all_to_allv' -> all_reduce, all_gather, ..."""
     k = re.sub(r"[^a-z]", "", name.lower())
@@ -135,17 +139,18 @@ def _containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.
 
 
 def decode_rank(path: str) -> RankOps:
-    """Decode one trace file into its rank's ops (the unit of work of a decode worker process)."""
-    import time
+    """Decode one trace file into its rank's ops, in this process."""
+    from laggard.io.kineto_events import decode_file
 
-    from laggard.io.kineto_events import read_events
+    return rank_ops(decode_file(path), in_worker=False)
 
+
+def rank_ops(ev: RankEvents, *, in_worker: bool) -> RankOps:
+    """``build_rank`` with the CPU time of the decode (``ev.cpu_s``) and of the build."""
     t0 = time.process_time()
-    ops = build_rank(read_events(path))
-    ops.cpu_s = time.process_time() - t0
-    import multiprocessing
-
-    ops.in_worker = multiprocessing.parent_process() is not None
+    ops = build_rank(ev)
+    ops.cpu_s = ev.cpu_s + time.process_time() - t0
+    ops.worker_cpu_s = ev.cpu_s if in_worker else 0.0
     return ops
 
 
@@ -237,24 +242,30 @@ def build_rank(ev: RankEvents) -> RankOps:
     default_pg = str(pg_config[0].get("pg_name")) if len(pg_config) == 1 else None
     c_name: list[str] = []
     c_group: list[str] = []
-    c_seq = np.full(len(coll), -1, np.int64)
-    c_size = np.full(len(coll), -1, np.int64)
-    c_peer = np.full(len(coll), -1, np.int64)
-    c_kind = np.ones(len(coll), np.int8)
+    num_coll = len(coll)
+    c_seq, c_size, c_peer, c_kind = [-1] * num_coll, [-1] * num_coll, [-1] * num_coll, [1] * num_coll
     group_info: dict[str, dict[str, Any]] = {}
     no_pg = 0
     unpaired_p2p = 0
-    for i, e in enumerate(coll.tolist()):  # one iteration per collective, not per event
-        m = dict(ev.meta.get(int(rpc[holder[i]]), {})) if holder[i] >= 0 else {}
-        m.update(ev.meta.get(e, {}))
-        raw = names[nm[e]]
+    meta, rpc_l = ev.meta, rpc.tolist()
+    type_of_name: dict[int, str] = {}  # name code -> collective type read from the name
+    for i, (e, h, code) in enumerate(zip(coll.tolist(), holder.tolist(), nm[coll].tolist(), strict=True)):
+        # one iteration per collective, not per event: its metadata, else its launcher's
+        own = meta.get(e)
+        launcher = meta.get(rpc_l[h]) if h >= 0 else None
+        m = ({**launcher, **own} if own else launcher) if launcher else (own or _NO_META)
         if "coll" in m:
             ctype = coll_type(m["coll"])
-        elif device == "gpu":
-            km = _NCCL_KERNEL.match(raw)
-            ctype = coll_type(km.group(2) if km and km.group(2) else "collective")
         else:
-            ctype = coll_type(raw.split(":", 1)[-1])
+            ctype = type_of_name.get(code, "")
+            if not ctype:
+                raw = names[code]
+                if device == "gpu":
+                    km = _NCCL_KERNEL.match(raw)
+                    ctype = coll_type(km.group(2) if km and km.group(2) else "collective")
+                else:
+                    ctype = coll_type(raw.split(":", 1)[-1])
+                type_of_name[code] = ctype
         c_name.append(f"{backend_of}:{ctype}")
         pg = m.get("pg_name", default_pg)
         if pg is None:
@@ -284,6 +295,8 @@ def build_rank(ev: RankEvents) -> RankOps:
             c_seq[i] = m["seq"]
         if "size_bytes" in m:
             c_size[i] = m["size_bytes"]
+    c_seq, c_size, c_peer = (np.array(x, np.int64) for x in (c_seq, c_size, c_peer))
+    c_kind = np.array(c_kind, np.int8)
     if no_pg and len(coll):
         warns.append(
             f"{where}: {no_pg} of {len(coll)} collective(s) carry no process-group name; they are matched across "
@@ -440,7 +453,9 @@ def build_rank(ev: RankEvents) -> RankOps:
     pd = np.flatnonzero(prev >= 0)
     all_dst = np.concatenate([dst, pd])
     all_src = np.concatenate([src, prev[pd]])
-    pair = np.unique(np.stack([all_dst, all_src], axis=1), axis=0) if len(all_dst) else np.zeros((0, 2), np.int64)
+    # unique (dst, src) pairs in (dst, src) order, as one int64 key each
+    key = np.unique(all_dst.astype(np.int64) * max(n_ops, 1) + all_src)
+    pair = np.stack([key // max(n_ops, 1), key % max(n_ops, 1)], axis=1)
     dep_ptr = np.zeros(n_ops + 1, np.int64)
     np.cumsum(np.bincount(pair[:, 0], minlength=n_ops), out=dep_ptr[1:])
     ws = info.get("world_size") if isinstance(info.get("world_size"), int) else None
