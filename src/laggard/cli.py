@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from click import exceptions as click_exc
 
-from laggard.ops import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning
 
 app = typer.Typer(
     name="laggard",
@@ -220,6 +220,11 @@ def entry() -> None:
     command hides it unless something already imported it."""
     if "pandas" not in sys.modules:
         sys.meta_path.insert(0, _HidePandas())
+    # the analysis does no linear algebra worth threads: skip starting OpenBLAS's thread pool
+    # (~70 ms of numpy's import here); the user's own setting wins
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     sys.exit(main())
 
 

@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from laggard.errors import LaggardError
+
 SCHEMA_VERSION = 1
 
 KINDS = ("compute", "collective", "p2p_send", "p2p_recv", "other")
@@ -95,12 +97,6 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-class LaggardError(ValueError):
-    """A mistake in the user's input (file, flag, data). The CLI prints it as one line, exit 2."""
-
-
-class LaggardWarning(UserWarning):
-    """Something was skipped or ignored; the analysis goes on. The CLI prints it as one line."""
 
 
 @dataclass(kw_only=True, slots=True)
