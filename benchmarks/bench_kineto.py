@@ -36,7 +36,7 @@ NUM_RANKS = int(os.environ.get("LAGGARD_BENCH_KINETO_RANKS", 8))
 NUM_STEPS = int(os.environ.get("LAGGARD_BENCH_KINETO_STEPS", 3))
 CACHE = Path(os.environ.get("LAGGARD_BENCH_CACHE", Path.home() / ".cache" / "laggard-bench"))
 HTA_VENV = CACHE / "hta-venv"
-REPEAT = int(os.environ.get("LAGGARD_BENCH_KINETO_REPEAT", 2))
+REPEAT = int(os.environ.get("LAGGARD_BENCH_KINETO_REPEAT", 3))
 
 
 def _log(msg: str) -> None:

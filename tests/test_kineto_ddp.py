@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from laggard.arrivals import job_extras
+from laggard.errors import LaggardWarning
 from laggard.io.kineto import read_kineto
-from laggard.ops import LaggardWarning
 from laggard.whatif import analyze
 
 HERE = Path(__file__).parent

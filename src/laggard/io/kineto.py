@@ -2,9 +2,10 @@
 
 ``read_kineto(paths)`` reads a directory, a glob or a list of per-rank files into one op table:
 
-1. every file is decoded and turned into that rank's ops in a worker process
-   (``kineto_events.read_events`` then ``kineto_rank.build_rank``); the parent only ever holds
-   the compact per-rank op arrays, never raw events;
+1. every file is decoded in a worker process (``kineto_events.read_events``: msgspec into compact
+   columns; the workers import neither numpy nor pyarrow) and the parent turns each rank's columns
+   into that rank's ops (``kineto_rank.build_rank``) as they arrive; raw events never leave the
+   worker that decoded them;
 2. ranks are identified (``distributedInfo.rank``, else ``rank<N>`` in the file name, with a
    warning) and checked to come from one job (one rank per file, the same world size, traced
    at the same time, common ``ProfilerStep#N`` numbers);
@@ -32,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.io.kineto_rank import KIND_LABELS, RankOps, decode_rank, rank_ops
-from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table
+from laggard.ops import Job, JobMeta, make_table
 
 _SUFFIXES = (".json", ".json.gz")
 # decode in worker processes when there is more than this much compressed input
@@ -113,7 +115,7 @@ def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps
     out: list[RankOps | None] = [None] * len(files)
     errors: dict[int, Exception] = {}
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-        with _main_hidden():  # the workers are started by these submits
+        with _main_hidden():  # the executor starts its worker processes in these submits
             pending = {pool.submit(decode_file, str(f)): i for i, f in enumerate(files)}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -143,6 +145,8 @@ def _main_hidden() -> Iterator[None]:
     finally:
         if main is not None:
             sys.modules["__main__"] = main
+        else:
+            del sys.modules["__main__"]
 
 
 def read_kineto(

@@ -25,21 +25,16 @@ from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import compress, count, islice
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import msgspec
 
+from laggard.errors import LaggardError
+
 if TYPE_CHECKING:
     import numpy as np
-
-
-def LaggardError(msg: str) -> Exception:  # noqa: N802 (stands for the class; ops.py imports pyarrow)
-    """``laggard.ops.LaggardError``, imported only when needed: decode workers stay lean."""
-    from laggard.ops import LaggardError as _E
-
-    return _E(msg)
 
 
 _BLOCK_BYTES = 2**20  # bytes read per step (compressed: a sixteenth of it)
@@ -136,9 +131,9 @@ _DEC_ANY = msgspec.json.Decoder()
 
 # names whose events carry the metadata build_rank reads: collectives and the calls launching them
 _META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms)", re.IGNORECASE)
-_LABELS = ("cat", "name", "pid", "tid")
 _COMPLETE = attrgetter("complete")
-_PH, _NAME, _TS, _DUR, _ARGS, _CORR = (attrgetter(k) for k in ("ph", "name", "ts", "dur", "args", "corr"))
+_PH, _TS, _DUR, _ARGS, _CORR = (attrgetter(k) for k in ("ph", "ts", "dur", "args", "corr"))
+_WHAT, _WHERE = attrgetter("cat", "name"), attrgetter("pid", "tid")
 
 
 def _codebook() -> defaultdict[Any, int]:
@@ -149,18 +144,20 @@ def _codebook() -> defaultdict[Any, int]:
     return book
 
 
-def _view(a: array, dtype: str) -> np.ndarray:
-    import numpy as np
-
-    return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
+def _split(pairs: list[tuple[Any, Any]], k: int) -> tuple[array, list[str]]:
+    """Element ``k`` of every pair as codes into its labels (in order of first appearance)."""
+    book = _codebook()
+    return array("i", map(book.__getitem__, map(itemgetter(k), pairs))), [str(x) for x in book]
 
 
 @dataclass(kw_only=True, slots=True)
 class RankEvents:
     """The complete events (``ph == "X"``) of one trace file as columns.
 
-    The columns are ``array.array`` (they cross from a decode worker to the parent as bytes);
-    ``cat``, ``name``, ``pid``, ``tid``, ``ts_us``, ``dur_us`` and ``corr`` are numpy views of them.
+    Compact for the trip from a decode worker to the parent: ``array.array`` columns, and each
+    event's (cat, name) and (pid, tid) as one code into the pairs seen. ``cat``, ``name``, ``pid``,
+    ``tid`` (codes into ``cats``... ``tids``, labels in order of first appearance), ``ts_us``,
+    ``dur_us`` and ``corr`` are the numpy columns (numpy is imported on first use).
     """
 
     path: str
@@ -170,61 +167,83 @@ class RankEvents:
     names: list[str]
     pids: list[str]  # pids and tids are labels: numbers or strings
     tids: list[str]
-    cat_codes: array  # C int codes into ``cats``
-    name_codes: array
-    pid_codes: array
-    tid_codes: array
+    what_codes: array  # C int per event: its (cat, name) pair
+    what_cat: array  # per pair: code into cats
+    what_name: array  # per pair: code into names
+    where_codes: array  # C int per event: its (pid, tid) pair
+    where_pid: array
+    where_tid: array
     ts_col: array  # float64, µs
     dur_col: array
     corr_col: array  # int64 (``args.correlation``), -1 when absent
     meta: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> collective metadata
     cpu_s: float = 0.0  # CPU time spent decoding
+    _cols: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def num_events(self) -> int:
         return len(self.ts_col)
 
+    def _column(self, key: str) -> np.ndarray:
+        col = self._cols.get(key)
+        if col is None:
+            import numpy as np
+
+            def view(a: array, dtype: type) -> np.ndarray:
+                return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
+
+            if key in ("cat", "name", "pid", "tid"):
+                codes, lut = (self.what_codes, getattr(self, f"what_{key}")) if key in ("cat", "name") else (
+                    self.where_codes, getattr(self, f"where_{key}"))
+                col = view(lut, np.intc)[view(codes, np.intc)]
+            else:
+                col = view(getattr(self, key + "_col"), np.int64 if key == "corr" else np.float64)
+            self._cols[key] = col
+        return col
+
     @property
     def cat(self) -> np.ndarray:
-        return _view(self.cat_codes, "intc")
+        return self._column("cat")
 
     @property
     def name(self) -> np.ndarray:
-        return _view(self.name_codes, "intc")
+        return self._column("name")
 
     @property
     def pid(self) -> np.ndarray:
-        return _view(self.pid_codes, "intc")
+        return self._column("pid")
 
     @property
     def tid(self) -> np.ndarray:
-        return _view(self.tid_codes, "intc")
+        return self._column("tid")
 
     @property
     def ts_us(self) -> np.ndarray:
-        return _view(self.ts_col, "float64")
+        return self._column("ts")
 
     @property
     def dur_us(self) -> np.ndarray:
-        return _view(self.dur_col, "float64")
+        return self._column("dur")
 
     @property
     def corr(self) -> np.ndarray:
-        return _view(self.corr_col, "int64")
+        return self._column("corr")
 
 
 class _Columns:
     """Columns grown chunk by chunk; labels are coded across chunks as they appear."""
 
     def __init__(self) -> None:
-        self.books = {k: _codebook() for k in _LABELS}
-        self.codes = {k: array("i") for k in _LABELS}
+        self.whats = _codebook()  # (cat, name) -> code
+        self.wheres = _codebook()  # (pid, tid) -> code
+        self.what_codes = array("i")
+        self.where_codes = array("i")
         self.ts = array("d")
         self.dur = array("d")
         self.corr = array("q")
         self.meta: dict[int, dict[str, Any]] = {}
-        self.meta_codes: set[int] = set()  # name codes whose events carry metadata
-        self.num_names_checked = 0
+        self.meta_codes: set[int] = set()  # (cat, name) codes whose events carry metadata
+        self.num_checked = 0
 
     def add(self, events: list[Any]) -> None:
         """Append the complete events of a decoded chunk (C-level passes, no loop per event)."""
@@ -238,37 +257,42 @@ class _Columns:
             return
         start = len(self.ts)
         # array.fromlist(list(map(...))): two C loops, as fast as numpy.fromiter
-        for key in ("cat", "pid", "tid"):
-            self.codes[key].fromlist(list(map(self.books[key].__getitem__, map(attrgetter(key), evs))))
-        names = self.books["name"]
-        name_codes = list(map(names.__getitem__, map(_NAME, evs)))
-        self.codes["name"].fromlist(name_codes)
+        whats = self.whats
+        what_codes = list(map(whats.__getitem__, map(_WHAT, evs)))
+        self.what_codes.fromlist(what_codes)
+        self.where_codes.fromlist(list(map(self.wheres.__getitem__, map(_WHERE, evs))))
         self.ts.fromlist(list(map(_TS, evs)))
         self.dur.fromlist(list(map(_DUR, evs)))
         args = list(map(_ARGS, evs))
         self.corr.fromlist(list(map(_CORR, args)))
-        if len(names) > self.num_names_checked:  # one regex per new name, not per event
-            new = islice(names, self.num_names_checked, None)
-            self.meta_codes.update(c for c, s in enumerate(new, self.num_names_checked) if _META_NAME.match(s))
-            self.num_names_checked = len(names)
+        if len(whats) > self.num_checked:  # one regex per new (cat, name), not per event
+            new = islice(whats, self.num_checked, None)
+            self.meta_codes.update(c for c, (_, s) in enumerate(new, self.num_checked) if _META_NAME.match(s))
+            self.num_checked = len(whats)
         if self.meta_codes:  # metadata of the few events that need it: a loop over those only
-            for i in compress(count(), map(self.meta_codes.__contains__, name_codes)):
+            for i in compress(count(), map(self.meta_codes.__contains__, what_codes)):
                 self.meta[start + i] = _meta(args[i])
 
     def finish(self, path: str, num_bytes: int, header: dict[str, Any]) -> RankEvents:
-        labels = {k: [str(x) for x in self.books[k]] for k in _LABELS}
+        whats, wheres = list(self.whats), list(self.wheres)
+        what_cat, cats = _split(whats, 0)
+        what_name, names = _split(whats, 1)
+        where_pid, pids = _split(wheres, 0)
+        where_tid, tids = _split(wheres, 1)
         return RankEvents(
             path=path,
             num_bytes=num_bytes,
             header=header,
-            cats=labels["cat"],
-            names=labels["name"],
-            pids=labels["pid"],
-            tids=labels["tid"],
-            cat_codes=self.codes["cat"],
-            name_codes=self.codes["name"],
-            pid_codes=self.codes["pid"],
-            tid_codes=self.codes["tid"],
+            cats=cats,
+            names=names,
+            pids=pids,
+            tids=tids,
+            what_codes=self.what_codes,
+            what_cat=what_cat,
+            what_name=what_name,
+            where_codes=self.where_codes,
+            where_pid=where_pid,
+            where_tid=where_tid,
             ts_col=self.ts,
             dur_col=self.dur,
             corr_col=self.corr,
