@@ -13,7 +13,9 @@ process is made a child subreaper, so decode workers and their fork server, whic
 not waited for by the laggard process, are reaped here and their CPU is counted); memory (PSS) of
 the tree sampled every 50 ms; the load average. HTA is installed by this benchmark into its own
 venv (``~/.cache/laggard-bench/hta-venv``); it is never a laggard dependency. Figures: wall-clock
-speed-up over HTA, peak-memory ratio, and MB of uncompressed JSON per CPU-second (per core).
+speed-up over HTA, peak-memory ratio, and MB of uncompressed JSON per CPU-second (per core); as a
+detail, the same laggard command decoding in its own process (no parallel workers), and before each
+laggard run the CPU time of a fixed Python loop (the shared machine's speed varies by ~1.5x).
 """
 
 from __future__ import annotations
@@ -93,12 +95,27 @@ def make_trace_set(out: Path, num_ranks: int = NUM_RANKS, num_steps: int = NUM_S
     return out, sum(f.stat().st_size for f in files)
 
 
-# laggard through its console entry point (which also keeps pandas, unused, from being imported)
+# laggard as its console script (``laggard = laggard.cli:entry``; the entry also keeps pandas, unused,
+# from being imported). Run from a script file, as the installed command is: worker processes see
+# the same main module as a user's do.
 _LAGGARD_SIDE = r"""
 import sys
 from laggard.cli import entry
-sys.argv[0] = "laggard"
-entry()
+if __name__ == "__main__":
+    sys.argv[0] = "laggard"
+    entry()
+"""
+
+# the same command with the traces decoded in the laggard process itself (no parallel workers): the
+# decoder's efficiency without several processes sharing the machine's cores (a detail figure)
+_LAGGARD_ONE_PROCESS = r"""
+import functools, sys
+import laggard.io.kineto as kineto
+kineto.read_kineto = functools.partial(kineto.read_kineto, workers=1)
+from laggard.cli import entry
+if __name__ == "__main__":
+    sys.argv[0] = "laggard"
+    entry()
 """
 
 _HTA_SIDE = r"""
@@ -165,12 +182,14 @@ def _reap_orphans() -> None:
             return
 
 
-def _run_side(python: str, code: str, args: list[str], env: dict[str, str] | None = None) -> dict:
-    """Run one side in a subprocess; wall time, CPU time of the whole tree, peak tree memory."""
+def _run_side(python: str, code: str | Path, args: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run one side (code, or a script file) in a subprocess; wall time, CPU time of the whole tree,
+    peak tree memory."""
     load_before = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([python, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    cmd = [python, str(code)] if isinstance(code, Path) else [python, "-c", code]
+    proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     peak = 0
     stop = threading.Event()
 
@@ -202,9 +221,21 @@ def _run_side(python: str, code: str, args: list[str], env: dict[str, str] | Non
     return res
 
 
-def _laggard_side(trace_dir: Path, out: Path) -> dict:
-    res = _run_side(sys.executable, _LAGGARD_SIDE,
-                    ["analyze", str(trace_dir), "--format", "kineto", "--json", str(out), "--quiet"])
+def _reference_cpu_s() -> float:
+    """CPU time of a fixed pure-Python loop: how fast the (shared, variable) machine runs right now."""
+    t0 = time.process_time()
+    s = 0
+    for i in range(2_000_000):
+        s += i
+    return time.process_time() - t0
+
+
+def _laggard_side(trace_dir: Path, out: Path, code: str = _LAGGARD_SIDE) -> dict:
+    script = out.with_suffix(".py")
+    script.write_text(code)
+    ref = _reference_cpu_s()
+    res = _run_side(sys.executable, script, ["analyze", str(trace_dir), "--format", "kineto", "--json", str(out), "--quiet"])
+    res["reference_loop_cpu_s"] = round(ref, 3)
     a = json.loads(out.read_text())
     res.update(num_ops=a["num_ops"], slowdown=a["slowdown"], num_collectives=a["num_collectives"])
     return res
@@ -218,6 +249,8 @@ def _best(runs: list[dict]) -> dict:
     best["runs_wall_s"] = [round(r["wall_s"], 2) for r in runs]
     best["runs_cpu_s"] = [round(r["cpu_s"], 2) for r in runs]
     best["runs_load_avg_1min"] = [r["load_avg_1min"] for r in runs]
+    if "reference_loop_cpu_s" in runs[0]:
+        best["runs_reference_loop_cpu_s"] = [r["reference_loop_cpu_s"] for r in runs]
     best["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
     return best
 
@@ -240,8 +273,9 @@ def _hta_python() -> tuple[str | None, str]:
 
 
 def _line(side: str, r: dict, mb: float) -> str:
+    ref = f", reference loop {r['reference_loop_cpu_s']:.2f} CPU-s" if "reference_loop_cpu_s" in r else ""
     return (f"{side}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.2f} CPU-s ({mb / r['cpu_s']:.0f} MB/s per core), "
-            f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB, load {r['load_avg_1min'][0]:.1f}-{r['load_avg_1min'][1]:.1f}")
+            f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB, load {r['load_avg_1min'][0]:.1f}-{r['load_avg_1min'][1]:.1f}{ref}")
 
 
 def run() -> list[dict]:
@@ -256,10 +290,13 @@ def run() -> list[dict]:
         if not reaper:
             _log("cannot adopt orphaned processes here: worker CPU time may be missing from the figures")
         our_runs: list[dict] = []
+        one_runs: list[dict] = []
         hta_runs: list[dict] = []
         for _ in range(REPEAT):  # interleaved, so both sides see the same load on the shared machine
             our_runs.append(_laggard_side(trace_dir, Path(tmp) / "laggard.json"))
             _log(_line("laggard", our_runs[-1], mb))
+            one_runs.append(_laggard_side(trace_dir, Path(tmp) / "laggard-1.json", _LAGGARD_ONE_PROCESS))
+            _log(_line("laggard, decoding in one process", one_runs[-1], mb))
             if hta_py is not None:
                 try:
                     hta_runs.append(_run_side(hta_py, _HTA_SIDE, [str(trace_dir)]))
@@ -268,6 +305,7 @@ def run() -> list[dict]:
                     hta_err = f"HTA failed on the trace set: {e}"
                     hta_py = None
         ours = _best(our_runs)
+        one = _best(one_runs)
         hta: dict | None = _best(hta_runs) if hta_runs and hta_py is not None else None
     inputs = {"ranks": NUM_RANKS, "steps_per_rank": NUM_STEPS, "uncompressed_mb": round(mb, 1),
               "source": "tests/data/kineto/df_index_resolver (real NCCL GPU trace) replicated", "cpus": cpus,
@@ -284,7 +322,18 @@ def run() -> list[dict]:
             "target": ">= 100 MB/s per core",
             "ok": bool(per_core >= 100),
             "detail": {**inputs, "laggard": ours, "wall_mb_per_s": mb / ours["wall_s"]},
-        }
+        },
+        {
+            "name": "kineto parse+analyse throughput per core, decoding in one process",
+            "value": mb / one["cpu_s"] if one["cpu_s"] > 0 else float("nan"),
+            "unit": "MB/s/core",
+            "baseline": None,
+            "target": None,
+            "ok": None,
+            "detail": {"note": "the same command with the decode workers off (read_kineto(workers=1)): no two "
+                               "processes share the machine's cores, so no contention for caches and memory",
+                       "laggard": one, "wall_mb_per_s": mb / one["wall_s"]},
+        },
     ]
     if hta is None:
         figures.append({"name": "kineto speed-up over HTA", "value": float("nan"), "unit": "x", "baseline": "HTA",

@@ -97,7 +97,7 @@ def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps
     built here as its columns arrive, while the workers go on with the other files.
     """
     total = sum(f.stat().st_size for f in files)
-    n = min(len(files), workers if workers is not None else (os.cpu_count() or 1))
+    n = min(len(files), workers if workers is not None else _available_cpus())
     if n <= 1 or (workers is None and total < _PARALLEL_MIN_BYTES):
         return [decode_rank(str(f)) for f in files]
     import multiprocessing as mp
@@ -128,6 +128,14 @@ def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps
     if errors:
         raise errors[min(errors)]
     return out  # type: ignore[return-value]
+
+
+def _available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: taskset, cgroup cpusets), else all."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @contextmanager
