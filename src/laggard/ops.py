@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from laggard.errors import LaggardError
+from laggard.errors import LaggardError, LaggardWarning  # noqa: F401  (re-exported: laggard.ops is where callers import them)
 
 SCHEMA_VERSION = 1
 
