@@ -231,7 +231,7 @@ def _reference_cpu_s() -> float:
 
 
 def _laggard_side(trace_dir: Path, out: Path, code: str = _LAGGARD_SIDE) -> dict:
-    script = out.with_suffix(".py")
+    script = out.with_name(out.stem + "-command.py")  # not importable as "laggard": no shadowing
     script.write_text(code)
     ref = _reference_cpu_s()
     res = _run_side(sys.executable, script, ["analyze", str(trace_dir), "--format", "kineto", "--json", str(out), "--quiet"])
