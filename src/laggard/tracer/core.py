@@ -42,8 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from laggard.ops import JobMeta, LaggardError, LaggardWarning
+from laggard.ops import LaggardError, LaggardWarning
 from laggard.tracer import _signals
+from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx  # noqa: F401 - _OpCtx used by cuda.py
+from laggard.tracer._env import _cuda_in_use, _dist_if_initialized, _job_meta
 from laggard.tracer._page import (
     AUX_BYTES,
     AUX_DTYPE,
@@ -61,97 +63,6 @@ from laggard.tracer.comm import CommMixin, TracedWork  # noqa: F401 - TracedWork
 KIND_NAMES = ("compute", "collective", "p2p_send", "p2p_recv", "other")
 MAX_PENDING_OPS = 4096  # ops recorded between steps, attached to the next step
 
-
-class _NullCtx:
-    """What ``op``/``step`` return when tracing is off: does nothing, cheaply."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> _NullCtx:
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        return False
-
-
-_NULL = _NullCtx()
-
-
-class _OpCtx:
-    __slots__ = ("_t", "_code", "_mb", "_ntok", "_aux", "_start", "_excl0")
-
-    def __init__(self, t: Tracer, code: int, mb: int, ntok: int, aux: tuple | None) -> None:
-        self._t = t
-        self._code = code
-        self._mb = mb
-        self._ntok = ntok
-        self._aux = aux  # (size_bytes, seq, group, peer, side) of a communication op, or None
-
-    def __enter__(self) -> _OpCtx:
-        t = self._t
-        if t._gcq:
-            t._drain_gc()
-        self._excl0 = t._excl_ns
-        self._start = t._clock()
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        t = self._t
-        end = t._clock()
-        if t._gcq:
-            t._drain_gc()
-        start = self._start
-        # time spent in ops recorded inside this one (nested ops, GC pauses) is theirs
-        dur = end - start - (t._excl_ns - self._excl0)
-        t._excl_ns += dur
-        i = t._n
-        if i < t._room and self._aux is None:  # the common case, inlined
-            try:
-                t._pack(t._mv, i * RECORD_BYTES, start, dur, self._ntok, self._code, self._mb, -1)
-            except struct.error:
-                raise LaggardError(f"Tracer.op: microbatch and num_tokens must be integers, got "
-                                   f"{self._mb!r} and {self._ntok!r}") from None
-            t._n = i + 1  # count after packing: a flush that interrupts us never sees half a record
-            t._pool.append(self)  # reused by the next op() (creating objects is most of the cost)
-        else:
-            t._rec(self._code, self._mb, start, dur, self._ntok, self._aux)
-        return False
-
-
-class _StepCtx:
-    __slots__ = ("_t", "_step")
-
-    def __init__(self, t: Tracer, step: int) -> None:
-        self._t = t
-        self._step = step
-
-    def __enter__(self) -> _StepCtx:
-        self._t._begin_step(self._step)
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        self._t._end_step()
-        return False
-
-
-class _SkipCtx:
-    """A step that is not recorded (``record_every``): every recording call is off meanwhile."""
-
-    __slots__ = ("_t",)
-
-    def __init__(self, t: Tracer) -> None:
-        self._t = t
-
-    def __enter__(self) -> _SkipCtx:
-        t = self._t
-        t._skip, t._plain = True, False
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        t = self._t
-        t._skip, t._plain = False, t._enabled and t._cuda is None
-        t._gcq.clear()  # collections during the skipped step are not this step's
-        return False
 
 
 class Tracer(CommMixin):
@@ -684,49 +595,3 @@ class Tracer(CommMixin):
             self._writer.submit(page)
             done.wait(30.0)
         self._writer.write_state(status)
-
-
-def _dist_if_initialized() -> Any:
-    import sys
-
-    if "torch" not in sys.modules:
-        return None
-    import torch.distributed as dist
-
-    return dist if dist.is_available() and dist.is_initialized() else None
-
-
-def _cuda_in_use() -> bool:
-    import sys
-
-    if "torch" not in sys.modules:
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
-
-
-def _job_meta(name: str, layouts: list[tuple[int, ...]], world_size: int, sync: ClockSync, cuda: bool,
-              extra: dict[str, Any]) -> JobMeta:
-    arr = np.array(layouts, dtype=np.int64).reshape(-1, 5)
-
-    def size(col: int) -> int:
-        v = arr[:, col]
-        return int(v.max()) + 1 if (v >= 0).any() else 1
-
-    return JobMeta(
-        name=name,
-        world_size=world_size,
-        dp_size=size(1),
-        pp_size=size(2),
-        tp_size=size(3),
-        cp_size=size(4),
-        source="laggard-tracer",
-        extra={
-            **extra,
-            "ranks": [dict(zip(("rank", "dp", "pp", "tp", "cp"), (int(x) for x in row), strict=True)) for row in arr],
-            "timing": "cuda-events" if cuda else "perf_counter_ns",
-            "clock": sync.to_json(),
-            "created_unix_s": round(time.time(), 3),
-        },
-    )
