@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -330,6 +331,37 @@ def test_workers_parallel_equals_serial():
     a, _ = _load(DDP, workers=1)
     b, _ = _load(DDP, workers=2)
     assert a.table.equals(b.table)
+
+
+def test_workers_are_forked_when_the_process_is_single_threaded(tmp_path):
+    """The CLI path: no thread started before decoding (pyarrow comes later), so workers are forked."""
+    script = tmp_path / "fork.py"
+    script.write_text(
+        "import multiprocessing as mp, sys\n"
+        "from laggard.io import kineto\n"
+        "print(kineto._worker_context(mp).get_start_method(), 'pyarrow' in sys.modules)\n"
+        f"a = kineto.read_kineto({str(DDP)!r}, workers=2)\n"
+        f"b = kineto.read_kineto({str(DDP)!r}, workers=1)\n"
+        "print(a.table.equals(b.table), a.meta.extra['worker_cpu_s'] > 0)\n"
+    )
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["fork", "False", "True", "True"]
+
+
+def test_workers_come_from_a_server_when_threads_run(monkeypatch):
+    """A caller with threads (forking could copy a held lock): workers start from a fork server."""
+    import multiprocessing as mp
+
+    from laggard.io import kineto
+
+    monkeypatch.setattr(kineto, "_os_threads", lambda: 3)
+    assert kineto._worker_context(mp).get_start_method() in ("forkserver", "spawn")
+    a, _ = _load(DDP, workers=2)
+    b, _ = _load(DDP, workers=1)
+    assert a.table.equals(b.table)
+    assert a.meta.extra["worker_cpu_s"] > 0
 
 
 def test_decoder_stays_lean():

@@ -7,16 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from laggard.errors import LaggardError, LaggardWarning
+
 if TYPE_CHECKING:
     from laggard.ops import Job
 
+# laggard.ops (and so pyarrow) is imported inside the functions: Kineto traces are decoded in
+# worker processes forked before pyarrow is loaded (see laggard.io.kineto.decode_all)
 
-# laggard.ops (and so pyarrow) is imported inside the functions: the Kineto decode workers import
-# this package and stay lean without it.
-def LaggardError(msg: str) -> Exception:  # noqa: N802 (stands for the class)
-    from laggard.ops import LaggardError as _E
-
-    return _E(msg)
 
 FORMATS = ("auto", "native", "ndtimeline", "kineto")
 
@@ -56,8 +54,6 @@ def load_job(
 
     Warnings (what was skipped) are issued as ``LaggardWarning`` and kept in ``job.warnings``.
     """
-    from laggard.ops import LaggardWarning
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
         if isinstance(path, str | Path):

@@ -3,7 +3,7 @@
 ``read_kineto(paths)`` reads a directory, a glob or a list of per-rank files into one op table:
 
 1. every file is decoded in a worker process (``kineto_events.read_events``: msgspec into compact
-   columns; the workers import neither numpy nor pyarrow) and the parent turns each rank's columns
+   columns; the decoder needs neither numpy nor pyarrow) and the parent turns each rank's columns
    into that rank's ops (``kineto_rank.build_rank``) as they arrive; raw events never leave the
    worker that decoded them;
 2. ranks are identified (``distributedInfo.rank``, else ``rank<N>`` in the file name, with a
@@ -29,13 +29,15 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from laggard.errors import LaggardError, LaggardWarning
 from laggard.io.kineto_rank import KIND_LABELS, RankOps, decode_rank, rank_ops
-from laggard.ops import Job, JobMeta, make_table
+
+if TYPE_CHECKING:
+    from laggard.ops import Job
 
 _SUFFIXES = (".json", ".json.gz")
 # decode in worker processes when there is more than this much compressed input
@@ -93,8 +95,9 @@ def trace_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
 def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps]:
     """Decode every file, in parallel worker processes when it pays (one rank per task).
 
-    The workers only decode (msgspec, no numpy: they start in milliseconds); each rank's ops are
-    built here as its columns arrive, while the workers go on with the other files.
+    The workers only decode (msgspec into array columns; see ``_worker_context`` for how they
+    start); each rank's ops are built here as its columns arrive, while the workers go on with
+    the other files.
     """
     total = sum(f.stat().st_size for f in files)
     n = min(len(files), workers if workers is not None else _available_cpus())
@@ -105,13 +108,7 @@ def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps
 
     from laggard.io.kineto_events import decode_file
 
-    # forked from a fresh single-threaded server that has only the decoder imported (msgspec):
-    # lean workers that start at once and inherit no threads from the caller
-    if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["laggard.io.kineto_events"])
-    else:
-        ctx = mp.get_context("spawn")
+    ctx = _worker_context(mp)
     out: list[RankOps | None] = [None] * len(files)
     errors: dict[int, Exception] = {}
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
@@ -128,6 +125,34 @@ def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps
     if errors:
         raise errors[min(errors)]
     return out  # type: ignore[return-value]
+
+
+def _worker_context(mp: Any) -> Any:
+    """How decode workers start: forked from this process when that is safe, else from a server.
+
+    A fork costs next to nothing and the worker has the decoder already imported, but it is only
+    safe while this process runs a single OS thread (a thread holding a lock at the fork would
+    leave it locked in the child; pyarrow, for one, starts a thread when imported, so Kineto
+    loading keeps it out until the ranks are decoded). Otherwise the workers are forked from a
+    fresh single-threaded server with only the decoder imported (msgspec): two more interpreters
+    (the server and multiprocessing's resource tracker), ~0.2 CPU-s.
+    """
+    methods = mp.get_all_start_methods()
+    if sys.platform == "linux" and "fork" in methods and _os_threads() == 1:
+        return mp.get_context("fork")
+    if "forkserver" in methods:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["laggard.io.kineto_events"])
+        return ctx
+    return mp.get_context("spawn")
+
+
+def _os_threads() -> int:
+    """OS threads of this process (native ones included, which ``threading`` does not see)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0  # unknown: not safe to fork
 
 
 def _available_cpus() -> int:
@@ -290,6 +315,8 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
 
 
 def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -> Job:
+    from laggard.ops import Job, JobMeta, make_table
+
     sizes = np.array([len(r.step) for r in ranks], dtype=np.int64)
     if sizes.sum() == 0:
         raise LaggardError(f"{files[0] if len(files) == 1 else files[0].parent}: no op inside a ProfilerStep#N window to analyse")
