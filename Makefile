@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[all]"
+	$(BIN)/python -m compileall -q src/laggard
 	touch $(STAMP)
 
 demo: $(STAMP)
