@@ -30,15 +30,20 @@ TOP_WORKER_SHARE = 0.03
 # above this many DP ranks, per-DP-rank what-ifs replay a two-rank equivalent job (laggard.symmetry)
 DP_REDUCTION_MIN = 8
 _NS = 1e-9
-# memory for the scenarios of one replay pass (weights + node values, float64); wider passes
-# gather whole cache lines per node, so up to 16 scenarios go together
+# Scenarios replayed together in one pass (weights + node values, float64): at least 16 (rows
+# of whole cache lines per node), more while a pass stays within _PASS_BYTES (a pass costs a
+# Python step per graph segment, whatever its width: small graphs with many what-ifs, e.g. a
+# Kineto job with hundreds of op types, replay them all in a few passes), never more than
+# _MAX_BATCH_BYTES.
 _MAX_BATCH_BYTES = 1536 * 2**20
-_MAX_BATCH = 16
+_PASS_BYTES = 64 * 2**20
+_MIN_BATCH = 16
 
 
 def _batch_size(num_ops: int, num_nodes: int, num_scenarios: int) -> int:
-    per_scenario = 8 * (num_ops + 2 * num_nodes)
-    return max(1, min(num_scenarios, _MAX_BATCH, _MAX_BATCH_BYTES // max(per_scenario, 1)))
+    per_scenario = max(8 * (num_ops + 2 * num_nodes), 1)
+    wide = max(_MIN_BATCH, _PASS_BYTES // per_scenario)
+    return max(1, min(num_scenarios, wide, _MAX_BATCH_BYTES // per_scenario))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -191,7 +196,7 @@ def replay_mixed(
             if labels is None:
                 w[:, j:e] = np.where(vs[None, :] != 0, a_w[:, None], b_w[:, None])
             else:
-                w[:, j:e] = np.where(labels[:, None] == vs[None, :], a_w[:, None], b_w[:, None])
+                _fill_block(w[:, j:e], labels, vs, a_w, b_w)
             j = e
         cols[:, i : i + len(part)] = replay_steps(base.graph, w)
     out, k = [], 0
@@ -200,6 +205,20 @@ def replay_mixed(
         out.append(cols[:, k : k + m])
         k += m
     return out
+
+
+def _fill_block(w: np.ndarray, labels: np.ndarray, vs: np.ndarray, a_w: np.ndarray, b_w: np.ndarray) -> None:
+    """``w[:, c] = a_w where labels == vs[c] else b_w``, writing each op's ``a_w`` once (an op
+    has one label) instead of comparing every op with every scenario."""
+    w[:] = b_w[:, None]
+    order = np.argsort(vs, kind="stable")
+    sv = vs[order]
+    if len(sv) > 1 and (sv[1:] == sv[:-1]).any():  # a value asked twice: compare them all
+        w[:] = np.where(labels[:, None] == vs[None, :], a_w[:, None], b_w[:, None])
+        return
+    pos = np.minimum(np.searchsorted(sv, labels), len(sv) - 1)
+    rows = np.flatnonzero(sv[pos] == labels)
+    w[rows, order[pos[rows]]] = a_w[rows]
 
 
 @dataclass(kw_only=True, slots=True)
