@@ -201,33 +201,14 @@ class RankEvents:
             self._cols[key] = col
         return col
 
-    @property
-    def cat(self) -> np.ndarray:
-        return self._column("cat")
-
-    @property
-    def name(self) -> np.ndarray:
-        return self._column("name")
-
-    @property
-    def pid(self) -> np.ndarray:
-        return self._column("pid")
-
-    @property
-    def tid(self) -> np.ndarray:
-        return self._column("tid")
-
-    @property
-    def ts_us(self) -> np.ndarray:
-        return self._column("ts")
-
-    @property
-    def dur_us(self) -> np.ndarray:
-        return self._column("dur")
-
-    @property
-    def corr(self) -> np.ndarray:
-        return self._column("corr")
+    # the numpy columns, one property each (built on first use)
+    cat = property(lambda self: self._column("cat"), doc="code into cats")
+    name = property(lambda self: self._column("name"), doc="code into names")
+    pid = property(lambda self: self._column("pid"), doc="code into pids")
+    tid = property(lambda self: self._column("tid"), doc="code into tids")
+    ts_us = property(lambda self: self._column("ts"), doc="start, µs (float64)")
+    dur_us = property(lambda self: self._column("dur"), doc="duration, µs (float64)")
+    corr = property(lambda self: self._column("corr"), doc="args.correlation (int64), -1 when absent")
 
 
 class _Columns:
