@@ -132,7 +132,7 @@ _DEC_ANY = msgspec.json.Decoder()
 # names whose events carry the metadata build_rank reads: collectives and the calls launching them
 _META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms)", re.IGNORECASE)
 _COMPLETE = attrgetter("complete")
-_PH, _TS, _DUR, _ARGS, _CORR = (attrgetter(k) for k in ("ph", "ts", "dur", "args", "corr"))
+_PH, _TS, _DUR, _CORR = (attrgetter(k) for k in ("ph", "ts", "dur", "args.corr"))
 _WHAT, _WHERE = attrgetter("cat", "name"), attrgetter("pid", "tid")
 
 
@@ -244,15 +244,14 @@ class _Columns:
         self.where_codes.fromlist(list(map(self.wheres.__getitem__, map(_WHERE, evs))))
         self.ts.fromlist(list(map(_TS, evs)))
         self.dur.fromlist(list(map(_DUR, evs)))
-        args = list(map(_ARGS, evs))
-        self.corr.fromlist(list(map(_CORR, args)))
+        self.corr.fromlist(list(map(_CORR, evs)))
         if len(whats) > self.num_checked:  # one regex per new (cat, name), not per event
             new = islice(whats, self.num_checked, None)
             self.meta_codes.update(c for c, (_, s) in enumerate(new, self.num_checked) if _META_NAME.match(s))
             self.num_checked = len(whats)
         if self.meta_codes:  # metadata of the few events that need it: a loop over those only
             for i in compress(count(), map(self.meta_codes.__contains__, what_codes)):
-                self.meta[start + i] = _meta(args[i])
+                self.meta[start + i] = _meta(evs[i].args)
 
     def finish(self, path: str, num_bytes: int, header: dict[str, Any]) -> RankEvents:
         whats, wheres = list(self.whats), list(self.wheres)
