@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from matplotlib.figure import Figure
+    from rich.console import Console
+
     from laggard.simulate.dists import Distribution
 
 app = typer.Typer(
@@ -49,16 +54,20 @@ def _error(msg: str) -> Exception:
     return LaggardError(msg)
 
 
-def _distribution(dist: str | None, from_trace: Path | None) -> Distribution:
+def _distribution(dist: str | None, from_trace: Path | None, threads: int | None) -> tuple[Distribution, int | None]:
+    """The worker-time distribution of --dist or --from-trace, and the trace's number of workers (else None)."""
     from laggard.simulate.dists import TEXTBOOK, parse_dist
 
+    if threads is not None and not 1 <= threads <= 256:
+        raise _error(f"--threads: need an integer in 1..256, got {threads}")
     if dist is not None and from_trace is not None:
         raise _error("give --dist or --from-trace, not both")
     if from_trace is not None:
         from laggard.simulate.empirical import trace_distribution
 
-        return trace_distribution(from_trace, where="--from-trace")
-    return parse_dist(dist if dist is not None else TEXTBOOK, where="--dist")
+        d = trace_distribution(from_trace, where="--from-trace")
+        return d, d.num_workers
+    return parse_dist(dist if dist is not None else TEXTBOOK, where="--dist"), None
 
 
 def parse_workers(text: str, reference: int | None, *, where: str = "--workers") -> list[int]:
@@ -95,11 +104,38 @@ def _write_json(data: dict[str, Any], target: Path) -> None:
         raise _error(f"--json {target}: cannot write ({e.strerror})") from None
 
 
+def _finish(result: Any, d: Distribution, figure: Callable[[Any], Figure], plot: Path | None, json_out: Path | None,
+            show: Callable[[Any], None]) -> None:
+    """Note the trace the result came from, then write the plot, the JSON and (unless the JSON went to
+    stdout) the table."""
+    from laggard.simulate.empirical import EmpiricalTrace
+
+    if isinstance(d, EmpiricalTrace):
+        result.source = dict(d.info)
+    if plot is not None:
+        from laggard.simulate.plots import save_figure
+
+        save_figure(figure(result), plot)
+    if json_out is not None:
+        _write_json(result.to_json(), json_out)
+        if str(json_out) == "-":
+            return
+    show(result)
+
+
+def _print_lines(console: Console, *lines: str) -> None:
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
 def _fmt(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 
 
-def _trace_notes(source: dict[str, Any]) -> list[str]:
+def _trace_notes(source: dict[str, Any] | None) -> list[str]:
+    """What the trace behind a result measured (nothing for a parametric distribution)."""
+    if not source:
+        return []
     notes = [
         f"trace: {source['num_workers']} workers x {source['num_samples']} steps; per-worker time = {source['what']}",
         f"measured: mean worker {source['measured_mean_s']:.4g} s, barrier (slowest worker per step) "
@@ -126,29 +162,17 @@ def tail(
     threads: ThreadsOpt = None,
 ) -> None:
     """E[max] and p99 of the barrier as the job grows, and the slowdown vs one worker."""
-    from laggard.simulate.empirical import EmpiricalTrace
+    from laggard.simulate.plots import tail_figure
     from laggard.simulate.tail import DEFAULT_TRIALS, DEFAULT_WORKERS, tail_at_scale
 
-    _check_threads(threads)
-    d = _distribution(dist, from_trace)
-    ref = d.num_workers if isinstance(d, EmpiricalTrace) else None
+    d, ref = _distribution(dist, from_trace, threads)
     if workers is None:
         ks = [ref * m for m in (1, 2, 4, 8, 16)] if ref else list(DEFAULT_WORKERS)
     else:
         ks = parse_workers(workers, ref)
     result = tail_at_scale(d, ks, num_trials=trials if trials is not None else DEFAULT_TRIALS, seed=seed,
                            threads=threads, reference_workers=ref)
-    if isinstance(d, EmpiricalTrace):
-        result.source = dict(d.info)
-    if plot is not None:
-        from laggard.simulate.plots import save_figure, tail_figure
-
-        save_figure(tail_figure(result), plot)
-    if json_out is not None:
-        _write_json(result.to_json(), json_out)
-        if str(json_out) == "-":
-            return
-    _print_tail(result)
+    _finish(result, d, tail_figure, plot, json_out, _print_tail)
 
 
 def _print_tail(result: Any) -> None:
@@ -176,16 +200,8 @@ def _print_tail(result: Any) -> None:
         table.add_row(*cells)
     console = Console()
     console.print(table)
-    console.print(f"{result.num_trials} trials per size, seed {result.seed}; mean of one worker "
-                  f"{result.single_worker_mean:.4g}", highlight=False, markup=False, soft_wrap=True)
-    if result.source:
-        for line in _trace_notes(result.source):
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
-
-
-def _check_threads(threads: int | None) -> None:
-    if threads is not None and not 1 <= threads <= 256:
-        raise _error(f"--threads: need an integer in 1..256, got {threads}")
+    _print_lines(console, f"{result.num_trials} trials per size, seed {result.seed}; mean of one worker "
+                 f"{result.single_worker_mean:.4g}", *_trace_notes(result.source))
 
 
 @app.command()
@@ -206,12 +222,10 @@ def policy(
     threads: ThreadsOpt = None,
 ) -> None:
     """Compare synchronisation policies: mean and p99 step time, idle fraction, and what each costs."""
-    from laggard.simulate.empirical import EmpiricalTrace
+    from laggard.simulate.plots import policy_figure
     from laggard.simulate.policies import DEFAULT_POLICIES, DEFAULT_STEPS, DEFAULT_TRIALS, compare_policies
 
-    _check_threads(threads)
-    d = _distribution(dist, from_trace)
-    ref = d.num_workers if isinstance(d, EmpiricalTrace) else None
+    d, ref = _distribution(dist, from_trace, threads)
     if workers is None:
         k = ref or 256
     else:
@@ -222,17 +236,7 @@ def policy(
     result = compare_policies(d, k, policies or list(DEFAULT_POLICIES),
                               num_trials=trials if trials is not None else DEFAULT_TRIALS,
                               num_steps=steps if steps is not None else DEFAULT_STEPS, seed=seed, threads=threads)
-    if isinstance(d, EmpiricalTrace):
-        result.source = dict(d.info)
-    if plot is not None:
-        from laggard.simulate.plots import policy_figure, save_figure
-
-        save_figure(policy_figure(result), plot)
-    if json_out is not None:
-        _write_json(result.to_json(), json_out)
-        if str(json_out) == "-":
-            return
-    _print_policies(result)
+    _finish(result, d, policy_figure, plot, json_out, _print_policies)
 
 
 def _print_policies(result: Any) -> None:
@@ -254,11 +258,6 @@ def _print_policies(result: Any) -> None:
     console = Console()
     console.print(table)
     width = max(len(r.policy) for r in result.rows)
-    for r in result.rows:
-        if r.verdict != "baseline":
-            console.print(f"  {r.policy:<{width}}  {r.verdict}", highlight=False, markup=False, soft_wrap=True)
-    console.print(f"{result.num_trials} trials, seed {result.seed}; ssp/async: wall-clock per step over runs of "
-                  f"{result.num_steps} steps", highlight=False, markup=False, soft_wrap=True)
-    if result.source:
-        for line in _trace_notes(result.source):
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    _print_lines(console, *(f"  {r.policy:<{width}}  {r.verdict}" for r in result.rows if r.verdict != "baseline"))
+    _print_lines(console, f"{result.num_trials} trials, seed {result.seed}; ssp/async: wall-clock per step over runs of "
+                 f"{result.num_steps} steps", *_trace_notes(result.source))
