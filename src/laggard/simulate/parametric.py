@@ -41,6 +41,30 @@ class Constant(Distribution):
         return self.value
 
 
+class _Monotone(Distribution):
+    """An increasing function of a standard variate: ``_standard`` draws the variate, ``_transform``
+    maps it (in place). The barrier is then the transform of the max of the standard draws."""
+
+    __slots__ = ()
+
+    def _standard(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _transform(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return self._transform(self._standard(rng, shape))
+
+    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
+        return self._transform(self._standard(rng, (num_jobs, num_workers)).max(axis=1))
+
+
+def _plus(base: float) -> str:
+    """``"B + "`` in front of a shifted distribution's description (nothing when B is 0)."""
+    return f"{base:g} + " if base else ""
+
+
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
 
@@ -50,29 +74,26 @@ def _norm_sf(z: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class LogNormal(Distribution):
+class LogNormal(_Monotone):
     """``base + exp(N(mean, sigma))``: a fixed cost plus a heavy-ish tail."""
 
     base: float = 0.0
     mu: float = 0.0
     sigma: float = 1.0
 
-    def _draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        out = rng.standard_normal(shape)
-        out *= self.sigma
-        out += self.mu
-        np.exp(out, out=out)
-        if self.base:
-            out += self.base
-        return np.maximum(out, MIN_TIME, out=out)
+    def _standard(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return rng.standard_normal(shape)
 
-    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
-        z = rng.standard_normal((num_jobs, num_workers)).max(axis=1)
-        return np.maximum(self.base + np.exp(self.mu + self.sigma * z), MIN_TIME)
+    def _transform(self, x: np.ndarray) -> np.ndarray:
+        x *= self.sigma
+        x += self.mu
+        np.exp(x, out=x)
+        if self.base:
+            x += self.base
+        return np.maximum(x, MIN_TIME, out=x)
 
     def describe(self) -> str:
-        head = f"{self.base:g} + " if self.base else ""
-        return f"{head}lognormal(mean={self.mu:g}, sigma={self.sigma:g})"
+        return f"{_plus(self.base)}lognormal(mean={self.mu:g}, sigma={self.sigma:g})"
 
     def spec(self) -> str:
         return f"lognormal:base={self.base!r},mean={self.mu!r},sigma={self.sigma!r}"
@@ -92,25 +113,22 @@ class LogNormal(Distribution):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Exponential(Distribution):
+class Exponential(_Monotone):
     """``base + Exp(rate)``; E[max of K] = base + H_K / rate."""
 
     base: float = 0.0
     rate: float = 1.0
 
-    def _draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        out = rng.standard_exponential(shape)
-        out *= 1.0 / self.rate
-        out += max(self.base, MIN_TIME)
-        return out
+    def _standard(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return rng.standard_exponential(shape)
 
-    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
-        e = rng.standard_exponential((num_jobs, num_workers)).max(axis=1)
-        return e * (1.0 / self.rate) + max(self.base, MIN_TIME)
+    def _transform(self, x: np.ndarray) -> np.ndarray:
+        x *= 1.0 / self.rate
+        x += max(self.base, MIN_TIME)
+        return x
 
     def describe(self) -> str:
-        head = f"{self.base:g} + " if self.base else ""
-        return f"{head}exponential(rate={self.rate:g})"
+        return f"{_plus(self.base)}exponential(rate={self.rate:g})"
 
     def spec(self) -> str:
         return f"exponential:base={self.base!r},rate={self.rate!r}"
@@ -130,22 +148,20 @@ class Exponential(Distribution):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Gaussian(Distribution):
+class Gaussian(_Monotone):
     """``N(mean, std)`` clipped below at ``low`` (a light tail)."""
 
     mu: float = 1.0
     std: float = 0.05
     low: float = 0.0
 
-    def _draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        out = rng.standard_normal(shape)
-        out *= self.std
-        out += self.mu
-        return np.maximum(out, max(self.low, MIN_TIME), out=out)
+    def _standard(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return rng.standard_normal(shape)
 
-    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
-        z = rng.standard_normal((num_jobs, num_workers)).max(axis=1)
-        return np.maximum(self.mu + self.std * z, max(self.low, MIN_TIME))
+    def _transform(self, x: np.ndarray) -> np.ndarray:
+        x *= self.std
+        x += self.mu
+        return np.maximum(x, max(self.low, MIN_TIME), out=x)
 
     def describe(self) -> str:
         return f"gaussian(mean={self.mu:g}, std={self.std:g}) clipped at {max(self.low, 0.0):g}"
@@ -174,29 +190,26 @@ class Gaussian(Distribution):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Pareto(Distribution):
+class Pareto(_Monotone):
     """``base + scale * U**(-1/alpha)``: power-law tail with index alpha (mean infinite if alpha <= 1)."""
 
     base: float = 0.0
     scale: float = 1.0
     alpha: float = 3.0
 
-    def _draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    def _standard(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         # numpy's pareto() is the Lomax form (Pareto type II shifted to 0): add 1 for type I.
-        out = rng.pareto(self.alpha, shape)
-        out += 1.0
-        out *= self.scale
-        if self.base:
-            out += self.base
-        return out
+        return rng.pareto(self.alpha, shape)
 
-    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
-        x = rng.pareto(self.alpha, (num_jobs, num_workers)).max(axis=1)
-        return (x + 1.0) * self.scale + self.base
+    def _transform(self, x: np.ndarray) -> np.ndarray:
+        x += 1.0
+        x *= self.scale
+        if self.base:
+            x += self.base
+        return x
 
     def describe(self) -> str:
-        head = f"{self.base:g} + " if self.base else ""
-        return f"{head}pareto(scale={self.scale:g}, alpha={self.alpha:g})"
+        return f"{_plus(self.base)}pareto(scale={self.scale:g}, alpha={self.alpha:g})"
 
     def spec(self) -> str:
         return f"pareto:base={self.base!r},scale={self.scale!r},alpha={self.alpha!r}"
@@ -224,19 +237,17 @@ class Pareto(Distribution):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Uniform(Distribution):
+class Uniform(_Monotone):
     low: float = 0.5
     high: float = 1.5
 
-    def _draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        out = rng.random(shape)
-        out *= self.high - self.low
-        out += self.low
-        return np.maximum(out, MIN_TIME, out=out)
+    def _standard(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return rng.random(shape)
 
-    def sample_max(self, rng: np.random.Generator, num_jobs: int, num_workers: int) -> np.ndarray:
-        u = rng.random((num_jobs, num_workers)).max(axis=1)
-        return np.maximum(self.low + (self.high - self.low) * u, MIN_TIME)
+    def _transform(self, x: np.ndarray) -> np.ndarray:
+        x *= self.high - self.low
+        x += self.low
+        return np.maximum(x, MIN_TIME, out=x)
 
     def describe(self) -> str:
         return f"uniform({self.low:g}, {self.high:g})"
