@@ -49,51 +49,33 @@ __all__ = [
 # parsing
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    text: str  # as the error message says it
+    check: Callable[[float], bool]
+
+
+_POSITIVE = _Rule("> 0", lambda v: v > 0)
+_NONNEG = _Rule(">= 0", lambda v: v >= 0)
+_ANY = _Rule("a number", lambda v: True)
+
+
+@dataclass(frozen=True, slots=True)
 class _Param:
     attr: str
     default: float
-    check: Callable[[float], bool]
-    rule: str
+    rule: _Rule
 
 
-def _positive(v: float) -> bool:
-    return v > 0
-
-
-def _nonneg(v: float) -> bool:
-    return v >= 0
-
-
-def _any(v: float) -> bool:
-    return True
-
-
+_BASE = _Param("base", 0.0, _NONNEG)  # the fixed cost every shifted distribution adds
 _PARAMS: dict[str, dict[str, _Param]] = {
-    "constant": {"value": _Param(attr="value", default=1.0, check=_positive, rule="> 0")},
-    "lognormal": {
-        "base": _Param(attr="base", default=0.0, check=_nonneg, rule=">= 0"),
-        "mean": _Param(attr="mu", default=0.0, check=_any, rule="a number"),
-        "sigma": _Param(attr="sigma", default=1.0, check=_positive, rule="> 0"),
-    },
-    "exponential": {
-        "base": _Param(attr="base", default=0.0, check=_nonneg, rule=">= 0"),
-        "rate": _Param(attr="rate", default=1.0, check=_positive, rule="> 0"),
-    },
-    "gaussian": {
-        "mean": _Param(attr="mu", default=1.0, check=_positive, rule="> 0"),
-        "std": _Param(attr="std", default=0.05, check=_nonneg, rule=">= 0"),
-        "min": _Param(attr="low", default=0.0, check=_nonneg, rule=">= 0"),
-    },
-    "pareto": {
-        "base": _Param(attr="base", default=0.0, check=_nonneg, rule=">= 0"),
-        "scale": _Param(attr="scale", default=1.0, check=_positive, rule="> 0"),
-        "alpha": _Param(attr="alpha", default=3.0, check=_positive, rule="> 0"),
-    },
-    "uniform": {
-        "low": _Param(attr="low", default=0.5, check=_nonneg, rule=">= 0"),
-        "high": _Param(attr="high", default=1.5, check=_positive, rule="> 0"),
-    },
+    "constant": {"value": _Param("value", 1.0, _POSITIVE)},
+    "lognormal": {"base": _BASE, "mean": _Param("mu", 0.0, _ANY), "sigma": _Param("sigma", 1.0, _POSITIVE)},
+    "exponential": {"base": _BASE, "rate": _Param("rate", 1.0, _POSITIVE)},
+    "gaussian": {"mean": _Param("mu", 1.0, _POSITIVE), "std": _Param("std", 0.05, _NONNEG),
+                 "min": _Param("low", 0.0, _NONNEG)},
+    "pareto": {"base": _BASE, "scale": _Param("scale", 1.0, _POSITIVE), "alpha": _Param("alpha", 3.0, _POSITIVE)},
+    "uniform": {"low": _Param("low", 0.5, _NONNEG), "high": _Param("high", 1.5, _POSITIVE)},
 }
 _CLASSES: dict[str, type[Distribution]] = {
     "constant": Constant,
@@ -155,8 +137,8 @@ def _parametric(name: str, body: str, spec: str, where: str) -> Distribution:
             raise _err(spec, where, f"unknown parameter {key!r} for {name} (known: {', '.join(params)})")
         p = params[key]
         v = _number(key, value, spec, where)
-        if not p.check(v):
-            raise _err(spec, where, f"{key} must be {p.rule}, got {value}")
+        if not p.rule.check(v):
+            raise _err(spec, where, f"{key} must be {p.rule.text}, got {value}")
         kwargs[p.attr] = v
     for p in params.values():
         kwargs.setdefault(p.attr, p.default)
