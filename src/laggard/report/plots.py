@@ -342,18 +342,6 @@ def bars_svg(
         ax.set_yticks(pos, list(labels), fontsize=8.5)
         ax.set_ylim(n - 0.5, -0.5)
         ax.set_xlim(lo - 0.03 * span, hi + (0.1 if annotate else 0.03) * span)
-        ax.axvline(1.0, color=INK, linewidth=0.8)
-        if reference is not None:
-            ax.axvline(reference, color=INK, linewidth=0.9, linestyle=":")
-        ax.set_xlabel(value_label)
-        if category_label:
-            ax.set_ylabel(category_label)
-        ax.grid(True, axis="x", color=GRID, linewidth=0.6)
-        ax.tick_params(axis="y", length=0)
-        if annotate:
-            for p, val in zip(pos, v, strict=True):
-                if np.isfinite(val):
-                    ax.text(max(val, 1.0) + 0.008 * span, p, f"{val:.3f}", va="center", fontsize=label_fs, color=INK)
     else:
         fig = new_figure(width_in, 3.2)
         ax = fig.add_subplot()
@@ -367,19 +355,22 @@ def bars_svg(
             ax.xaxis.set_major_formatter(FuncFormatter(lambda t, _p: labels[int(t)] if 0 <= int(t) < n else ""))
         ax.set_xlim(-0.6, n - 0.4)
         ax.set_ylim(lo - 0.03 * span, hi + (0.12 if annotate else 0.04) * span)
-        ax.axhline(1.0, color=INK, linewidth=0.8)
-        if reference is not None:
-            ax.axhline(reference, color=INK, linewidth=0.9, linestyle=":")
-        ax.set_ylabel(value_label)
-        if category_label:
-            ax.set_xlabel(category_label)
-        ax.grid(True, axis="y", color=GRID, linewidth=0.6)
-        ax.tick_params(axis="x", length=0)
-        if annotate:
-            for p, val in zip(pos, v, strict=True):
-                if np.isfinite(val):
-                    ax.text(p, max(val, 1.0) + 0.01 * span, f"{val:.3f}", ha="center", va="bottom",
-                            fontsize=label_fs, color=INK)
+    # the rest is the same for both orientations, on the value axis (x when horizontal) or the category axis
+    value_line = ax.axvline if horizontal else ax.axhline
+    value_line(1.0, color=INK, linewidth=0.8)
+    if reference is not None:
+        value_line(reference, color=INK, linewidth=0.9, linestyle=":")
+    (ax.set_xlabel if horizontal else ax.set_ylabel)(value_label)
+    if category_label:
+        (ax.set_ylabel if horizontal else ax.set_xlabel)(category_label)
+    ax.grid(True, axis="x" if horizontal else "y", color=GRID, linewidth=0.6)
+    ax.tick_params(axis="y" if horizontal else "x", length=0)
+    if annotate:
+        align = {"va": "center"} if horizontal else {"ha": "center", "va": "bottom"}
+        for p, val in zip(pos, v, strict=True):
+            if np.isfinite(val):
+                end = max(val, 1.0) + (0.008 if horizontal else 0.01) * span
+                ax.text(*((end, p) if horizontal else (p, end)), f"{val:.3f}", fontsize=label_fs, color=INK, **align)
     if not annotate and n:
         # too many bars to label them all: label the three highest
         for p in np.argsort(-np.where(np.isfinite(v), v, -np.inf), kind="stable")[:3]:
