@@ -24,6 +24,26 @@ def analyses():
 
 
 @pytest.fixture(scope="session")
+def ar(analyses):
+    """The analysis of the published AR trace (one worker slowed down)."""
+    return analyses["AR"]
+
+
+@pytest.fixture(scope="session")
+def st(analyses):
+    """The analysis of the published ST trace (a slow last pipeline stage)."""
+    return analyses["ST"]
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path: Path) -> Path:
+    """A directory path that cannot be created: it names a regular file."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    return blocker
+
+
+@pytest.fixture(scope="session")
 def expected():
     return {n: json.loads((ND / f"expected-{n}.json").read_text()) for n in ("ST", "AR")}
 

@@ -11,22 +11,9 @@ import numpy as np
 import orjson
 import pytest
 
-from laggard.io import load_job
 from laggard.io.perfetto import trace_events, write_perfetto
 from laggard.ops import LaggardError, LaggardWarning
-from laggard.whatif import Analysis, analyze
-
-DATA = Path(__file__).parent / "data" / "ndtimeline"
-
-
-@pytest.fixture(scope="module")
-def ar() -> Analysis:
-    return analyze(load_job(DATA / "trace-AR.parquet"))
-
-
-@pytest.fixture(scope="module")
-def st() -> Analysis:
-    return analyze(load_job(DATA / "trace-ST.parquet"))
+from laggard.whatif import Analysis
 
 
 @pytest.fixture(scope="module")
@@ -155,11 +142,9 @@ def test_gzip_and_replayed(st: Analysis, tmp_path: Path) -> None:
     assert any(v.startswith("replayed ") for v in names(trace, "process_name").values())
 
 
-def test_errors(st: Analysis, tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
+def test_errors(st: Analysis, unwritable_dir: Path) -> None:
     with pytest.raises(LaggardError, match="cannot write") as e:
-        write_perfetto(st, blocker / "t.json")
+        write_perfetto(st, unwritable_dir / "t.json")
     assert "\n" not in str(e.value)
     with pytest.raises(LaggardError, match="unknown timeline"):
         trace_events(st, timelines=("nope",))

@@ -9,22 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from laggard.io import load_job
 from laggard.ops import LaggardError
 from laggard.report.html import render_html, section, worker_grid, write_html
-from laggard.whatif import Analysis, analyze
-
-DATA = Path(__file__).parent / "data" / "ndtimeline"
-
-
-@pytest.fixture(scope="module")
-def ar() -> Analysis:
-    return analyze(load_job(DATA / "trace-AR.parquet"))
-
-
-@pytest.fixture(scope="module")
-def st() -> Analysis:
-    return analyze(load_job(DATA / "trace-ST.parquet"))
+from laggard.whatif import Analysis
 
 
 @pytest.fixture(scope="module")
@@ -130,19 +117,17 @@ def test_large_grid_is_binned(st: Analysis) -> None:
     assert len(page) < 1_500_000
 
 
-def test_unwritable_path(st: Analysis, tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
+def test_unwritable_path(st: Analysis, unwritable_dir: Path) -> None:
     with pytest.raises(LaggardError, match="cannot write") as e:
-        write_html(st, blocker / "r.html")
+        write_html(st, unwritable_dir / "r.html")
     assert "\n" not in str(e.value)
 
 
-def test_cli_end_to_end(tmp_path: Path) -> None:
+def test_cli_end_to_end(nd_dir: Path, tmp_path: Path) -> None:
     from laggard.cli import main
 
     html, trace = tmp_path / "r.html", tmp_path / "t.json"
-    code = main(["analyze", str(DATA / "trace-ST.parquet"), "--html", str(html), "--perfetto", str(trace), "-q"])
+    code = main(["analyze", str(nd_dir / "trace-ST.parquet"), "--html", str(html), "--perfetto", str(trace), "-q"])
     assert code == 0
     assert html.stat().st_size > 10_000 and trace.stat().st_size > 10_000
     assert_self_contained(html.read_text(encoding="utf-8"))
