@@ -39,6 +39,12 @@ def _dump(obj: Any, out: Path | None) -> bool:
     return str(out) == "-"
 
 
+def _compute_ops(job: Job) -> np.ndarray:
+    """Mask of the ops of kind compute (all False when the trace has none)."""
+    kind_code, kinds = job.codes("kind")
+    return kind_code == (kinds.index("compute") if "compute" in kinds else -2)
+
+
 # ------------------------------------------------------------------ fit-cost
 
 
@@ -52,9 +58,8 @@ def token_samples(job: Job, optypes: list[str] | None = None, stage: int | None 
     from laggard.ops import LaggardError, valid_mask
 
     t = job.table
-    kind_code, kinds = job.codes("kind")
     name_code, names = job.codes("name")
-    compute = kind_code == (kinds.index("compute") if "compute" in kinds else -2)
+    compute = _compute_ops(job)
     has_lens = valid_mask(t.column("seq_lens"))
     has_tok = valid_mask(t.column("num_tokens"))
     sel = compute & (has_lens | has_tok)
@@ -144,9 +149,7 @@ def stage_compute_s(job: Job) -> np.ndarray:
 
     from laggard.ops import LaggardError
 
-    kind_code, kinds = job.codes("kind")
-    compute = kind_code == (kinds.index("compute") if "compute" in kinds else -2)
-    sel = compute & (job.column("microbatch") >= 0)
+    sel = _compute_ops(job) & (job.column("microbatch") >= 0)
     if not sel.any():
         raise LaggardError("the trace has no per-microbatch compute ops; cannot measure stage costs")
     pp = job.column("pp_rank")[sel].astype(np.int64)
@@ -183,9 +186,7 @@ def replay_scaled(job: Job, factors: np.ndarray) -> tuple[float, float]:
     from laggard.whatif import prepare
 
     base = prepare(job)
-    kind_code, kinds = base.job.codes("kind")
-    compute = kind_code == (kinds.index("compute") if "compute" in kinds else -2)
-    sel = compute & (base.job.column("microbatch") >= 0)
+    sel = _compute_ops(base.job) & (base.job.column("microbatch") >= 0)
     f = np.ones(len(base.measured))
     f[sel] = factors[base.pp_rank[sel]]
     st = replay_steps(base.graph, np.stack([base.measured, base.measured * f], axis=1))
