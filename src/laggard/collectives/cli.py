@@ -7,9 +7,12 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from laggard.collectives.schedule import StragglarSchedule
 
 app = typer.Typer(help="Straggler-aware AllReduce (StragglAR): schedules, verifier, cost model, simulation.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -71,6 +74,14 @@ def write_json(obj: Any, out: Path) -> None:
         out.write_text(text)
 
 
+def _json_to_stdout(obj: Any, out: Path | None) -> bool:
+    """Write ``obj`` as JSON if --json was given; True when it went to stdout (then print nothing else)."""
+    if out is None:
+        return False
+    write_json(obj, out)
+    return str(out) == "-"
+
+
 def _size_bytes(size_mb: float) -> int:
     from laggard.ops import LaggardError
 
@@ -125,10 +136,8 @@ def verify(
 
     counts = parse_ranks(ranks, maximum=1024)
     results = [verify_stragglar(n) for n in counts]
-    if json_out is not None:
-        payload = [r.to_json() for r in results]
-        write_json(payload[0] if len(payload) == 1 else payload, json_out)
-    if json_out is None or str(json_out) != "-":
+    payload = [r.to_json() for r in results]
+    if not _json_to_stdout(payload[0] if len(payload) == 1 else payload, json_out):
         typer.echo(f"{'ranks':>5} {'rounds':>6} {'n-2+log2(n)':>11} {'lower bound':>11} {'bound met':>9} {'verified':>8}")
         for r in results:
             bound = f"{r.num_ranks - 2 + math.log2(r.num_ranks):.2f}".rstrip("0").rstrip(".")
@@ -153,15 +162,8 @@ def schedule(
 
         raise LaggardError(f"--ranks must be in 2..256 to print a schedule, got {ranks}")
     sched = stragglar_schedule(ranks)
-    if json_out is not None:
-        p2 = sched.phase2
-        rounds = [[{"src": int(p2.src[j]), "dst": int(p2.dst[j]), "chunk": int(p2.chunk[j]),
-                    "reduce": bool(p2.reduce[j])} for j in range(sl.start, sl.stop)] for sl in p2.round_slices()]
-        write_json({"ranks": ranks, "straggler": sched.straggler, "method": sched.method,
-                    "phase1_rounds": sched.phase1.num_rounds, "rounds": len(rounds),
-                    "optimal_rounds": sched.optimal_rounds, "phase2": rounds}, json_out)
-        if str(json_out) == "-":
-            return
+    if json_out is not None and _json_to_stdout(_schedule_json(ranks, sched), json_out):
+        return
     typer.echo(f"StragglAR, {ranks} ranks: on-time ranks 0..{ranks - 2}, straggler S; {ranks - 1} chunks; "
                f"construction: {sched.method}")
     typer.echo(f"phase 1: ring ReduceScatter among the on-time ranks, {sched.phase1.num_rounds} rounds "
@@ -169,6 +171,16 @@ def schedule(
     typer.echo(f"phase 2: {sched.num_rounds} rounds (lower bound {sched.optimal_rounds})")
     for line in format_schedule(sched.phase2, straggler=sched.straggler):
         typer.echo(line)
+
+
+def _schedule_json(ranks: int, sched: StragglarSchedule) -> dict[str, Any]:
+    """The --json of ``schedule``: phase-2 transfers round by round."""
+    p2 = sched.phase2
+    rounds = [[{"src": int(p2.src[j]), "dst": int(p2.dst[j]), "chunk": int(p2.chunk[j]),
+                "reduce": bool(p2.reduce[j])} for j in range(sl.start, sl.stop)] for sl in p2.round_slices()]
+    return {"ranks": ranks, "straggler": sched.straggler, "method": sched.method,
+            "phase1_rounds": sched.phase1.num_rounds, "rounds": len(rounds),
+            "optimal_rounds": sched.optimal_rounds, "phase2": rounds}
 
 
 @app.command()
@@ -203,10 +215,8 @@ def model(
         "stragglar_phase2_s": cost.stragglar_phase2_time_s(ranks, size, p),
         "break_even_delay_s": cost.break_even_delay_s(ranks, size, p, "best"),
     }
-    if json_out is not None:
-        write_json(res, json_out)
-        if str(json_out) == "-":
-            return
+    if _json_to_stdout(res, json_out):
+        return
     typer.echo(f"{ranks} ranks, {size_mb:g} MiB, straggler {delay_ms:g} ms late; params: {p.source}")
     for k in ("ring_s", "rhd_s", "stragglar_s"):
         typer.echo(f"  {k[:-2]:<10} {res[k] * 1e3:10.3f} ms after the straggler arrives")
@@ -238,11 +248,9 @@ def simulate(
     p = _params(alpha_us, bandwidth_gbps, reduce_gbps, links, False, 2)
     res = simulate_at_scale(counts, _size_bytes(size_mb), p, dist, time_scale_s=time_scale_ms / 1000,
                             num_trials=trials, persistent_delay_s=persistent_delay_ms / 1000, seed=seed)
-    if json_out is not None:
-        write_json({"dist": dist, "time_scale_s": time_scale_ms / 1000, "params": p.to_json(),
-                    "results": [r.to_json() for r in res]}, json_out)
-        if str(json_out) == "-":
-            return
+    if _json_to_stdout({"dist": dist, "time_scale_s": time_scale_ms / 1000, "params": p.to_json(),
+                        "results": [r.to_json() for r in res]}, json_out):
+        return
     names = list(res[0].mean_exposed_s)
     typer.echo(f"mean exposed communication (completion - last arrival), ms; {size_mb:g} MiB; arrivals {dist} x {time_scale_ms:g} ms")
     typer.echo(f"{'ranks':>6} " + " ".join(f"{k:>18}" for k in names) + f" {'gap':>8} {'d*':>8}")
@@ -271,10 +279,8 @@ def bench_allreduce(
                       algorithms=tuple(a.strip() for a in algorithms.split(",") if a.strip()),
                       calibrate=not no_calibrate)
     res = run_bench(cfg)
-    if json_out is not None:
-        write_json(res, json_out)
-        if str(json_out) == "-":
-            return
+    if _json_to_stdout(res, json_out):
+        return
     typer.echo(f"{ranks} ranks, {size_mb:g} MiB, rank {cfg.straggler_rank} {delay_ms:g} ms late, "
                f"{repeats} repeats; result {'correct' if res['correct'] else 'WRONG'}")
     for algo, s in res["algorithms"].items():
