@@ -69,3 +69,53 @@ def test_sweep_of_random_scenarios():
     assert len(gains) >= 40
     for pred, act in gains:
         assert act == pytest.approx(pred, rel=0.10)
+
+
+@pytest.mark.parametrize(("dp", "pp"), [(2, 2), (2, 4), (4, 4), (8, 2)])
+def test_stage_imbalance_survives_a_noisier_worker_of_the_stage(dp, pp):
+    """Every worker of the last stage is heavy and one of them is also 1.3x slower than its peers
+    (a noisy neighbour on a shared machine): the stage imbalance stays the top finding, the worker
+    comes second. Its peers' S_w is the S_dp of their own DP rank, which the noise does not raise."""
+    from laggard.inject import parse_injection
+    from laggard.synth import SynthConfig, synthesize_with_truth
+    from laggard.whatif import analyze
+
+    specs = ["heavy-last-stage:factor=2", f"slow-worker:rank={pp - 1},factor=1.3"]
+    injections = [parse_injection(s) for s in specs]
+    job = synthesize_with_truth(SynthConfig(dp=dp, pp=pp, steps=4, seed=3), injections).job
+    d = analyze(job).diagnosis
+    causes = [(f.cause, f.stages, [w["rank"] for w in f.workers]) for f in d.findings]
+    assert causes[0][:2] == ("stage-imbalance", [pp - 1]), causes
+    assert ("worker", [pp - 1], [pp - 1]) in causes[1:], causes
+
+
+@pytest.mark.parametrize("heavy", [None, 1.15])
+def test_slow_worker_on_a_slightly_heavy_stage_stays_a_worker(heavy):
+    """A 2x slow worker on a stage whose compute is a little heavier than the others': the fix of the
+    worker explains most of the slowdown, so it comes first; the stage, if reported, comes after."""
+    from laggard.inject import parse_injection
+    from laggard.synth import SynthConfig, synthesize_with_truth
+    from laggard.whatif import analyze
+
+    specs = ["slow-worker:rank=3,factor=2"] + ([f"heavy-last-stage:factor={heavy}"] if heavy else [])
+    injections = [parse_injection(s) for s in specs]
+    job = synthesize_with_truth(SynthConfig(dp=2, pp=4, steps=4, seed=3), injections).job
+    d = analyze(job).diagnosis
+    top = d.findings[0]
+    got = [(f.cause, f.score) for f in d.findings]
+    assert top.cause == "worker" and [w["rank"] for w in top.workers] == [3], got
+
+
+def test_a_stage_goes_before_a_worker_of_it_that_explains_about_as_much():
+    from laggard.diagnose import Finding, _ranked
+
+    def worker(stage: int, score: float) -> Finding:
+        return Finding(cause="worker", workers=[{"rank": 3, "dp_rank": 1, "stage": stage}], stages=[stage], score=score)
+
+    stage = Finding(cause="stage-imbalance", stages=[1], score=0.9, gain=1.6)
+    gc = Finding(cause="gc", score=0.97)
+    # within ROW_TIE of a worker on that stage: the stage first; a worker elsewhere or far ahead keeps its place
+    assert [f.cause for f in _ranked([worker(1, 0.93), stage])] == ["stage-imbalance", "worker"]
+    assert [f.cause for f in _ranked([worker(0, 0.93), stage])] == ["worker", "stage-imbalance"]
+    assert [f.cause for f in _ranked([worker(1, 1.0), stage, gc])] == ["worker", "gc", "stage-imbalance"]
+    assert [f.cause for f in _ranked([gc, stage, worker(1, 0.93)])] == ["gc", "stage-imbalance", "worker"]
