@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from laggard.ops import is_gc_name
 from laggard.replay import replay_steps
 
 if TYPE_CHECKING:
@@ -401,7 +402,7 @@ def _robust_outliers(ctx: _Ctx, mask: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def _gc(ctx: _Ctx, thr: float) -> list[_Candidate]:
     fwd_out, fmed = _robust_outliers(ctx, ctx.fwd)
     bwd_out, _ = _robust_outliers(ctx, ctx.bwd)
-    gc_ops = np.array([n.lower() in ("gc", "python-gc", "gc-collect") for n in ctx.names] + [False])[ctx.name]
+    gc_ops = np.array([is_gc_name(n) for n in ctx.names] + [False])[ctx.name]
     gc_time = float(ctx.w[gc_ops].sum()) / max(len(ctx.base.graph.steps), 1)
     n_out = int(fwd_out.sum())
     if n_out < 2 and gc_time < 0.01 * ctx.T:

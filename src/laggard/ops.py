@@ -51,6 +51,12 @@ SCHEMA_VERSION = 1
 
 KINDS = ("compute", "collective", "p2p_send", "p2p_recv", "other")
 COMM_KINDS = frozenset({"collective", "p2p_send", "p2p_recv"})
+# op names of garbage-collection pauses (the tracer records each collection as an op "gc")
+GC_OP_NAMES = frozenset({"gc", "python-gc", "gc-collect"})
+
+
+def is_gc_name(name: str) -> bool:
+    return name.lower() in GC_OP_NAMES
 
 OP_SCHEMA = pa.schema(
     [

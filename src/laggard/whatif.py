@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from laggard.graph import Graph, build_graph, group_sizes_check
-from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning
+from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning, is_gc_name
 from laggard.replay import replay, replay_steps
 
 if TYPE_CHECKING:
@@ -138,6 +138,12 @@ def prepare(job: Job) -> Baseline:
     td = transfer_durations(graph, start_s, end_s)
     measured = np.where(graph.op_group >= 0, td, dur_ns * _NS)
     ideal = ideal_weights(measured, name_code, is_comm_op, len(names))
+    # GC pauses traced as their own ops occur on some workers in some steps; at their mean they
+    # would stay in the ideal run exactly where they stalled the job. The ideal job does not stop
+    # the world mid-step (planned GC moves collections out of the step): they are idealised to 0.
+    gc_name = np.array([is_gc_name(n) for n in names], dtype=bool)
+    if gc_name.any():
+        ideal = np.where(gc_name[name_code], 0.0, ideal)
     # attribution types
     pair_kind = {}
     for c, nm in enumerate(names):
