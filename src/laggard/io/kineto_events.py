@@ -133,7 +133,7 @@ _DEC_ANY = msgspec.json.Decoder()
 _META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms)", re.IGNORECASE)
 _COMPLETE = attrgetter("complete")
 _PH, _TS, _DUR, _CORR = (attrgetter(k) for k in ("ph", "ts", "dur", "args.corr"))
-_WHAT, _WHERE = attrgetter("cat", "name"), attrgetter("pid", "tid")
+_CAT, _NAME, _PID, _TID = (attrgetter(k) for k in ("cat", "name", "pid", "tid"))
 
 
 def _codebook() -> defaultdict[Any, int]:
@@ -239,9 +239,11 @@ class _Columns:
         start = len(self.ts)
         # array.fromlist(list(map(...))): two C loops, as fast as numpy.fromiter
         whats = self.whats
-        what_codes = list(map(whats.__getitem__, map(_WHAT, evs)))
+        # (cat, name) and (pid, tid) pairs from zip, which reuses its tuple when the lookup
+        # does not keep it: cheaper than a new tuple per event
+        what_codes = list(map(whats.__getitem__, zip(map(_CAT, evs), map(_NAME, evs), strict=True)))
         self.what_codes.fromlist(what_codes)
-        self.where_codes.fromlist(list(map(self.wheres.__getitem__, map(_WHERE, evs))))
+        self.where_codes.fromlist(list(map(self.wheres.__getitem__, zip(map(_PID, evs), map(_TID, evs), strict=True))))
         self.ts.fromlist(list(map(_TS, evs)))
         self.dur.fromlist(list(map(_DUR, evs)))
         self.corr.fromlist(list(map(_CORR, evs)))
