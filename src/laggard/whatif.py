@@ -216,12 +216,12 @@ def replay_mixed(
 def _fill_block(w: np.ndarray, labels: np.ndarray, vs: np.ndarray, a_w: np.ndarray, b_w: np.ndarray) -> None:
     """``w[:, c] = a_w where labels == vs[c] else b_w``, writing each op's ``a_w`` once (an op
     has one label) instead of comparing every op with every scenario."""
-    w[:] = b_w[:, None]
     order = np.argsort(vs, kind="stable")
     sv = vs[order]
-    if len(sv) > 1 and (sv[1:] == sv[:-1]).any():  # a value asked twice: compare them all
+    if len(sv) <= 8 or (sv[1:] == sv[:-1]).any():  # few scenarios (or a value asked twice): compare
         w[:] = np.where(labels[:, None] == vs[None, :], a_w[:, None], b_w[:, None])
         return
+    w[:] = b_w[:, None]
     pos = np.minimum(np.searchsorted(sv, labels), len(sv) - 1)
     rows = np.flatnonzero(sv[pos] == labels)
     w[rows, order[pos[rows]]] = a_w[rows]
