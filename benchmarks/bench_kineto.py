@@ -39,6 +39,7 @@ NUM_STEPS = int(os.environ.get("LAGGARD_BENCH_KINETO_STEPS", 3))
 CACHE = Path(os.environ.get("LAGGARD_BENCH_CACHE", Path.home() / ".cache" / "laggard-bench"))
 HTA_VENV = CACHE / "hta-venv"
 REPEAT = int(os.environ.get("LAGGARD_BENCH_KINETO_REPEAT", 3))
+SIDE_TIMEOUT_S = 900  # one side's run (HTA takes ~30 s here): past this it is killed and reported
 
 
 def _log(msg: str) -> None:
@@ -173,19 +174,41 @@ def _subreaper() -> bool:
         return False
 
 
-def _reap_orphans() -> None:
-    """Wait for every descendant re-parented to this process (their CPU joins RUSAGE_CHILDREN)."""
-    while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
+def _children() -> set[int]:
+    """This process's children (Linux /proc)."""
+    out: set[int] = set()
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out.update(int(c) for c in f.read().split())
+    except OSError:
+        pass
+    return out
+
+
+def _reap_orphans(keep: set[int], timeout_s: float = 120.0) -> None:
+    """Wait for the side's descendants re-parented to this process (their CPU joins
+    RUSAGE_CHILDREN); children this process had before the side (``keep``: e.g. a fork server or
+    a resource tracker another benchmark left running) are not waited for. An orphan still alive
+    after ``timeout_s`` is killed (and reported)."""
+    deadline = time.monotonic() + timeout_s
+    while todo := _children() - keep:
+        for pid in todo:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == 0 and time.monotonic() > deadline:
+                    _log(f"killing leftover process {pid} of the measured command")
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        time.sleep(0.01)
 
 
 def _run_side(python: str, code: str | Path, args: list[str], env: dict[str, str] | None = None) -> dict:
     """Run one side (code, or a script file) in a subprocess; wall time, CPU time of the whole tree,
     peak tree memory."""
     load_before = os.getloadavg()[0]
+    keep = _children()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     cmd = [python, str(code)] if isinstance(code, Path) else [python, "-c", code]
@@ -201,11 +224,17 @@ def _run_side(python: str, code: str | Path, args: list[str], env: dict[str, str
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
-    out, err = proc.communicate()
+    try:
+        out, err = proc.communicate(timeout=SIDE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        stop.set()
+        raise RuntimeError(f"{cmd[-1][:60]!r} did not finish in {SIDE_TIMEOUT_S} s; stderr: {err.decode(errors='replace')[-800:]}") from None
     wall = time.perf_counter() - t0
     stop.set()
     th.join()
-    _reap_orphans()
+    _reap_orphans(keep)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(err.decode(errors="replace")[-1500:])
