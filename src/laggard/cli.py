@@ -84,7 +84,7 @@ def whatif(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file ('-' for stdout).")] = None,
 ) -> None:
     """Replay the job with a change of your own and print the new step time and speed-up."""
-    from laggard.whatif import custom_whatif, parse_changes
+    from laggard.whatif_custom import custom_whatif, parse_changes
 
     changes = parse_changes(fix or [], zero or [], scale or [])
     job = _load(path, fmt, meta, steps)

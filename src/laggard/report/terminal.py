@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis, WhatIfResult
+    from laggard.whatif import Analysis
+    from laggard.whatif_custom import WhatIfResult
 
 
 def _s(x: float | None) -> str:
