@@ -103,8 +103,6 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-
-
 @dataclass(kw_only=True, slots=True)
 class JobMeta:
     """Job-wide metadata: the parallel layout and where the trace came from."""
