@@ -54,7 +54,7 @@ def make_trace_set(out: Path, num_ranks: int = NUM_RANKS, num_steps: int = NUM_S
 
     out.mkdir(parents=True, exist_ok=True)
     files = [out / f"rank{r}.json" for r in range(num_ranks)]
-    stamp = out / "DONE-v2"
+    stamp = out / "DONE-v3"
     if stamp.exists() and all(f.exists() for f in files):
         return out, sum(f.stat().st_size for f in files)
     src = orjson.loads(gzip.open(SOURCE).read())
@@ -62,10 +62,14 @@ def make_trace_set(out: Path, num_ranks: int = NUM_RANKS, num_steps: int = NUM_S
     timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), int | float)]
     lo = min(e["ts"] for e in timed)
     hi = max(e["ts"] + e.get("dur", 0) for e in timed)
-    period = (hi - lo) * 1.05
+    # timestamps keep the source's form: Kineto writes integer microseconds (older versions, like
+    # this source) or microseconds with 3 decimals; shifted copies must not grow float noise digits
+    # ("1669783687843299.0"), which real traces never have and which take JSON parsers' slow path
+    int_ts = all(isinstance(e["ts"], int) for e in timed)
+    period = round((hi - lo) * 1.05)
     head = {k: v for k, v in src.items() if k != "traceEvents"}
     for r, path in enumerate(files):
-        jitter_us = 13.0 * r  # ranks do not start at exactly the same time
+        jitter_us = 13 * r  # ranks do not start at exactly the same time
         blocks = []
         for e in events:
             if e.get("ph") == "M":
@@ -73,7 +77,8 @@ def make_trace_set(out: Path, num_ranks: int = NUM_RANKS, num_steps: int = NUM_S
         for k in range(num_steps):
             for e in timed:
                 e2 = dict(e)
-                e2["ts"] = e["ts"] + k * period + jitter_us
+                ts = e["ts"] + k * period + jitter_us
+                e2["ts"] = ts if int_ts else round(ts, 3)
                 if str(e2.get("name", "")).startswith("ProfilerStep#"):
                     e2["name"] = f"ProfilerStep#{3 + k}"
                 args = e2.get("args")
