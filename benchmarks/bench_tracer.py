@@ -12,6 +12,7 @@ too.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -98,16 +99,17 @@ def _step_overhead() -> dict[str, object]:
     An A/A run (nothing traced, same pairing) in the same processes gives the noise floor."""
     from laggard.tracer.launch import JobConfig, run_jobs
 
-    steps = 40
+    steps = int(os.environ.get("LAGGARD_BENCH_TRACER_STEPS", 40))
     with tempfile.TemporaryDirectory() as d:
-        control = JobConfig.quick(steps=steps, trace_dir=None)
-        cfg = JobConfig.quick(steps=steps, trace_dir=str(Path(d) / "t"), record_every=2)
+        shape = {"dp": int(os.environ.get("LAGGARD_BENCH_TRACER_DP", 2)), "pp": 2}
+        control = JobConfig.quick(steps=steps, trace_dir=None, **shape)
+        cfg = JobConfig.quick(steps=steps, trace_dir=str(Path(d) / "t"), record_every=2, **shape)
         res_aa, res = run_jobs([control, cfg])
         if not (res.ok and res_aa.ok):
             raise RuntimeError(f"demo job failed: {res.failures or res_aa.failures}")
         from laggard.io import load_job
 
-        ops_per_rank_step = load_job(Path(d) / "t").num_ops / (4 * steps / 2)
+        ops_per_rank_step = load_job(Path(d) / "t").num_ops / (cfg.world_size * steps / 2)
     ab, aa = _paired(cfg, res, "step_cpu_s"), _paired(control, res_aa, "step_cpu_s")
     ab_wall = _paired(cfg, res, "step_s")
     return {
