@@ -34,6 +34,7 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     assert run_cli("analyze", ND / "trace-AR.parquet", "--json", out) == 0
     text = capsys.readouterr().out
     assert "verdict: straggling" in text and "1. worker" in text
+    assert "fixing the worst worker (rank 0) removes" in " ".join(text.split())
     d = json.loads(out.read_text())
     assert d["verdict"] == "straggling" and d["healthy_threshold"] == 1.05
     f = d["findings"][0]
@@ -43,6 +44,16 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     d = json.loads(out.read_text())
     assert d["verdict"] == "healthy" and d["findings"] == []
     assert run_cli("analyze", ND / "trace-ST.parquet", "-q", "--healthy-threshold", "0.5") == 2
+
+
+def test_fix_share_wording():
+    from laggard.report.terminal import _fixing
+
+    assert _fixing("the last stage", 0.166, "M_S") == "fixing the last stage removes 16.6% of the slowdown (M_S)"
+    # idealising ops that were faster than ideal can make the replay slower: no "removes -2.4%"
+    assert _fixing("the worst worker (rank 0)", -0.024, "M_W") == (
+        "fixing the worst worker (rank 0) does not reduce the slowdown (M_W = -2.4%)")
+    assert _fixing("the last stage", None, "M_S") == "fixing the last stage: M_S n/a"
 
 
 def test_findings_in_html(tmp_path):

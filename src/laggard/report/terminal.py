@@ -20,6 +20,16 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def _fixing(what: str, share: float | None, label: str) -> str:
+    """'fixing X removes 12.0% of the slowdown (M_W)'; a negative share (the fixed ops were faster
+    than ideal more than slower) says so instead of 'removes -2.4%'."""
+    if share is None:
+        return f"fixing {what}: {label} n/a"
+    if share < 0:
+        return f"fixing {what} does not reduce the slowdown ({label} = {_pct(share)})"
+    return f"fixing {what} removes {_pct(share)} of the slowdown ({label})"
+
+
 def _heat(s: float) -> str:
     if s >= 1.2:
         return "bold red"
@@ -51,10 +61,9 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     fidelity = res.launch_slowdown
     note = "good" if abs(fidelity - 1) < 0.05 else "untraced gaps (CPU launch delay, data loading?)"
     con.print(f"replay fidelity: measured/replayed step time = {fidelity:.3f} ({note})")
-    con.print(
-        f"fixing the worst {len(res.fixed_workers)} worker(s) {res.fixed_workers} removes "
-        f"{_pct(d['M_W'])} of the slowdown (M_W); fixing the last stage removes {_pct(d['M_S'])} (M_S)"
-    )
+    n = len(res.fixed_workers)
+    workers = f"worker (rank {res.fixed_workers[0]})" if n == 1 else f"{n} workers (ranks {res.fixed_workers})"
+    con.print(f"{_fixing(f'the worst {workers}', d['M_W'], 'M_W')}; {_fixing('the last stage', d['M_S'], 'M_S')}")
 
     t = Table(title="op types (only this type as measured)", title_justify="left", show_edge=False)
     t.add_column("op type")
