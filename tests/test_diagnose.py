@@ -130,3 +130,60 @@ def test_a_stage_goes_before_a_worker_of_it_that_explains_about_as_much():
     assert [f.cause for f in _ranked([worker(0, 0.93), stage])] == ["worker", "stage-imbalance"]
     assert [f.cause for f in _ranked([worker(1, 1.0), stage, gc])] == ["worker", "gc", "stage-imbalance"]
     assert [f.cause for f in _ranked([gc, stage, worker(1, 0.93)])] == ["gc", "stage-imbalance", "worker"]
+
+
+def _with_comm_tail(on_link: tuple[int, int] | None):
+    """A synthetic dp 4 x pp 2 job whose p2p transfers get a slow tail (+6 ms on a third of them):
+    on every link, or on the one link ``on_link`` (src, dst) only."""
+    import numpy as np
+    import pyarrow as pa
+
+    from laggard.ops import Job
+    from laggard.synth import SynthConfig, synthesize
+
+    job = synthesize(SynthConfig(dp=4, pp=2, microbatches=8, steps=8, seed=3))
+    kinds, labels = job.codes("kind")
+    kind = np.array(labels)[kinds]
+    rank, peer = job.column("rank"), job.column("peer")
+    p2p = (kind == "p2p_send") | (kind == "p2p_recv")
+    if on_link is not None:
+        src = np.where(kind == "p2p_recv", peer, rank)
+        dst = np.where(kind == "p2p_recv", rank, peer)
+        p2p &= (src == on_link[0]) & (dst == on_link[1])
+    hit = p2p & (np.random.default_rng(0).random(len(rank)) < 1 / 3)
+    dur = job.column("dur_ns") + np.where(hit, 6_000_000, 0)
+    t = job.table
+    t = t.set_column(t.schema.get_field_index("dur_ns"), "dur_ns", pa.array(dur.astype(np.int64)))
+    return Job(table=t, meta=job.meta)
+
+
+def test_comm_tail_on_every_link_is_not_blamed_on_one_link():
+    from laggard.whatif import analyze
+
+    top = analyze(_with_comm_tail(None)).diagnosis.findings[0]
+    assert top.cause == "comm" and len(top.workers) == 8
+    assert "no link stands out" in top.evidence and "CPU contention" in top.fix
+    assert "link/NIC" not in top.fix
+
+
+def test_comm_tail_on_one_link_names_that_link():
+    from laggard.whatif import analyze
+
+    top = analyze(_with_comm_tail((2, 3))).diagnosis.findings[0]
+    assert top.cause == "comm" and [w["rank"] for w in top.workers] == [2, 3]
+    assert "from rank 2 to rank 3" in top.evidence and "between rank 2 and rank 3" in top.fix
+
+
+def test_peer_median_matches_brute_force():
+    import numpy as np
+
+    from laggard.diagnose import _peer_median
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        v, g = rng.integers(0, 6, n).astype(float), rng.integers(0, 4, n)
+        got = _peer_median(v, g)
+        for i in range(n):
+            others = v[(g == g[i]) & (np.arange(n) != i)]
+            assert got[i] == (np.median(others) if len(others) else 0.0)

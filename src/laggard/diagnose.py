@@ -9,7 +9,9 @@ Each cause has a signature in the trace (production experience, as on-call engin
 * ``sequence-imbalance``: microbatch times vary within a step, forward and backward of the same
   microbatch together (and follow the sum of squared sequence lengths when the trace has them).
 * ``gc``: rare long forward passes on different ranks at different steps, backward untouched.
-* ``comm``: transfers on one link or group far slower than the same transfers elsewhere.
+* ``comm``: transfers on one link or group far slower than the same transfers elsewhere; or the same
+  slow tail on every link (ranks waiting for peers that run late: CPU contention, a congested
+  fabric), which is reported as such and blamed on no one link.
 * ``launch-delay``: measured steps longer than the replay of the traced ops: untraced CPU gaps.
 
 A signature only nominates a candidate. Its ``score`` comes from a targeted what-if: replay the
@@ -373,6 +375,23 @@ def _group_median(values: np.ndarray, groups: np.ndarray, num_groups: int) -> np
     return np.where(nonempty, 0.5 * (values[lo] + values[hi]), 0.0)
 
 
+def _peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """For each entry, the median of the other entries of its group (0 where it is alone)."""
+    order = np.lexsort((values, groups))
+    v, g = values[order], groups[order]
+    start = np.searchsorted(g, g)
+    size = np.searchsorted(g, g, side="right") - start
+    j = np.arange(len(v)) - start  # the entry's place in its sorted group
+    n = np.maximum(size - 1, 1)  # the others
+    lo, hi = (n - 1) // 2, n // 2
+    # the k-th of the others is the group's k-th if k < j, else its (k+1)-th
+    at_lo = np.minimum(start + lo + (lo >= j), len(v) - 1)
+    at_hi = np.minimum(start + hi + (hi >= j), len(v) - 1)
+    out = np.empty(len(v))
+    out[order] = np.where(size > 1, 0.5 * (v[at_lo] + v[at_hi]), 0.0)
+    return out
+
+
 def _robust_outliers(ctx: _Ctx, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Ops in ``mask`` far above the median of their (rank, op type); returns (outlier mask, median)."""
     key = ctx.rank * (len(ctx.names) + 1) + ctx.name
@@ -464,10 +483,14 @@ def _comm(ctx: _Ctx, thr: float) -> list[_Candidate]:
     np.maximum.at(mx_link, inv, ctx.w[rows])
     med_link = _group_median(ctx.w[rows], inv, len(uniq))
     base_med = np.array([med_by_type[int(k % (len(ctx.names) + 1))] for k in uniq])
-    slow = ((med_link > 3 * base_med) | (mx_link > 10 * base_med)) & (excess > 0)
-    slow &= excess >= 0.3 * excess.max()
+    tail = ((med_link > 3 * base_med) | (mx_link > 10 * base_med)) & (excess > 0)
+    tail &= excess >= 0.3 * excess.max()
+    # a bad link stands out from the other links of its op type; when they all have the same slow
+    # tail (hosts short of CPU, a congested fabric), no one link is to blame
+    type_of = uniq % (len(ctx.names) + 1)
+    slow = tail & (excess > 2 * _peer_median(excess, type_of))
     if not slow.any() or slow.mean() > 0.5:
-        return []
+        return _comm_everywhere(ctx, rows, inv, uniq // (len(ctx.names) + 1), tail, tmed, is_p2p)
     bad_rows = rows[slow[inv]]
     w = ctx.w.copy()
     w[bad_rows] = tmed[bad_rows]
@@ -493,6 +516,35 @@ def _comm(ctx: _Ctx, thr: float) -> list[_Candidate]:
             if is_p2p[rws[0]]
             else f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
         ),
+    )
+    return [_Candidate(finding=finding, weights=w)]
+
+
+def _comm_everywhere(ctx: _Ctx, rows: np.ndarray, inv: np.ndarray, link_of_key: np.ndarray, tail: np.ndarray,
+                     tmed: np.ndarray, is_p2p: np.ndarray) -> list[_Candidate]:
+    """Transfers with the same slow tail on several links and ranks alike: not one link's fault."""
+    bad_rows = rows[tail[inv]]
+    ranks = np.unique(ctx.rank[bad_rows])
+    links = np.unique(link_of_key[tail])
+    if len(links) < 2 or len(ranks) < 2:
+        return []
+    w = ctx.w.copy()
+    w[bad_rows] = tmed[bad_rows]
+    slow_ops = ctx.w[bad_rows] > 3 * tmed[bad_rows]
+    ms = 1e3 * ctx.w[bad_rows]
+    what = "point-to-point transfers" if is_p2p[bad_rows].all() else "transfers"
+    ev = (
+        f"{what} on {len(links)} links over {len(ranks)} ranks share the same slow tail: median "
+        f"{float(np.median(ms)):.2f} ms, p90 {float(np.percentile(ms, 90)):.2f} ms, {int(slow_ops.sum())} of "
+        f"{len(bad_rows)} over 3x their op type's median; no link stands out from the others"
+    )
+    finding = Finding(
+        cause="comm",
+        workers=[ctx.worker_of[int(r)] for r in ranks if int(r) in ctx.worker_of][:16],
+        steps=ctx.steps_of(np.isin(np.arange(len(ctx.w)), bad_rows[slow_ops])),
+        evidence=ev,
+        fix="not one bad link: ranks wait for peers that run late. Look for CPU contention on the hosts (more busy "
+        "processes or threads than cores, data-loader workers, noisy neighbours) or fabric-wide congestion",
     )
     return [_Candidate(finding=finding, weights=w)]
 
