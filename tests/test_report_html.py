@@ -131,3 +131,10 @@ def test_cli_end_to_end(nd_dir: Path, tmp_path: Path) -> None:
     assert code == 0
     assert html.stat().st_size > 10_000 and trace.stat().st_size > 10_000
     assert_self_contained(html.read_text(encoding="utf-8"))
+
+
+def test_negative_fix_share_is_worded() -> None:
+    from laggard.report.html import _goes_away
+
+    assert _goes_away(0.5, "stage 3 runs ideally") == "of the slowdown goes away when stage 3 runs ideally"
+    assert _goes_away(-0.024, "rank 0 runs ideally").startswith("none of the slowdown goes away")

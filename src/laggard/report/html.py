@@ -200,6 +200,12 @@ def replay_error(res: Analysis) -> tuple[float, float]:
     return float(err.mean()), float(err.max())
 
 
+def _goes_away(share: float | None, when: str) -> str:
+    if share is not None and share < 0:  # their ops were faster than ideal more than slower
+        return f"none of the slowdown goes away when {when}: the replay gets slower"
+    return f"of the slowdown goes away when {when}"
+
+
 def _kpi(label: str, value: str, sub: str, level: str = "neutral") -> str:
     return (
         f'<div class="kpi {level}"><div class="kpi-label">{escape(label)}</div>'
@@ -221,11 +227,10 @@ def _kpis(res: Analysis) -> str:
     fixed = res.fixed_workers
     who = (f"the worst worker (rank {_ranks(fixed)}) runs" if len(fixed) == 1
            else f"the worst {len(fixed)} workers (ranks {_ranks(fixed)}) run")
-    cards.append(_kpi("M_W: worst workers explain", _pct(res.M_W),
-                      f"of the slowdown goes away when {who} ideally", "neutral"))
+    cards.append(_kpi("M_W: worst workers explain", _pct(res.M_W), _goes_away(res.M_W, f"{who} ideally"), "neutral"))
     last = max(res.by_stage) if res.by_stage else None
     cards.append(_kpi("M_S: last stage explains", _pct(res.M_S),
-                      f"of the slowdown goes away when the last stage (stage {last}) runs ideally", "neutral"))
+                      _goes_away(res.M_S, f"the last stage (stage {last}) runs ideally"), "neutral"))
     mean_err, max_err = replay_error(res)
     lvl = "warn" if _finite(mean_err) and mean_err > FIDELITY_WARN else "neutral"
     sub = (f"mean per-step gap between the replay and the trace (max {_pct(max_err)}); "
