@@ -4,7 +4,7 @@ Each rank trains a small MLP with DistributedDataParallel (one thread per proces
 ``torch.profiler`` and writes ``rank{R}.json.gz``; the slow rank does extra matrix products after
 its backward pass, so it reaches the next step's gradient all-reduces late.
 
-    python tests/kineto_ddp.py OUT_DIR [--world 4] [--slow-rank 2] [--steps 5]
+    python tests/kineto_ddp.py OUT_DIR [--world 4] [--slow-rank 2] [--steps 5] [--extra-matmuls 30] [--host-stall-ms 0]
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, world: int, port: int, out: str, slow_rank: int, steps: int, extra_matmuls: int) -> None:
+def _worker(
+    rank: int, world: int, port: int, out: str, slow_rank: int, steps: int, extra_matmuls: int, host_stall_ms: float
+) -> None:
+    import time
+
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -50,8 +54,11 @@ def _worker(rank: int, world: int, port: int, out: str, slow_rank: int, steps: i
         activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule, record_shapes=True, on_trace_ready=save
     ) as prof:
         for _ in range(steps + 2):
+            if rank == slow_rank and host_stall_ms:
+                # host-side work no profiler op covers (a slow data loader, Python, a noisy neighbour)
+                time.sleep(host_stall_ms / 1e3)
             ddp(x).sum().backward()
-            if rank == slow_rank:  # the straggler: real extra compute on this rank only
+            if rank == slow_rank and extra_matmuls:  # the straggler: real extra compute on this rank only
                 a = torch.randn(300, 300)
                 for _ in range(extra_matmuls):
                     a = a @ a
@@ -62,12 +69,14 @@ def _worker(rank: int, world: int, port: int, out: str, slow_rank: int, steps: i
     dist.destroy_process_group()
 
 
-def make_traces(out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30) -> Path:
+def make_traces(
+    out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30, host_stall_ms: float = 0.0
+) -> Path:
     import torch.multiprocessing as mp
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls), nprocs=world)
+    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms), nprocs=world)
     return out
 
 
@@ -77,5 +86,8 @@ if __name__ == "__main__":
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--slow-rank", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--extra-matmuls", type=int, default=30, help="extra compute on the slow rank (0: none)")
+    ap.add_argument("--host-stall-ms", type=float, default=0.0, help="untraced host time per step on the slow rank")
     args = ap.parse_args()
-    make_traces(args.out, world=args.world, slow_rank=args.slow_rank, steps=args.steps)
+    make_traces(args.out, world=args.world, slow_rank=args.slow_rank, steps=args.steps,
+                extra_matmuls=args.extra_matmuls, host_stall_ms=args.host_stall_ms)

@@ -12,7 +12,9 @@ Each cause has a signature in the trace (production experience, as on-call engin
 * ``comm``: transfers on one link or group far slower than the same transfers elsewhere; or the same
   slow tail on every link (ranks waiting for peers that run late: CPU contention, a congested
   fabric), which is reported as such and blamed on no one link.
-* ``launch-delay``: measured steps longer than the replay of the traced ops: untraced CPU gaps.
+* ``launch-delay``: untraced host time (``laggard.gaps``): ranks whose host ops take far more than
+  their peers' (a slow data loader, Python overhead, CPU contention), or wall-clock steps longer
+  than the replay of the traced ops (many gaps too small to model one by one).
 
 A signature only nominates a candidate. Its ``score`` comes from a targeted what-if: replay the
 job with only what the finding names made healthy (set to what its peers do), and measure the
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from laggard.gaps import HOST_KIND
 from laggard.ops import is_gc_name
 from laggard.replay import replay_steps
 
@@ -43,6 +46,13 @@ HEAVY_ROW_RATIO = 1.25
 OUTLIER_IN_ROW = 1.25
 # a stage's finding goes before a worker finding on that stage that explains at most this much more
 ROW_TIE = 0.05
+# untraced host time: a rank is a suspect when its host time above its peers' is at least this share
+# of the ideal step (smaller excesses are noise of a shared host) ...
+HOST_MIN_SHARE = 0.02
+# ... and at least this share of the worst rank's excess (the others are named with it)
+HOST_HOT_SHARE = 0.5
+# at most this many ranks named in one finding
+HOST_MAX_RANKS = 8
 
 
 @dataclass(kw_only=True, slots=True)
@@ -119,7 +129,7 @@ class _Ctx:
         self.peer = job.column("peer").astype(np.int64)
         self.synced = base.graph.op_group >= 0
         self.T, self.T_ideal = res.T_s, res.T_ideal_s
-        self.T_meas = float(np.mean(res.step_measured_s))
+        self.T_meas = float(np.mean(res.step_wall_s))
         self.gap = self.T_meas - self.T_ideal
         ranks, first = np.unique(self.rank, return_index=True)
         self.ranks = ranks
@@ -550,9 +560,60 @@ def _comm_everywhere(ctx: _Ctx, rows: np.ndarray, inv: np.ndarray, link_of_key: 
 
 
 def _launch(ctx: _Ctx, thr: float) -> list[_Candidate]:
-    ls = ctx.res.launch_slowdown
-    if ls < thr:
+    """Untraced host time: ranks whose host ops (``laggard.gaps``) take far more than their peers',
+    fixed by a what-if; and what the replay still misses (gaps too small to model one by one)."""
+    out: list[_Candidate] = []
+    host = ctx.kind == HOST_KIND
+    if host.any():
+        out += _host_ranks(ctx, host)
+    fidelity = ctx.res.replay_fidelity
+    if fidelity >= thr and ctx.T_meas > ctx.T:
+        out.append(_unmodelled(ctx, fidelity))
+    return out
+
+
+def _host_ranks(ctx: _Ctx, host: np.ndarray) -> list[_Candidate]:
+    base = ctx.base
+    nsteps = max(len(base.graph.steps), 1)
+    ri = np.searchsorted(ctx.ranks, ctx.rank)
+    excess = np.bincount(ri[host], weights=(ctx.w - base.ideal)[host], minlength=len(ctx.ranks)) / nsteps
+    spent = np.bincount(ri[host], weights=ctx.w[host], minlength=len(ctx.ranks)) / nsteps
+    top = float(excess.max())
+    if top <= 0 or top < HOST_MIN_SHARE * ctx.T_ideal:
         return []
+    hot = np.flatnonzero(excess >= HOST_HOT_SHARE * top)
+    hot = hot[np.argsort(-excess[hot])][:HOST_MAX_RANKS]
+    ranks = [int(ctx.ranks[i]) for i in hot]
+    on = host & np.isin(ctx.rank, ranks)
+    w = ctx.w.copy()
+    w[on] = base.ideal[on]
+    r0 = ranks[0]
+    mine = host & (ctx.rank == r0)
+    per_name = np.bincount(ctx.name[mine], weights=(ctx.w - base.ideal)[mine], minlength=len(ctx.names))
+    where = ctx.names[int(np.argmax(per_name))].removeprefix("host:")
+    peers = np.delete(spent, hot)
+    names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in ranks[:4])
+    sel = ("rank=" + str(r0)) if len(ranks) == 1 else ("dp=" + str(ctx.worker_of[r0]["dp_rank"]))
+    finding = Finding(
+        cause="launch-delay",
+        workers=[ctx.worker_of[r] for r in ranks],
+        stages=sorted({ctx.worker_of[r]["stage"] for r in ranks}),
+        steps=ctx.steps_of(on & (ctx.w > base.ideal)),
+        evidence=(
+            f"{names}: {1e3 * spent[hot[0]]:.1f} ms per step of host time no traced op covers "
+            f"(median of the other ranks: {1e3 * float(np.median(peers)) if len(peers) else 0.0:.1f} ms), "
+            f"mostly before {where}"
+        ),
+        fix=(
+            f"find the host-side work on rank {r0} between its traced ops: a slow data loader (more workers, "
+            "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host; "
+            f"confirm with `laggard whatif TRACE --fix {sel},kind=host`"
+        ),
+    )
+    return [_Candidate(finding=finding, weights=w)]
+
+
+def _unmodelled(ctx: _Ctx, fidelity: float) -> _Candidate:
     base = ctx.base
     g = base.graph
     owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
@@ -569,16 +630,16 @@ def _launch(ctx: _Ctx, thr: float) -> list[_Candidate]:
         cause="launch-delay",
         workers=[ctx.worker_of[int(ctx.ranks[worst])]],
         evidence=(
-            f"measured steps take {ctx.T_meas:.4g} s but the replay of the traced ops takes {ctx.T:.4g} s "
-            f"({ls:.3f}x): untraced gaps of {1e3 * per_rank[worst] / nsteps:.1f} ms per step on rank "
+            f"steps take {ctx.T_meas:.4g} s on the wall clock but the replay of the traced ops takes {ctx.T:.4g} s "
+            f"({fidelity:.3f}x): many small untraced gaps, {1e3 * per_rank[worst] / nsteps:.1f} ms per step on rank "
             f"{int(ctx.ranks[worst])}, mostly before {ctx.names[int(np.argmax(per_type))]}"
         ),
         fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
         "profile the host, overlap data loading, use CUDA graphs",
         score=min((ctx.T_meas - ctx.T) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0,
-        gain=ls,
+        gain=fidelity,
     )
-    return [_Candidate(finding=finding, weights=None)]
+    return _Candidate(finding=finding, weights=None)
 
 
 DETECTORS = (_worker_and_stage, _sequence, _gc, _comm, _launch)
@@ -590,7 +651,7 @@ def diagnose(res: Analysis, *, threshold: float = DEFAULT_THRESHOLD) -> Diagnosi
         raise ValueError("diagnose needs the Analysis of a job (with its base)")
     ctx = _Ctx(res)
     total = ctx.T_meas / ctx.T_ideal if ctx.T_ideal > 0 else 1.0
-    if max(res.slowdown, res.launch_slowdown, total) < threshold or ctx.gap <= 0:
+    if max(res.slowdown, res.replay_fidelity, total) < threshold or ctx.gap <= 0:
         return Diagnosis(verdict="healthy", threshold=threshold, findings=[])
     cands = [c for det in DETECTORS for c in det(ctx, threshold)]
     replayed = [c for c in cands if c.weights is not None]

@@ -7,3 +7,7 @@ class LaggardError(ValueError):
 
 class LaggardWarning(UserWarning):
     """Something was skipped or ignored; the analysis goes on. The CLI prints it as one line."""
+
+
+class GraphCycleError(LaggardError):
+    """The ops' dependencies form a cycle (the trace contradicts its own dependencies)."""

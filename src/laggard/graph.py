@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from laggard.errors import GraphCycleError
 from laggard.ops import Job, LaggardError, LaggardWarning, to_numpy, valid_mask
 
 
@@ -77,7 +78,7 @@ def _to_csr(dst: np.ndarray, src: np.ndarray, n: int) -> tuple[np.ndarray, np.nd
     return ptr, src[order]
 
 
-def _dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Explicit ``deps`` where given; otherwise the previous op on the same (rank, step, stream)."""
     n = job.num_ops
     t = job.table
@@ -305,7 +306,7 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
 
 def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
     n = job.num_ops
-    dep_ptr, dep_idx = _dependencies(job, op_step)
+    dep_ptr, dep_idx = dependencies(job, op_step)
     op_group, group_ptr, group_ops = _groups(job, op_step)
     num_groups = len(group_ptr) - 1
 
@@ -340,7 +341,7 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
         stuck = np.flatnonzero(level[:n] < 0)
         ex = int(stuck[0]) if len(stuck) else 0
         names, labels = job.codes("name")
-        raise LaggardError(
+        raise GraphCycleError(
             f"the dependency graph has a cycle through {int((level < 0).sum())} op(s)/collective(s), "
             f"e.g. {labels[names[ex]]} on rank {int(job.column('rank')[ex])} in step {int(steps[op_step[ex]])}"
         )

@@ -18,7 +18,8 @@ vchunk     int32          virtual pipeline chunk (model chunk) the op belongs to
 step       int64          training step
 microbatch int32          microbatch id, -1 for per-step ops
 name       string         op type, e.g. ``forward-compute``, ``grads-reduce-scatter``
-kind       string         one of ``KINDS``: compute, collective, p2p_send, p2p_recv, other
+kind       string         one of ``KINDS``: compute, collective, p2p_send, p2p_recv, other,
+                          host (untraced host time between traced ops, see ``laggard.gaps``)
 stream     string         the worker-local stream the op ran on (ordered within a stream)
 start_ns   int64          start time, ns, on a clock shared by all ranks of the job
 dur_ns     int64          measured duration, ns (>= 0)
@@ -49,7 +50,7 @@ from laggard.errors import LaggardError, LaggardWarning  # noqa: F401  (re-expor
 
 SCHEMA_VERSION = 1
 
-KINDS = ("compute", "collective", "p2p_send", "p2p_recv", "other")
+KINDS = ("compute", "collective", "p2p_send", "p2p_recv", "other", "host")
 COMM_KINDS = frozenset({"collective", "p2p_send", "p2p_recv"})
 # op names of garbage-collection pauses (the tracer records each collection as an op "gc")
 GC_OP_NAMES = frozenset({"gc", "python-gc", "gc-collect"})

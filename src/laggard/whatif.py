@@ -10,6 +10,7 @@ removed) and T_ideal the replayed step time with every op idealised. Attribution
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from laggard.errors import GraphCycleError
+from laggard.gaps import HOST_KIND, GapConfig, GapSummary, host_attribution_type, insert_host_gaps
 from laggard.graph import Graph, build_graph, group_sizes_check
 from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning, is_gc_name
 from laggard.replay import replay, replay_steps
@@ -65,6 +68,8 @@ class Baseline:
     dp_rank: np.ndarray
     pp_rank: np.ndarray
     measured_step_s: np.ndarray  # per step: last end - first start, as traced
+    wall_step_s: np.ndarray  # per step: last end - the previous step's last end (wall clock)
+    gaps: GapSummary  # untraced host time per rank, and what of it became host ops
 
     def is_comm(self) -> np.ndarray:
         comm = np.array([k in COMM_KINDS for k in self.kinds], dtype=bool)
@@ -73,6 +78,8 @@ class Baseline:
 
 def attribution_type(name: str, kind: str) -> str:
     """The op type an attribution reports: the two ends of a p2p transfer count as one type."""
+    if kind == HOST_KIND:
+        return host_attribution_type(name)
     if kind in ("p2p_send", "p2p_recv"):
         for suffix in ("-send", "-recv"):
             if name.endswith(suffix):
@@ -96,7 +103,8 @@ def transfer_durations(graph: Graph, start_s: np.ndarray, end_s: np.ndarray) -> 
 
 
 def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.ndarray, num_names: int) -> np.ndarray:
-    """Mean per op type for compute, median per op type for communication."""
+    """Mean per op type for compute, median per op type for communication (and ``is_comm_op``'s
+    other ops: untraced host time)."""
     counts = np.bincount(name_code, minlength=num_names)
     mean = np.bincount(name_code, weights=measured, minlength=num_names) / np.maximum(counts, 1)
     comm_name = np.zeros(num_names, dtype=bool)
@@ -112,9 +120,20 @@ def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.nd
     return np.where(comm_name, median, mean)[name_code]
 
 
-def prepare(job: Job) -> Baseline:
-    """Build the graph, drop steps the replay cannot model, compute measured and ideal weights."""
-    graph = build_graph(job)
+def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
+    """Add host ops for untraced gaps, build the graph, drop steps the replay cannot model,
+    compute measured and ideal weights."""
+    gap_cfg = gaps or GapConfig()
+    with_gaps, gap_summary = insert_host_gaps(job, gap_cfg)
+    try:
+        graph = build_graph(with_gaps)
+    except GraphCycleError:
+        if with_gaps is job or not gap_cfg.wait_for_busy:
+            raise
+        gap_cfg = dataclasses.replace(gap_cfg, wait_for_busy=False)
+        with_gaps, gap_summary = insert_host_gaps(job, gap_cfg)
+        graph = build_graph(with_gaps)
+    job = with_gaps
     bad = group_sizes_check(job, graph)
     if len(bad):
         import pyarrow as pa
@@ -133,10 +152,11 @@ def prepare(job: Job) -> Baseline:
     name_code, names = job.codes("name")
     kind_code, kinds = job.codes("kind")
     comm_kind = np.array([k in COMM_KINDS for k in kinds], dtype=bool)
-    is_comm_op = comm_kind[kind_code]
     td = transfer_durations(graph, start_s, end_s)
     measured = np.where(graph.op_group >= 0, td, dur_ns * _NS)
-    ideal = ideal_weights(measured, name_code, is_comm_op, len(names))
+    # untraced host time is idealised to its peers' median, like communication (sporadic stalls)
+    median_kind = comm_kind | np.array([k == HOST_KIND for k in kinds], dtype=bool)
+    ideal = ideal_weights(measured, name_code, median_kind[kind_code], len(names))
     # GC pauses traced as their own ops occur on some workers in some steps; at their mean they
     # would stay in the ideal run exactly where they stalled the job. The ideal job does not stop
     # the world mid-step (planned GC moves collections out of the step): they are idealised to 0.
@@ -153,7 +173,8 @@ def prepare(job: Job) -> Baseline:
     attr_code = lut[name_code]
     so = graph.step_order
     sb = graph.step_bounds[:-1]
-    measured_step = np.maximum.reduceat(end_s[so], sb) - np.minimum.reduceat(start_s[so], sb)
+    step_end = np.maximum.reduceat(end_s[so], sb)
+    measured_step = step_end - np.minimum.reduceat(start_s[so], sb)
     return Baseline(
         job=job,
         graph=graph,
@@ -171,7 +192,20 @@ def prepare(job: Job) -> Baseline:
         dp_rank=job.column("dp_rank").astype(np.int64),
         pp_rank=job.column("pp_rank").astype(np.int64),
         measured_step_s=measured_step,
+        wall_step_s=wall_step_times(graph.steps, step_end, measured_step),
+        gaps=gap_summary,
     )
+
+
+def wall_step_times(steps: np.ndarray, step_end_s: np.ndarray, span_s: np.ndarray) -> np.ndarray:
+    """Wall-clock time of each step: from the previous step's last end to its own (they sum to the
+    job's time). A rank that finishes a step late starts the next late, so first-start-to-last-end
+    spans overlap and count that lateness twice; the first step (or one after a gap in the step
+    numbers) keeps its span."""
+    wall = span_s.copy()
+    follows = np.flatnonzero(np.diff(steps) == 1) + 1
+    wall[follows] = step_end_s[follows] - step_end_s[follows - 1]
+    return wall
 
 
 def replay_mixed(
@@ -248,10 +282,12 @@ class Analysis:
     T_ideal_s: float
     slowdown: float
     launch_slowdown: float
+    replay_fidelity: float  # wall-clock step time / replayed step time (1: the replay is the job)
     steps: list[int]
     step_measured_s: list[float]
     step_simulated_s: list[float]
     step_ideal_s: list[float]
+    step_wall_s: list[float]
     by_optype: dict[str, float]
     by_dp_rank: dict[int, float]
     by_stage: dict[int, float]
@@ -294,6 +330,7 @@ class Analysis:
             "T_s": _num(self.T_s),
             "T_ideal_s": _num(self.T_ideal_s),
             "launch_slowdown": _num(self.launch_slowdown),
+            "replay_fidelity": _num(self.replay_fidelity),
             "num_workers": self.num_workers,
             "num_steps": len(self.steps),
             "num_ops": self.num_ops,
@@ -312,6 +349,7 @@ class Analysis:
             "step_time_measured": {str(s): _num(v) for s, v in zip(self.steps, self.step_measured_s, strict=True)},
             "step_time_simulated": {str(s): _num(v) for s, v in zip(self.steps, self.step_simulated_s, strict=True)},
             "step_time_ideal": {str(s): _num(v) for s, v in zip(self.steps, self.step_ideal_s, strict=True)},
+            "step_time_wall": {str(s): _num(v) for s, v in zip(self.steps, self.step_wall_s, strict=True)},
             "meta": {"name": self.meta.name, "source": self.meta.source, **self.meta.parallel_sizes()},
             "warnings": list(self.warnings),
             **(self.diagnosis.to_json() if self.diagnosis is not None else {}),
@@ -357,6 +395,7 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True)
         from laggard.arrivals import job_extras
 
         res.extras.update(job_extras(base.job))
+        res.extras["untraced_gaps"] = base.gaps.to_json()
         if diagnose:
             from laggard.diagnose import diagnose as run_diagnosis
 
@@ -407,10 +446,12 @@ def _analyze(base: Baseline) -> Analysis:
         T_ideal_s=T_ideal,
         slowdown=slowdown,
         launch_slowdown=float(base.measured_step_s.mean()) / T,
+        replay_fidelity=float(base.wall_step_s.mean()) / T,
         steps=g.steps.tolist(),
         step_measured_s=base.measured_step_s.tolist(),
         step_simulated_s=st_meas.tolist(),
         step_ideal_s=st_ideal.tolist(),
+        step_wall_s=base.wall_step_s.tolist(),
         by_optype=by_optype,
         by_dp_rank=by_dp,
         by_stage=by_stage,

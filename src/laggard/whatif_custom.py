@@ -50,6 +50,10 @@ def parse_changes(fix: list[str], zero: list[str], scale: list[str]) -> list[Cha
 
 
 def _check_selector(sel: str) -> None:
+    if "," in sel:  # an intersection: rank=2,kind=host
+        for part in sel.split(","):
+            _check_selector(part)
+        return
     if sel in ("all", "comm", "compute"):
         return
     m = _SELECTOR.match(sel)
@@ -63,8 +67,15 @@ def _check_selector(sel: str) -> None:
 
 
 def select_ops(base: Baseline, sel: str) -> np.ndarray:
-    """Boolean mask of the ops a selector names."""
+    """Boolean mask of the ops a selector names (``A,B``: the ops both name)."""
     n = base.graph.num_ops
+    if "," in sel:
+        mask = np.ones(n, dtype=bool)
+        for part in sel.split(","):
+            mask &= select_ops(base, part)
+        if not mask.any():
+            raise LaggardError(f"selector {sel!r} matches no op in the trace")
+        return mask
     if sel == "all":
         return np.ones(n, dtype=bool)
     if sel in ("comm", "compute"):

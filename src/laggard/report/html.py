@@ -190,8 +190,8 @@ def _header(res: Analysis, heading: str) -> str:
 
 
 def replay_error(res: Analysis) -> tuple[float, float]:
-    """(mean, max) over steps of |replayed - traced| / traced step time."""
-    meas = np.asarray(res.step_measured_s, dtype=float)
+    """(mean, max) over steps of |replayed - wall-clock| / wall-clock step time."""
+    meas = np.asarray(res.step_wall_s, dtype=float)
     sim = np.asarray(res.step_simulated_s, dtype=float)
     ok = meas > 0
     if not ok.any():
@@ -234,7 +234,7 @@ def _kpis(res: Analysis) -> str:
     mean_err, max_err = replay_error(res)
     lvl = "warn" if _finite(mean_err) and mean_err > FIDELITY_WARN else "neutral"
     sub = (f"mean per-step gap between the replay and the trace (max {_pct(max_err)}); "
-           f"launch overhead left out of the replay: {_pct(res.launch_slowdown - 1)}")
+           f"time left out of the replay: {_pct(res.replay_fidelity - 1)}")
     if lvl == "warn":
         sub += "; **the replay does not match the trace well: read the attributions with care**"
     cards.append(_kpi("Replay fidelity", f"{_pct(mean_err)} error", sub, lvl))

@@ -58,9 +58,16 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     from laggard.report.findings import print_findings
 
     print_findings(res, con)
-    fidelity = res.launch_slowdown
-    note = "good" if abs(fidelity - 1) < 0.05 else "untraced gaps (CPU launch delay, data loading?)"
-    con.print(f"replay fidelity: measured/replayed step time = {fidelity:.3f} ({note})")
+    fidelity = res.replay_fidelity
+    note = "good" if abs(fidelity - 1) < 0.05 else ("untraced gaps (CPU launch delay, data loading?)" if fidelity > 1
+                                                   else "the replay is slower than the job")
+    con.print(f"replay fidelity: wall-clock/replayed step time = {fidelity:.3f} ({note})")
+    gaps = d.get("untraced_gaps") or {}
+    if gaps.get("num_positions"):
+        per = gaps["modelled_per_rank_s_per_step"]
+        worst = max(per, key=per.get)
+        con.print(f"untraced host time modelled as host ops at {gaps['num_positions']} position(s); "
+                  f"most on rank {worst}: {1e3 * per[worst]:.1f} ms per step")
     n = len(res.fixed_workers)
     workers = f"worker (rank {res.fixed_workers[0]})" if n == 1 else f"{n} workers (ranks {res.fixed_workers})"
     con.print(f"{_fixing(f'the worst {workers}', d['M_W'], 'M_W')}; {_fixing('the last stage', d['M_S'], 'M_S')}")
