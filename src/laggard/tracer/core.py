@@ -426,6 +426,8 @@ class Tracer(CommMixin):
             raise LaggardError(f"Tracer.step({step}): step {self._step} is still open (steps do not nest)")
         if self._gcq:
             self._drain_gc()
+        if self._cuda is not None:
+            self._cuda.step_boundary()  # a new anchor for this step's GPU ops
         self._step = step
         self._in_step = True
         self._joins.clear()
@@ -498,13 +500,8 @@ class Tracer(CommMixin):
 
     def _resolve_cuda(self) -> None:
         assert self._cuda is not None
-        cu = self._cuda
-        while cu.pending and cu.pending[0][-1].query():
-            step, code, mb, ntok, aux, ev0, ev1 = cu.pending.popleft()
-            start = cu.to_local(ev0)
-            dur = round(ev0.elapsed_time(ev1) * 1e6)
-            self._write_in(step, (code, mb, start, dur, ntok, aux))
-            cu.free += [ev0, ev1]
+        for step, args in self._cuda.completed():  # dated from their step's anchor (tracer/cuda.py)
+            self._write_in(step, args)
 
     # ------------------------------------------------------------------ codes and pages
     def _code(self, name: str, kind: str, stream: str) -> int:
@@ -582,6 +579,8 @@ class Tracer(CommMixin):
     def _update_counts(self) -> None:
         self._state.update(num_ops_recorded=self.num_ops_recorded, num_ops_dropped=self.num_ops_dropped,
                            num_ops_outside_steps_dropped=self.num_ops_outside_steps_dropped)
+        if self._cuda is not None:
+            self._state.update(self._cuda.stats())
 
     def _emergency_flush(self, status: str) -> None:
         """From the SIGTERM handler or watcher: write what was recorded, then stop recording."""
