@@ -158,7 +158,7 @@ class CommMixin:
         if self._cuda is not None:
             ev1 = self._cuda.event()
             ev1.record()
-            self._cuda.pending.append((w._step, w._code, w._mb, -1, aux, w._ev0, ev1))
+            self._cuda.add(w._step, w._code, w._mb, -1, aux, w._ev0, ev1)
             return
         end = self._clock()
         joins, self._joins = self._joins, []  # pending joins belong to the next op on the stream

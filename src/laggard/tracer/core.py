@@ -57,6 +57,7 @@ from laggard.tracer._page import (
     Side,
 )
 from laggard.tracer._writer import ShardWriter, write_json_atomic
+from laggard.tracer.clock import METHODS as CLOCK_METHODS
 from laggard.tracer.clock import ClockSync, align_clocks, local_sync
 from laggard.tracer.comm import CommMixin, TracedWork  # noqa: F401 - TracedWork is public here too
 
@@ -78,8 +79,8 @@ class Tracer(CommMixin):
     must agree), ``dp_rank``/``pp_rank``/``tp_rank``/``cp_rank`` (this rank's coordinates; job.json
     gets the sizes from all ranks'), ``timing`` (auto: CUDA events when CUDA is initialised, else
     ``perf_counter_ns``), ``record_gc`` (gc.callbacks; collections shorter than ``gc_min_us`` stay
-    inside the op they interrupted), ``align`` (pingpong, barrier or None: see
-    ``laggard.tracer.clock``), ``flush_interval_s`` (hand the page to the writer at the end of a
+    inside the op they interrupted), ``align`` (auto, pingpong, barrier, collective or
+    None: see ``laggard.tracer.clock``; collective over the world group, at start-up only), ``flush_interval_s`` (hand the page to the writer at the end of a
     step this often), ``page_ops``/``num_pages`` (the memory bound: num_pages x page_ops records
     of 36 + 28 bytes), ``handle_signals`` (flush on SIGTERM), ``clock_ns`` (the local clock, for
     tests), ``meta_extra`` (added to job.json), ``record_every`` (record one step in N).
@@ -99,7 +100,7 @@ class Tracer(CommMixin):
         timing: str = "auto",
         record_gc: bool = True,
         gc_min_us: float = 0.0,
-        align: str | None = "pingpong",
+        align: str | None = "auto",
         flush_interval_s: float = 10.0,
         page_ops: int = 8192,
         num_pages: int = 4,
@@ -115,8 +116,8 @@ class Tracer(CommMixin):
         self._skip = False
         if page_ops < 16 or num_pages < 2:
             raise LaggardError("Tracer: page_ops must be >= 16 and num_pages >= 2")
-        if align not in (None, "pingpong", "barrier"):
-            raise LaggardError(f"Tracer: align must be pingpong, barrier or None, not {align!r}")
+        if align is not None and align not in CLOCK_METHODS:
+            raise LaggardError(f"Tracer: align must be one of {', '.join(CLOCK_METHODS)} or None, not {align!r}")
         if timing not in ("auto", "cpu", "cuda"):
             raise LaggardError(f"Tracer: timing must be auto, cpu or cuda, not {timing!r}")
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -426,6 +427,8 @@ class Tracer(CommMixin):
             raise LaggardError(f"Tracer.step({step}): step {self._step} is still open (steps do not nest)")
         if self._gcq:
             self._drain_gc()
+        if self._cuda is not None:
+            self._cuda.step_boundary()  # a new anchor for this step's GPU ops
         self._step = step
         self._in_step = True
         self._joins.clear()
@@ -498,13 +501,8 @@ class Tracer(CommMixin):
 
     def _resolve_cuda(self) -> None:
         assert self._cuda is not None
-        cu = self._cuda
-        while cu.pending and cu.pending[0][-1].query():
-            step, code, mb, ntok, aux, ev0, ev1 = cu.pending.popleft()
-            start = cu.to_local(ev0)
-            dur = round(ev0.elapsed_time(ev1) * 1e6)
-            self._write_in(step, (code, mb, start, dur, ntok, aux))
-            cu.free += [ev0, ev1]
+        for step, args in self._cuda.completed():  # dated from their step's anchor (tracer/cuda.py)
+            self._write_in(step, args)
 
     # ------------------------------------------------------------------ codes and pages
     def _code(self, name: str, kind: str, stream: str) -> int:
@@ -582,6 +580,8 @@ class Tracer(CommMixin):
     def _update_counts(self) -> None:
         self._state.update(num_ops_recorded=self.num_ops_recorded, num_ops_dropped=self.num_ops_dropped,
                            num_ops_outside_steps_dropped=self.num_ops_outside_steps_dropped)
+        if self._cuda is not None:
+            self._state.update(self._cuda.stats())
 
     def _emergency_flush(self, status: str) -> None:
         """From the SIGTERM handler or watcher: write what was recorded, then stop recording."""
