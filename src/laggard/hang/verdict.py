@@ -2,7 +2,8 @@
 
 Rules, in order (the first that applies wins; the others' findings are kept as notes):
 1. **desync**: at the earliest (group, seq) where ranks disagree on op, sizes or dtypes, the
-   ranks outside the strict majority are the culprits (no majority: said, no culprit guessed).
+   ranks outside the strict majority are the culprits (no majority: said, no culprit guessed);
+   hangs and crashes that follow a desync are its consequence.
 2. **hang** / **missing-ranks**: a *gap* is a collective of a group that some members entered
    and others never reached. Ranks in a gap wait for the members that never came; a rank blocked
    in a point-to-point call (laggard's dump says where the main thread is: gloo's Flight Recorder
@@ -13,7 +14,8 @@ Rules, in order (the first that applies wins; the others' findings are kept as n
    no dump at all makes the verdict missing-ranks.
    A member that did not reach a collective only counts when that collective is still pending on
    the ranks that entered it, or the member was dumped after the others entered it (else its dump
-   may just be older: said as undecided).
+   may just be older: said as undecided). Members without a dump count as never arriving only
+   when every member with a dump arrived (else they are unknown).
 3. **missing-ranks**: no dump from some ranks, nothing else wrong.
 4. **straggling** / **healthy**: everyone completed; a rank that arrives late at collectives
    (creation times of its entries against the median rank's) is a straggler.
@@ -133,7 +135,7 @@ def _gaps(views: list[GroupView], dumps: dict[int, RankDump], undecided: list[st
         here = [v.entries[r][seq] for r in ahead]
         pending = any(not e.done for e in here)
         created = min(e.created_ns for e in here)
-        lacking = list(missing)
+        lacking: list[int] = []
         for r in behind:
             if known[r] >= seq:
                 continue
@@ -143,6 +145,11 @@ def _gaps(views: list[GroupView], dumps: dict[int, RankDump], undecided: list[st
             else:
                 undecided.append(f"rank {r} has not reached {here[0].op} seq {seq} of {v.label()}, but that "
                                  "collective completed on the others and rank " f"{r}'s dump may be older")
+        if missing and lacking:  # someone present never came: the ranks without a dump are unknown
+            undecided.append(f"rank(s) {missing} of {v.label()} have no dump: unknown whether they reached "
+                             f"{here[0].op} seq {seq}")
+        elif missing and pending:  # (a collective that completed had every member, dump or not)
+            lacking = list(missing)
         if lacking:
             gaps.append(_Gap(view=v, seq=seq, entry=here[0], ahead=sorted(ahead), lacking=sorted(lacking),
                              pending=pending))
@@ -222,15 +229,12 @@ def diagnose(dumps: list[RankDump], states: dict[int, dict[str, Any]] | None = N
     rep.lateness_s = {r: round(statistics.fmean(max(x, 0.0) for x in xs), 6) for r, xs in sorted(lat.items())}
 
     desync = first_desync(views)
-    if desync is not None:
+    if desync is not None:  # the earliest cause: what follows (hangs, crashes) comes from it
         _desync(rep, desync)
-        if desync.culprits:
-            return rep
+        return rep
     gaps = _gaps(views, by_rank, rep.undecided)
     if gaps:
         _hang(rep, gaps, by_rank, vmap)
-        return rep
-    if desync is not None:
         return rep
     if missing:
         rep.verdict, rep.culprit_ranks = "missing-ranks", missing
