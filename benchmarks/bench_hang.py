@@ -69,6 +69,8 @@ def build_corpus(jobs: Path, out: Path) -> list[tuple[Path, dict]]:
     for sc in SCENARIOS:
         truth = json.loads((jobs / sc / "truth.json").read_text())
         base = _load(jobs / sc / "trace")
+        if len(base) < 2:
+            raise RuntimeError(f"the real job {sc!r} left {len(base)} dump(s): generation failed")
         label = {"verdict": truth["verdict"], "culprit_ranks": truth["culprit_ranks"]}
         add(f"{sc}-asis", base, label)
         add(f"{sc}-json", base, label, fmt="json")

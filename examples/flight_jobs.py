@@ -40,10 +40,16 @@ SCENARIOS: dict[str, tuple[int, list[int], str, list[int] | None, str | None]] =
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports (all held open while choosing, so no two scenarios get the same one)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _rank_main(scenario: str, rank: int, world: int, port: int, trace: Path) -> None:
@@ -152,14 +158,14 @@ def generate(out: Path, scenarios: list[str], deadline_s: float = 60.0) -> dict[
     out.mkdir(parents=True, exist_ok=True)
     pids: list[int] = []
     dirs: dict[str, Path] = {}
-    for name in scenarios:
+    ports = _free_ports(len(scenarios))
+    for name, port in zip(scenarios, ports, strict=True):
         world, culprits, verdict, group, op = SCENARIOS[name]
         d = out / name
         trace = d / "trace"
         trace.mkdir(parents=True, exist_ok=True)
         (d / "truth.json").write_text(json.dumps({"scenario": name, "world_size": world, "verdict": verdict,
                                                   "culprit_ranks": culprits, "group_ranks": group, "op": op}))
-        port = _free_port()
         for rank in range(world):
             pid = os.fork()
             if pid == 0:
