@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from laggard.ops import LaggardError, LaggardWarning
-from laggard.tracer import _signals
+from laggard.tracer import _signals, flight
 from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx  # noqa: F401 - _OpCtx used by cuda.py
 from laggard.tracer._env import _cuda_in_use, _dist_if_initialized, _job_meta
 from laggard.tracer._page import (
@@ -83,7 +83,9 @@ class Tracer(CommMixin):
     None: see ``laggard.tracer.clock``; collective over the world group, at start-up only), ``flush_interval_s`` (hand the page to the writer at the end of a
     step this often), ``page_ops``/``num_pages`` (the memory bound: num_pages x page_ops records
     of 36 + 28 bytes), ``handle_signals`` (flush on SIGTERM), ``clock_ns`` (the local clock, for
-    tests), ``meta_extra`` (added to job.json), ``record_every`` (record one step in N).
+    tests), ``meta_extra`` (added to job.json), ``record_every`` (record one step in N), ``flight_watchdog_s`` (with torch's Flight Recorder on,
+    dump it when a step runs longer than this; it is also dumped on SIGTERM and on request: see
+    ``laggard.tracer.flight``).
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class Tracer(CommMixin):
         meta_extra: dict[str, Any] | None = None,
         enabled: bool = True,
         record_every: int = 1,
+        flight_watchdog_s: float | None = None,
     ) -> None:
         if not isinstance(record_every, int) or record_every < 1:
             raise LaggardError(f"Tracer: record_every must be a positive integer, not {record_every!r}")
@@ -144,6 +147,7 @@ class Tracer(CommMixin):
         self.num_ops_recorded = 0
         self.num_ops_dropped = 0
         self.num_ops_outside_steps_dropped = 0
+        self._flight: Any = None  # Flight Recorder dumps (laggard.tracer.flight), when torch's recorder is on
 
         if not enabled:  # a tracer that does nothing at all (no collectives either)
             self.sync = local_sync(self._clock)
@@ -237,6 +241,7 @@ class Tracer(CommMixin):
         self._enabled = True
         self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
         _signals.register(self, handle_signals=handle_signals)
+        self._flight = flight.attach(self, flight_watchdog_s)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -358,6 +363,8 @@ class Tracer(CommMixin):
         self._update_counts()
         self._writer.write_state(status if finished else "incomplete")
         _signals.unregister(self)
+        if self._flight is not None:
+            self._flight.stop()
         if self.num_ops_dropped:
             warnings.warn(f"laggard tracer (rank {self.rank}): dropped {self.num_ops_dropped} op(s) because the "
                           "writer fell behind (more num_pages or page_ops?)", LaggardWarning, stacklevel=2)
@@ -587,6 +594,8 @@ class Tracer(CommMixin):
         """From the SIGTERM handler or watcher: write what was recorded, then stop recording."""
         if self._closed or not self._enabled:
             return
+        if self._flight is not None:
+            self._flight.dump(status)
         self._enabled = self._plain = False
         done = threading.Event()
         page = self._take(done)
