@@ -153,6 +153,7 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("laggard.cli_mitigate", "register", None),  # outside the package: importing laggard.mitigate costs ~40 ms
     ("laggard.tracer.cli", "register", None),
     ("laggard.hang.cli", "register", None),
+    ("laggard.fleet.cli", "register", None),
 )
 
 

@@ -1,0 +1,12 @@
+"""The strongest floor for bench_fleet: what `laggard analyze JOB --json OUT` does, called as library
+functions (no CLI parsing per job), one job per pool task. Importable by pool workers."""
+
+from __future__ import annotations
+
+
+def analyze_to_json(args: tuple[str, str]) -> None:
+    from laggard.io import load_job
+    from laggard.report.jsonout import write_json
+    from laggard.whatif import analyze
+
+    write_json(analyze(load_job(args[0])), args[1])

@@ -1,0 +1,44 @@
+"""Thresholds and knobs of a fleet run (one typed place; each value says why it is what it is)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from laggard.errors import LaggardError
+
+
+@dataclass(kw_only=True, slots=True)
+class FleetConfig:
+    # the same default as `laggard analyze --healthy-threshold`: a fleet row is that command's result
+    healthy_threshold: float = 1.05
+    # the fleet study's headline: a job straggles when its slowdown is at least 10%
+    straggling_slowdown: float = 1.1
+    # fewer steps than this and the ideal durations (means/medians over the trace) and the per-step
+    # slowdown rest on too little data to compare jobs: the job is a row marked 'rejected'
+    min_steps: int = 3
+    # replay fidelity = traced / replayed step time. Below this the replay (measured durations on
+    # the dependency graph) takes >10% longer than what was traced: the graph does not fit the trace
+    # (clock skew, missing dependencies), so its what-ifs cannot be trusted
+    min_fidelity: float = 0.9
+    # above this more than half of each step is time no traced op accounts for (untraced CPU gaps,
+    # data loading): the trace misses most of the work. Launch delays of a few ms per op stay below
+    max_fidelity: float = 2.0
+    # small jobs are analysed in batches that take at least this long, so that the per-task cost
+    # of the engine (pickling, IPC, Ray scheduling: ~1-10 ms) stays a small share of the work
+    batch_target_s: float = 0.1
+    # a batch never holds more jobs than this (the first results arrive early; one slow batch
+    # does not hold back many rows)
+    max_batch_jobs: int = 64
+    # batches in flight per worker: enough to keep every worker busy while results travel back,
+    # few enough that memory does not grow with the number of jobs
+    inflight_per_worker: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.healthy_threshold >= 1.0:
+            raise LaggardError(f"--healthy-threshold must be a number >= 1 (got {self.healthy_threshold})")
+        if self.min_steps < 1:
+            raise LaggardError(f"min_steps must be >= 1 (got {self.min_steps})")
+        if not 0 < self.min_fidelity <= 1 <= self.max_fidelity:
+            raise LaggardError("replay fidelity bounds must satisfy 0 < min_fidelity <= 1 <= max_fidelity")
+        if self.batch_target_s < 0 or self.max_batch_jobs < 1 or self.inflight_per_worker < 1:
+            raise LaggardError("batch_target_s >= 0, max_batch_jobs >= 1 and inflight_per_worker >= 1 are required")

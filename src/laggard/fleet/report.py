@@ -1,0 +1,123 @@
+"""The fleet report: one self-contained HTML page (inline CSS and SVG, no script) at DIR/fleet.html.
+
+Sections: headline numbers; CDFs of slowdown and waste; GPU-hours wasted by cause and by op kind;
+top causes; slowdown against job size; the top jobs by GPU-hours wasted with their findings;
+coverage (analysed, rejected, failed and why).
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from laggard.errors import LaggardError
+from laggard.fleet import charts
+from laggard.fleet.stats import FleetStats
+from laggard.report.html import CSS, section
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or x != x else f"{100 * x:.1f}%"
+
+
+def _kpi(label: str, value: str, sub: str) -> str:
+    return (f'<div class="kpi neutral"><div class="kpi-label">{escape(label)}</div>'
+            f'<div class="kpi-value">{escape(value)}</div><div class="kpi-sub">{escape(sub)}</div></div>')
+
+
+def _kpis(s: FleetStats) -> str:
+    ok = s.by_status.get("ok", 0)
+    cards = [
+        _kpi("Jobs analysed", f"{ok:,} of {s.num_jobs:,}",
+             f"{s.by_status.get('rejected', 0):,} rejected, {s.by_status.get('error', 0):,} failed (see coverage)"),
+        _kpi(f"Jobs with S ≥ {s.straggling_slowdown:g}", _pct(s.straggling_share),
+             "of the analysed jobs run at least 10% slower than without stragglers"),
+        _kpi("GPU-hours wasted", f"{s.gpu_hours_wasted:,.2f}",
+             f"of {s.gpu_hours:,.2f} traced ({_pct(s.gpu_hours_wasted / s.gpu_hours if s.gpu_hours else None)})"
+             + (f"; {s.num_without_gpu_hours} jobs of unknown size left out" if s.num_without_gpu_hours else "")),
+    ]
+    if len(s.slowdown):
+        import numpy as np
+
+        cards.append(_kpi("Median slowdown", f"{float(np.median(s.slowdown)):.3f}",
+                          f"p90 {float(np.quantile(s.slowdown, 0.9)):.3f}, max {float(s.slowdown[-1]):.3f}"))
+    return f'<section class="kpis" id="summary">{"".join(cards)}</section>'
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="data"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _waste_sections(s: FleetStats) -> list[str]:
+    out = []
+    if s.wasted_by_cause:
+        causes = list(s.wasted_by_cause)
+        svg = charts.hbars_svg(causes, [s.wasted_by_cause[c] for c in causes], xlabel="GPU-hours wasted",
+                               prefix="cause")
+        counts = _table(["top finding", "jobs"], [[escape(c), f"{n:,}"] for c, n in s.top_cause_counts.items()])
+        out.append(section("GPU-hours wasted by cause", svg + counts, id="by-cause",
+                           lead="Each job's waste split over its findings by the share of its slowdown each explains."))
+    kinds = [k for k, v in s.wasted_by_kind.items() if v > 0 or k != "neither"]
+    svg = charts.hbars_svg(kinds, [s.wasted_by_kind[k] for k in kinds], xlabel="GPU-hours wasted",
+                           colours=[charts.KIND_COLOURS[k] for k in kinds], prefix="kind")
+    out.append(section("GPU-hours wasted by op kind", svg, id="by-kind",
+                       lead="Split by S_t of all compute vs all communication ops (each kind alone measured, "
+                            "everything else ideal)."))
+    return out
+
+
+def _top_jobs(s: FleetStats) -> str:
+    rows = []
+    for i, j in enumerate(s.top_jobs, 1):
+        finds = "<br>".join(
+            f"<strong>{escape(f['cause'])}</strong> ({_pct(f['score'])} of S): {escape(f['evidence'])}"
+            for f in j["findings"]) or "no finding"
+        rows.append([str(i), escape(j["job"]), f"{j['slowdown']:.3f}", f"{j['num_gpus']:,}",
+                     f"{j['gpu_hours_wasted']:,.3g}", finds])
+    body = _table(["#", "job", "S", "GPUs", "GPU-h wasted", "findings"], rows) if rows else "<p>No analysed jobs.</p>"
+    return section(f"Top {len(rows)} jobs by GPU-hours wasted", body, id="top-jobs",
+                   lead="Fix these first; each job's full analysis is in jobs/*.json beside fleet.parquet.")
+
+
+def _coverage(s: FleetStats) -> str:
+    status = _table(["status", "jobs"], [[escape(k), f"{v:,}"] for k, v in sorted(s.by_status.items())])
+    reasons = _table(["reason", "jobs", "example"], [
+        [escape(k), f"{n:,}", escape(s.failure_examples.get(k, ""))] for k, n in s.failure_reasons.items()
+    ]) if s.failure_reasons else "<p>Every job was analysed.</p>"
+    return section("Coverage", status + reasons, id="coverage",
+                   lead="Rejected jobs were analysed but their numbers are not trusted (too few steps, a replay "
+                        "that does not fit the trace); failed jobs could not be read or analysed.")
+
+
+def render_fleet_html(s: FleetStats, *, title: str = "laggard fleet report") -> str:
+    body = [
+        f'<header class="top"><div class="brand">laggard · fleet report</div><h1>{escape(title)}</h1></header>',
+        _kpis(s),
+        section("How slow are the jobs?", charts.cdf_svg(s.slowdown, s.waste, threshold=s.straggling_slowdown),
+                id="cdf", lead="Cumulative share of analysed jobs by slowdown S = T / T_ideal and waste 1 - 1/S."),
+        *_waste_sections(s),
+        section("Slowdown against job size", charts.size_svg(s.size_gpus, s.size_slowdown, corr=s.spearman_size),
+                id="size", lead=f"Spearman rank correlation {_fmt(s.spearman_size)}; Pearson against log2(GPUs) "
+                                f"{_fmt(s.pearson_log_size)}."),
+        _top_jobs(s),
+        _coverage(s),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
+            + "\n".join(body) + "\n</main>\n</body>\n</html>\n")
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.2f}"
+
+
+def write_fleet_html(s: FleetStats, path: str | Path) -> Path:
+    p = Path(path)
+    try:
+        p.write_text(render_fleet_html(s), encoding="utf-8")
+    except OSError as e:
+        raise LaggardError(f"{p}: cannot write the fleet report ({e.strerror or e})") from None
+    return p

@@ -1,0 +1,116 @@
+"""One row per job in ``fleet.parquet``: the schema, and the row of an analysis or of a failure.
+
+A row is built only from the job's analysis (``Analysis.to_json()``, the document
+``laggard analyze --json`` writes) plus the two fleet-only numbers the task measures
+(``s_compute``, ``s_comm``). Status: ``ok``; ``rejected`` (analysed, but the numbers are not to
+be trusted: too few steps, replay fidelity out of bounds; kept with their numbers, left out of the
+fleet statistics); ``error`` (could not be read or analysed; ``error`` says why).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pyarrow as pa
+
+WORKER = pa.struct([("rank", pa.int64()), ("dp_rank", pa.int64()), ("stage", pa.int64())])
+FINDING = pa.struct([
+    ("cause", pa.string()),
+    ("score", pa.float64()),  # share of the job's slowdown the finding explains (targeted what-if)
+    ("gain", pa.float64()),  # predicted speed-up of its fix
+    ("workers", pa.list_(WORKER)),
+    ("stages", pa.list_(pa.int64())),
+    ("steps", pa.list_(pa.int64())),
+    ("evidence", pa.string()),
+    ("fix", pa.string()),
+])
+SCHEMA = pa.schema([
+    ("job", pa.string()),
+    ("format", pa.string()),
+    ("status", pa.string()),  # ok | rejected | error
+    ("error", pa.string()),  # why a job is rejected or failed; null when ok
+    ("slowdown", pa.float64()),
+    ("waste", pa.float64()),
+    ("num_workers", pa.int64()),
+    ("num_gpus", pa.int64()),
+    ("num_steps", pa.int64()),
+    ("num_ops", pa.int64()),
+    ("gpu_hours", pa.float64()),
+    ("gpu_hours_wasted", pa.float64()),
+    ("s_compute", pa.float64()),  # S_t with only compute ops measured, the rest ideal
+    ("s_comm", pa.float64()),  # S_t with only communication ops measured
+    ("verdict", pa.string()),  # healthy | straggling
+    ("top_cause", pa.string()),
+    ("top_cause_share", pa.float64()),
+    ("findings", pa.list_(FINDING)),
+    ("replay_fidelity", pa.float64()),  # traced / replayed step time (1 = the replay fits)
+    ("replay_error", pa.float64()),  # mean |replayed - traced| / traced per step
+    ("num_warnings", pa.int64()),
+    ("size_bytes", pa.int64()),
+    ("wall_s", pa.float64()),  # seconds to read and analyse the job
+    ("json", pa.string()),  # the per-job analysis document, relative to the output directory
+])
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def empty_row(job: str, fmt: str, size_bytes: int) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(SCHEMA.names)
+    row.update(job=job, format=fmt, size_bytes=size_bytes, findings=[])
+    return row
+
+
+def error_row(job: str, fmt: str, size_bytes: int, reason: str, wall_s: float) -> dict[str, Any]:
+    row = empty_row(job, fmt, size_bytes)
+    row.update(status="error", error=reason, wall_s=wall_s)
+    return row
+
+
+def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, s_compute: float, s_comm: float,
+                 replay_error: float) -> dict[str, Any]:
+    """Fill ``base_row`` from an analysis document (``Analysis.to_json()``)."""
+    findings = [
+        {
+            "cause": f["cause"],
+            "score": _num(f.get("score")),
+            "gain": _num(f.get("gain")),
+            "workers": [{k: int(w[k]) for k in ("rank", "dp_rank", "stage")} for w in f.get("workers", [])],
+            "stages": [int(s) for s in f.get("stages", [])],
+            "steps": [int(s) for s in f.get("steps", [])],
+            "evidence": f.get("evidence", ""),
+            "fix": f.get("fix", ""),
+        }
+        for f in doc.get("findings", [])
+    ]
+    row = dict(base_row)
+    row.update(
+        status="ok",
+        slowdown=_num(doc["slowdown"]),
+        waste=_num(doc["waste"]),
+        num_workers=doc["num_workers"],
+        num_gpus=doc["num_gpus"],
+        num_steps=doc["num_steps"],
+        num_ops=doc["num_ops"],
+        gpu_hours=_num(doc["gpu_hours"]),
+        gpu_hours_wasted=_num(doc["gpu_hours_wasted"]),
+        s_compute=_num(s_compute),
+        s_comm=_num(s_comm),
+        verdict=doc.get("verdict"),
+        top_cause=findings[0]["cause"] if findings else None,
+        top_cause_share=findings[0]["score"] if findings else None,
+        findings=findings,
+        replay_fidelity=_num(doc["launch_slowdown"]),
+        replay_error=_num(replay_error),
+        num_warnings=len(doc.get("warnings", [])),
+    )
+    return row
+
+
+def to_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
