@@ -46,7 +46,7 @@ class MixScenario:
 
 
 def mixed_scenarios(num: int, *, seed: int = 0, clean_every: int = 8, large_share: float = 0.04,
-                    max_workers: int = 1024) -> list[MixScenario]:
+                    max_workers: int = 1024, max_causes: int = 4) -> list[MixScenario]:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(num):
@@ -58,7 +58,7 @@ def mixed_scenarios(num: int, *, seed: int = 0, clean_every: int = 8, large_shar
             workers = int(rng.choice([8, 16, 32]))
         dp = max(2, workers // pp)
         cfg = SimConfig(dp=dp, pp=pp, microbatches=8, steps=3, seed=int(rng.integers(1 << 30)))
-        num_causes = 0 if i % clean_every == 0 else int(rng.integers(1, 5))
+        num_causes = 0 if i % clean_every == 0 else int(rng.integers(1, max_causes + 1))
         kinds = list(rng.choice(KIND_ORDER, size=num_causes, replace=False))
         out.append(MixScenario(cfg=cfg, causes=[_draw(str(k), cfg, rng) for k in kinds]))
     return out
