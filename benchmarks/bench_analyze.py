@@ -99,7 +99,8 @@ _SCALE_SCRIPT = r"""
 import json, resource, sys, time
 import numpy as np
 from laggard.io import load_job
-from laggard.whatif import analyze, by_dp_rank_step_times, prepare
+from laggard.analysis import analyze
+from laggard.whatif import by_dp_rank_step_times, prepare
 t0 = time.perf_counter()
 job = load_job(sys.argv[1])
 res = analyze(job)

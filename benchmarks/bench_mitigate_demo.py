@@ -54,7 +54,7 @@ def _cpu_ms(res: Any) -> list[float]:
 
 
 def _gain(job: Any, cause: str) -> tuple[float | None, list[str]]:
-    from laggard.whatif import analyze
+    from laggard.analysis import analyze
 
     d = analyze(job).diagnosis
     found = [f"{f.cause} (gain {f.gain:.3f})" for f in d.findings]

@@ -17,8 +17,8 @@ def nd_dir() -> Path:
 @pytest.fixture(scope="session")
 def analyses():
     """Analyses of the two published traces, computed once."""
+    from laggard.analysis import analyze
     from laggard.io import load_job
-    from laggard.whatif import analyze
 
     return {n: analyze(load_job(ND / f"trace-{n}.parquet")) for n in ("ST", "AR")}
 

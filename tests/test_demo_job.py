@@ -30,8 +30,8 @@ def _cfg(trace: Path | None, *inject: str, **kw) -> JobConfig:  # noqa: ANN003
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Clean, slow-worker, heavy-last-stage and an unwritable trace directory, in one launch of 2 x 2 ranks."""
+    from laggard.analysis import analyze
     from laggard.io import load_job
-    from laggard.whatif import analyze
 
     base = tmp_path_factory.mktemp("demo")
     blocker = base / "not-a-dir"
@@ -96,10 +96,10 @@ def test_an_unwritable_trace_directory_does_not_stop_training(runs: dict) -> Non
 def test_a_rank_that_dies_mid_run(tmp_path: Path) -> None:
     import warnings
 
+    from laggard.analysis import analyze
     from laggard.io import load_job
     from laggard.ops import LaggardWarning
     from laggard.tracer.state import warn_trace
-    from laggard.whatif import analyze
 
     trace = tmp_path / "trace"
     cfg = _cfg(trace, crash_rank=3, crash_step=3, flush_interval_s=0.0)

@@ -38,7 +38,8 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     d = json.loads(out.read_text())
     assert d["verdict"] == "straggling" and d["healthy_threshold"] == 1.05
     f = d["findings"][0]
-    assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "gain", "fix"}
+    assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix"}
+    assert set(d["combined"]) == {"share", "gain", "interaction", "unexplained", "unexplained_by"}
     # a threshold above the job's slowdown calls it healthy, with no findings
     assert run_cli("analyze", ND / "trace-ST.parquet", "--json", out, "-q", "--healthy-threshold", "1.5") == 0
     d = json.loads(out.read_text())
@@ -87,9 +88,9 @@ def test_stage_imbalance_survives_a_noisier_worker_of_the_stage(dp, pp):
     """Every worker of the last stage is heavy and one of them is also 1.3x slower than its peers
     (a noisy neighbour on a shared machine): the stage imbalance stays the top finding, the worker
     comes second. Its peers' S_w is the S_dp of their own DP rank, which the noise does not raise."""
+    from laggard.analysis import analyze
     from laggard.inject import parse_injection
     from laggard.synth import SynthConfig, synthesize_with_truth
-    from laggard.whatif import analyze
 
     specs = ["heavy-last-stage:factor=2", f"slow-worker:rank={pp - 1},factor=1.3"]
     injections = [parse_injection(s) for s in specs]
@@ -104,9 +105,9 @@ def test_stage_imbalance_survives_a_noisier_worker_of_the_stage(dp, pp):
 def test_slow_worker_on_a_slightly_heavy_stage_stays_a_worker(heavy):
     """A 2x slow worker on a stage whose compute is a little heavier than the others': the fix of the
     worker explains most of the slowdown, so it comes first; the stage, if reported, comes after."""
+    from laggard.analysis import analyze
     from laggard.inject import parse_injection
     from laggard.synth import SynthConfig, synthesize_with_truth
-    from laggard.whatif import analyze
 
     specs = ["slow-worker:rank=3,factor=2"] + ([f"heavy-last-stage:factor={heavy}"] if heavy else [])
     injections = [parse_injection(s) for s in specs]
@@ -118,13 +119,16 @@ def test_slow_worker_on_a_slightly_heavy_stage_stays_a_worker(heavy):
 
 
 def test_a_stage_goes_before_a_worker_of_it_that_explains_about_as_much():
-    from laggard.diagnose import Finding, _ranked
+    from laggard.diagnose import DiagnoseConfig, Finding, ranked
 
-    def worker(stage: int, score: float) -> Finding:
-        return Finding(cause="worker", workers=[{"rank": 3, "dp_rank": 1, "stage": stage}], stages=[stage], score=score)
+    def _ranked(fs: list[Finding]) -> list[Finding]:
+        return ranked(fs, DiagnoseConfig())
 
-    stage = Finding(cause="stage-imbalance", stages=[1], score=0.9, gain=1.6)
-    gc = Finding(cause="gc", score=0.97)
+    def worker(stage: int, share: float) -> Finding:
+        return Finding(cause="worker", workers=[{"rank": 3, "dp_rank": 1, "stage": stage}], stages=[stage], share=share)
+
+    stage = Finding(cause="stage-imbalance", stages=[1], share=0.9, gain=1.6)
+    gc = Finding(cause="gc", share=0.97)
     # within ROW_TIE of a worker on that stage: the stage first; a worker elsewhere or far ahead keeps its place
     assert [f.cause for f in _ranked([worker(1, 0.93), stage])] == ["stage-imbalance", "worker"]
     assert [f.cause for f in _ranked([worker(0, 0.93), stage])] == ["worker", "stage-imbalance"]
@@ -158,7 +162,7 @@ def _with_comm_tail(on_link: tuple[int, int] | None):
 
 
 def test_comm_tail_on_every_link_is_not_blamed_on_one_link():
-    from laggard.whatif import analyze
+    from laggard.analysis import analyze
 
     top = analyze(_with_comm_tail(None)).diagnosis.findings[0]
     assert top.cause == "comm" and len(top.workers) == 8
@@ -167,7 +171,7 @@ def test_comm_tail_on_every_link_is_not_blamed_on_one_link():
 
 
 def test_comm_tail_on_one_link_names_that_link():
-    from laggard.whatif import analyze
+    from laggard.analysis import analyze
 
     top = analyze(_with_comm_tail((2, 3))).diagnosis.findings[0]
     assert top.cause == "comm" and [w["rank"] for w in top.workers] == [2, 3]
@@ -177,7 +181,7 @@ def test_comm_tail_on_one_link_names_that_link():
 def test_peer_median_matches_brute_force():
     import numpy as np
 
-    from laggard.diagnose import _peer_median
+    from laggard.diagnose.context import peer_median as _peer_median
 
     rng = np.random.default_rng(1)
     for _ in range(200):

@@ -20,8 +20,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def diagnoses(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from laggard.analysis import analyze
     from laggard.io import load_job
-    from laggard.whatif import analyze
 
     base = tmp_path_factory.mktemp("diag-demo")
     cfgs = {

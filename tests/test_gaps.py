@@ -18,7 +18,7 @@ import pytest
 from laggard.errors import LaggardWarning
 from laggard.gaps import GapConfig, insert_host_gaps
 from laggard.ops import Job, JobMeta, make_table
-from laggard.whatif import analyze
+from laggard.analysis import analyze
 from tests.conftest import run_cli
 
 HERE = Path(__file__).parent

@@ -15,12 +15,12 @@ import numpy as np
 import orjson
 import pytest
 
+from laggard.analysis import analyze
 from laggard.arrivals import arrivals, job_extras
 from laggard.errors import LaggardError, LaggardWarning
 from laggard.io import detect_format, load_job
 from laggard.io import kineto_events as ke
 from laggard.io.kineto import read_kineto
-from laggard.whatif import analyze
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,10 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from laggard.analysis import analyze
 from laggard.arrivals import job_extras
 from laggard.errors import LaggardWarning
 from laggard.io.kineto import read_kineto
-from laggard.whatif import analyze
 
 HERE = Path(__file__).parent
 DDP = HERE / "data" / "kineto" / "ddp_gloo"

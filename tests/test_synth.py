@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from laggard.analysis import analyze
 from laggard.inject import parse_injection, parse_injections
 from laggard.ops import LaggardError
 from laggard.synth import SynthConfig, synthesize_with_truth
-from laggard.whatif import analyze
 from tests.conftest import run_cli
 
 CFG = dict(dp=4, pp=4, microbatches=8, steps=6, seed=11)

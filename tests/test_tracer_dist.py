@@ -161,9 +161,9 @@ def test_async_ops_depend_on_their_issue_point_and_are_joined(two_ranks: tuple[P
 def test_the_two_rank_trace_analyses_cleanly(two_ranks: tuple[Path, int]) -> None:
     import warnings
 
+    from laggard.analysis import analyze
     from laggard.io import load_job
     from laggard.ops import LaggardWarning
-    from laggard.whatif import analyze
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", LaggardWarning)

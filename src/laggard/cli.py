@@ -52,7 +52,7 @@ def analyze(
 ) -> None:
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
     job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps)  # type: ignore[arg-type]
-    from laggard.whatif import analyze as run_analysis  # after loading: see laggard.io.kineto.decode_all
+    from laggard.analysis import analyze as run_analysis  # after loading: see laggard.io.kineto.decode_all
     result = run_analysis(job, healthy_threshold=healthy_threshold)
     if json_out is not None:
         from laggard.report.jsonout import write_json
@@ -154,6 +154,7 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("laggard.tracer.cli", "register", None),
     ("laggard.hang.cli", "register", None),
     ("laggard.fleet.cli", "register", None),
+    ("laggard.dessim.cli", "register", None),  # simpy loads inside the command
 )
 
 

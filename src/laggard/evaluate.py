@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from laggard.analysis import analyze
 from laggard.inject import parse_injection
 from laggard.synth import SynthConfig, synthesize_with_truth
-from laggard.whatif import analyze
 
 CAUSE_OF_INJECTION = {
     "slow-worker": "worker",

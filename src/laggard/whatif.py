@@ -25,7 +25,7 @@ from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning, 
 from laggard.replay import replay, replay_steps
 
 if TYPE_CHECKING:
-    from laggard.diagnose import Diagnosis
+    from laggard.diagnose.findings import Diagnosis
     from laggard.symmetry import DPReduction
 
 TOP_WORKER_SHARE = 0.03
@@ -384,10 +384,9 @@ def _explained(t_rem: float, t_add: float, T: float, T_ideal: float) -> Explaine
     )
 
 
-def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True) -> Analysis:
-    """The full what-if analysis of a job (see the module docstring), with its diagnosis."""
-    if not (math.isfinite(healthy_threshold) and healthy_threshold >= 1.0):
-        raise LaggardError(f"--healthy-threshold must be a number >= 1 (got {healthy_threshold})")
+def analyze(job: Job) -> Analysis:
+    """The what-if analysis of a job (see the module docstring); its diagnosis is added one level
+    up, by ``laggard.analysis.analyze``."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
         base = prepare(job)
@@ -396,10 +395,6 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True)
 
         res.extras.update(job_extras(base.job))
         res.extras["untraced_gaps"] = base.gaps.to_json()
-        if diagnose:
-            from laggard.diagnose import diagnose as run_diagnosis
-
-            res.diagnosis = run_diagnosis(res, threshold=healthy_threshold)
     for w in caught:
         if issubclass(w.category, LaggardWarning):
             res.warnings.append(str(w.message))

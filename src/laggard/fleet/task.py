@@ -1,5 +1,5 @@
 """The per-job task: the same pipeline as ``laggard analyze`` (``laggard.io.load_job`` then
-``laggard.whatif.analyze`` with its diagnosis), turned into a fleet row and the ``--json`` document.
+``laggard.analysis.analyze``: what-if and diagnosis), turned into a fleet row and the ``--json`` document.
 
 Runs wherever the engine puts it (a pool process, a Ray worker): a remote job is fetched there, into
 a temporary directory. Nothing a job does stops the run: every failure becomes a row with a reason.
@@ -66,7 +66,7 @@ def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
     from laggard.io import load_job
     from laggard.report.html import replay_error
     from laggard.report.jsonout import dumps
-    from laggard.whatif import analyze
+    from laggard.analysis import analyze
 
     with _local_copy(spec) as local:
         job = load_job(local, fmt=spec.fmt)

@@ -37,18 +37,23 @@ def print_findings(res: Analysis, console: Console) -> None:
     if d.verdict == "healthy":
         console.print(f"[green bold]verdict: healthy[/] (slowdown below {d.threshold:g}); no findings")
         return
-    if not d.findings:
-        console.print("[yellow bold]verdict: straggling[/]; no single cause explains it: see the attributions below")
-        return
     console.print("[red bold]verdict: straggling[/]")
     for i, f in enumerate(d.findings, 1):
         where = _where(f)
         console.print(
             f"[bold]{i}. {f.cause}[/]" + (f" — {where}" if where else "")
-            + f"  explains {100 * f.score:.0f}% of the slowdown; fixing it: {f.gain:.2f}x faster"
+            + f"  share {100 * f.share:.0f}% of the slowdown; fixing only it removes {100 * f.score:.0f}% "
+            f"({f.gain:.2f}x faster)"
         )
         console.print(f"   evidence: {f.evidence}", highlight=False)
         console.print(f"   fix: {f.fix}", highlight=False)
+    if len(d.findings) > 1:
+        console.print(f"fixing all {len(d.findings)} together: {d.combined_gain:.2f}x faster "
+                      f"(interaction {100 * d.interaction:+.0f}% of the slowdown beyond the fixes one by one)")
+    if d.unexplained_by:
+        carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
+        console.print(f"[yellow]unexplained: {100 * d.unexplained:.0f}% of the slowdown[/]; carried by {carried}",
+                      highlight=False)
 
 
 def findings_html(res: Analysis) -> str | None:
@@ -61,15 +66,18 @@ def findings_html(res: Analysis) -> str | None:
     if d.verdict == "healthy":
         body = f'<p class="lead">Healthy: the straggler slowdown is below {d.threshold:g}; nothing to fix.</p>'
         return section("Diagnosis", body, id="findings")
+    unexplained = ""
+    if d.unexplained_by:
+        carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
+        unexplained = f"<p>Unexplained: {100 * d.unexplained:.0f}% of the slowdown; carried by {escape(carried)}.</p>"
     if not d.findings:
-        body = "<p>The job straggles but no single cause explains it; see the attributions below.</p>"
-        return section("Diagnosis", body, id="findings")
+        return section("Diagnosis", unexplained, id="findings")
     rows = []
     for i, f in enumerate(d.findings, 1):
         rows.append(
             "<tr>"
             f"<td>{i}</td><td><strong>{escape(f.cause)}</strong><br><small>{escape(_where(f))}</small></td>"
-            f"<td>{100 * f.score:.0f}%</td><td>{f.gain:.2f}x</td>"
+            f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
             f"<td>{escape(f.evidence)}<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
             f"<td>{escape(f.fix)}</td>"
             "</tr>"
@@ -77,7 +85,8 @@ def findings_html(res: Analysis) -> str | None:
     body = (
         '<table class="findings"><thead><tr><th>#</th><th>cause</th><th>explains</th><th>fix gives</th>'
         "<th>evidence</th><th>fix</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
-    )
+    ) + (f"<p>Fixing all {len(d.findings)} together: {d.combined_gain:.2f}x faster.</p>" if len(d.findings) > 1 else "")
+    body += unexplained
     return section(
         "Diagnosis: why this job straggles",
         body,
@@ -85,8 +94,9 @@ def findings_html(res: Analysis) -> str | None:
         lead="Each finding names a cause, the share of the slowdown it explains (a what-if that fixes only "
         "that cause) and the speed-up fixing it gives.",
         howto=[
-            "**explains** is the share of (measured step time - ideal step time) that disappears when only this "
-            "cause is made healthy in the replay; findings are sorted by it.",
+            "**explains** is the finding's share of (measured step time - ideal step time) when every finding's "
+            "fix is shared out jointly (Shapley values: causes that hide each other split what fixing them "
+            "together removes); in brackets, what fixing only this cause removes. Findings are sorted by share.",
             "**fix gives** is the predicted speed-up of the replayed step time.",
             "The heatmap below shows the pattern each finding was read from.",
         ],

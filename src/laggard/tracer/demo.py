@@ -53,12 +53,12 @@ def run_traced_job(cfg: JobConfig, *, on_progress: Callable[[int, int, float | N
 
 def analyse_and_report(trace: Path, out_dir: Path) -> tuple[Analysis, dict[str, Path], list[str]]:
     """Analyse a trace (warning about missing ranks and lost tails) and write JSON, HTML, Perfetto."""
+    from laggard.analysis import analyze
     from laggard.io import load_job
     from laggard.io.perfetto import write_perfetto
     from laggard.report.html import write_html
     from laggard.report.jsonout import dump_json
     from laggard.tracer.state import warn_trace
-    from laggard.whatif import analyze
 
     trace_warnings = warn_trace(trace)
     result = analyze(load_job(trace))

@@ -1,0 +1,39 @@
+"""Diagnosis against an independent simulator (laggard.dessim): a mixture sweep of jobs with 0-4
+simultaneous causes (baseline in the same run: the single-cause diagnosis on the same jobs), and the
+single-cause sweep on the simulator beside the one on `laggard synth` (bench_diagnose)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from laggard.evaluate_mixed import FLOORS, mixed_scenarios, run_mixed, summary
+
+NUM_JOBS = int(os.environ.get("LAGGARD_BENCH_MIX_JOBS", "200"))
+
+
+def _rows(tag: str, outcomes: list, elapsed: float) -> list[dict]:
+    full, single = summary(outcomes, "full"), summary(outcomes, "single")
+    n = full["num_jobs"]
+    return [
+        {"name": f"{tag}: precision of named causes (cause + workers/stage/link), {n} jobs", "value": full["precision"],
+         "baseline": "single-cause diagnosis (top finding only), same jobs", "baseline_value": single["precision"],
+         "target": ">= 0.95", "ok": full["precision"] >= 0.95, "detail": {"floors": FLOORS, "seconds": elapsed}},
+        {"name": f"{tag}: recall of named causes, {full['num_causes']} causes", "value": full["recall"],
+         "baseline": "single-cause diagnosis", "baseline_value": single["recall"], "target": ">= 0.95",
+         "ok": full["recall"] >= 0.95},
+        {"name": f"{tag}: predicted gain vs simulated speed-up without the cause, median |error|",
+         "value": 100 * full["gain_err_median"], "unit": "%", "target": "<= 10%", "ok": full["gain_err_median"] <= 0.10,
+         "detail": {"p90_pct": 100 * full["gain_err_p90"], "baseline_median_pct": 100 * single["gain_err_median"]}},
+        {"name": f"{tag}: clean jobs called healthy", "value": 100 * full["clean_healthy"], "unit": "%",
+         "target": "100%", "ok": full["clean_healthy"] == 1.0},
+    ]
+
+
+def run() -> list[dict]:
+    t0 = time.perf_counter()
+    mixed = [run_mixed(sc) for sc in mixed_scenarios(NUM_JOBS, seed=2026)]
+    rows = _rows("mixture (1-4 causes)", mixed, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    single = [run_mixed(sc) for sc in mixed_scenarios(max(NUM_JOBS // 4, 8), seed=7, max_causes=1)]
+    return rows + _rows("single cause on the simulator", single, time.perf_counter() - t0)

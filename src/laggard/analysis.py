@@ -1,0 +1,40 @@
+"""The full analysis of a job: the what-if analysis (``laggard.whatif``) and then its diagnosis
+(``laggard.diagnose``). Composed here, one level above both, so the what-if module never imports
+the diagnosis; the CLI and ``laggard.analyze`` call this."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING
+
+from laggard.ops import LaggardError, LaggardWarning
+
+if TYPE_CHECKING:
+    from laggard.diagnose import DiagnoseConfig
+    from laggard.ops import Job
+    from laggard.whatif import Analysis
+
+
+def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
+            config: DiagnoseConfig | None = None) -> Analysis:
+    """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job."""
+    from laggard.whatif import analyze as whatif_analyze
+
+    if not (math.isfinite(healthy_threshold) and healthy_threshold >= 1.0):
+        raise LaggardError(f"--healthy-threshold must be a number >= 1 (got {healthy_threshold})")
+    res = whatif_analyze(job)
+    if diagnose:
+        from laggard.diagnose import diagnose as run_diagnosis
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LaggardWarning)
+            res.diagnosis = run_diagnosis(res, threshold=healthy_threshold, config=config)
+        for w in caught:
+            if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
+                res.warnings.append(str(w.message))
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return res
+
+
+__all__ = ["analyze"]

@@ -1,0 +1,56 @@
+"""Root causes with evidence, the share of the slowdown each explains, and the fix to apply.
+
+Each cause has a signature in the trace (production experience, as on-call engineers read it), read
+by one detector module each: ``worker``, ``stage``, ``sequence``, ``gc``, ``comm``, ``launch``. A
+signature only nominates a candidate. Its ``score`` comes from a targeted what-if: replay the job
+with only what the finding names made healthy (set to what its peers do), and measure the share of
+the job's slowdown (measured step time over ideal) that disappears; ``gain`` is the predicted
+speed-up of that fix. Several causes at once share the slowdown jointly (``explain``: Shapley values
+over the candidate fixes): each finding's ``share``, and the combined gain and interaction of
+fixing all of them. Thresholds: ``DiagnoseConfig``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from laggard.diagnose import comm, gc, launch, sequence, stage, worker
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx
+from laggard.diagnose.explain import attribute, ranked
+from laggard.diagnose.findings import Candidate, Diagnosis, Finding
+
+if TYPE_CHECKING:
+    from laggard.whatif import Analysis
+
+DEFAULT_THRESHOLD = DiagnoseConfig().threshold
+
+
+def candidates(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
+    """Every detector's nominees (not yet scored)."""
+    loads = ctx.worker_loads()
+    load = {int(r): float(x) for r, x in zip(ctx.ranks, loads, strict=True)}
+    slow = worker.slow_workers(ctx, cfg, load)
+    out = stage.detect(ctx, cfg, load, slow) + worker.detect(ctx, cfg, load, slow)
+    for det in (sequence.detect, gc.detect, comm.detect, launch.detect):
+        out += det(ctx, cfg)
+    return out
+
+
+def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseConfig | None = None) -> Diagnosis:
+    """Findings for an analysed job, strongest first; a healthy job gets none."""
+    if res.base is None:
+        raise ValueError("diagnose needs the Analysis of a job (with its base)")
+    cfg = config or DiagnoseConfig()
+    if threshold is not None and threshold != cfg.threshold:
+        from dataclasses import replace
+
+        cfg = replace(cfg, threshold=threshold)
+    ctx = Ctx(res)
+    total = ctx.T_meas / ctx.T_ideal if ctx.T_ideal > 0 else 1.0
+    if max(res.slowdown, res.replay_fidelity, total) < cfg.threshold or ctx.gap <= 0:
+        return Diagnosis(verdict="healthy", threshold=cfg.threshold, findings=[])
+    return attribute(ctx, candidates(ctx, cfg), cfg)
+
+
+__all__ = ["DEFAULT_THRESHOLD", "Candidate", "DiagnoseConfig", "Diagnosis", "Finding", "diagnose", "ranked"]

@@ -1,0 +1,98 @@
+"""``comm``: transfers on one link or group far slower than the same transfers elsewhere; or the
+same slow tail on every link (ranks waiting for peers that run late: CPU contention, a congested
+fabric), which is reported as such and blamed on no one link."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx, group_median, peer_median
+from laggard.diagnose.findings import Candidate, Finding
+
+
+def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
+    comm = ctx.synced & ~ctx.compute
+    if comm.sum() < cfg.comm_min_ops:
+        return []
+    # a link: (rank, peer) for p2p, (rank, op type) for collectives
+    is_p2p = (ctx.kind == "p2p_send") | (ctx.kind == "p2p_recv")
+    src = np.where(ctx.kind == "p2p_recv", ctx.peer, ctx.rank)
+    dst = np.where(ctx.kind == "p2p_recv", ctx.rank, ctx.peer)
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    link = np.where(is_p2p, lo * (int(ctx.rank.max()) + 2) + hi, -(ctx.rank + 1))
+    med_by_type = {int(c): float(np.median(ctx.w[comm & (ctx.name == c)])) for c in np.unique(ctx.name[comm])}
+    tmed = np.array([med_by_type.get(int(c), 0.0) for c in range(len(ctx.names))] + [0.0])[ctx.name]
+    rows = np.flatnonzero(comm)
+    nn = len(ctx.names) + 1
+    key = link[rows] * nn + ctx.name[rows]
+    uniq, inv = np.unique(key, return_inverse=True)
+    excess = np.bincount(inv, weights=np.maximum(ctx.w[rows] - tmed[rows], 0.0), minlength=len(uniq))
+    mx_link = np.zeros(len(uniq))
+    np.maximum.at(mx_link, inv, ctx.w[rows])
+    med_link = group_median(ctx.w[rows], inv, len(uniq))
+    base_med = np.array([med_by_type[int(k % nn)] for k in uniq])
+    tail = ((med_link > cfg.comm_median_x * base_med) | (mx_link > cfg.comm_max_x * base_med)) & (excess > 0)
+    tail &= excess >= cfg.comm_excess_of_top * excess.max()
+    # a bad link stands out from the other links of its op type; when they all have the same slow
+    # tail (hosts short of CPU, a congested fabric), no one link is to blame
+    type_of = uniq % nn
+    slow = tail & (excess > cfg.comm_stands_out * peer_median(excess, type_of))
+    if not slow.any() or slow.mean() > cfg.comm_everywhere:
+        return _everywhere(ctx, rows, inv, uniq // nn, tail, tmed, is_p2p)
+    bad_rows = rows[slow[inv]]
+    w = ctx.w.copy()
+    w[bad_rows] = tmed[bad_rows]
+    i0 = int(np.argmax(np.where(slow, excess, -1)))
+    rws = rows[inv == i0]
+    r_a, r_b = int(src[rws[0]]), int(dst[rws[0]])
+    nm = ctx.names[int(uniq[i0] % nn)]
+    n_slow = int((ctx.w[rws] > cfg.comm_median_x * base_med[i0]).sum())
+    where = f"from rank {r_a} to rank {r_b}" if is_p2p[rws[0]] else f"of rank {int(ctx.rank[rws[0]])}"
+    ev = (
+        f"{nm} transfers {where} take {1e3 * med_link[i0]:.2f} ms (median, max {1e3 * mx_link[i0]:.2f} ms) vs "
+        f"{1e3 * base_med[i0]:.2f} ms elsewhere; {n_slow} of {len(rws)} are slow"
+    )
+    ranks = sorted({int(x) for x in np.concatenate([src[bad_rows], dst[bad_rows]]) if x >= 0})
+    finding = Finding(
+        cause="comm",
+        workers=[ctx.worker_of[r] for r in ranks if r in ctx.worker_of][:16],
+        steps=ctx.steps_of(np.isin(np.arange(len(ctx.w)), bad_rows) & (ctx.w > cfg.comm_median_x * tmed)),
+        evidence=ev,
+        fix=(
+            f"check the link/NIC between rank {r_a} and rank {r_b} (flapping port, bad cable, congested switch); "
+            "drain one of the two nodes or route around it"
+            if is_p2p[rws[0]]
+            else f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
+        ),
+    )
+    return [Candidate(finding=finding, weights=w)]
+
+
+def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, link_of_key: np.ndarray, tail: np.ndarray,
+                tmed: np.ndarray, is_p2p: np.ndarray) -> list[Candidate]:
+    """Transfers with the same slow tail on several links and ranks alike: not one link's fault."""
+    bad_rows = rows[tail[inv]]
+    ranks = np.unique(ctx.rank[bad_rows])
+    links = np.unique(link_of_key[tail])
+    if len(links) < 2 or len(ranks) < 2:
+        return []
+    w = ctx.w.copy()
+    w[bad_rows] = tmed[bad_rows]
+    slow_ops = ctx.w[bad_rows] > 3 * tmed[bad_rows]
+    ms = 1e3 * ctx.w[bad_rows]
+    what = "point-to-point transfers" if is_p2p[bad_rows].all() else "transfers"
+    ev = (
+        f"{what} on {len(links)} links over {len(ranks)} ranks share the same slow tail: median "
+        f"{float(np.median(ms)):.2f} ms, p90 {float(np.percentile(ms, 90)):.2f} ms, {int(slow_ops.sum())} of "
+        f"{len(bad_rows)} over 3x their op type's median; no link stands out from the others"
+    )
+    finding = Finding(
+        cause="comm",
+        workers=[ctx.worker_of[int(r)] for r in ranks if int(r) in ctx.worker_of][:16],
+        steps=ctx.steps_of(np.isin(np.arange(len(ctx.w)), bad_rows[slow_ops])),
+        evidence=ev,
+        fix="not one bad link: ranks wait for peers that run late. Look for CPU contention on the hosts (more busy "
+        "processes or threads than cores, data-loader workers, noisy neighbours) or fabric-wide congestion",
+    )
+    return [Candidate(finding=finding, weights=w)]

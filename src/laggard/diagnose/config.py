@@ -1,0 +1,56 @@
+"""Every threshold of the diagnosis in one place, with the reason for its value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True, slots=True)
+class DiagnoseConfig:
+    # -- verdict and reporting
+    threshold: float = 1.05  # a job is healthy below 5% slowdown (the paper's jobs: 1.0-1.1 when healthy)
+    min_share: float = 0.05  # a finding must explain 5% of the slowdown: less is within run-to-run noise
+    # explain several causes at once (Shapley values over the candidate fixes): 2^n replays
+    max_joint: int = 7  # 128 subsets in one batched replay; more candidates are cut by their own scores
+    single_cause: bool = False  # stop after the best finding (the diagnosis before several causes)
+    unexplained_floor: float = 0.15  # say "unexplained: X%" when the findings leave more than this
+    row_tie: float = 0.05  # a stage goes before a worker of it that explains at most this much more
+
+    # -- workers and stages (compute per step: the median over steps, so a few stalled steps do not count)
+    worker_ratio: float = 1.25  # slow worker: compute >= 1.25x its stage peers' median (jitter ~3%,
+    # sequence imbalance moves <= ~15% between workers of a stage; the floor we promise is 1.5x)
+    heavy_row_ratio: float = 1.25  # a stage is heavy when its compute is 1.25x the other stages' (the
+    # demo job's last stage computes 1.02-1.1x the first with no injection)
+    stage_compute_min: float = 1.1  # an S_w-hot row is a stage finding only with 1.1x the compute
+    hot_of_top: float = 0.5  # a worker is hot in the heatmap at half the top excess of S_w
+    row_majority: float = 0.5  # a row is hot when more than half its workers are hot or heavy
+    stage_vs_median: float = 2.0  # ...and its excess S_stage is 2x the other stages' median excess
+
+    # -- sequence imbalance
+    seq_min_ops: int = 8  # forward/backward pairs needed for a correlation
+    seq_spread: float = 0.05  # microbatch times vary by >= 5% within a step (jitter is 3%)
+    seq_corr: float = 0.6  # forward and backward of one microbatch move together (attention cost)
+
+    # -- garbage collection
+    gc_mad: float = 8.0  # a forward is stalled at median + 8 MADs (far outside the jitter)
+    gc_rel: float = 0.3  # ...and at least 30% over its median
+    gc_traced_share: float = 0.01  # traced gc ops worth 1% of the step are a finding of their own
+    gc_paired_max: float = 0.3  # stalls that hit the backward too (30%+) are slow microbatches, not GC
+
+    # -- communication
+    comm_min_ops: int = 4
+    comm_median_x: float = 3.0  # a slow link's median transfer is 3x its op type's median
+    comm_max_x: float = 10.0  # ...or its worst is 10x (rare long stalls)
+    comm_excess_of_top: float = 0.3  # links within 30% of the worst link's excess are candidates
+    comm_stands_out: float = 2.0  # a bad link's excess is 2x its op type's other links' median
+    comm_everywhere: float = 0.5  # slow on more than half the links: not one link's fault
+
+    # -- untraced host time (host ops, laggard.gaps)
+    host_min_share: float = 0.02  # a rank's host time above its peers' must be 2% of the ideal step
+    # (smaller excesses are the noise of a shared host)
+    host_hot_share: float = 0.5  # ranks with half the worst rank's excess are named with it
+    host_max_ranks: int = 8  # at most this many ranks in one finding
+
+    def __post_init__(self) -> None:
+        if not self.threshold >= 1.0:
+            raise ValueError(f"threshold must be >= 1 (got {self.threshold})")

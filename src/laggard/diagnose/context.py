@@ -1,0 +1,107 @@
+"""Per-op views of the analysed job that every detector reads, and the grouped statistics they share."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from laggard.whatif import Analysis, Baseline
+
+
+class Ctx:
+    def __init__(self, res: Analysis) -> None:
+        base = res.base
+        assert base is not None
+        self.res = res
+        self.base: Baseline = base
+        job = base.job
+        self.w = base.measured
+        self.names = base.names
+        self.name = base.name_code
+        kinds = np.array(base.kinds, dtype=object)
+        self.kind = kinds[base.kind_code] if len(kinds) else np.zeros(0, dtype=object)
+        self.compute = (self.kind == "compute") | (self.kind == "other")
+        low = [n.lower() for n in base.names]
+        fwd_names = np.array(["forward" in n for n in low] + [False], dtype=bool)
+        bwd_names = np.array(["backward" in n for n in low] + [False], dtype=bool)
+        self.fwd = fwd_names[self.name] & (self.kind == "compute")
+        self.bwd = bwd_names[self.name] & (self.kind == "compute")
+        self.rank, self.dp, self.pp = base.rank, base.dp_rank, base.pp_rank
+        self.step = base.graph.op_step
+        self.mb = job.column("microbatch").astype(np.int64)
+        self.peer = job.column("peer").astype(np.int64)
+        self.synced = base.graph.op_group >= 0
+        self.T, self.T_ideal = res.T_s, res.T_ideal_s
+        self.T_meas = float(np.mean(res.step_wall_s))  # wall clock: a late step end counts once
+        self.gap = self.T_meas - self.T_ideal
+        ranks, first = np.unique(self.rank, return_index=True)
+        self.ranks = ranks
+        self.worker_of = {int(r): {"dp_rank": int(self.dp[i]), "stage": int(self.pp[i]), "rank": int(r)}
+                          for r, i in zip(ranks, first, strict=True)}
+        self.num_dp = len(np.unique(self.dp))
+        self.num_pp = len(np.unique(self.pp))
+
+    def group_mean(self, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean of ``w`` over ``mask_ref`` ops per key tuple; returns (per-op mean, has-reference)."""
+        key = np.zeros(len(self.w), dtype=np.int64)
+        for k in keys:
+            k = k.astype(np.int64)
+            key = key * (int(k.max()) + 2) + (k + 1)
+        uniq, inv = np.unique(key, return_inverse=True)
+        sums = np.bincount(inv, weights=np.where(mask_ref, self.w, 0.0), minlength=len(uniq))
+        cnt = np.bincount(inv, weights=mask_ref.astype(float), minlength=len(uniq))
+        mean = sums / np.maximum(cnt, 1)
+        return mean[inv], (cnt > 0)[inv]
+
+    def steps_of(self, mask: np.ndarray, limit: int = 12) -> list[int]:
+        s = np.unique(self.base.graph.steps[self.step[mask]])
+        return [int(x) for x in s[:limit]]
+
+    def worker_loads(self) -> np.ndarray:
+        """Compute seconds per step of each worker (``ranks`` order): the median over the steps it
+        ran, so that a few stalled steps (a noisy neighbour, a descheduled process) do not count."""
+        ri = np.searchsorted(self.ranks, self.rank)
+        num_steps = int(self.step.max()) + 1 if len(self.step) else 1
+        cell = ri * num_steps + self.step
+        size = len(self.ranks) * num_steps
+        shape = (len(self.ranks), num_steps)
+        per = np.bincount(cell[self.compute], weights=self.w[self.compute], minlength=size).reshape(shape)
+        ran = np.bincount(cell, minlength=size).reshape(shape) > 0
+        return np.nanmedian(np.where(ran, per, np.nan), axis=1)
+
+    def microbatch_keys(self, mask: np.ndarray) -> np.ndarray:
+        """Key (rank, step, microbatch) of each op in ``mask``."""
+        r, s, m = self.rank[mask], self.step[mask], self.mb[mask]
+        return (r * (int(self.step.max()) + 1) + s) * (int(self.mb.max()) + 2) + (m + 1)
+
+
+def group_median(values: np.ndarray, groups: np.ndarray, num_groups: int) -> np.ndarray:
+    """Median of ``values`` per group id (0..num_groups-1), vectorised; 0 for empty groups."""
+    order = np.lexsort((values, groups))
+    g = groups[order]
+    starts = np.searchsorted(g, np.arange(num_groups))
+    ends = np.searchsorted(g, np.arange(num_groups), side="right")
+    lens = ends - starts
+    nonempty = lens > 0
+    lo = order[np.where(nonempty, starts + (lens - 1) // 2, 0)]
+    hi = order[np.where(nonempty, starts + lens // 2, 0)]
+    return np.where(nonempty, 0.5 * (values[lo] + values[hi]), 0.0)
+
+
+def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """For each entry, the median of the other entries of its group (0 where it is alone)."""
+    order = np.lexsort((values, groups))
+    v, g = values[order], groups[order]
+    start = np.searchsorted(g, g)
+    size = np.searchsorted(g, g, side="right") - start
+    j = np.arange(len(v)) - start  # the entry's place in its sorted group
+    n = np.maximum(size - 1, 1)  # the others
+    lo, hi = (n - 1) // 2, n // 2
+    # the k-th of the others is the group's k-th if k < j, else its (k+1)-th
+    at_lo = np.minimum(start + lo + (lo >= j), len(v) - 1)
+    at_hi = np.minimum(start + hi + (hi >= j), len(v) - 1)
+    out = np.empty(len(v))
+    out[order] = np.where(size > 1, 0.5 * (v[at_lo] + v[at_hi]), 0.0)
+    return out

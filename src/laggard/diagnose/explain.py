@@ -1,0 +1,154 @@
+"""Several causes at once: a joint attribution of the slowdown to the candidate fixes.
+
+Why Shapley values and not greedy explain-away: causes hide each other. A slow link on DP rank 0 and
+a slow worker on DP rank 2 each leave the other pipeline as slow as before, so fixing either one
+alone gains ~nothing and a greedy first pick falls under the floor: both would be lost. The value
+of a set of fixes (the slowdown removed when all of them are applied together) is replayed for every
+subset of the candidates in one batched replay (2^n columns, n <= ``max_joint``); each candidate's
+Shapley value is its average marginal gain over all orders, so the two hidden causes get half the
+combined gain each, and the shares add up to the combined gain. Candidates under the floor are
+dropped one at a time (the weakest first) and the values recomputed over the rest from the same
+table, so a nominee that explains nothing does not dilute the others.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx
+from laggard.diagnose.findings import Candidate, Diagnosis, Finding
+from laggard.replay import replay_steps
+
+_BATCH = 32  # subsets replayed per pass (weights: ops x 32 float64)
+
+
+def _replay(ctx: Ctx, weights: list[np.ndarray]) -> np.ndarray:
+    out = np.empty(len(weights))
+    for i in range(0, len(weights), _BATCH):
+        w = np.stack(weights[i : i + _BATCH], axis=1)
+        out[i : i + _BATCH] = replay_steps(ctx.base.graph, w).mean(axis=0)
+    return out
+
+
+def shapley(v: np.ndarray, alive: list[int]) -> dict[int, float]:
+    """Shapley value of each player in ``alive`` for the game ``v[bitmask]`` restricted to them."""
+    n = len(alive)
+    out = {}
+    for i in alive:
+        others = [j for j in alive if j != i]
+        phi = 0.0
+        for k in range(1 << len(others)):
+            s = sum(1 << others[b] for b in range(len(others)) if k >> b & 1)
+            size = bin(k).count("1")
+            phi += math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n) * (v[s | 1 << i] - v[s])
+        out[i] = phi
+    return out
+
+
+def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosis:
+    """Score every candidate alone, then share the slowdown among them jointly (see the module)."""
+    gap, T = ctx.gap, ctx.T
+    rep = [c for c in cands if c.weights is not None]
+    launch = [c for c in cands if c.weights is None]
+    if rep:
+        t_alone = _replay(ctx, [c.weights for c in rep])  # type: ignore[misc]
+        for c, t in zip(rep, t_alone.tolist(), strict=True):
+            # a fix can beat the pooled ideal (it removes the cause from the ideal too): cap at 1
+            c.finding.score = min((T - t) / gap, 1.0)
+            c.finding.gain = T / t if t > 0 else float("inf")
+    if cfg.single_cause:
+        best = sorted((c.finding for c in cands if c.finding.score >= cfg.min_share), key=lambda f: (-f.score, -f.gain))[:1]
+        for f in best:
+            f.share = f.score
+        return _diagnosis(ctx, cfg, best, t_all=T - (best[0].score * gap if best and best[0].cause != "launch-delay" else 0.0),
+                          launch=bool(best) and best[0].cause == "launch-delay")
+    # the strongest by their own score when there are too many for 2^n replays
+    players = sorted(rep, key=lambda c: -c.finding.score)[: cfg.max_joint]
+    n = len(players)
+    # fixes compose as factors on the measured durations: a stage fix scales its row down to the
+    # other stages' level and a worker fix of that row scales its worker down to its peers' level;
+    # together they make the worker as fast as the other stages' workers (overriding one value with
+    # the other would undo the first fix)
+    changed = [np.flatnonzero(c.weights != ctx.w) for c in players]  # type: ignore[operator]
+    factor = []
+    for c, ch in zip(players, changed, strict=True):
+        base = ctx.w[ch]
+        factor.append(np.where(base > 0, c.weights[ch] / np.where(base > 0, base, 1.0), np.nan))  # type: ignore[index]
+    subsets = []
+    for mask in range(1, 1 << n):
+        w = ctx.w.copy()
+        for i in range(n):
+            if mask >> i & 1:
+                ch, f = changed[i], factor[i]
+                w[ch] = np.where(np.isnan(f), players[i].weights[ch], w[ch] * np.nan_to_num(f))  # type: ignore[index]
+        subsets.append(w)
+    t_sub = _replay(ctx, subsets) if n else np.zeros(0)
+    t = np.concatenate([[T], t_sub])
+    v = (T - t) / gap
+    alive = list(range(n))
+    phi = shapley(v, alive)
+    while alive:
+        weak = [i for i in alive if phi[i] < cfg.min_share]
+        if not weak:
+            break
+        alive.remove(min(weak, key=lambda i: phi[i]))
+        phi = shapley(v, alive)
+    found = []
+    for i in alive:
+        players[i].finding.share = float(min(phi[i], 1.0))
+        found.append(players[i].finding)
+    with_launch = [c.finding for c in launch if c.finding.share >= cfg.min_share]
+    full = sum(1 << i for i in alive)
+    return _diagnosis(ctx, cfg, found + with_launch, t_all=float(t[full]), launch=bool(with_launch))
+
+
+def _diagnosis(ctx: Ctx, cfg: DiagnoseConfig, findings: list[Finding], *, t_all: float, launch: bool) -> Diagnosis:
+    gap = ctx.gap
+    removed = ctx.T - t_all + ((ctx.T_meas - ctx.T) if launch else 0.0)
+    combined = removed / gap if gap > 0 else 0.0
+    t_fixed = ctx.T_meas - removed
+    d = Diagnosis(
+        verdict="straggling",
+        threshold=cfg.threshold,
+        findings=ranked(findings, cfg),
+        combined_share=combined,
+        combined_gain=ctx.T_meas / t_fixed if t_fixed > 0 else float("inf"),
+        interaction=combined - sum(f.score for f in findings),
+        unexplained=max(1.0 - combined, 0.0),
+    )
+    if not findings or d.unexplained > cfg.unexplained_floor:
+        d.unexplained_by = carriers(ctx)
+    return d
+
+
+def carriers(ctx: Ctx, top: int = 3) -> list[dict[str, Any]]:
+    """The attributions that carry a slowdown no finding explains: the op types, stages and workers
+    with the largest slowdown when only they are measured."""
+    res = ctx.res
+    out: list[dict[str, Any]] = []
+    for k, s in sorted(res.by_optype.items(), key=lambda kv: -kv[1])[:top]:
+        out.append({"what": "op type", "name": k, "slowdown": s})
+    for k, s in sorted(res.by_stage.items(), key=lambda kv: -kv[1])[:1]:
+        out.append({"what": "stage", "name": int(k), "slowdown": s})
+    for w in res.by_worker[:top]:
+        out.append({"what": "worker", "name": int(w["rank"]), "slowdown": w["slowdown"]})
+    return out
+
+
+def ranked(findings: list[Finding], cfg: DiagnoseConfig) -> list[Finding]:
+    """Largest share first (ties: the larger gain). A hot row explains its hot cells: a stage
+    imbalance goes before the worker findings on that stage that explain about as much (within
+    ``row_tie`` of the slowdown)."""
+    out = sorted(findings, key=lambda f: (-f.share, -f.gain))
+    for st in [f for f in out if f.cause == "stage-imbalance"]:
+        i = j = next(k for k, f in enumerate(out) if f is st)
+        while j > 0 and out[j - 1].cause == "worker" and set(out[j - 1].stages) <= set(st.stages):
+            if out[j - 1].share - st.share > cfg.row_tie:
+                break
+            j -= 1
+        out.insert(j, out.pop(i))
+    return out

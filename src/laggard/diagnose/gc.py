@@ -1,0 +1,81 @@
+"""``gc``: rare long forward passes on different ranks at different steps, the backward passes of
+the same microbatches untouched; or garbage collections traced as their own ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx, group_median
+from laggard.diagnose.findings import Candidate, Finding
+from laggard.ops import is_gc_name
+
+
+def robust_outliers(ctx: Ctx, mask: np.ndarray, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Ops in ``mask`` far above the median of their (rank, op type); returns (outlier mask, median)."""
+    key = ctx.rank * (len(ctx.names) + 1) + ctx.name
+    rows = np.flatnonzero(mask)
+    med = np.zeros(len(ctx.w))
+    out = np.zeros(len(ctx.w), dtype=bool)
+    if len(rows) == 0:
+        return out, med
+    order = rows[np.lexsort((ctx.w[rows], key[rows]))]
+    k = key[order]
+    bounds = np.flatnonzero(np.diff(k)) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.append(bounds, len(order))
+    lens = ends - starts
+    mid_lo = order[starts + (lens - 1) // 2]
+    mid_hi = order[starts + lens // 2]
+    m = 0.5 * (ctx.w[mid_lo] + ctx.w[mid_hi])
+    seg = np.repeat(np.arange(len(starts)), lens)
+    med[order] = m[seg]
+    dev = np.abs(ctx.w[order] - med[order])
+    mad = group_median(dev, seg, len(starts))
+    thresh = med[order] + np.maximum(cfg.gc_mad * 1.4826 * mad[seg], cfg.gc_rel * med[order])
+    out[order] = ctx.w[order] > thresh
+    return out, med
+
+
+def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
+    fwd_out, fmed = robust_outliers(ctx, ctx.fwd, cfg)
+    bwd_out, _ = robust_outliers(ctx, ctx.bwd, cfg)
+    gc_ops = np.array([is_gc_name(n) for n in ctx.names] + [False])[ctx.name]
+    gc_time = float(ctx.w[gc_ops].sum()) / max(len(ctx.base.graph.steps), 1)
+    traced = gc_time >= cfg.gc_traced_share * ctx.T
+    n_out = int(fwd_out.sum())
+    if n_out < 2 and not traced:
+        return []
+    if n_out >= 2:
+        # the backward of a stalled forward's microbatch should be normal
+        kf, kb = ctx.microbatch_keys(fwd_out), ctx.microbatch_keys(bwd_out)
+        paired = np.isin(kf, kb).mean()
+        ranks = np.unique(ctx.rank[fwd_out])
+        steps = np.unique(ctx.step[fwd_out])
+        if paired > cfg.gc_paired_max or len(ranks) < 2 or len(steps) < 2:
+            if not traced:
+                return []
+            n_out = 0
+    w = ctx.w.copy()
+    if n_out:
+        w[fwd_out] = fmed[fwd_out]
+    w[gc_ops] = 0.0
+    if n_out:
+        extra = ctx.w[fwd_out] - fmed[fwd_out]
+        ev = (
+            f"{n_out} forward passes stalled by +{1e3 * float(np.median(extra)):.1f} ms (median) on "
+            f"{len(np.unique(ctx.rank[fwd_out]))} ranks across {len(np.unique(ctx.step[fwd_out]))} steps while the "
+            "backward passes of the same microbatches ran normally"
+        )
+    else:
+        ev = f"traced garbage collections take {1e3 * gc_time:.1f} ms per step"
+    stalled = fwd_out if n_out else np.zeros(len(fwd_out), dtype=bool)
+    finding = Finding(
+        cause="gc",
+        workers=[ctx.worker_of[int(r)] for r in np.unique(ctx.rank[stalled])][:16],
+        steps=ctx.steps_of(stalled | gc_ops),
+        evidence=ev,
+        fix="enable planned GC: `laggard.mitigate.PlannedGC` (automatic GC off, collect on all ranks at the same step, "
+        "e.g. every 200 steps or adaptively; gc.freeze() after start-up)",
+    )
+    return [Candidate(finding=finding, weights=w)]

@@ -1,0 +1,99 @@
+"""``launch-delay``: untraced host time (``laggard.gaps``).
+
+Two signatures: ranks whose host ops take far more than their peers' (a slow data loader, Python
+overhead, CPU contention on their host), fixed by a what-if that gives their host ops the typical
+value of their position; and wall-clock steps longer than the replay (many gaps too small to be
+modelled one by one), which no what-if can fix and which is scored by the time it leaves out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx
+from laggard.diagnose.findings import Candidate, Finding
+from laggard.gaps import HOST_KIND
+
+
+def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
+    out: list[Candidate] = []
+    host = ctx.kind == HOST_KIND
+    if host.any():
+        out += _host_ranks(ctx, cfg, host)
+    fidelity = ctx.res.replay_fidelity
+    if fidelity >= cfg.threshold and ctx.T_meas > ctx.T:
+        out.append(_unmodelled(ctx, fidelity))
+    return out
+
+
+def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candidate]:
+    base = ctx.base
+    nsteps = max(len(base.graph.steps), 1)
+    ri = np.searchsorted(ctx.ranks, ctx.rank)
+    excess = np.bincount(ri[host], weights=(ctx.w - base.ideal)[host], minlength=len(ctx.ranks)) / nsteps
+    spent = np.bincount(ri[host], weights=ctx.w[host], minlength=len(ctx.ranks)) / nsteps
+    top = float(excess.max())
+    if top <= 0 or top < cfg.host_min_share * ctx.T_ideal:
+        return []
+    hot = np.flatnonzero(excess >= cfg.host_hot_share * top)
+    hot = hot[np.argsort(-excess[hot])][: cfg.host_max_ranks]
+    ranks = [int(ctx.ranks[i]) for i in hot]
+    on = host & np.isin(ctx.rank, ranks)
+    w = ctx.w.copy()
+    w[on] = base.ideal[on]
+    r0 = ranks[0]
+    mine = host & (ctx.rank == r0)
+    per_name = np.bincount(ctx.name[mine], weights=(ctx.w - base.ideal)[mine], minlength=len(ctx.names))
+    where = ctx.names[int(np.argmax(per_name))].removeprefix("host:")
+    peers = np.delete(spent, hot)
+    names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in ranks[:4])
+    sel = ",".join(f"rank={r}" for r in ranks) if len(ranks) == 1 else None
+    confirm = (f"; confirm with `laggard whatif TRACE --fix {sel},kind=host`" if sel
+               else "; confirm with `laggard whatif TRACE --fix rank=R,kind=host` for each")
+    finding = Finding(
+        cause="launch-delay",
+        workers=[ctx.worker_of[r] for r in ranks],
+        stages=sorted({ctx.worker_of[r]["stage"] for r in ranks}),
+        steps=ctx.steps_of(on & (ctx.w > base.ideal)),
+        evidence=(
+            f"{names}: {1e3 * spent[hot[0]]:.1f} ms per step of host time no traced op covers "
+            f"(median of the other ranks: {1e3 * float(np.median(peers)) if len(peers) else 0.0:.1f} ms), "
+            f"mostly before {where}"
+        ),
+        fix=(
+            f"find the host-side work on rank {r0} between its traced ops: a slow data loader (more workers, "
+            "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host" + confirm
+        ),
+    )
+    return [Candidate(finding=finding, weights=w)]
+
+
+def _unmodelled(ctx: Ctx, fidelity: float) -> Candidate:
+    base = ctx.base
+    g = base.graph
+    owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
+    ready = np.zeros(g.num_ops)
+    if len(owner):
+        np.maximum.at(ready, owner, base.end_s[g.dep_idx])
+    has_dep = np.diff(g.dep_ptr) > 0
+    gaps = np.where(has_dep & ~ctx.synced, np.maximum(base.start_s - ready, 0.0), 0.0)
+    per_rank = np.bincount(np.searchsorted(ctx.ranks, ctx.rank), weights=gaps, minlength=len(ctx.ranks))
+    per_type = np.bincount(ctx.name, weights=gaps, minlength=len(ctx.names))
+    nsteps = max(len(g.steps), 1)
+    worst = int(np.argmax(per_rank))
+    finding = Finding(
+        cause="launch-delay",
+        workers=[ctx.worker_of[int(ctx.ranks[worst])]],
+        evidence=(
+            f"steps take {ctx.T_meas:.4g} s on the wall clock but the replay of the traced ops takes {ctx.T:.4g} s "
+            f"({fidelity:.3f}x): many small untraced gaps, {1e3 * per_rank[worst] / nsteps:.1f} ms per step on rank "
+            f"{int(ctx.ranks[worst])}, mostly before {ctx.names[int(np.argmax(per_type))]}"
+        ),
+        fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
+        "profile the host, overlap data loading, use CUDA graphs",
+        score=min((ctx.T_meas - ctx.T) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0,
+        gain=fidelity,
+    )
+    finding.share = finding.score
+    return Candidate(finding=finding, weights=None)

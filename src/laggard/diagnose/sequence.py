@@ -1,0 +1,92 @@
+"""``sequence-imbalance``: microbatch times vary within a step, forward and backward of the same
+microbatch together (and follow the sum of squared sequence lengths when the trace has them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx
+from laggard.diagnose.findings import Candidate, Finding
+
+
+def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
+    fm = ctx.fwd & (ctx.mb >= 0)
+    bm = ctx.bwd & (ctx.mb >= 0)
+    if fm.sum() < cfg.seq_min_ops or bm.sum() < cfg.seq_min_ops:
+        return []
+    kf, kb = ctx.microbatch_keys(fm), ctx.microbatch_keys(bm)
+    common, i_f, i_b = np.intersect1d(kf, kb, return_indices=True)
+    if len(common) < cfg.seq_min_ops:
+        return []
+    f = ctx.w[fm][i_f]
+    b = ctx.w[bm][i_b]
+    rs = common // (int(ctx.mb.max()) + 2)  # (rank, step)
+    _, inv = np.unique(rs, return_inverse=True)
+    cnt = np.bincount(inv)
+    fmean = (np.bincount(inv, weights=f) / cnt)[inv]
+    bmean = (np.bincount(inv, weights=b) / cnt)[inv]
+    rf, rb = f / np.maximum(fmean, 1e-12) - 1, b / np.maximum(bmean, 1e-12) - 1
+    spread = float(np.std(rf))
+    if spread < cfg.seq_spread or np.std(rb) == 0 or np.std(rf) == 0:
+        return []
+    corr = float(np.corrcoef(rf, rb)[0, 1])
+    if corr < cfg.seq_corr:
+        return []
+    evidence = (
+        f"microbatch times vary within steps (spread {100 * spread:.0f}%), forward and backward of the same "
+        f"microbatch together (correlation {corr:.2f})"
+    )
+    fit = fit_seq_cost(ctx, fm)
+    if fit is not None:
+        evidence += f"; forward time follows a*sum(len^2) + b*sum(len) (R^2={fit:.2f})"
+    # balanced: every microbatch of a stage costs the step's mean
+    comp = ctx.fwd | ctx.bwd
+    ref, ok = ctx.group_mean(comp, [ctx.step, ctx.pp, ctx.name])
+    w = ctx.w.copy()
+    sel = comp & ok
+    w[sel] = ref[sel]
+    hot_steps = np.unique(ctx.step[fm][np.abs(ctx.w[fm] / np.maximum(ref[fm], 1e-12) - 1) > 2 * spread])
+    finding = Finding(
+        cause="sequence-imbalance",
+        steps=[int(ctx.base.graph.steps[s]) for s in hot_steps[:12]],
+        evidence=evidence,
+        fix=(
+            "balance sequences across microbatches and DP ranks by attention cost: "
+            "`laggard.mitigate.balance(lengths, num_bins, method='wlb')` (with `laggard fit-cost TRACE` for the cost model)"
+        ),
+    )
+    return [Candidate(finding=finding, weights=w)]
+
+
+def fit_seq_cost(ctx: Ctx, fm: np.ndarray) -> float | None:
+    """R^2 of forward time against a*sum(len^2) + b*sum(len) + c (None without sequence lengths)."""
+    from laggard.ops import to_numpy, valid_mask
+
+    col = ctx.base.job.table.column("seq_lens")
+    if col.null_count == len(col):
+        return None
+    lens = col.combine_chunks()
+    valid = valid_mask(lens)
+    rows = np.flatnonzero(fm & valid)
+    if len(rows) < 8:
+        return None
+    offsets = to_numpy(lens.offsets).astype(np.int64)
+    values = to_numpy(lens.values).astype(np.float64)
+    starts, ends = offsets[rows], offsets[rows + 1]
+    owner = np.repeat(np.arange(len(rows)), ends - starts)
+    idx = np.repeat(starts - np.concatenate([[0], np.cumsum(ends - starts)[:-1]]), ends - starts) + np.arange(
+        int((ends - starts).sum()))
+    sq = np.bincount(owner, weights=values[idx] ** 2, minlength=len(rows))
+    lin = np.bincount(owner, weights=values[idx], minlength=len(rows))
+    y = ctx.w[rows]
+    # per-stage scale: fit y / stage mean against normalised features
+    pp = ctx.pp[rows]
+    smean = (np.bincount(pp, weights=y) / np.maximum(np.bincount(pp), 1))[pp]
+    y = y / np.maximum(smean, 1e-12)
+    X = np.stack([sq / max(sq.mean(), 1e-12), lin / max(lin.mean(), 1e-12), np.ones(len(rows))], axis=1)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    pred = X @ coef
+    ss_res = float(((y - pred) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else None

@@ -1,0 +1,97 @@
+"""``stage-imbalance``: one stage's row of the DP x PP heatmap is hot, or its compute is well over
+what the other stages' workers do (often the last stage: the loss/logits layer). A noisier worker of
+the row must not hide it; it becomes a worker finding of its own (``laggard.diagnose.worker``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx
+from laggard.diagnose.findings import Candidate, Finding
+
+
+def hot_workers(ctx: Ctx, cfg: DiagnoseConfig) -> set[int]:
+    """Workers whose S_w excess is at least ``hot_of_top`` of the top one (none on a flat heatmap)."""
+    excess = {w["rank"]: w["slowdown"] - 1.0 for w in ctx.res.by_worker}
+    top = max(excess.values())
+    if top < (cfg.threshold - 1.0) * 0.5:
+        return set()
+    return {r for r, e in excess.items() if e >= cfg.hot_of_top * top}
+
+
+def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[int]:
+    """Rows of the heatmap that are hot (most workers hot in S_w) or heavy (most workers compute
+    ``heavy_row_ratio`` x the other stages' median worker)."""
+    if ctx.num_dp <= 1:  # one worker per stage: a heavy stage and a slow worker look the same
+        return []
+    hot = hot_workers(ctx, cfg)
+    by_stage: dict[int, list[int]] = {}
+    for r, w in ctx.worker_of.items():
+        by_stage.setdefault(w["stage"], []).append(r)
+    out = []
+    for s, rs in by_stage.items():
+        others = [load[r] for r in load if ctx.worker_of[r]["stage"] != s]
+        ref = float(np.median(others)) if others else 0.0
+        heavy = sum(ref > 0 and load[r] >= cfg.heavy_row_ratio * ref for r in rs)
+        num_hot = sum(r in hot for r in rs)
+        if heavy > cfg.row_majority * len(rs) or num_hot > cfg.row_majority * len(rs):
+            out.append(s)
+    return out
+
+
+def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: list[int]) -> list[Candidate]:
+    res = ctx.res
+    out: list[Candidate] = []
+    if ctx.num_pp <= 1:
+        return out
+    stage_ex = {s: v - 1.0 for s, v in res.by_stage.items()}
+    per_stage = np.bincount(ctx.pp[ctx.compute], weights=ctx.w[ctx.compute], minlength=ctx.num_pp)
+    # per-stage compute per worker (DP replicas may differ in number only on broken traces)
+    workers_per_stage = np.maximum(np.bincount([w["stage"] for w in ctx.worker_of.values()], minlength=ctx.num_pp), 1)
+    per_worker = per_stage / workers_per_stage
+    for s in heavy_stages(ctx, cfg, load):
+        others = float(np.median(np.delete(per_worker, s)))
+        ratio = per_worker[s] / max(others, 1e-12)
+        if ratio < cfg.stage_compute_min:
+            continue  # its compute is not heavier than the others'
+        if ratio < cfg.heavy_row_ratio:
+            # hot in the heatmap but only a little heavier: its S_stage must stand out too
+            others_ex = [v for k, v in stage_ex.items() if k != s]
+            if stage_ex[s] <= 0 or stage_ex[s] < 0.5 * max(stage_ex.values()):
+                continue
+            if others_ex and stage_ex[s] < cfg.stage_vs_median * max(float(np.median(others_ex)), 0.0):
+                continue  # every stage is hot: not one stage's problem
+        rs = sorted(r for r, w in ctx.worker_of.items() if w["stage"] == s)
+        on = (ctx.pp == s) & ctx.compute
+        # the fix moves the stage's work to the other stages' level, op type by op type, and leaves
+        # what a slow worker of the stage adds on top of its peers (that is the worker finding's)
+        ref, ok = ctx.group_mean(ctx.compute & (ctx.pp != s), [ctx.name])
+        if not ok[on].any():
+            continue
+        row_ref = on & ~np.isin(ctx.rank, slow_workers)
+        mine, mine_ok = ctx.group_mean(row_ref if row_ref.any() else on, [ctx.name])
+        sel = on & ok & mine_ok & (mine > 0)
+        w = ctx.w.copy()
+        w[sel] = ctx.w[sel] * (ref[sel] / mine[sel])
+        w[on & ok & ~sel] = ref[on & ok & ~sel]
+        share = 1.0 - float(per_worker.mean()) / per_worker[s] if per_worker[s] > 0 else 0.0
+        ref_load = float(np.median([load[r] for r in load if ctx.worker_of[r]["stage"] != s]))
+        num_heavy = sum(load[r] >= cfg.heavy_row_ratio * ref_load for r in rs)
+        f = Finding(
+            cause="stage-imbalance",
+            stages=[int(s)],
+            workers=[ctx.worker_of[r] for r in rs][:16],
+            evidence=(
+                f"stage {s} sets the pace: S_stage={res.by_stage[s]:.3f} vs {np.median(list(res.by_stage.values())):.3f} "
+                f"(median); its compute is {ratio:.2f}x the other stages'; {num_heavy} of its "
+                f"{len(rs)} DP replicas compute over {cfg.heavy_row_ratio:.2f}x what the other stages' workers do"
+            ),
+            fix=(
+                f"rebalance the pipeline: move about {100 * max(share, 0):.0f}% of stage {s}'s compute "
+                f"({'the loss/logits layer' if s == ctx.num_pp - 1 else 'some layers'}) to other stages; "
+                f"`laggard partition TRACE --stages {ctx.num_pp}` proposes the split"
+            ),
+        )
+        out.append(Candidate(finding=f, weights=w))
+    return out
