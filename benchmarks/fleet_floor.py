@@ -5,8 +5,8 @@ from __future__ import annotations
 
 
 def analyze_to_json(args: tuple[str, str]) -> None:
+    from laggard.analysis import analyze
     from laggard.io import load_job
     from laggard.report.jsonout import write_json
-    from laggard.analysis import analyze
 
     write_json(analyze(load_job(args[0])), args[1])

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from laggard.analysis import analyze
 from laggard.errors import LaggardWarning
 from laggard.gaps import GapConfig, insert_host_gaps
 from laggard.ops import Job, JobMeta, make_table
-from laggard.analysis import analyze
 from tests.conftest import run_cli
 
 HERE = Path(__file__).parent

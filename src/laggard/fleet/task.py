@@ -63,10 +63,10 @@ def run_job(spec: JobSpec, cfg: FleetConfig) -> JobResult:
 
 
 def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
+    from laggard.analysis import analyze
     from laggard.io import load_job
     from laggard.report.html import replay_error
     from laggard.report.jsonout import dumps
-    from laggard.analysis import analyze
 
     with _local_copy(spec) as local:
         job = load_job(local, fmt=spec.fmt)
