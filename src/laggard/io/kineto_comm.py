@@ -81,7 +81,8 @@ def select_collectives(
 
 def read_collectives(
     ev: RankEvents, coll: np.ndarray, *, backend: str, source: str, device: str, holder: np.ndarray,
-    rpc: np.ndarray, pg_config: list[dict[str, Any]], warns: list[str],
+    rpc: np.ndarray, pg_config: list[dict[str, Any]], warns: list[str], c10d: np.ndarray | None = None,
+    c10d_holder: np.ndarray | None = None, rank: int | None = None,
 ) -> Collectives:
     """Each collective's metadata: its own, else that of the ``record_param_comms`` call holding its
     launch (``holder``: index into ``rpc``, -1 none)."""
@@ -96,6 +97,8 @@ def read_collectives(
     unpaired_p2p = 0
     meta, rpc_l = ev.meta, rpc.tolist()
     type_of_name: dict[int, str] = {}  # name code -> collective type read from the name
+    c10d_l = c10d.tolist() if c10d is not None else []
+    c10d_h = c10d_holder.tolist() if c10d_holder is not None else [-1] * num_coll
     for i, (e, h, code) in enumerate(zip(coll.tolist(), holder.tolist(), nm[coll].tolist(), strict=True)):
         # one iteration per collective, not per event: its metadata, else its launcher's
         own = meta.get(e)
@@ -118,6 +121,8 @@ def read_collectives(
         grp = pg
         if ctype in ("send", "recv"):
             src, dst = m.get("src"), m.get("dst")
+            if not (isinstance(src, int) and isinstance(dst, int)) and c10d_h[i] >= 0 and rank is not None:
+                src, dst = _c10d_ends(meta.get(c10d_l[c10d_h[i]], _NO_META), ctype, rank, group_info[pg]["ranks"])
             if isinstance(src, int) and isinstance(dst, int) and src >= 0 and dst >= 0:
                 grp = f"p2p:{src}>{dst}"
                 c_kind[i] = KIND_SEND if ctype == "send" else KIND_RECV
@@ -146,6 +151,18 @@ def read_collectives(
         peer=np.array(c_peer, np.int64), kind=np.array(c_kind, np.int8), group_info=group_info,
         source=source if num_coll else "",
     )
+
+
+def _c10d_ends(m: dict[str, Any], ctype: str, rank: int, pg_ranks: list[int] | None) -> tuple[int | None, int | None]:
+    """(src, dst) global ranks of a p2p transfer from its c10d call's peer (a rank in its group)."""
+    peer = m.get("c10d_peer")
+    if peer is None:
+        return None, None
+    if pg_ranks:  # the peer is numbered within the group
+        if peer >= len(pg_ranks):
+            return None, None
+        peer = int(pg_ranks[peer])
+    return (rank, peer) if ctype == "send" else (peer, rank)
 
 
 def _type_from_name(raw: str, device: str) -> str:

@@ -113,6 +113,24 @@ def _containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.
     return out
 
 
+def _preceding(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.ndarray) -> np.ndarray:
+    """For each query (thread, time): the index of the latest candidate on that thread starting at
+    or before the time; -1 if none."""
+    out = np.full(len(t_q), -1, np.int64)
+    if len(lo_c) == 0 or len(t_q) == 0:
+        return out
+    for tid in np.unique(tid_q):
+        cand = np.flatnonzero(tid_c == tid)
+        if len(cand) == 0:
+            continue
+        cand = cand[np.argsort(lo_c[cand], kind="stable")]
+        q = np.flatnonzero(tid_q == tid)
+        j = np.searchsorted(lo_c[cand], t_q[q], side="right") - 1
+        ok = j >= 0
+        out[q[ok]] = cand[j[ok]]
+    return out
+
+
 def decode_rank(path: str) -> RankOps:
     """Decode one trace file into its rank's ops, in this process."""
     from laggard.io.kineto_events import decode_file
@@ -159,6 +177,7 @@ def _labels(ev: RankEvents) -> _Labels:
             "gloo": by_name(lambda s: s.startswith("gloo:")),
             "nccl_cpu": by_name(lambda s: s.startswith("nccl:")),
             "rpc": by_name(lambda s: s == "record_param_comms"),
+            "c10d_p2p": by_name(lambda s: s.startswith(("c10d::send", "c10d::recv"))),
             # events that are neither work nor a collective on a thread (they wrap the real ops)
             "wrapper": by_name(lambda s: bool(_STEP.match(s)) or s.startswith(("PyTorch Profiler", "c10d::", "nccl:", "gloo:"))
                                or s == "record_param_comms"),
@@ -222,7 +241,7 @@ def _launcher_steps(ev: RankEvents, lb: _Labels, g: np.ndarray, step: np.ndarray
 
 
 def _collectives(ev: RankEvents, lb: _Labels, es: _EventSteps, *, device: str, cpu: np.ndarray, gpu: np.ndarray,
-                 pg_config: list[dict[str, Any]], warns: list[str]) -> Collectives:
+                 pg_config: list[dict[str, Any]], rank: int | None, warns: list[str]) -> Collectives:
     coll, backend, source = select_collectives(ev, device=device, cpu=cpu, gpu=gpu, is_name=lb.is_name)
     rpc = np.flatnonzero(lb.is_name["rpc"][ev.name] & cpu)
     if device == "gpu":
@@ -233,8 +252,11 @@ def _collectives(ev: RankEvents, lb: _Labels, es: _EventSteps, *, device: str, c
     # metadata: the event's own, else the record_param_comms call holding its launch
     holder = _containing(q_tid, np.nan_to_num(q_ts, nan=-np.inf), ev.tid[rpc], ev.ts_us[rpc],
                          ev.ts_us[rpc] + ev.dur_us[rpc])
+    # gloo p2p: the c10d::send / c10d::recv_ call just before the transfer on its thread names the peer
+    c10d = np.flatnonzero(lb.is_name["c10d_p2p"][ev.name] & cpu)
+    c10d_holder = _preceding(q_tid, np.nan_to_num(q_ts, nan=-np.inf), ev.tid[c10d], ev.ts_us[c10d])
     return read_collectives(ev, coll, backend=backend, source=source, device=device, holder=holder, rpc=rpc,
-                            pg_config=pg_config, warns=warns)
+                            pg_config=pg_config, warns=warns, c10d=c10d, c10d_holder=c10d_holder, rank=rank)
 
 
 def build_rank(ev: RankEvents) -> RankOps:
@@ -246,7 +268,8 @@ def build_rank(ev: RankEvents) -> RankOps:
     device = "gpu" if gpu.any() else "cpu"
     es = _event_steps(ev, lb, cpu, gpu, warns)
     pg_config = [p for p in (info.get("pg_config") or []) if isinstance(p, dict)]
-    co = _collectives(ev, lb, es, device=device, cpu=cpu, gpu=gpu, pg_config=pg_config, warns=warns)
+    rank = info.get("rank") if isinstance(info.get("rank"), int) else None
+    co = _collectives(ev, lb, es, device=device, cpu=cpu, gpu=gpu, pg_config=pg_config, rank=rank, warns=warns)
     unit, u_key, c_key = work_units(ev, device=device, cpu=cpu, gpu=gpu, is_wrapper=lb.is_name["wrapper"],
                                     is_nccl_kernel=lb.is_name["nccl_kernel"], coll=co.idx)
     # only what lies in a step window
