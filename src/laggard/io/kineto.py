@@ -321,7 +321,7 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
     order = np.argsort(dst, kind="stable")
     fields = {}
     for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "group", "meta_seq", "size_bytes", "peer",
-              "has_deps"):
+              "has_deps", "phase"):
         fields[f] = getattr(r, f)[keep]
     out = RankOps(**{**{k: getattr(r, k) for k in r.__slots__ if k not in fields}, **fields,
                      "dep_ptr": ptr, "dep_idx": src[order]})  # type: ignore[attr-defined]
@@ -351,6 +351,8 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
         return (cat(parts) if parts else np.zeros(0, np.int64)), list(labels)
 
     name_c, names = relabel("name", "names")
+    if layout.pp_size > 1:
+        name_c, names = _phase_names(name_c, names, cat([r.phase for r in ranks]))
     stream_c, streams = relabel("stream", "streams")
     group_c, groups = relabel("group", "groups")
     step = cat([r.step for r in ranks])
@@ -503,6 +505,30 @@ def _job_name(files: list[Path]) -> str:
         return files[0].name.removesuffix(".gz").removesuffix(".json")
     parent = files[0].parent
     return parent.name or "kineto"
+
+
+def _phase_names(name_c: np.ndarray, names: list[str], phase: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Pipeline layouts: compute segments are named by their training phase and lane
+    (``cpu-forward``, ``gpu-backward``, ...), not by their position among the step's collectives,
+    which differs from stage to stage: the same phase on every stage is one op type, idealised
+    to its mean over all stages (as the tracer's ``forward-compute`` is), so stage imbalance shows."""
+    from laggard.io.kineto_segments import PHASES
+
+    lane = [n.split("-compute#", 1)[0] if "-compute#" in n else None for n in names]
+    out = list(names)
+    lut: dict[str, int] = {n: i for i, n in enumerate(out)}
+    new_c = name_c.copy()
+    for k in range(1, len(PHASES)):
+        rows = np.flatnonzero(phase == k)
+        for code in np.unique(name_c[rows]).tolist():
+            if lane[code] is None:
+                continue
+            label = f"{lane[code]}-{PHASES[k]}"
+            if label not in lut:
+                lut[label] = len(out)
+                out.append(label)
+            new_c[rows[name_c[rows] == code]] = lut[label]
+    return new_c, out
 
 
 def _split_by_size(o, g, label, group_c, groups, seq, step, size_b, matched_by) -> None:

@@ -23,7 +23,15 @@ import numpy as np
 
 from laggard.io.kineto_comm import NCCL_KERNEL, Collectives, coll_type, read_collectives, select_collectives
 from laggard.io.kineto_events import RankEvents
-from laggard.io.kineto_segments import Segments, Streams, cut_segments, stream_label, streams, work_units
+from laggard.io.kineto_segments import (
+    Segments,
+    Streams,
+    cut_segments,
+    stream_label,
+    streams,
+    unit_phases,
+    work_units,
+)
 
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 _CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "overhead"})
@@ -62,6 +70,7 @@ class RankOps:
     dep_ptr: np.ndarray  # CSR of explicit dependencies (local op indices); rows empty = default
     dep_idx: np.ndarray
     has_deps: np.ndarray  # bool
+    phase: np.ndarray  # int8 code into kineto_segments.PHASES (compute ops; 0 for collectives)
     group_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     coll_source: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -285,7 +294,7 @@ def build_rank(ev: RankEvents) -> RankOps:
         st_ev = np.flatnonzero(cpu & (lb.step_of_name[ev.name] >= 0))
         main_tid = int(np.bincount(ev.tid[st_ev]).argmax()) if len(st_ev) else None
     st = streams(ev, unit, u_key, c_key, device=device, main_tid=main_tid)
-    seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device)
+    seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=unit_phases(ev.names)[ev.name[unit]])
     return _assemble(ev, info, device, pg_config, co, c_step, st, seg, warns)
 
 
@@ -343,6 +352,7 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
         dep_ptr=dep_ptr,
         dep_idx=dep_idx,
         has_deps=np.ones(n_ops, bool),
+        phase=np.concatenate([seg.phase, np.zeros(len(coll), np.int8)]).astype(np.int8),
         group_info=co.group_info,
         coll_source=co.source,
         warnings=warns,

@@ -22,6 +22,21 @@ _WAIT_TOL_NS = 100_000
 _WAIT_SHARE = 0.25
 _COMM_STREAM = 2**40  # stream key offset of a CPU thread's collectives (beside its compute)
 _PID_MUL = 1_000_003  # GPU stream key: pid * _PID_MUL + tid
+# what a segment mostly does, read from its units' names: the training phase (pipeline layouts
+# name segments by it, so the same phase on different stages is one op type, as in the tracer)
+PHASES = ("", "forward", "backward", "optimizer")
+
+
+def unit_phases(names: list[str]) -> np.ndarray:
+    """Per event name (plus a trailing 'none'): 2 backward (autograd engine, *Backward kernels),
+    3 optimizer (``Optimizer.step#...``), 1 forward (any other op), as int8 codes into PHASES."""
+    def phase(s: str) -> int:
+        if s.startswith("autograd::engine") or "Backward" in s or "backward" in s:
+            return 2
+        if s.startswith(("Optimizer.", "optimizer")):
+            return 3
+        return 1
+    return np.array([phase(s) for s in names] + [0], dtype=np.int8)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -44,6 +59,7 @@ class Segments:
     step: np.ndarray
     start_us: np.ndarray
     dur_us: np.ndarray
+    phase: np.ndarray  # int8 code into PHASES: what most of the segment's busy time is
     launched: np.ndarray  # collectives of the step launched before the segment
     finished: np.ndarray  # ... and finished before it
     launch_dst: np.ndarray  # collective index <- segment index (the collective's launch)
@@ -102,7 +118,7 @@ def stream_label(ev: RankEvents, key: int, device: str) -> str:
 
 
 def cut_segments(ev: RankEvents, st: Streams, u_step: np.ndarray, coll: np.ndarray, c_step: np.ndarray, *,
-                 device: str) -> Segments:
+                 device: str, u_phase: np.ndarray) -> Segments:
     """Cut every compute stream at each collective's launch and end (see the module docstring)."""
     ts, dur = ev.ts_us, ev.dur_us
     unit = st.unit
@@ -117,23 +133,24 @@ def cut_segments(ev: RankEvents, st: Streams, u_step: np.ndarray, coll: np.ndarr
         if not len(us):
             continue
         part, link = _cut_stream(u_start[us], u_end[us], u_step[us], c_start, c_end, c_step, s, num_seg,
-                                 gpu=device == "gpu")
+                                 gpu=device == "gpu", phase=u_phase[us])
         parts.append(part)
         links.append(link)
         num_seg += len(part[0])
     if parts:
-        sid, step, start, d, launched, finished = (np.concatenate(x) for x in zip(*parts, strict=True))
+        sid, step, start, d, launched, finished, phase = (np.concatenate(x) for x in zip(*parts, strict=True))
         ld, ls, wd, ws = (np.concatenate(x) for x in zip(*links, strict=True))
     else:
-        sid = step = launched = finished = np.zeros(0, np.int64)
+        sid = step = launched = finished = phase = np.zeros(0, np.int64)
         start = d = np.zeros(0)
         ld = ls = wd = ws = np.zeros(0, np.int64)
     return Segments(sid=sid, step=step, start_us=start, dur_us=d, launched=launched, finished=finished,
+                    phase=phase.astype(np.int8),
                     launch_dst=ld, launch_src=ls, wait_dst=wd, wait_src=ws)
 
 
 def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndarray, c_end: np.ndarray,
-                c_step: np.ndarray, s: int, num_seg: int, *, gpu: bool
+                c_step: np.ndarray, s: int, num_seg: int, *, gpu: bool, phase: np.ndarray
                 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """One stream's units (sorted by step, start) -> its segments and links (global segment ids)."""
     n = len(st)
@@ -173,7 +190,10 @@ def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndar
     fs = st[first]
     seg_busy = np.add.reduceat(en - st, first)
     seg_span = np.maximum.reduceat(en, first) - fs
-    part = (np.full(len(first), s), sp[first], fs, seg_busy if gpu else seg_span, launched, finished)
+    # the phase holding most of the segment's busy time
+    busy = np.stack([np.add.reduceat((en - st) * (phase == k), first) for k in range(len(PHASES))], axis=1)
+    part = (np.full(len(first), s), sp[first], fs, seg_busy if gpu else seg_span, launched, finished,
+            np.argmax(busy, axis=1))
     return part, link
 
 
