@@ -287,13 +287,16 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
                                 **_mitigation_meta(cfg)},
                     enabled=cfg.trace_dir is not None, record_every=cfg.record_every)
     step_s, cpu_s, loss_value = [], [], None
-    with tracer:  # closes (flushes) the trace however the loop ends
+    prof = _profiler(cfg, rank)
+    with tracer, prof:  # closes (flushes) the trace however the loop ends
         for step in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
             t0, c0 = time.perf_counter(), time.thread_time()
             with tracer.step(step):
                 loss_value = train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s)
                 if planned is not None:
                     planned.step()  # inside the step: the tracer puts the collection in it
+            if cfg.profiler_dir is not None:
+                prof.step()  # ends ProfilerStep#N: the profiler's step annotation
             step_s.append(time.perf_counter() - t0)
             cpu_s.append(time.thread_time() - c0)  # this thread's CPU time: what tracing would add to
             if report is not None:
@@ -302,6 +305,26 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
     if planned is not None:
         out["planned_gc"] = planned.summary()
     return out
+
+
+def _profiler(cfg, rank: int):
+    """--profiler DIR: the traced steps also run under torch.profiler (CPU activity, shapes recorded,
+    as a user profiling a gloo job would), written to DIR/rank{R}.json; else a no-op context."""
+    import contextlib
+
+    if cfg.profiler_dir is None:
+        return contextlib.nullcontext()
+    out = Path(cfg.profiler_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save(prof) -> None:
+        prof.export_chrome_trace(str(out / f"rank{rank}.json"))
+
+    # a schedule makes the profiler annotate each step (ProfilerStep#N); no warm-up of its own:
+    # the job's warm-up steps ran before it started
+    schedule = torch.profiler.schedule(wait=0, warmup=0, active=cfg.steps, repeat=1)
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                  schedule=schedule, on_trace_ready=save)
 
 
 def _mitigation_meta(cfg) -> dict:
@@ -433,11 +456,13 @@ if __name__ == "__main__":
     ap.add_argument("--planned-gc", default=None, help="mitigation: collect on all ranks every N steps, or 'adaptive'")
     ap.add_argument("--balance-sequences", action="store_true", help="mitigation: balance microbatches by cost")
     ap.add_argument("--layers-per-stage", default=None, help="mitigation: blocks per stage, e.g. 3,1")
+    ap.add_argument("--profiler", default=None, metavar="DIR",
+                    help="also run the traced steps under torch.profiler, writing DIR/rank{R}.json")
     a = ap.parse_args()
     gc_plan = None if a.planned_gc is None else a.planned_gc if a.planned_gc == "adaptive" else int(a.planned_gc)
     split = None if a.layers_per_stage is None else [int(x) for x in a.layers_per_stage.split(",")]
     res = run_job(JobConfig(dp=a.dp, pp=a.pp, steps=a.steps, injections=parse_injections(a.inject), trace_dir=a.out,
                             planned_gc=gc_plan, balance_sequences=a.balance_sequences, layers_per_stage=split,
-                            num_layers=sum(split) if split else 4),
+                            num_layers=sum(split) if split else 4, profiler_dir=a.profiler),
                   on_progress=lambda k, n, loss: print(f"step {k}/{n} loss {loss:.3f}" if loss else f"step {k}/{n}"))
     print(f"{'ok' if res.ok else 'failed: ' + str(res.failures)} in {res.wall_s:.1f} s; trace in {a.out}")

@@ -31,11 +31,19 @@ MetaOpt = Annotated[
     Path | None, typer.Option("--meta", help="NDTimeline metadata YAML (dp/pp/tp/vpp sizes); default: meta-*.yaml beside the trace.")
 ]
 
+LayoutOpt = Annotated[
+    str | None, typer.Option("--layout", help="Profiler traces: the parallel layout, e.g. dp=2,pp=2[,tp=T] (outermost dimension first, as ranks are numbered); default: inferred from the traces.")
+]
+RankMapOpt = Annotated[
+    Path | None, typer.Option("--rank-map", help="Profiler traces: a YAML/JSON file mapping each rank to {dp: D, pp: P[, tp: T]}.")
+]
 
-def _load(path: Path, fmt: str, meta: Path | None, steps: str | None = None):
+
+def _load(path: Path, fmt: str, meta: Path | None, steps: str | None = None, layout: str | None = None,
+          rank_map: Path | None = None):
     from laggard.io import load_job
 
-    return load_job(path, fmt=fmt, meta=meta, steps=steps)
+    return load_job(path, fmt=fmt, meta=meta, steps=steps, layout=layout, rank_map=rank_map)
 
 
 @app.command()
@@ -49,9 +57,11 @@ def analyze(
     steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
     healthy_threshold: Annotated[float, typer.Option("--healthy-threshold", help="Call the job healthy (no findings) below this slowdown.")] = 1.05,
+    layout: LayoutOpt = None,
+    rank_map: RankMapOpt = None,
 ) -> None:
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
-    job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps)  # type: ignore[arg-type]
+    job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
     from laggard.analysis import analyze as run_analysis  # after loading: see laggard.io.kineto.decode_all
     result = run_analysis(job, healthy_threshold=healthy_threshold)
     if json_out is not None:
@@ -74,7 +84,7 @@ def analyze(
 
 @app.command()
 def whatif(
-    path: Annotated[Path, typer.Argument(help="Trace: a native directory or an NDTimeline parquet file.")],
+    path: Annotated[Path, typer.Argument(help="Trace: a native directory, an NDTimeline parquet file, or a directory of PyTorch-profiler traces.")],
     fix: Annotated[list[str] | None, typer.Option("--fix", help="Idealise these ops: stage=3, dp=1, rank=17, worker=dp0:pp1, optype=forward-compute, step=12, all.")] = None,
     zero: Annotated[list[str] | None, typer.Option("--zero", help="Make these ops take no time: comm, compute, or any --fix selector.")] = None,
     scale: Annotated[list[str] | None, typer.Option("--scale", help="Scale measured durations: SELECTOR:FACTOR, e.g. stage=3:0.8.")] = None,
@@ -82,12 +92,14 @@ def whatif(
     meta: MetaOpt = None,
     steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file ('-' for stdout).")] = None,
+    layout: LayoutOpt = None,
+    rank_map: RankMapOpt = None,
 ) -> None:
     """Replay the job with a change of your own and print the new step time and speed-up."""
     from laggard.whatif_custom import custom_whatif, parse_changes
 
     changes = parse_changes(fix or [], zero or [], scale or [])
-    job = _load(path, fmt, meta, steps)
+    job = _load(path, fmt, meta, steps, layout, rank_map)
     res = custom_whatif(job, changes)
     if json_out is not None:
         from laggard.report.jsonout import dump_json
@@ -106,11 +118,13 @@ def convert(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the native trace (job.json + parquet) to.")],
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
+    layout: LayoutOpt = None,
+    rank_map: RankMapOpt = None,
 ) -> None:
     """Convert a trace to laggard's native format (job.json + Parquet op shards)."""
     from laggard.ops import write_native
 
-    job = _load(path, fmt, meta)
+    job = _load(path, fmt, meta, None, layout, rank_map)
     write_native(job, out)
     typer.echo(f"wrote {job.num_ops} ops to {out}")
 

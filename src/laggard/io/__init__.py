@@ -45,25 +45,29 @@ def detect_format(path: Path) -> str:
 
 
 def load_job(
-    path: str | Path | Sequence[str | Path], *, fmt: str = "auto", meta: str | Path | None = None, steps: str | None = None
+    path: str | Path | Sequence[str | Path], *, fmt: str = "auto", meta: str | Path | None = None, steps: str | None = None,
+    layout: str | None = None, rank_map: str | Path | None = None,
 ) -> Job:
     """Read a trace (``fmt``: auto, native, ndtimeline, kineto) and optionally keep only ``steps`` ("10-20,25").
 
     Kineto (PyTorch profiler) traces are one file per rank: ``path`` may be a directory, a glob
     or a list of files.
 
+    ``layout`` (``"dp=2,pp=2[,tp=T]"``, outermost dimension first) or ``rank_map`` (a YAML/JSON
+    file rank -> {dp, pp[, tp]}) give a profiler trace's parallel layout instead of inferring it.
+
     Warnings (what was skipped) are issued as ``LaggardWarning`` and kept in ``job.warnings``.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
         if isinstance(path, str | Path):
-            job = _load(Path(path), fmt, meta, steps)
+            job = _load(Path(path), fmt, meta, steps, layout, rank_map)
         elif len(path) == 1:
-            job = _load(Path(path[0]), fmt, meta, steps)
+            job = _load(Path(path[0]), fmt, meta, steps, layout, rank_map)
         else:
             if fmt not in ("auto", "kineto"):
                 raise LaggardError(f"several trace files are read only as Kineto traces, not {fmt!r}")
-            job = _load_kineto(list(path), meta, steps)
+            job = _load_kineto(list(path), meta, steps, layout, rank_map)
     for w in caught:
         if issubclass(w.category, LaggardWarning):
             job.warnings.append(str(w.message))
@@ -71,12 +75,13 @@ def load_job(
     return job
 
 
-def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None, steps: str | None) -> Job:
+def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None, steps: str | None,
+                 layout: str | None = None, rank_map: str | Path | None = None) -> Job:
     from laggard.io.kineto import read_kineto
 
     if meta is not None:
-        raise LaggardError("--meta is for NDTimeline traces; Kineto traces carry their layout in distributedInfo")
-    job = read_kineto(paths)
+        raise LaggardError("--meta is for NDTimeline traces; give a profiler trace's layout with --layout or --rank-map")
+    job = read_kineto(paths, layout=layout, rank_map=rank_map)
     if steps is not None:
         from laggard.ops import select_steps
 
@@ -84,17 +89,22 @@ def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None, st
     return job
 
 
-def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None) -> Job:
+def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None, layout: str | None = None,
+          rank_map: str | Path | None = None) -> Job:
     if fmt not in FORMATS:
         raise LaggardError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     if (fmt in ("auto", "kineto")) and _is_glob(p):
-        return _load_kineto(p, meta, steps)
+        return _load_kineto(p, meta, steps, layout, rank_map)
     if not p.exists():
         raise LaggardError(f"{p}: no such file or directory")
     if fmt == "auto":
         fmt = detect_format(p)
     if fmt == "kineto":
-        return _load_kineto(p, meta, steps)
+        return _load_kineto(p, meta, steps, layout, rank_map)
+    if layout is not None or rank_map is not None:
+        flag = "--layout" if layout is not None else "--rank-map"
+        raise LaggardError(f"{flag} is for PyTorch-profiler traces; a {fmt} trace carries its layout "
+                           + ("in its meta YAML (--meta)" if fmt == "ndtimeline" else "in job.json"))
     if fmt == "native":
         from laggard.io.native import read_native
 

@@ -15,7 +15,9 @@
    the same moment on all its ranks) and removed; ranks on one host (same ``host_name`` and
    ``baseTimeNanoseconds``) share one clock. The offsets are reported (``clock_offsets_s``).
 
-Data-parallel / FSDP jobs: each rank is one worker (``dp_rank = rank``, one pipeline stage).
+The parallel layout (each rank's DP rank, pipeline stage and TP rank) is inferred from the
+traces or given (``laggard.io.kineto_layout``); ProfilerStep numbers that differ between ranks are
+unified first (``laggard.io.kineto_steps``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from laggard.errors import LaggardError, LaggardWarning
 from laggard.io.kineto_rank import KIND_LABELS, RankOps, decode_rank, rank_ops
 
 if TYPE_CHECKING:
+    from laggard.io.kineto_layout import Layout
     from laggard.ops import Job
 
 _SUFFIXES = (".json", ".json.gz")
@@ -183,9 +186,17 @@ def _main_hidden() -> Iterator[None]:
 
 
 def read_kineto(
-    spec: str | Path | Sequence[str | Path], *, workers: int | None = None, align_clocks: bool = True
+    spec: str | Path | Sequence[str | Path], *, workers: int | None = None, align_clocks: bool = True,
+    layout: str | None = None, rank_map: str | Path | None = None,
 ) -> Job:
-    """Read per-rank Kineto traces into a job (see the module docstring)."""
+    """Read per-rank Kineto traces into a job (see the module docstring).
+
+    ``layout`` (``"dp=2,pp=2"``) or ``rank_map`` (a YAML/JSON file) give the parallel layout;
+    without them it is inferred from the traces (``laggard.io.kineto_layout``).
+    """
+    from laggard.io.kineto_layout import assign_peers, resolve_layout
+    from laggard.io.kineto_steps import unify_steps
+
     files = trace_files(spec)
     ranks = decode_all(files, workers=workers)
     for r in ranks:
@@ -193,9 +204,15 @@ def read_kineto(
             warnings.warn(w, LaggardWarning, stacklevel=2)
     _identify(ranks)
     ranks.sort(key=lambda r: int(r.rank))  # type: ignore[arg-type]
+    for w in unify_steps(ranks):
+        warnings.warn(w, LaggardWarning, stacklevel=2)
     _check_same_job(ranks)
+    lay, lay_warnings = resolve_layout(ranks, spec=layout, rank_map=rank_map)
+    for w in lay_warnings:
+        warnings.warn(w, LaggardWarning, stacklevel=2)
+    assign_peers(ranks, lay)
     ranks = _common_steps(ranks)
-    return _build_job(ranks, files, align_clocks=align_clocks)
+    return _build_job(ranks, files, align_clocks=align_clocks, layout=lay)
 
 
 # ---------------------------------------------------------------- ranks and jobs
@@ -304,7 +321,7 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
     order = np.argsort(dst, kind="stable")
     fields = {}
     for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "group", "meta_seq", "size_bytes", "peer",
-              "has_deps"):
+              "has_deps", "phase"):
         fields[f] = getattr(r, f)[keep]
     out = RankOps(**{**{k: getattr(r, k) for k in r.__slots__ if k not in fields}, **fields,
                      "dep_ptr": ptr, "dep_idx": src[order]})  # type: ignore[attr-defined]
@@ -314,7 +331,7 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
 # ---------------------------------------------------------------- the job
 
 
-def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -> Job:
+def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, layout: Layout) -> Job:
     from laggard.ops import Job, JobMeta, make_table
 
     sizes = np.array([len(r.step) for r in ranks], dtype=np.int64)
@@ -334,6 +351,8 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -
         return (cat(parts) if parts else np.zeros(0, np.int64)), list(labels)
 
     name_c, names = relabel("name", "names")
+    if layout.pp_size > 1:
+        name_c, names = _phase_names(name_c, names, cat([r.phase for r in ranks]))
     stream_c, streams = relabel("stream", "streams")
     group_c, groups = relabel("group", "groups")
     step = cat([r.step for r in ranks])
@@ -363,6 +382,7 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -
         first = np.maximum.accumulate(np.where(new, np.arange(len(o)), 0))
         seq[o] = np.arange(len(o)) - first
         matched_by[label] = "order in the step"
+        _split_by_size(o, g, label, group_c, groups, seq, step, size_b, matched_by)
     _check_matches(group_c, seq, step, name_c, names, groups, rank_of, coll)
 
     # -- clock alignment
@@ -392,9 +412,13 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -
         pa.array(offsets), pa.array(dep_vals[order].astype(np.int64)), mask=pa.array(mask) if mask.any() else None
     )
     size_arr = pa.array(size_b, mask=size_b < 0, type=pa.int64())
+    coord = np.array([layout.coords[int(r.rank)] for r in ranks], dtype=np.int32).reshape(-1, 3)  # type: ignore[arg-type]
+    coord_of = np.repeat(coord, sizes, axis=0)
     columns: dict[str, Any] = {
         "rank": rank_of.astype(np.int32),
-        "dp_rank": rank_of.astype(np.int32),
+        "dp_rank": coord_of[:, 0],
+        "pp_rank": coord_of[:, 1],
+        "tp_rank": coord_of[:, 2] if layout.tp_size > 1 else np.full(n, -1, np.int32),
         "step": step,
         "name": _dict_column(name_c, names, "name"),
         "kind": _dict_column(kind, list(KIND_LABELS), "kind"),
@@ -435,9 +459,12 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool) -
     meta = JobMeta(
         name=_job_name(files),
         world_size=len(ranks),
-        dp_size=len(ranks),
+        dp_size=layout.dp_size,
+        pp_size=layout.pp_size,
+        tp_size=layout.tp_size,
         source=f"kineto:{len(files)} file(s)",
         extra={
+            "layout": layout.to_json(),
             "clock_offsets_s": off_by_rank,
             "clock_domains": len(dom_labels),
             "declared_world_size": declared,
@@ -478,6 +505,53 @@ def _job_name(files: list[Path]) -> str:
         return files[0].name.removesuffix(".gz").removesuffix(".json")
     parent = files[0].parent
     return parent.name or "kineto"
+
+
+def _phase_names(name_c: np.ndarray, names: list[str], phase: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Pipeline layouts: compute segments are named by their training phase and lane
+    (``cpu-forward``, ``gpu-backward``, ...), not by their position among the step's collectives,
+    which differs from stage to stage: the same phase on every stage is one op type, idealised
+    to its mean over all stages (as the tracer's ``forward-compute`` is), so stage imbalance shows."""
+    from laggard.io.kineto_segments import PHASES
+
+    lane = [n.split("-compute#", 1)[0] if "-compute#" in n else None for n in names]
+    out = list(names)
+    lut: dict[str, int] = {n: i for i, n in enumerate(out)}
+    new_c = name_c.copy()
+    for k in range(1, len(PHASES)):
+        rows = np.flatnonzero(phase == k)
+        for code in np.unique(name_c[rows]).tolist():
+            if lane[code] is None:
+                continue
+            label = f"{lane[code]}-{PHASES[k]}"
+            if label not in lut:
+                lut[label] = len(out)
+                out.append(label)
+            new_c[rows[name_c[rows] == code]] = lut[label]
+    return new_c, out
+
+
+def _split_by_size(o, g, label, group_c, groups, seq, step, size_b, matched_by) -> None:
+    """Collectives matched by order whose participants disagree on the payload size are different
+    collectives (e.g. gloo events, which carry no process group, of the per-stage gradient
+    all-reduces): each size becomes its own group (``<group>|<size>B``)."""
+    known = o[size_b[o] >= 0]
+    if len(known) < 2:
+        return
+    key = np.stack([step[known], seq[known]], axis=1)
+    _, inv = np.unique(key, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    pairs = np.unique(np.stack([inv, size_b[known]], axis=1), axis=0)
+    mixed = np.flatnonzero(np.bincount(pairs[:, 0]) > 1)
+    if not len(mixed):
+        return
+    rows = known[np.isin(inv, mixed)]
+    for size in np.unique(size_b[rows]).tolist():
+        new_label = f"{label}|{size}B"
+        if new_label not in groups:
+            groups.append(new_label)
+            matched_by[new_label] = "order in the step and payload size"
+        group_c[rows[size_b[rows] == size]] = groups.index(new_label)
 
 
 def _check_matches(group_c, seq, step, name_c, names, groups, rank_of, coll) -> None:

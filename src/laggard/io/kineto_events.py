@@ -61,6 +61,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     # shapes (record_shapes=True): kept undecoded, read only for the few collective events
     in_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     in_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    # c10d::send / c10d::recv_ (record_shapes=True): (tensors, group, peer rank in the group, tag)
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
 
 
 _NO_ARGS = _Args()
@@ -130,7 +132,8 @@ _DEC_LOOSE_HEADER = msgspec.json.Decoder(_LooseHeader)
 _DEC_ANY = msgspec.json.Decoder()
 
 # names whose events carry the metadata build_rank reads: collectives and the calls launching them
-_META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms)", re.IGNORECASE)
+_META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms|c10d::(send|recv))", re.IGNORECASE)
+_C10D_P2P = re.compile(r"^c10d::(send|recv)")
 _COMPLETE = attrgetter("complete")
 _PH, _TS, _DUR, _CORR = (attrgetter(k) for k in ("ph", "ts", "dur", "args.corr"))
 _CAT, _NAME, _PID, _TID = (attrgetter(k) for k in ("cat", "name", "pid", "tid"))
@@ -253,7 +256,7 @@ class _Columns:
             self.num_checked = len(whats)
         if self.meta_codes:  # metadata of the few events that need it: a loop over those only
             for i in compress(count(), map(self.meta_codes.__contains__, what_codes)):
-                self.meta[start + i] = _meta(evs[i].args)
+                self.meta[start + i] = _meta(evs[i].args, evs[i].name)
 
     def finish(self, path: str, num_bytes: int, header: dict[str, Any]) -> RankEvents:
         whats, wheres = list(self.whats), list(self.wheres)
@@ -295,8 +298,13 @@ def dtype_bytes(name: str | None) -> int | None:
     return _DTYPE_BYTES.get(name.strip().lower().removeprefix("torch."))
 
 
-def _meta(a: _Args) -> dict[str, Any]:
+def _meta(a: _Args, name: str) -> dict[str, Any]:
     m: dict[str, Any] = {}
+    if _C10D_P2P.match(name):
+        peer = _c10d_peer(a.concrete)
+        if peer is not None:
+            m["c10d_peer"] = peer
+        return m
     if a.coll is not None:
         m["coll"] = a.coll
     if a.pg_name is not None:
@@ -334,6 +342,19 @@ def _meta(a: _Args) -> dict[str, Any]:
         if size is not None:
             m["size_bytes"] = size
     return m
+
+
+def _c10d_peer(raw: msgspec.Raw) -> int | None:
+    """The peer rank (within the call's process group) of a c10d::send / c10d::recv_ call."""
+    if not len(raw):
+        return None
+    try:
+        args = _DEC_ANY.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(args, list) and len(args) >= 3 and isinstance(args[2], str) and args[2].isdigit():
+        return int(args[2])
+    return None
 
 
 def _shape_bytes(dims_raw: msgspec.Raw, type_raw: msgspec.Raw) -> int | None:

@@ -47,6 +47,10 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
         + (f" vpp={m.vpp_size}" if m.vpp_size > 1 else "")
         + f"  {res.num_workers} workers, {len(res.steps)} steps, {res.num_ops:,} ops"
     )
+    layout = m.extra.get("layout")
+    if isinstance(layout, dict) and "how" in layout:  # profiler traces: the layout and where it comes from
+        dims = [f"dp {layout['dp']}", f"pp {layout['pp']}"] + ([f"tp {layout['tp']}"] if layout.get("tp", 1) > 1 else [])
+        con.print(f"layout: {' x '.join(dims)} ({layout['how']})", markup=False)
     style = _heat(res.slowdown)
     line = (
         f"straggler slowdown S = [{style}]{res.slowdown:.3f}[/]   waste {_pct(res.waste)}"

@@ -48,6 +48,7 @@ class JobConfig:
     trace_dir: str | None = None  # None: train without tracing
     flush_interval_s: float = 10.0
     record_every: int = 1  # trace one step in N (the others run untraced)
+    profiler_dir: str | None = None  # also run the traced steps under torch.profiler: rank{R}.json here
     timeout_s: float = 120.0  # a collective that waits longer fails (gloo timeout)
     crash_rank: int | None = None  # testing: this rank dies (os._exit) at the end of crash_step
     crash_step: int = 0
