@@ -6,6 +6,8 @@
   each task reads its jobs where it runs. Needs ``pip install 'laggard[ray]'``; nothing else does.
 * ``inline`` (``--workers 0``): in this process, one batch at a time (debugging, tiny fleets).
 
+On this machine (``local``, ``inline``) the process that analyses a batch also writes its JSON
+documents and rows (``writer.analyse_and_write``); a Ray task sends them back to the driver.
 ``map`` pulls batches lazily (a bounded number in flight), so memory does not grow with the fleet.
 A batch whose worker dies (out of memory, a crash in native code) is retried one job at a time;
 a job that kills its worker again becomes an error row.
@@ -23,10 +25,11 @@ from laggard.fleet.config import FleetConfig
 from laggard.fleet.discover import JobSpec
 from laggard.fleet.rows import error_row
 from laggard.fleet.task import JobResult, run_batch
+from laggard.fleet.writer import analyse_and_write
 
 ENGINES = ("local", "ray")
 # imported once in the fork server, so that no worker pays for them on its first job
-PRELOAD = ("laggard.fleet.task", "laggard.io", "laggard.io.native", "laggard.io.ndtimeline", "laggard.whatif",
+PRELOAD = ("laggard.fleet.task", "laggard.fleet.writer", "laggard.startup", "laggard.io", "laggard.io.native", "laggard.io.ndtimeline", "laggard.whatif",
            "laggard.diagnose", "laggard.arrivals", "laggard.report.html", "laggard.report.jsonout")
 DIED = "the worker process died analysing this job (out of memory, or a crash in native code)"
 
@@ -34,7 +37,9 @@ DIED = "the worker process died analysing this job (out of memory, or a crash in
 class Engine(Protocol):
     workers: int
 
-    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig) -> Iterator[list[JobResult]]: ...
+    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
+        """Results of each batch as it finishes; ``written`` ones are already in ``out_dir``."""
+        ...
 
     def close(self) -> None: ...
 
@@ -46,9 +51,9 @@ def _died(batch: list[JobSpec], why: str = DIED) -> list[JobResult]:
 class InlineEngine:
     workers = 1
 
-    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig) -> Iterator[list[JobResult]]:
+    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
         for b in batches:
-            yield run_batch(b, cfg)
+            yield analyse_and_write(b, cfg, out_dir)
 
     def close(self) -> None:
         pass
@@ -90,11 +95,13 @@ class LocalEngine:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
+        from laggard.startup import hide_pandas
+
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(list(PRELOAD))
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=hide_pandas)
 
-    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig) -> Iterator[list[JobResult]]:
+    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
         from concurrent.futures import FIRST_COMPLETED, wait
         from concurrent.futures.process import BrokenProcessPool
 
@@ -104,7 +111,7 @@ class LocalEngine:
         self._pool = self._pool or self._new_pool()
         while True:
             while len(inflight) < limit and (item := feeder.next()) is not None:
-                inflight[self._pool.submit(run_batch, item[0], cfg)] = item
+                inflight[self._pool.submit(analyse_and_write, item[0], cfg, out_dir)] = item
             if not inflight:
                 return
             done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
@@ -159,7 +166,7 @@ class RayEngine:
         # a task that dies with its worker is not retried by Ray: the engine retries job by job
         self._task = ray.remote(max_retries=0)(run_batch)
 
-    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig) -> Iterator[list[JobResult]]:
+    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
         ray = self._ray
         feeder = _Feeder(batches)
         limit = self.workers * cfg.inflight_per_worker

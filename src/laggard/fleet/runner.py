@@ -61,7 +61,7 @@ def run_fleet(
         batcher = Batcher(todo, cfg)
         finished = 0
         try:
-            for results in eng.map(batcher, cfg):
+            for results in eng.map(batcher, cfg, str(out)):
                 batcher.observe(results)
                 writer.write(results)
                 if first_row_s is None:
