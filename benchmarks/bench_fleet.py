@@ -38,7 +38,7 @@ def _fleet() -> Path:
 
 # the floor: a forkserver pool, one job per task, through `laggard analyze`'s CLI entry ("cli") or
 # the same calls as library functions ("lib", the strongest floor)
-_FLOOR = """
+_FLOOR = f"""
 import json, multiprocessing as mp, sys, time
 from laggard.startup import lean_process
 lean_process()
@@ -48,14 +48,14 @@ mode, jobs_file, out = sys.argv[1:4]
 jobs = open(jobs_file).read().split()
 if __name__ == "__main__":
     t0 = time.perf_counter()
-    with mp.get_context("forkserver").Pool({workers}, initializer=init) as pool:
+    with mp.get_context("forkserver").Pool({WORKERS}, initializer=init) as pool:
         if mode == "cli":
             argv = [["analyze", j, "--json", f"{{out}}/{{i}}.json", "--quiet"] for i, j in enumerate(jobs)]
             assert not any(pool.map(main, argv, chunksize=1))
         else:
             pool.map(analyze_to_json, [(j, f"{{out}}/{{i}}.json") for i, j in enumerate(jobs)], chunksize=1)
     print(json.dumps({{"wall_s": time.perf_counter() - t0, "rows": len(jobs)}}))
-""".format(workers=WORKERS)
+"""
 
 _DRIVER = """
 import json, sys, time

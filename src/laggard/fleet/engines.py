@@ -3,7 +3,10 @@
 * ``local`` (default): a process pool on this machine (forkserver: workers start from a clean
   process with the analysis stack imported once, not from a copy of a parent with threads).
 * ``ray``: one Ray task per batch, on a local Ray (started here) or a cluster (``--ray-address``);
-  each task reads its jobs where it runs. Needs ``pip install 'laggard[ray]'``; nothing else does.
+  each task reads its jobs where it runs. On a cluster the workers import laggard from the copy of
+  this package that Ray ships with the job (``runtime_env`` ``py_modules``); its dependencies
+  (numpy, pyarrow, PyYAML, orjson, fsspec) must be installed on the nodes. ``ship_code=False``
+  (``--no-ray-ship-code``) when the nodes' image has laggard installed. Needs ``pip install 'laggard[ray]'``; nothing else does.
 * ``inline`` (``--workers 0``): in this process, one batch at a time (debugging, tiny fleets).
 
 On this machine (``local``, ``inline``) the process that analyses a batch also writes its JSON
@@ -139,8 +142,18 @@ class LocalEngine:
             self._pool = None
 
 
+def ray_runtime_env(address: str | None, ship_code: bool) -> dict[str, Any] | None:
+    """The ``runtime_env`` that lets the workers import laggard: none on a Ray started here (its
+    workers run on this machine, with this environment), this package as ``py_modules`` on a cluster."""
+    if address is None or not ship_code:
+        return None
+    import laggard
+
+    return {"py_modules": [os.path.dirname(os.path.abspath(laggard.__file__))]}
+
+
 class RayEngine:
-    def __init__(self, workers: int, address: str | None) -> None:
+    def __init__(self, workers: int, address: str | None, *, ship_code: bool = True) -> None:
         try:
             import ray
         except ModuleNotFoundError:
@@ -155,6 +168,8 @@ class RayEngine:
                 kw["include_dashboard"] = False
                 if workers > 0:
                     kw["num_cpus"] = workers
+            if (env := ray_runtime_env(address, ship_code)) is not None:
+                kw["runtime_env"] = env
             try:
                 ray.init(address=address, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:
@@ -192,7 +207,7 @@ class RayEngine:
             self._ray.shutdown()
 
 
-def make_engine(name: str, *, workers: int | None, ray_address: str | None) -> Engine:
+def make_engine(name: str, *, workers: int | None, ray_address: str | None, ray_ship_code: bool = True) -> Engine:
     if name not in ENGINES:
         raise LaggardError(f"--engine {name!r}: choose from {', '.join(ENGINES)}")
     if workers is not None and workers < 0:
@@ -200,7 +215,7 @@ def make_engine(name: str, *, workers: int | None, ray_address: str | None) -> E
     if ray_address is not None and name != "ray":
         raise LaggardError("--ray-address is for --engine ray")
     if name == "ray":
-        return RayEngine(workers or 0, ray_address)
+        return RayEngine(workers or 0, ray_address, ship_code=ray_ship_code)
     if workers == 0:
         return InlineEngine()
     return LocalEngine(workers or os.cpu_count() or 1)
