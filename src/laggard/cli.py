@@ -152,6 +152,7 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("laggard.collectives.cli", "bench_app", "bench"),
     ("laggard.cli_mitigate", "register", None),  # outside the package: importing laggard.mitigate costs ~40 ms
     ("laggard.tracer.cli", "register", None),
+    ("laggard.monitor.cli", "app", "monitor"),
 )
 
 
