@@ -7,11 +7,16 @@ from dataclasses import dataclass
 
 @dataclass(kw_only=True, slots=True)
 class MonitorConfig:
-    # steps per analysis window: 10 steps average out per-op noise (a 1.1x worker shows as a
-    # steady S_w excess) while a new straggler fills half the window within 5 steps
-    window_steps: int = 10
-    # re-analyse a job after this many newly completed steps (1: every step, as steps complete)
-    refresh_every_steps: int = 1
+    # ... or after any newly completed step once no batch came for this long (a job that paused or
+    # ended gets its last steps analysed)
+    idle_refresh_s: float = 2.0
+    # steps per analysis window: 6 steps average out most per-op noise (a 1.10x worker shows as a
+    # steady S_w excess of ~2-5%) while a new straggler fills half the window within 3 steps
+    window_steps: int = 6
+    # re-analyse a job after this many newly completed steps: windows overlap by half, so one stall
+    # is in at most 2 windows and cannot alone satisfy a rule over 3 windows (see alerts.default_rules);
+    # measured on 1.10x workers vs heavy-tailed noise (benchmarks/bench_monitor.py)
+    refresh_every_steps: int = 3
     # weight of the newest window in a worker's chronic score (EWMA): 0.2 keeps ~5 windows of memory,
     # so a one-off stall fades within a window and a persistent lag dominates
     chronic_alpha: float = 0.2

@@ -31,6 +31,7 @@ class RankState:
     last_seen_s: float = 0.0
     last_op: dict[str, Any] | None = None
     num_ops: int = 0
+    last_add_s: float = 0.0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -77,7 +78,7 @@ class JobWindow:
         st = self.ranks.setdefault(rank, RankState())
         st.num_ops += table.num_rows
         self.num_ops += table.num_rows
-        st.last_seen_s = time.time() if now_s is None else now_s
+        st.last_seen_s = self.last_add_s = time.time() if now_s is None else now_s
         if max_step >= st.last_step:
             st.last_step = max_step
             steps = to_numpy(table.column("step"))
@@ -97,10 +98,6 @@ class JobWindow:
             return -1
         return min(s.last_step for s in self.ranks.values()) - 1
 
-    def due(self) -> bool:
-        c = self.complete_through()
-        return c >= 0 and c - self.analysed_through >= self.cfg.refresh_every_steps
-
     # ------------------------------------------------------------------ analysis side
     def window_table(self, last: int) -> pa.Table | None:
         first = last - self.cfg.window_steps + 1
@@ -119,12 +116,15 @@ class JobWindow:
                 parts.append(t.filter(pa.array(keep)))
         if not parts:
             return None
-        return pa.concat_tables(parts, promote_options="default")
+        # one chunk per column: the analysis reads dictionary codes chunk by chunk
+        return pa.concat_tables(parts, promote_options="default").unify_dictionaries().combine_chunks()
 
     def cut(self) -> tuple[int, pa.Table] | None:
         """The latest window's ops if steps completed since the last refresh (call under the job's lock)."""
         last = self.complete_through()
-        if last < 0 or last - self.analysed_through < self.cfg.refresh_every_steps:
+        new = last - self.analysed_through
+        idle = time.time() - self.last_add_s > self.cfg.idle_refresh_s
+        if last < 0 or new <= 0 or (new < self.cfg.refresh_every_steps and not idle):
             return None
         self.analysed_through = last
         table = self.window_table(last)

@@ -47,6 +47,9 @@ class JobConfig:
     injections: list[Injection] = field(default_factory=list)
     trace_dir: str | None = None  # None: train without tracing
     flush_interval_s: float = 10.0
+    monitor_url: str | None = None  # also stream the trace to this live-monitor collector
+    monitor_token: str | None = None
+    monitor_job: str | None = None  # the job id there (default: the job name)
     record_every: int = 1  # trace one step in N (the others run untraced)
     timeout_s: float = 120.0  # a collective that waits longer fails (gloo timeout)
     crash_rank: int | None = None  # testing: this rank dies (os._exit) at the end of crash_step
