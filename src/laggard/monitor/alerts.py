@@ -6,7 +6,8 @@ windows, and re-arms when it stops holding):
 - ``job_slowdown``: the job's S above ``threshold``;
 - ``worker_slowdown``: a worker's S_w above ``threshold`` (with ``relative``: S_w divided by the
   median worker's S_w, so noise every worker shares does not count, and the worker among the worst
-  3% that M_W fixes);
+  3% that M_W fixes), and its typical step's compute at least ``min_load_ratio`` times its stage
+  peers' (``laggard.monitor.window.load_ratios``: a one-off stall raises S_w, not the median step);
 - ``new_finding``: a diagnosis finding (cause + workers/stages) not seen before in this job;
 - ``hang``: ranks stopped reporting while others advance (``windows`` is ignored).
 """
@@ -36,29 +37,31 @@ class Rule:
     threshold: float = 0.0
     windows: int = 1
     relative: bool = False
+    min_load_ratio: float = 0.0  # worker_slowdown: also its typical compute/step this far above its stage peers
     enabled: bool = True
 
     @classmethod
     def from_json(cls, d: Any) -> Rule:
         if not isinstance(d, dict):
             raise LaggardError("a rule is a JSON object with id, type, threshold, windows")
-        unknown = set(d) - {"id", "type", "threshold", "windows", "relative", "enabled"}
+        unknown = set(d) - {"id", "type", "threshold", "windows", "relative", "min_load_ratio", "enabled"}
         if unknown:
             raise LaggardError(f"rule {d.get('id')!r}: unknown field(s) {sorted(unknown)}")
         if not isinstance(d.get("id"), str) or not d["id"]:
             raise LaggardError("rule: 'id' must be a non-empty string")
         if d.get("type") not in RULE_TYPES:
             raise LaggardError(f"rule {d['id']!r}: type must be one of {', '.join(RULE_TYPES)}, not {d.get('type')!r}")
-        th, k = d.get("threshold", 0.0), d.get("windows", 1)
-        if isinstance(th, bool) or not isinstance(th, int | float) or not np.isfinite(th):
-            raise LaggardError(f"rule {d['id']!r}: threshold must be a number")
+        th, k, lr = d.get("threshold", 0.0), d.get("windows", 1), d.get("min_load_ratio", 0.0)
+        for name, v in (("threshold", th), ("min_load_ratio", lr)):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
+                raise LaggardError(f"rule {d['id']!r}: {name} must be a number")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise LaggardError(f"rule {d['id']!r}: windows must be a positive integer")
         for b in ("relative", "enabled"):
             if not isinstance(d.get(b, False), bool):
                 raise LaggardError(f"rule {d['id']!r}: {b} must be true or false")
         return cls(id=d["id"], type=d["type"], threshold=float(th), windows=k, relative=d.get("relative", False),
-                   enabled=d.get("enabled", True))
+                   min_load_ratio=float(lr), enabled=d.get("enabled", True))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,9 +73,10 @@ def default_rules() -> list[Rule]:
     return [
         # clean noisy jobs sit at S ~1.03-1.06; 1.15 sustained over 3 windows is real straggling
         Rule(id="job-slow", type="job_slowdown", threshold=1.15, windows=3),
-        # a 1.10x worker shows S_w / median 1.02-1.07 (less on the first pipeline stage); a stall
-        # lifts one worker for at most 2 half-overlapping windows, so 3 in a row means a lasting lag
-        Rule(id="worker-slow", type="worker_slowdown", threshold=1.02, windows=3, relative=True),
+        # a 1.10x worker shows S_w / median 1.02-1.07 (less on the first pipeline stage) and a typical
+        # step's compute ~1.10x its stage peers'; a stall lifts S_w for up to 2 windows but not the
+        # median step (per-op noise puts clean load ratios within ~1.02), so 2 windows suffice
+        Rule(id="worker-slow", type="worker_slowdown", threshold=1.02, windows=2, relative=True, min_load_ratio=1.05),
         # findings come and go in noisy windows; one present for 6 windows (18 steps) is reported
         Rule(id="new-finding", type="new_finding", windows=6),
         Rule(id="hang", type="hang"),
@@ -108,8 +112,10 @@ class RuleState:
         return False
 
 
-def evaluate_window(rules: list[Rule], state: RuleState, job_id: str, doc: dict[str, Any]) -> list[Alert]:
-    """Alerts raised by one new window analysis of ``job_id`` (``doc``: the analysis JSON)."""
+def evaluate_window(rules: list[Rule], state: RuleState, job_id: str, doc: dict[str, Any],
+                    load_ratio: dict[int, float] | None = None) -> list[Alert]:
+    """Alerts raised by one new window analysis of ``job_id`` (``doc``: the analysis JSON;
+    ``load_ratio``: ``laggard.monitor.window.load_ratios`` of the same window)."""
     out: list[Alert] = []
     for rule in rules:
         if not rule.enabled:
@@ -120,7 +126,7 @@ def evaluate_window(rules: list[Rule], state: RuleState, job_id: str, doc: dict[
                 out.append(Alert(job=job_id, rule=rule.id, message=f"job {job_id}: slowdown {s:.3f} above "
                                  f"{rule.threshold:g} for {rule.windows} windows", detail={"slowdown": s}))
         elif rule.type == "worker_slowdown":
-            out.extend(_worker_alerts(rule, state, job_id, doc))
+            out.extend(_worker_alerts(rule, state, job_id, doc, load_ratio or {}))
         elif rule.type == "new_finding":
             present = set()
             for f in doc.get("findings", []):
@@ -137,7 +143,8 @@ def evaluate_window(rules: list[Rule], state: RuleState, job_id: str, doc: dict[
     return out
 
 
-def _worker_alerts(rule: Rule, state: RuleState, job_id: str, doc: dict[str, Any]) -> list[Alert]:
+def _worker_alerts(rule: Rule, state: RuleState, job_id: str, doc: dict[str, Any], loads: dict[int, float]
+                   ) -> list[Alert]:
     workers = [w for w in doc["by_worker"] if w["slowdown"] is not None]
     if not workers:
         return []
@@ -150,13 +157,15 @@ def _worker_alerts(rule: Rule, state: RuleState, job_id: str, doc: dict[str, Any
         # relative: also among the worst 3% of workers (the ones M_W fixes), so noise shared by many
         # workers or a second-rank wobble does not keep a counter going
         holds = score > rule.threshold and (not rule.relative or w["rank"] in worst)
+        # a worker without stage peers has no load ratio: S_w alone decides
+        holds = holds and loads.get(w["rank"], float("inf")) >= rule.min_load_ratio
         if state._tick(key, holds, rule.windows):
             what = "S_w / median" if rule.relative else "S_w"
             out.append(Alert(job=job_id, rule=rule.id,
                              message=f"job {job_id}: worker rank {w['rank']} (dp{w['dp_rank']}:pp{w['stage']}) {what} "
                                      f"{score:.3f} above {rule.threshold:g} for {rule.windows} windows",
                              detail={"rank": w["rank"], "dp_rank": w["dp_rank"], "stage": w["stage"],
-                                     "slowdown": w["slowdown"], "score": score}))
+                                     "slowdown": w["slowdown"], "score": score, "load_ratio": loads.get(w["rank"])}))
     return out
 
 

@@ -13,9 +13,8 @@ class MonitorConfig:
     # steps per analysis window: 6 steps average out most per-op noise (a 1.10x worker shows as a
     # steady S_w excess of ~2-5%) while a new straggler fills half the window within 3 steps
     window_steps: int = 6
-    # re-analyse a job after this many newly completed steps: windows overlap by half, so one stall
-    # is in at most 2 windows and cannot alone satisfy a rule over 3 windows (see alerts.default_rules);
-    # measured on 1.10x workers vs heavy-tailed noise (benchmarks/bench_monitor.py)
+    # re-analyse a job after this many newly completed steps: windows overlap by half (a step is in
+    # 2 windows); measured on 1.10x workers vs heavy-tailed noise (benchmarks/bench_monitor.py)
     refresh_every_steps: int = 3
     # weight of the newest window in a worker's chronic score (EWMA): 0.2 keeps ~5 windows of memory,
     # so a one-off stall fades within a window and a persistent lag dominates

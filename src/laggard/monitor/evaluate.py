@@ -23,7 +23,7 @@ from laggard.monitor.ingest import encode_batch
 from laggard.monitor.push import step_batches
 from laggard.monitor.service import Collector
 from laggard.monitor.store import Store
-from laggard.monitor.window import JobWindow, analyse_window
+from laggard.monitor.window import JobWindow, analyse_window, load_ratios
 from laggard.ops import Job, to_numpy
 
 
@@ -96,10 +96,11 @@ def feed_windows(job: Job, cfg: MonitorConfig | None = None, rules: list[Rule] |
             continue
         t0 = time.perf_counter()
         doc, err = analyse_window(cut[1], win.meta)
+        loads = load_ratios(cut[1])
         refresh_s.append(time.perf_counter() - t0)
-        win.apply(cut[0], doc, err, refresh_s[-1])
+        win.apply(cut[0], doc, err, refresh_s[-1], loads)
         if doc is not None:
-            alerts += [(s, a.rule, a.detail) for a in evaluate_window(rules, state, win.job_id, doc)]
+            alerts += [(s, a.rule, a.detail) for a in evaluate_window(rules, state, win.job_id, doc, loads)]
     return Run(alerts=alerts, num_windows=len(refresh_s), refresh_s=refresh_s)
 
 

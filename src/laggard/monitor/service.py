@@ -25,7 +25,7 @@ from laggard.monitor.config import MonitorConfig
 from laggard.monitor.ingest import Batch, decode_batch
 from laggard.monitor.metrics import Metrics
 from laggard.monitor.store import BatchRow, Store
-from laggard.monitor.window import JobWindow, analyse_window
+from laggard.monitor.window import JobWindow, analyse_window, load_ratios
 from laggard.ops import JobMeta
 
 log = logging.getLogger("laggard.monitor")
@@ -119,13 +119,14 @@ class Collector:
         last, table = cut
         t0 = time.perf_counter()
         doc, err = analyse_window(table, win.meta)
+        loads = load_ratios(table)
         dt = time.perf_counter() - t0
         with self._lock:
-            win.apply(last, doc, err, dt)
+            win.apply(last, doc, err, dt, loads)
         self.metrics.refresh.observe(dt)
         if doc is not None:
             self.metrics.set_job(job_id, doc)
-            self._raise(evaluate_window(self.rules, self.rule_state, job_id, doc))
+            self._raise(evaluate_window(self.rules, self.rule_state, job_id, doc, loads))
         return True
 
     def check_hangs(self) -> None:

@@ -56,6 +56,40 @@ def analyse_window(table: pa.Table, meta: JobMeta) -> tuple[dict[str, Any] | Non
         return None, str(e)
 
 
+def load_ratios(table: pa.Table) -> dict[int, float]:
+    """Per worker: its typical compute per step (the median over the window's steps, so one stalled
+    step does not count) over the median of its pipeline stage's other workers. A persistently slow
+    worker is well above 1 in every window; a worker that stalled once is not. Workers without
+    stage peers are left out. The alert rules use it to tell a chronic straggler from a stall."""
+    if table.num_rows == 0:
+        return {}
+    kind = table.column("kind")
+    codes = np.concatenate([np.asarray(c.indices) for c in kind.chunks])
+    labels = kind.chunks[0].dictionary.to_pylist()
+    if "compute" not in labels:
+        return {}
+    comp = codes == labels.index("compute")
+    rank = to_numpy(table.column("rank"))[comp]
+    step = to_numpy(table.column("step"))[comp]
+    stage = to_numpy(table.column("pp_rank"))[comp]
+    dur = to_numpy(table.column("dur_ns"))[comp].astype(np.float64)
+    ranks, ri = np.unique(rank, return_inverse=True)
+    steps, si = np.unique(step, return_inverse=True)
+    per = np.zeros((len(ranks), len(steps)))
+    np.add.at(per, (ri, si), dur)
+    ran = np.zeros_like(per, dtype=bool)
+    ran[ri, si] = True
+    load = np.nanmedian(np.where(ran, per, np.nan), axis=1)
+    st = np.zeros(len(ranks), dtype=np.int64)
+    st[ri] = stage
+    out: dict[int, float] = {}
+    for i, r in enumerate(ranks.tolist()):
+        peers = load[(st == st[i]) & (np.arange(len(ranks)) != i)]
+        if len(peers) and np.median(peers) > 0:
+            out[int(r)] = float(load[i] / np.median(peers))
+    return out
+
+
 @dataclass(kw_only=True)
 class JobWindow:
     job_id: str
@@ -70,6 +104,7 @@ class JobWindow:
     chronic: dict[int, float] = field(default_factory=dict)  # rank -> EWMA of S_w
     trend: dict[int, float] = field(default_factory=dict)  # step -> S of that step (per_step)
     window_trend: list[tuple[int, float]] = field(default_factory=list)  # (last step, window S)
+    load_ratio: dict[int, float] = field(default_factory=dict)  # rank -> load_ratios() of the last window
     num_ops: int = 0
 
     # ------------------------------------------------------------------ ingest side
@@ -130,8 +165,10 @@ class JobWindow:
         table = self.window_table(last)
         return None if table is None else (last, table)
 
-    def apply(self, last: int, doc: dict[str, Any] | None, error: str | None, refresh_s: float) -> None:
+    def apply(self, last: int, doc: dict[str, Any] | None, error: str | None, refresh_s: float,
+              load_ratio: dict[int, float] | None = None) -> None:
         """Keep a window's analysis (or why it failed) and update the chronic scores and trends."""
+        self.load_ratio = load_ratio or {}
         if doc is None:
             self.error = f"steps {last - self.cfg.window_steps + 1}-{last}: {error}"
             return
@@ -201,7 +238,8 @@ class JobWindow:
         out = self.summary()
         doc = self.result.doc if self.result is not None else None
         workers = doc["by_worker"] if doc else []
-        current = [{**w, "chronic": _round(self.chronic.get(w["rank"]))} for w in workers[:top_k]]
+        current = [{**w, "chronic": _round(self.chronic.get(w["rank"])),
+                    "load_ratio": _round(self.load_ratio.get(w["rank"]))} for w in workers[:top_k]]
         chronic = sorted(({"rank": r, "chronic": _round(c)} for r, c in self.chronic.items()),
                          key=lambda x: -(x["chronic"] or 0))[:top_k]
         coords = {w["rank"]: (w["dp_rank"], w["stage"]) for w in workers}
