@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -195,3 +196,32 @@ def test_server_bad_flags(tmp_path):
     r = subprocess.run([sys.executable, "-m", "laggard.cli", "monitor", "push", str(tmp_path / "none"), "--token", TOKEN],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_push_cli_streams_a_published_trace(tmp_path):
+    """`laggard monitor push` of the OSDI '25 AR trace (one slowed worker): the collector's window names it."""
+    from laggard.io import load_job
+
+    trace = Path(__file__).parent / "data" / "ndtimeline" / "trace-AR.parquet"
+    job = load_job(trace)
+    srv = Server(str(tmp_path / "p.db"), tmp_path).start()
+    try:
+        r = subprocess.run([sys.executable, "-m", "laggard.cli", "monitor", "push", str(trace), "--url", srv.url,
+                            "--token", TOKEN, "--speed", "0", "--job", "ar"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert f"pushed {job.num_ops:,} ops" in r.stdout
+        d = srv.wait_for(lambda d: d["window"] is not None, "/api/v1/jobs/ar", timeout_s=120)
+        r2 = subprocess.run([sys.executable, "-m", "laggard.cli", "monitor", "push", str(trace), "--url", srv.url,
+                             "--token", TOKEN, "--speed", "0", "--job", "ar"], capture_output=True, text=True)
+        assert "pushed 0 ops" in r2.stdout  # all duplicates
+        bad = subprocess.run([sys.executable, "-m", "laggard.cli", "monitor", "push", str(trace), "--url", srv.url,
+                              "--token", "wrong-token-0123456789", "--speed", "0"], capture_output=True, text=True)
+        assert bad.returncode == 2 and "401" in bad.stderr and "Traceback" not in bad.stderr
+    finally:
+        srv.stop()
+    assert d["num_ops"] == job.num_ops
+    # the published analysis of this trace names one slowed worker; the window's worst is the same one
+    from laggard.whatif import analyze
+
+    full = analyze(job)
+    assert d["top_current"][0]["rank"] == full.by_worker[0]["rank"]

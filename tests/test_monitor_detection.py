@@ -81,3 +81,34 @@ def test_hang_suspected_names_silent_ranks_and_their_last_op():
 
     alerts = evaluate_hang(default_rules(), RuleState(), "j", silent)
     assert len(alerts) == 1 and "ranks 6" in alerts[0].message and "step 4" in alerts[0].message
+
+
+def test_alerts_reach_a_webhook(tmp_path):
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    got: list[dict] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        job = make_job(NoisyJob(seed=2, steps=40, slow_rank=2, start_step=10))
+        feed(job, tmp_path / "w.db", MonitorConfig(idle_refresh_s=1e9),
+             webhooks=[f"http://127.0.0.1:{httpd.server_address[1]}/hook"])
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        httpd.shutdown()
+    assert got and got[0]["rule"] == "worker-slow" and got[0]["detail"]["rank"] == 2, got

@@ -34,6 +34,10 @@ class MonitorConfig:
     metrics_top_k: int = 10
     # the dashboard's top-k list
     top_k: int = 8
+    # at most this share of the collector's time goes to analysing one job (after a refresh of t
+    # seconds the next waits t * (1 - share) / share): ingest shares the interpreter with the
+    # analyser, and a 1,024-worker window takes seconds
+    analysis_share: float = 0.5
     # how often the background analyser looks for work
     tick_s: float = 0.2
 
@@ -47,5 +51,7 @@ class MonitorConfig:
                 raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")
         if not 0.0 < self.chronic_alpha <= 1.0:
             raise LaggardError(f"monitor config: chronic_alpha must be in (0, 1], got {self.chronic_alpha!r}")
+        if not 0.0 < self.analysis_share <= 1.0:
+            raise LaggardError(f"monitor config: analysis_share must be in (0, 1], got {self.analysis_share!r}")
         if self.hang_after_s <= 0 or self.tick_s <= 0:
             raise LaggardError("monitor config: hang_after_s and tick_s must be positive")

@@ -104,9 +104,9 @@ def feed_windows(job: Job, cfg: MonitorConfig | None = None, rules: list[Rule] |
     return Run(alerts=alerts, num_windows=len(refresh_s), refresh_s=refresh_s)
 
 
-def feed(job: Job, db: Path, cfg: MonitorConfig | None = None) -> Run:
+def feed(job: Job, db: Path, cfg: MonitorConfig | None = None, webhooks: list[str] | None = None) -> Run:
     """Feed the job step by step into a fresh in-process collector; alerts with the step they came at."""
-    col = Collector(Store(db), cfg or MonitorConfig())
+    col = Collector(Store(db), cfg or MonitorConfig(), webhooks=webhooks)
     jid = job.meta.name
     meta = job.meta.to_json()
     seqs: dict[int, int] = {}

@@ -47,6 +47,7 @@ class Collector:
         self.rules: list[Rule] = [Rule.from_json(r) for r in stored] if stored is not None else default_rules()
         self.rule_state = RuleState()
         self.alerts: list[Alert] = []
+        self._next_refresh: dict[str, float] = {}  # job -> earliest next analysis (analysis_share)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._load()
@@ -142,9 +143,15 @@ class Collector:
             self.notifier.send(a)
 
     def tick(self) -> None:
+        share = self.cfg.analysis_share
         for job_id in list(self.windows):
+            if time.monotonic() < self._next_refresh.get(job_id, 0.0):
+                continue
             try:
-                self.refresh(job_id)
+                if self.refresh(job_id):
+                    res = self.windows[job_id].result
+                    dt = res.refresh_s if res is not None else 0.0
+                    self._next_refresh[job_id] = time.monotonic() + dt * (1.0 - share) / share
             except Exception:  # the analyser thread must survive one job's bug; it is logged
                 log.exception("analysis of job %s failed", job_id)
         self.check_hangs()

@@ -29,9 +29,19 @@ from laggard.ops import Job, JobMeta, to_numpy
 class RankState:
     last_step: int = -1
     last_seen_s: float = 0.0
-    last_op: dict[str, Any] | None = None
+    last_batch: pa.Table | None = None  # the batch holding the rank's latest step (read on demand)
     num_ops: int = 0
-    last_add_s: float = 0.0
+
+    def last_op(self) -> dict[str, Any] | None:
+        """The last op the rank recorded in its latest step."""
+        t = self.last_batch
+        if t is None:
+            return None
+        steps = to_numpy(t.column("step"))
+        i = int(np.flatnonzero(steps == self.last_step)[-1])
+        row = t.slice(i, 1).select(["step", "name", "start_ns", "dur_ns"]).to_pylist()[0]
+        return {"step": int(row["step"]), "name": str(row["name"]), "start_ns": int(row["start_ns"]),
+                "dur_ns": int(row["dur_ns"])}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -105,6 +115,7 @@ class JobWindow:
     trend: dict[int, float] = field(default_factory=dict)  # step -> S of that step (per_step)
     window_trend: list[tuple[int, float]] = field(default_factory=list)  # (last step, window S)
     load_ratio: dict[int, float] = field(default_factory=dict)  # rank -> load_ratios() of the last window
+    last_add_s: float = 0.0  # when the last batch came (idle refresh)
     num_ops: int = 0
 
     # ------------------------------------------------------------------ ingest side
@@ -116,16 +127,15 @@ class JobWindow:
         st.last_seen_s = self.last_add_s = time.time() if now_s is None else now_s
         if max_step >= st.last_step:
             st.last_step = max_step
-            steps = to_numpy(table.column("step"))
-            i = int(np.flatnonzero(steps == max_step)[-1])
-            row = table.slice(i, 1).select(["step", "name", "start_ns", "dur_ns"]).to_pylist()[0]
-            st.last_op = {"step": int(row["step"]), "name": str(row["name"]), "start_ns": int(row["start_ns"]),
-                          "dur_ns": int(row["dur_ns"])}
+            st.last_batch = table
         self._batches.append((rank, min_step, max_step, table))
 
     @property
     def expected_ranks(self) -> int:
-        return max(self.meta.num_gpus if self.meta.world_size is not None else 0, len(self.ranks))
+        """Workers whose steps must all arrive before a step is complete: one per (dp, pp, cp)
+        coordinate at least (traces often hold one rank per TP group), or as many as reported."""
+        m = self.meta
+        return max(m.dp_size * m.pp_size * m.cp_size, len(self.ranks))
 
     def complete_through(self) -> int:
         """The last step every rank has moved past (-1: none yet)."""
@@ -202,7 +212,7 @@ class JobWindow:
             return []
         now_s = time.time() if now_s is None else now_s
         front = max(s.last_step for s in self.ranks.values())
-        return [{"rank": r, "last_step": s.last_step, "last_op": s.last_op,
+        return [{"rank": r, "last_step": s.last_step, "last_op": s.last_op(),
                  "silent_s": round(now_s - s.last_seen_s, 1)}
                 for r, s in sorted(self.ranks.items())
                 if now_s - s.last_seen_s > self.cfg.hang_after_s and front - s.last_step >= self.cfg.hang_min_steps]
@@ -256,7 +266,7 @@ class JobWindow:
             "findings": doc.get("findings", []) if doc else [],
             "hang": self.hang(),
             "refresh_s": self.result.refresh_s if self.result else None,
-            "ranks": [{"rank": r, "last_step": s.last_step, "num_ops": s.num_ops, "last_op": s.last_op}
+            "ranks": [{"rank": r, "last_step": s.last_step, "num_ops": s.num_ops, "last_op": s.last_op()}
                       for r, s in sorted(self.ranks.items())],
         })
         return out
