@@ -129,6 +129,9 @@ class JobWindow:
             st.last_step = max_step
             st.last_batch = table
         self._batches.append((rank, min_step, max_step, table))
+        if len(self._batches) % 256 == 0:  # between refreshes too: memory bounded by the window
+            first = self.complete_through() - self.cfg.window_steps + 1
+            self._batches = [b for b in self._batches if b[2] >= first]
 
     @property
     def expected_ranks(self) -> int:
