@@ -29,7 +29,7 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8765,
     token: Annotated[str | None, typer.Option("--token", help="Bearer token (default: LAGGARD_TOKEN, else the stored one, else a new one printed once).")] = None,
-    window_steps: Annotated[int, typer.Option("--window-steps", help="Steps per analysis window.")] = 10,
+    window_steps: Annotated[int, typer.Option("--window-steps", help="Steps per analysis window (re-analysed every window/2 steps).")] = 6,
     webhook: Annotated[list[str] | None, typer.Option("--webhook", help="POST each alert as JSON to this URL (repeatable).")] = None,
     metrics_top_k: Annotated[int, typer.Option("--metrics-top-k", help="Export laggard_worker_slowdown for this many workers per job.")] = 10,
     hang_after_s: Annotated[float, typer.Option("--hang-after-s", help="A rank silent this long while others advance is a suspected hang.")] = 30.0,
@@ -46,7 +46,8 @@ def serve(
     from laggard.monitor.service import Collector
     from laggard.monitor.store import Store
 
-    cfg = MonitorConfig(window_steps=window_steps, metrics_top_k=metrics_top_k, hang_after_s=hang_after_s)
+    cfg = MonitorConfig(window_steps=window_steps, refresh_every_steps=max(1, window_steps // 2),
+                        metrics_top_k=metrics_top_k, hang_after_s=hang_after_s)
     tok, created = auth.load_or_create(auth.default_token_path(db), token or os.environ.get("LAGGARD_TOKEN") or None)
     collector = Collector(Store(db), cfg, webhooks=webhook or [])
     if created:
