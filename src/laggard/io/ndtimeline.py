@@ -3,7 +3,7 @@
 One Parquet row per op: ``dp_rank, stage, rank, step, optype, start_ts, duration`` (seconds,
 ``start_ts`` relative to the step), ``seq_id`` (index of the op among ops of its type in the step),
 ``mc`` (model chunk), ``gmc`` (global model chunk), ``mb_id`` (microbatch). A ``meta-*.yaml`` beside
-the trace (or ``--meta``) gives the dp/pp/tp/vpp sizes.
+the trace (or ``--meta``) gives the layout (see :mod:`laggard.io.ndtimeline_meta`).
 
 Megatron runs one static schedule, so the dependencies of one pipeline instance (all stages of one
 DP rank in one step) are derived once, from a reference instance, and replicated to every
@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from laggard.io.ndtimeline_meta import fmt_list, read_meta, resolve_layout
 from laggard.io.template import Template, template_columns
 from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, to_numpy, valid_mask
 
@@ -66,33 +67,6 @@ REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration"
 _EPS_S = 5e-5
 
 
-def _read_meta(path: Path | None, trace: Path) -> tuple[dict, Path | None]:
-    import yaml
-
-    if path is None:
-        stem = trace.stem.removeprefix("trace-").removeprefix("trace")
-        cands = [trace.parent / f"meta-{stem}.yaml", trace.parent / f"meta-{stem}.yml"]
-        found = [c for c in cands if c.exists()]
-        if not found:
-            metas = sorted(trace.parent.glob("meta*.y*ml"))
-            found = metas if len(metas) == 1 else []
-        if not found:
-            return {}, None
-        path = found[0]
-    try:
-        obj = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise LaggardError(f"{path}: metadata file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise LaggardError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(obj, dict):
-        raise LaggardError(f"{path}: expected a mapping of dp_size, pp_size, ... in the metadata")
-    for k in ("dp_size", "pp_size", "tp_size", "vpp_size", "dsp_size", "world_size"):
-        if k in obj and (not isinstance(obj[k], int) or isinstance(obj[k], bool) or obj[k] < 1):
-            raise LaggardError(f"{path}: {k} must be a positive integer, got {obj[k]!r}")
-    return obj, Path(path)
-
-
 def _read_table(path: Path) -> pa.Table:
     try:
         if path.stat().st_size == 0:
@@ -109,7 +83,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         raise LaggardError(f"{path}: not an NDTimeline trace: missing column(s) {', '.join(missing)}")
     if table.num_rows == 0:
         raise LaggardError(f"{path}: the trace has no ops")
-    meta_obj, meta_path = _read_meta(meta, path)
+    meta_obj, meta_path = read_meta(meta, path)
     where = str(path)
 
     def col(name: str, dtype, default=None) -> np.ndarray:
@@ -183,7 +157,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
             why.append("negative durations")
         warnings.warn(
             f"{where}: skipped {len(bad_steps)} step(s) with {' and '.join(why)} "
-            f"({int(bad_time.sum())} op(s)): steps {_fmt_list(bad_steps)}",
+            f"({int(bad_time.sum())} op(s)): steps {fmt_list(bad_steps)}",
             LaggardWarning,
             stacklevel=2,
         )
@@ -191,40 +165,9 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     if not keep.any():
         raise LaggardError(f"{where}: no step left after skipping ops with invalid times")
 
-    dp_ranks = np.unique(dp[keep])
-    stages = np.unique(stage[keep])
-    num_dp, num_pp = int(dp_ranks.max()) + 1, int(stages.max()) + 1
     vpp_trace = int(mc[keep].max()) + 1
-    src = meta_path or path
-    if meta_obj:
-        dp_size = int(meta_obj.get("dp_size", num_dp)) * int(meta_obj.get("dsp_size", 1))
-        pp_size = int(meta_obj.get("pp_size", num_pp))
-        if dp_size != len(dp_ranks) or num_dp != dp_size:
-            raise LaggardError(
-                f"{src}: says dp_size={dp_size} but the trace has {len(dp_ranks)} DP rank(s) ({_fmt_list(dp_ranks)})"
-            )
-        if pp_size != len(stages) or num_pp != pp_size:
-            raise LaggardError(
-                f"{src}: says pp_size={pp_size} but the trace has {len(stages)} stage(s) ({_fmt_list(stages)})"
-            )
-        vpp = int(meta_obj.get("vpp_size", vpp_trace))
-        if vpp != vpp_trace:
-            raise LaggardError(f"{src}: says vpp_size={vpp} but the trace has {vpp_trace} model chunk(s)")
-        tp = int(meta_obj.get("tp_size", 1))
-        world = meta_obj.get("world_size")
-        if world is not None and world != dp_size * pp_size * tp:
-            raise LaggardError(f"{src}: world_size={world} is not dp_size*pp_size*tp_size*dsp_size={dp_size * pp_size * tp}")
-        name = str(meta_obj.get("trial_name") or path.stem)
-    else:
-        if len(dp_ranks) != num_dp or len(stages) != num_pp:
-            raise LaggardError(f"{where}: DP ranks {_fmt_list(dp_ranks)} / stages {_fmt_list(stages)} are not contiguous from 0")
-        warnings.warn(
-            f"{where}: no meta-*.yaml beside the trace and no --meta; using dp={num_dp}, pp={num_pp}, "
-            f"vpp={vpp_trace} from the trace and tp=1 (GPU count unknown)",
-            LaggardWarning,
-            stacklevel=2,
-        )
-        vpp, tp, world, name = vpp_trace, 1, None, path.stem
+    lay = resolve_layout(meta_obj, meta_path, path, np.unique(dp[keep]), np.unique(stage[keep]), vpp_trace)
+    num_dp, num_pp, vpp = lay.num_dp, lay.num_pp, lay.vpp
 
     # Each (dp, stage) is one worker with one global rank.
     wid = dp * num_pp + stage
@@ -301,7 +244,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         )
         warnings.warn(
             f"{where}: skipped {len(bad_steps_idx)} of {num_steps} step(s) whose ops do not match the "
-            f"pipeline schedule (missing or extra ops; e.g. {detail}): steps {_fmt_list(steps[bad_steps_idx])}",
+            f"pipeline schedule (missing or extra ops; e.g. {detail}): steps {fmt_list(steps[bad_steps_idx])}",
             LaggardWarning,
             stacklevel=2,
         )
@@ -342,23 +285,8 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     columns["start_ns"] = start_ns
     columns["dur_ns"] = dur_ns
     out = make_table(columns, num_rows=n)
-    job_meta = JobMeta(
-        name=name,
-        world_size=int(world) if world is not None else (num_dp * num_pp * tp if meta_obj else None),
-        dp_size=num_dp,
-        pp_size=num_pp,
-        tp_size=tp,
-        vpp_size=vpp,
-        gpus_per_worker=tp,
-        source=f"ndtimeline:{path.name}",
-        extra={"time_base": "steps laid end to end; NDTimeline times are step-relative"},
-    )
+    job_meta = lay.job_meta(path)
     return Job(table=out, meta=job_meta)
-
-
-def _fmt_list(values, limit: int = 8) -> str:
-    vals = [str(int(v)) for v in values]
-    return ", ".join(vals[:limit]) + (f", ... ({len(vals)} in all)" if len(vals) > limit else "")
 
 
 def _build_template(stage, code, seq, start, end, mc, gmc, mb, labels, num_pp, vpp, where) -> Template:
