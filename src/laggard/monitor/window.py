@@ -56,7 +56,7 @@ class WindowResult:
 
 def analyse_window(table: pa.Table, meta: JobMeta) -> tuple[dict[str, Any] | None, str | None]:
     """``laggard analyze`` of one window's ops: (the --json document, None) or (None, why it failed)."""
-    from laggard.whatif import analyze
+    from laggard.analysis import analyze
 
     try:
         with warnings.catch_warnings():
