@@ -96,7 +96,7 @@ def test_api_suite(db, job):
         assert accepted == job.num_ops
         for b in [*bs[1:], bs[0]]:
             status, ans = srv.request("POST", "/api/v1/ops", b, content_type=CONTENT_TYPE)
-            assert status == 200 and ans == {"accepted": 0, "duplicate": True, "tracing": True}
+            assert status == 200 and ans == {"accepted": 0, "duplicate": True, "tracing": True, "dump_request": 0}
         detail = srv.wait_for(lambda d: d["window"] is not None and d["window"][1] == STEPS - 2, "/api/v1/jobs/apijob")
         assert detail["num_ops"] == job.num_ops and detail["num_ranks"] == 4
         status, metrics = srv.request("GET", "/metrics")

@@ -48,3 +48,40 @@ def test_collector_killed_and_restarted_loses_nothing(tmp_path):
         assert detail["num_ops"] == trace.num_ops == sum(o["recorded"] for o in outs)
     finally:
         srv.stop()
+
+
+def test_collector_asks_a_quiet_job_for_a_flight_recorder_dump(tmp_path, monkeypatch):
+    """POST /jobs/{id}/dump -> the tracer's stream thread, polling while it has nothing to send,
+    creates the Flight Recorder request file in its trace directory (laggard.tracer.flight dumps)."""
+    import numpy as np
+
+    from laggard.ops import make_table
+    from laggard.tracer import stream
+    from laggard.tracer.flight import REQUEST_FILE
+
+    monkeypatch.setattr(stream, "_IDLE_POLL_S", 0.3)
+    srv = Server(str(tmp_path / "m.db"), tmp_path).start()
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    s = None
+    try:
+        s = stream.MonitorStream(srv.url, TOKEN, job_id="dumpjob", rank=0, meta={"dp_size": 1},
+                                 spool_dir=trace / "monitor-spool")
+        ops = make_table({"rank": np.zeros(2, np.int32), "step": np.array([0, 1]), "name": ["fwd", "fwd"],
+                          "kind": ["compute", "compute"], "start_ns": np.array([0, 10**6]),
+                          "dur_ns": np.array([10**5, 10**5])})
+        s.submit(ops)
+        srv.wait_for(lambda js: js and js[0]["num_ops"] == 2, "/api/v1/jobs", timeout_s=30)
+        time.sleep(1.0)  # several idle polls: no request yet, no file
+        assert not (trace / REQUEST_FILE).exists() and s.num_dump_requests == 0
+        code, ans = srv.request("POST", "/api/v1/jobs/dumpjob/dump")
+        assert code == 200 and ans["dump_request"] == 1
+        deadline = time.monotonic() + 20
+        while not (trace / REQUEST_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (trace / REQUEST_FILE).exists() and s.num_dump_requests == 1
+        assert srv.request("POST", "/api/v1/jobs/nojob/dump")[0] == 404
+    finally:
+        if s is not None:
+            s.close(timeout_s=2)
+        srv.stop()

@@ -107,6 +107,11 @@ def create_app(collector: Collector, token: str) -> FastAPI:
         collector.set_tracing(job_id, d["tracing"])
         return {"id": job_id, "tracing": d["tracing"]}
 
+    @app.post("/api/v1/jobs/{job_id}/dump")
+    def dump(job_id: str) -> dict[str, Any]:
+        """Ask the job's tracers for a Flight Recorder dump (``laggard hang`` reads it)."""
+        return {"id": job_id, "dump_request": collector.request_dump(job_id)}
+
     @app.get("/api/v1/jobs/{job_id}/analysis")
     def analysis(job_id: str) -> Response:
         win = collector.job(job_id)

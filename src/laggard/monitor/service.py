@@ -95,7 +95,7 @@ class Collector:
                 win = self._window(b.job_id, b.meta)
             if not win.tracing:
                 self.metrics.batches.labels(result="tracing_off").inc()
-                return {"accepted": 0, "duplicate": False, "tracing": False}
+                return {"accepted": 0, "duplicate": False, "tracing": False, "dump_request": win.dump_request}
         new = self.store.add_batch(BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step,
                                             max_step=b.max_step, num_ops=b.table.num_rows, body=body))
         if new:
@@ -103,7 +103,8 @@ class Collector:
             self.metrics.ops.inc(b.table.num_rows)
         self.metrics.batches.labels(result="stored" if new else "duplicate").inc()
         self.metrics.latency.observe(time.perf_counter() - t0)
-        return {"accepted": b.table.num_rows if new else 0, "duplicate": not new, "tracing": True}
+        return {"accepted": b.table.num_rows if new else 0, "duplicate": not new, "tracing": True,
+                "dump_request": win.dump_request}
 
     def _add(self, win: JobWindow, b: Batch) -> None:
         with self._lock:
@@ -133,6 +134,11 @@ class Collector:
     def check_hangs(self) -> None:
         with self._lock:
             silent = {j: w.hang() for j, w in self.windows.items()}
+            for j, s in silent.items():  # a hang first suspected: ask the job's tracers for a dump
+                win = self.windows[j]
+                if s and not win.hang_was_suspected:
+                    win.dump_request += 1
+                win.hang_was_suspected = bool(s)
         for job_id, s in silent.items():
             self._raise(evaluate_hang(self.rules, self.rule_state, job_id, s))
 
@@ -177,6 +183,13 @@ class Collector:
         if win is None:
             raise UnknownJob(f"no job {job_id!r}")
         return win
+
+    def request_dump(self, job_id: str) -> int:
+        """Ask the job's tracers to dump their Flight Recorder buffers (they see it within a poll)."""
+        with self._lock:
+            win = self.job(job_id)
+            win.dump_request += 1
+            return win.dump_request
 
     def set_tracing(self, job_id: str, on: bool) -> None:
         with self._lock:

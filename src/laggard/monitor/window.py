@@ -106,6 +106,8 @@ class JobWindow:
     meta: JobMeta
     cfg: MonitorConfig
     tracing: bool = True
+    dump_request: int = 0  # raised to ask the job's tracers for a Flight Recorder dump
+    hang_was_suspected: bool = False
     ranks: dict[int, RankState] = field(default_factory=dict)
     _batches: list[tuple[int, int, int, pa.Table]] = field(default_factory=list)  # (rank, min_step, max_step, ops)
     analysed_through: int = -1  # the last complete step of the last window analysed
@@ -244,6 +246,9 @@ class JobWindow:
             "verdict": _verdict(doc, hang),
             "trend": direction,
             "hang_suspected": bool(hang),
+            # raised on each request to dump the job's Flight Recorder buffers (by an operator, or
+            # when a hang is first suspected): tracers dump once per new value (laggard.tracer.stream)
+            "dump_request": self.dump_request,
             "error": self.error,
         }
 

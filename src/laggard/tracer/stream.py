@@ -8,6 +8,10 @@ thread posts the batches in order; while the collector is unreachable they go to
 on disk (``<trace>/monitor-spool/``), retried with back-off, oldest first, and the queue in memory
 stays bounded. A 4xx answer (a batch the collector refuses) drops that batch with one warning.
 When the collector says the job's tracing is off, batches are dropped (counted) until it is on again.
+While nothing is sent for ``_IDLE_POLL_S`` (a hung job sends nothing) the thread asks the collector
+for the job's state; a new ``dump_request`` (an operator's ``POST /api/v1/jobs/{id}/dump``, or a hang
+the collector suspects) creates the Flight Recorder request file in the trace directory, which
+``laggard.tracer.flight`` turns into a dump (``laggard hang`` reads them).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from laggard.errors import LaggardError, LaggardWarning
 _MAX_QUEUE = 64  # batches in memory before new ones go straight to the spool (a page is <= 8192 ops)
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0)  # retry delays while the collector is down
 _PAUSE_POLL_S = 5.0  # while tracing is off, ask the collector this often
+# with nothing to send for this long, ask the collector whether it wants a dump (a hung job sends
+# nothing: the collector flags it after its hang_after_s, so a few seconds more is soon enough)
+_IDLE_POLL_S = 5.0
 
 
 class MonitorStream:
@@ -46,6 +53,9 @@ class MonitorStream:
         self.paused = False
         self._warned = False
         self._stop = threading.Event()
+        self.dump_request_seen: int | None = None  # the collector's dump_request when first asked
+        self.num_dump_requests = 0
+        self._last_poll_s = time.monotonic()
         self._spool_files = sorted(self.spool_dir.glob(f"rank{rank}-*.arrows")) if self.spool_dir.is_dir() else []
         self._thread = threading.Thread(target=self._run, name=f"laggard-monitor-rank{rank}", daemon=True)
         self._thread.start()
@@ -110,8 +120,8 @@ class MonitorStream:
             try:
                 item = self._q.get(timeout=_PAUSE_POLL_S if self.paused else 1.0)
             except queue.Empty:
-                if self.paused:
-                    self._poll_tracing()
+                if self.paused or time.monotonic() - self._last_poll_s >= _IDLE_POLL_S:
+                    self._poll_job()
                 continue
             if item is None:
                 closing = True
@@ -148,6 +158,8 @@ class MonitorStream:
                 warnings.warn(f"laggard tracer (rank {self.rank}): the monitor refused a batch: {e}", LaggardWarning,
                               stacklevel=2)
             return True
+        if ans:
+            self._dump_asked(ans.get("dump_request"))
         if ans and ans.get("tracing") is False:
             self.paused = True
             self.num_dropped += 1
@@ -180,15 +192,36 @@ class MonitorStream:
             self._spool_files.append(final)
             self._spool_files.sort()
 
-    def _poll_tracing(self) -> None:
+    def _poll_job(self) -> None:
+        """The job's state at the collector: tracing back on; a new dump request."""
         from laggard.monitor.client import CollectorDown
 
+        self._last_poll_s = time.monotonic()
         try:
             doc = self._client.request("GET", f"/api/v1/jobs/{self.job_id}")
         except (CollectorDown, LaggardError):
             return
-        if isinstance(doc, dict) and doc.get("tracing"):
+        if not isinstance(doc, dict):
+            return
+        if doc.get("tracing"):
             self.paused = False
+        self._dump_asked(doc.get("dump_request"))
+
+    def _dump_asked(self, req: Any) -> None:
+        """A dump_request above the one first seen: ask the Flight Recorder dumper for a dump."""
+        if not isinstance(req, int):
+            return
+        new = self.dump_request_seen is not None and req > self.dump_request_seen
+        self.dump_request_seen = req
+        if not new:
+            return
+        from laggard.tracer.flight import REQUEST_FILE
+
+        self.num_dump_requests += 1
+        try:
+            (self.spool_dir.parent / REQUEST_FILE).touch()
+        except OSError:
+            pass
 
 
 def attach(writer: Any, url: str, token: str | None, *, job_id: str, rank: int, meta: dict[str, Any],
