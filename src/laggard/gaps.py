@@ -98,10 +98,12 @@ def host_attribution_type(name: str) -> str:
 @dataclass(kw_only=True, slots=True)
 class _Gaps:
     host_ns: np.ndarray  # per op: host time before it (int64)
-    pos_code: np.ndarray  # per op: its position type (index into pos_names)
-    pos_names: list[str]
     step_ns: float  # median measured step
     busy_row: np.ndarray  # per op: the op of its rank whose end began the gap before it (-1: none)
+    op_step: np.ndarray
+    start_ns: np.ndarray
+    pos_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per op: position type
+    pos_names: list[str] = field(default_factory=list)
 
 
 def insert_host_gaps(job: Job, config: GapConfig | None = None) -> tuple[Job, GapSummary]:
@@ -112,6 +114,11 @@ def insert_host_gaps(job: Job, config: GapConfig | None = None) -> tuple[Job, Ga
     ranks, rank_idx = np.unique(rank, return_inverse=True)
     idle_s = np.bincount(rank_idx, weights=gaps.host_ns * 1e-9, minlength=len(ranks))
     threshold_ns = cfg.min_share_of_step * gaps.step_ns
+    if cfg.enabled and bool((gaps.host_ns >= max(threshold_ns, 1.0)).any()):
+        # positions matter only when some gap reaches the threshold (a second sort of all ops)
+        gaps.pos_code, gaps.pos_names = _positions(job, rank, gaps.op_step, gaps.start_ns)
+    else:
+        gaps.pos_code, gaps.pos_names = np.zeros(job.num_ops, dtype=np.int64), ["host:any[0]"]
     num_pos = len(gaps.pos_names)
     pos_max = np.zeros(num_pos, dtype=np.int64)
     np.maximum.at(pos_max, gaps.pos_code, gaps.host_ns)
@@ -185,11 +192,10 @@ def _measure(job: Job) -> _Gaps:
     host = np.empty(n, dtype=np.int64)
     host[o] = np.maximum(start[o] - idle_from, 0)
     host = _exclude_waits(job, op_step, start, host)
-    pos_code, pos_names = _positions(job, rank, op_step, start)
     step_hi = np.full(len(steps), np.iinfo(np.int64).min)
     np.maximum.at(step_hi, op_step, end)
     step_ns = float(np.median(step_hi - step_lo))
-    return _Gaps(host_ns=host, pos_code=pos_code, pos_names=pos_names, step_ns=step_ns, busy_row=busy_row)
+    return _Gaps(host_ns=host, step_ns=step_ns, busy_row=busy_row, op_step=op_step, start_ns=start)
 
 
 def _running_max(values: np.ndarray, run: np.ndarray, run_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
