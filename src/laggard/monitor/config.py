@@ -38,6 +38,13 @@ class MonitorConfig:
     # seconds the next waits t * (1 - share) / share): ingest shares the interpreter with the
     # analyser, and a 1,024-worker window takes seconds
     analysis_share: float = 0.5
+    # analyse windows in a child process (the running service): a 1,024-worker window is seconds of
+    # pure-Python replay that would otherwise hold the GIL against ingest; off, the analyser thread
+    # runs it in the collector's interpreter (in-process callers of Collector.refresh always do)
+    analysis_process: bool = True
+    # the analysis child's niceness: 0 (the same CPU priority as ingest). The analysis share above
+    # already bounds its CPU; a higher value trades refresh time for ingest on a busy host
+    analysis_nice: int = 0
     # how often the background analyser looks for work
     tick_s: float = 0.2
 

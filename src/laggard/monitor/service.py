@@ -21,11 +21,12 @@ from laggard.monitor.alerts import (
     evaluate_hang,
     evaluate_window,
 )
+from laggard.monitor.analyser import AnalysisProcess, analyse
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.ingest import Batch, decode_batch
 from laggard.monitor.metrics import Metrics
 from laggard.monitor.store import BatchRow, Store
-from laggard.monitor.window import JobWindow, analyse_window, load_ratios
+from laggard.monitor.window import JobWindow
 from laggard.ops import JobMeta
 
 log = logging.getLogger("laggard.monitor")
@@ -50,6 +51,7 @@ class Collector:
         self._next_refresh: dict[str, float] = {}  # job -> earliest next analysis (analysis_share)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._analyser: AnalysisProcess | None = None  # the child process analysing windows (start())
         self._load()
 
     # ------------------------------------------------------------------ start-up
@@ -119,16 +121,14 @@ class Collector:
         if cut is None:
             return False
         last, table = cut
-        t0 = time.perf_counter()
-        doc, err = analyse_window(table, win.meta)
-        loads = load_ratios(table)
-        dt = time.perf_counter() - t0
+        res = self._analyser.run(table, win.meta) if self._analyser is not None else analyse(table, win.meta)
+        doc = res.doc
         with self._lock:
-            win.apply(last, doc, err, dt, loads)
-        self.metrics.refresh.observe(dt)
+            win.apply(last, doc, res.error, res.refresh_s, res.load_ratio)
+        self.metrics.refresh.observe(res.refresh_s)
         if doc is not None:
             self.metrics.set_job(job_id, doc)
-            self._raise(evaluate_window(self.rules, self.rule_state, job_id, doc, loads))
+            self._raise(evaluate_window(self.rules, self.rule_state, job_id, doc, res.load_ratio))
         return True
 
     def check_hangs(self) -> None:
@@ -163,6 +163,10 @@ class Collector:
         self.check_hangs()
 
     def start(self) -> None:
+        """Start the background analyser (with its child process unless ``cfg.analysis_process`` is off)."""
+        if self.cfg.analysis_process:
+            self._analyser = AnalysisProcess(nice=self.cfg.analysis_nice)
+
         def run() -> None:
             while not self._stop.wait(self.cfg.tick_s):
                 self.tick()
@@ -174,6 +178,8 @@ class Collector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
+        if self._analyser is not None:
+            self._analyser.close()
         self.notifier.close()
         self.store.close()
 
