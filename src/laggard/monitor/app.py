@@ -10,11 +10,14 @@ import json
 from importlib import resources
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from laggard.errors import LaggardError
 from laggard.monitor import auth
@@ -28,18 +31,7 @@ def create_app(collector: Collector, token: str) -> FastAPI:
     app = FastAPI(title="laggard monitor", docs_url=None, redoc_url=None, openapi_url=None)
     limit = collector.cfg.max_body_bytes
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Response:
-        if request.url.path != "/healthz" and not auth.check(
-                token, request.headers.get("authorization"), request.cookies.get(COOKIE),
-                request.query_params.get("token")):
-            return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
-                                headers={"WWW-Authenticate": "Bearer"})
-        try:
-            return await call_next(request)
-        except Exception as e:  # a bug must not look like a client error, but must not leak a traceback
-            collector_log(e)
-            return JSONResponse({"detail": "internal error (logged by the collector)"}, status_code=500)
+    app.add_middleware(_Guard, token=token)
 
     @app.exception_handler(UnknownJob)
     async def _unknown(_: Request, e: UnknownJob) -> JSONResponse:
@@ -87,9 +79,11 @@ def create_app(collector: Collector, token: str) -> FastAPI:
         return {"ok": True}
 
     @app.post("/api/v1/ops")
-    async def ingest(request: Request) -> dict[str, Any]:
+    async def ingest(request: Request) -> Response:
         body = await read_body(request)
-        return await run_in_threadpool(collector.ingest, body)
+        # a worker thread: the store write blocks until durable; the answer skips FastAPI's encoder
+        ans = await run_in_threadpool(collector.ingest, body)
+        return Response(orjson.dumps(ans), media_type="application/json")
 
     @app.get("/api/v1/jobs")
     def jobs() -> list[dict[str, Any]]:
@@ -154,6 +148,41 @@ def create_app(collector: Collector, token: str) -> FastAPI:
         return resp
 
     return app
+
+
+class _Guard:
+    """The token check (everything but ``/healthz``) and the last-resort 500, as plain ASGI: Starlette's
+    ``BaseHTTPMiddleware`` costs a task group and a body stream per request on the ingest path."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/healthz":
+            await self.app(scope, receive, send)
+            return
+        conn = HTTPConnection(scope)
+        authorization = conn.headers.get("authorization")
+        if not (auth.check(self.token, authorization)
+                or auth.check(self.token, None, conn.cookies.get(COOKIE), conn.query_params.get("token"))):
+            await JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
+                               headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as e:  # a bug must not look like a client error, but must not leak a traceback
+            collector_log(e)
+            if started:
+                raise
+            await JSONResponse({"detail": "internal error (logged by the collector)"},
+                               status_code=500)(scope, receive, send)
 
 
 def collector_log(e: BaseException) -> None:

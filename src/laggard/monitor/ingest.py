@@ -1,4 +1,4 @@
-"""Op batches on the wire: an Arrow IPC stream of op-table rows (``laggard.ops.OP_SCHEMA``).
+"""Op batches on the wire: an Arrow IPC stream of op-table rows (``laggard.ops.OP_SCHEMA``), LZ4-compressed.
 
 The schema's metadata says whose ops they are: ``laggard.job`` (job id), ``laggard.rank`` and
 ``laggard.seq`` (the sender's batch counter on that rank: a batch is identified by (job, rank,
@@ -20,6 +20,12 @@ from laggard.errors import LaggardError
 from laggard.ops import KINDS, OP_SCHEMA, JobMeta, conform, to_numpy
 
 CONTENT_TYPE = "application/vnd.apache.arrow.stream"
+# LZ4-compressed buffers: a 1,000-op batch is 20 KB instead of 112 KB for the same encode time, and the
+# collector stores (and writes to its WAL) 5x fewer bytes; readers decompress whatever codec a sender
+# used. Single-threaded: Arrow's thread pool costs more than it saves on one small batch.
+_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4" if pa.Codec.is_available("lz4") else None,
+                                        use_threads=False)
+_READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -52,7 +58,7 @@ def encode_batch(table: pa.Table, *, job_id: str, rank: int, seq: int, meta: Job
         md[b"laggard.meta"] = json.dumps(meta.to_json() if isinstance(meta, JobMeta) else meta).encode()
     table = table.replace_schema_metadata(md)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
+    with pa.ipc.new_stream(sink, table.schema, options=_WRITE_OPTIONS) as w:
         w.write_table(table)
     return sink.getvalue().to_pybytes()
 
@@ -78,7 +84,7 @@ def decode_batch(body: bytes) -> Batch:
     if not body:
         raise BadBatch("empty body: expected an Arrow IPC stream of ops")
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(body))
+        reader = pa.ipc.open_stream(pa.py_buffer(body), options=_READ_OPTIONS)
         table = reader.read_all()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as e:
         raise BadBatch(f"body is not an Arrow IPC stream ({str(e).splitlines()[0]})") from None
