@@ -2,7 +2,8 @@
 
 What is stored: jobs (metadata, tracing on/off), op batches exactly as received (Arrow IPC, keyed by
 (job, rank, seq): a batch sent twice is stored once), alert rules and fired alerts. Every write is
-committed before the HTTP answer, so a restart loses nothing that was acknowledged. The analysis is
+committed before the HTTP answer (op batches group-committed: one transaction for
+the batches that arrive while the previous one commits), so a restart loses nothing that was acknowledged. The analysis is
 not stored: it is recomputed from the batches of the last window on start.
 """
 
@@ -42,12 +43,29 @@ class BatchRow:
     body: bytes
 
 
+class _Pending:
+    """A batch waiting for the group commit that writes it."""
+
+    __slots__ = ("row", "done", "new", "error")
+
+    def __init__(self, row: BatchRow) -> None:
+        self.row, self.done, self.new, self.error = row, False, False, None
+
+    def result(self) -> bool:
+        if self.error is not None:
+            raise self.error
+        return self.new
+
+
 class Store:
-    """One connection guarded by a lock (the collector writes from one request at a time per batch)."""
+    """One connection guarded by a lock; op batches from concurrent requests are group-committed."""
 
     def __init__(self, url: str | Path) -> None:
         self.url = str(url)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the connection
+        self._group = threading.Condition(threading.Lock())  # the group-commit queue
+        self._queue: list[_Pending] = []
+        self._committing = False
         self.is_postgres = self.url.startswith(("postgresql://", "postgres://"))
         if self.is_postgres:
             try:
@@ -123,12 +141,52 @@ class Store:
 
     # ------------------------------------------------------------------ batches
     def add_batch(self, b: BatchRow) -> bool:
-        """Store a batch; False when (job, rank, seq) was stored before (a retry): nothing changes."""
-        n = self._write(
-            "INSERT INTO batches (job_id, rank, seq, min_step, max_step, num_ops, received_s, body) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (b.job_id, b.rank, b.seq, b.min_step, b.max_step, b.num_ops, time.time(), b.body))
-        return n > 0
+        """Store a batch; False when (job, rank, seq) was stored before (a retry): nothing changes.
+
+        Returns once the batch is committed. Group commit: batches arriving from several request
+        threads while a commit is under way are written together in the next transaction, by
+        whichever of their threads comes first (no extra thread, no timer: a lone batch commits at
+        once); each caller still returns only after the transaction holding its batch committed."""
+        mine = _Pending(b)
+        with self._group:
+            self._queue.append(mine)
+            while not mine.done and self._committing:
+                self._group.wait()
+            if mine.done:
+                return mine.result()
+            self._committing = True  # this thread commits everything queued, its own batch included
+            group, self._queue = self._queue, []
+        try:
+            try:
+                new = self._insert_batches([p.row for p in group])
+                for p, n in zip(group, new, strict=True):
+                    p.new = n
+            except Exception as e:  # every batch of the failed transaction fails alike
+                for p in group:
+                    p.error = e
+        finally:
+            with self._group:
+                for p in group:
+                    p.done = True
+                self._committing = False
+                self._group.notify_all()
+        return mine.result()
+
+    def _insert_batches(self, rows: list[BatchRow]) -> list[bool]:
+        q = self._sql("INSERT INTO batches (job_id, rank, seq, min_step, max_step, num_ops, received_s, body) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+        now = time.time()
+        with self._lock:
+            if not self.is_postgres:
+                self._conn.execute("BEGIN")
+            try:
+                new = [self._conn.execute(q, (b.job_id, b.rank, b.seq, b.min_step, b.max_step, b.num_ops, now,
+                                              b.body)).rowcount > 0 for b in rows]
+                self._conn.commit()
+            except Exception:
+                self._conn.rollback()
+                raise
+        return new
 
     def batches_since(self, job_id: str, min_max_step: int) -> list[BatchRow]:
         rows = self._read("SELECT rank, seq, min_step, max_step, num_ops, body FROM batches "
