@@ -35,8 +35,8 @@ class MonitorConfig:
     # the dashboard's top-k list
     top_k: int = 8
     # at most this share of the collector's time goes to analysing one job (after a refresh of t
-    # seconds the next waits t * (1 - share) / share): ingest shares the interpreter with the
-    # analyser, and a 1,024-worker window takes seconds
+    # seconds the next waits t * (1 - share) / share): the analysis runs in its own process, but on
+    # a small host it still competes with ingest for the cores, and a 1,024-worker window takes seconds
     analysis_share: float = 0.5
     # analyse windows in a child process (the running service): a 1,024-worker window is seconds of
     # pure-Python replay that would otherwise hold the GIL against ingest; off, the analyser thread
