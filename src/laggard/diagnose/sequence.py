@@ -8,6 +8,7 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.findings import Candidate, Finding
+from laggard.diagnose.gc import keep_stalls, stalls
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -44,10 +45,12 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         evidence += f"; forward time follows a*sum(len^2) + b*sum(len) (R^2={fit:.2f})"
     # balanced: every microbatch of a stage costs the step's mean
     comp = ctx.fwd | ctx.bwd
-    ref, ok = ctx.group_mean(comp, [ctx.step, ctx.pp, ctx.name])
+    stalled, _ = stalls(ctx, cfg)  # GC pauses are not the data's: out of the mean, and kept
+    ref, ok = ctx.group_mean(comp & ~stalled, [ctx.step, ctx.pp, ctx.name])
     w = ctx.w.copy()
     sel = comp & ok
     w[sel] = ref[sel]
+    w = keep_stalls(ctx, cfg, w)
     hot_steps = np.unique(ctx.step[fm][np.abs(ctx.w[fm] / np.maximum(ref[fm], 1e-12) - 1) > 2 * spread])
     finding = Finding(
         cause="sequence-imbalance",
