@@ -12,18 +12,21 @@ from laggard.ops import LaggardError, LaggardWarning
 
 if TYPE_CHECKING:
     from laggard.diagnose import DiagnoseConfig
+    from laggard.gaps import GapConfig
     from laggard.ops import Job
     from laggard.whatif import Analysis
 
 
 def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
-            config: DiagnoseConfig | None = None) -> Analysis:
-    """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job."""
+            config: DiagnoseConfig | None = None, gaps: GapConfig | None = None) -> Analysis:
+    """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job.
+
+    ``gaps`` configures the host ops for untraced time (``laggard.gaps.GapConfig``)."""
     from laggard.whatif import analyze as whatif_analyze
 
     if not (math.isfinite(healthy_threshold) and healthy_threshold >= 1.0):
         raise LaggardError(f"--healthy-threshold must be a number >= 1 (got {healthy_threshold})")
-    res = whatif_analyze(job)
+    res = whatif_analyze(job, gaps=gaps)
     if diagnose:
         from laggard.diagnose import diagnose as run_diagnosis
 

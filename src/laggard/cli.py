@@ -169,6 +169,7 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("laggard.hang.cli", "register", None),
     ("laggard.fleet.cli", "register", None),
     ("laggard.dessim.cli", "register", None),  # simpy loads inside the command
+    ("laggard.monitor.cli", "app", "monitor"),
 )
 
 

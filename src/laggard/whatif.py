@@ -385,12 +385,13 @@ def _explained(t_rem: float, t_add: float, T: float, T_ideal: float) -> Explaine
     )
 
 
-def analyze(job: Job) -> Analysis:
+def analyze(job: Job, *, gaps: GapConfig | None = None) -> Analysis:
     """The what-if analysis of a job (see the module docstring); its diagnosis is added one level
-    up, by ``laggard.analysis.analyze``."""
+    up, by ``laggard.analysis.analyze``. ``gaps``: when untraced host time becomes host ops
+    (``GapConfig(enabled=False)``: the published method, gaps left out)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
-        base = prepare(job)
+        base = prepare(job, gaps)
         res = _analyze(base)
         from laggard.arrivals import job_extras
 
