@@ -150,3 +150,16 @@ def test_ungrouped_comm_is_not_blamed() -> None:
     ]
     _, summary = insert_host_gaps(_job(rows))
     assert summary.idle_s.tolist() == [0.0, 0.0]
+
+
+def test_synth_tables_with_not_null_fields_take_host_ops():
+    """laggard synth writes not-null fields; the host ops' table is nullable: they must concatenate
+    (a launch delay big enough to become host ops used to fail with ArrowInvalid)."""
+    from laggard.analysis import analyze
+    from laggard.inject import parse_injection
+    from laggard.synth import SynthConfig, synthesize_with_truth
+
+    truth = synthesize_with_truth(SynthConfig(dp=4, pp=2, microbatches=4, steps=4, seed=739805459),
+                                  [parse_injection("launch-delay:ms=4.81")])
+    res = analyze(truth.job)
+    assert res.base is not None and res.base.gaps.num_ops > 0

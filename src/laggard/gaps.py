@@ -323,6 +323,9 @@ def _with_host_ops(job: Job, at: np.ndarray, gaps: _Gaps, *, wait_for_busy: bool
     }
     host_table = make_table(host_cols, num_rows=m).drop_columns(["deps"])
     base = t.drop_columns(["deps"])
+    # tables written with not-null fields (laggard synth) and the host ops' (nullable) must agree
+    loose = pa.schema([f.with_nullable(True) for f in base.schema])
+    base, host_table = base.cast(loose), host_table.cast(loose)
     both = pa.concat_tables([base, host_table]).unify_dictionaries().combine_chunks()
     perm = np.empty(new_n, dtype=np.int64)
     perm[new_row] = np.arange(n)

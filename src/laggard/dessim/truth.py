@@ -1,5 +1,12 @@
 """Ground truth: the real speed-up of fixing each cause, measured by simulating the job again
-without it (same seeds, so every other random draw stays where it was). Never by laggard's replay."""
+without it (same seeds, so every other random draw stays where it was). Never by laggard's replay.
+
+Causes hide each other (a slow link next to a heavy stage gains ~nothing when fixed alone, and
+matters once the stage is fixed), so the effect of a cause is measured at both ends of the order
+in which fixes can be made: removed last (``gain``: the job without it) and present alone
+(``alone_gain``: the clean job with only it). ``effect_share`` is the larger of the two step-time
+differences as a share of the job's slowdown (step time over the clean job's): the simulator's
+answer to "does this cause matter", which the sweep's detection floor reads."""
 
 from __future__ import annotations
 
@@ -14,9 +21,16 @@ from laggard.dessim.engine import SimConfig, SimOps, simulate
 class CauseTruth:
     cause: Cause
     gain: float  # T(all causes) / T(all but this one): the speed-up of fixing only this cause
+    effect_share: float = float("nan")  # max(T(all) - T(all but it), T(it alone) - T(clean)) / (T(all) - T(clean))
+    alone_gain: float = float("nan")  # T(only this cause) / T(clean): its effect on an otherwise clean job
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.cause.to_json(), "spec": self.cause.spec(), "gain": self.gain}
+        out: dict[str, Any] = {**self.cause.to_json(), "spec": self.cause.spec(), "gain": self.gain}
+        if self.effect_share == self.effect_share:  # measured
+            out["effect_share"] = self.effect_share
+        if self.alone_gain == self.alone_gain:
+            out["alone_gain"] = self.alone_gain
+        return out
 
 
 @dataclass(kw_only=True, slots=True)
@@ -43,13 +57,32 @@ class SimTruth:
         }
 
 
-def simulate_with_truth(cfg: SimConfig, causes: list[Cause]) -> SimTruth:
-    """Simulate the job, then once without each cause and once without any (len(causes) + 2 runs)."""
+def simulate_with_truth(cfg: SimConfig, causes: list[Cause], *, alone_below: float = 1.0) -> SimTruth:
+    """Simulate the job, once without any cause and once without each (len(causes) + 2 runs); then,
+    for each cause whose removal explains less than ``alone_below`` of the slowdown, once with only
+    that cause (the other end of the order of fixes; 1.0: for every cause, 0: never). Runs are
+    cached by their set of causes, so no set is simulated twice."""
+    cache: dict[tuple[int, ...], float] = {}
+
+    def step_s(keep: tuple[int, ...]) -> float:
+        if keep not in cache:
+            cache[keep] = simulate(cfg, [causes[i] for i in keep]).mean_step_s
+        return cache[keep]
+
+    everything = tuple(range(len(causes)))
     sim = simulate(cfg, causes)
-    clean = simulate(cfg, []).mean_step_s if causes else sim.mean_step_s
+    cache[everything] = sim.mean_step_s
+    clean = step_s(())
+    slow = sim.mean_step_s - clean
     out = []
     for i, c in enumerate(causes):
-        rest = causes[:i] + causes[i + 1 :]
-        t = simulate(cfg, rest).mean_step_s if rest else clean
-        out.append(CauseTruth(cause=c, gain=sim.mean_step_s / t))
+        t = step_s(everything[:i] + everything[i + 1 :])
+        ct = CauseTruth(cause=c, gain=sim.mean_step_s / t)
+        last = (sim.mean_step_s - t) / slow if slow > 0 else 0.0
+        ct.effect_share = last
+        if last < alone_below:
+            t_alone = step_s((i,))
+            ct.alone_gain = t_alone / clean
+            ct.effect_share = max(last, (t_alone - clean) / slow if slow > 0 else 0.0)
+        out.append(ct)
     return SimTruth(sim=sim, clean_step_s=clean, causes=out)

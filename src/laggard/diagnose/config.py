@@ -29,7 +29,8 @@ class DiagnoseConfig:
     # -- sequence imbalance
     seq_min_ops: int = 8  # forward/backward pairs needed for a correlation
     seq_spread: float = 0.05  # microbatch times vary by >= 5% within a step (jitter is 3%)
-    seq_corr: float = 0.6  # forward and backward of one microbatch move together (attention cost)
+    seq_corr: float = 0.6  # forward and backward of one microbatch move together (attention cost);
+    # a rank correlation, so that a few GC-stalled forwards do not break it (jitter alone: ~0)
 
     # -- garbage collection
     gc_mad: float = 8.0  # a forward is stalled at median + 8 MADs (far outside the jitter)
@@ -50,6 +51,9 @@ class DiagnoseConfig:
     # (smaller excesses are the noise of a shared host)
     host_hot_share: float = 0.5  # ranks with half the worst rank's excess are named with it
     host_max_ranks: int = 8  # at most this many ranks in one finding
+    launch_idle_share: float = 0.02  # the median rank's untraced host time per step is 2% of the ideal
+    # step: a launch overhead every rank pays (clean simulated jobs: 0.1%; the published traces: 0.5%
+    # (ST) and 0.02% (AR)); other causes may hide most of it, and it is what they leave once fixed
 
     def __post_init__(self) -> None:
         if not self.threshold >= 1.0:

@@ -37,6 +37,28 @@ def robust_outliers(ctx: Ctx, mask: np.ndarray, cfg: DiagnoseConfig) -> tuple[np
     return out, med
 
 
+def stalls(ctx: Ctx, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Forward passes stalled the way a GC pause stalls them (far over their median, the backward
+    of the same microbatch not): (mask, the median of each op's (rank, op type)). Other fixes keep
+    these stalls as they are, so that a fix of the compute (a stage, the sequence balance) does not
+    also take the GC pauses away and leave them nothing to explain."""
+    fwd_out, fmed = robust_outliers(ctx, ctx.fwd, cfg)
+    bwd_out, _ = robust_outliers(ctx, ctx.bwd, cfg)
+    if fwd_out.any():
+        rows = np.flatnonzero(fwd_out)
+        fwd_out[rows[np.isin(ctx.microbatch_keys(fwd_out), ctx.microbatch_keys(bwd_out))]] = False
+    return fwd_out, fmed
+
+
+def keep_stalls(ctx: Ctx, cfg: DiagnoseConfig, w: np.ndarray) -> np.ndarray:
+    """``w`` (a fix's weights) with the GC stalls put back on top of the fixed forward passes."""
+    stalled, fmed = stalls(ctx, cfg)
+    out = w.copy()
+    extra = ctx.w[stalled] - fmed[stalled]
+    out[stalled] = w[stalled] * fmed[stalled] / np.maximum(ctx.w[stalled], 1e-12) + extra
+    return out
+
+
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     fwd_out, fmed = robust_outliers(ctx, ctx.fwd, cfg)
     bwd_out, _ = robust_outliers(ctx, ctx.bwd, cfg)

@@ -2,8 +2,12 @@
 
 Two signatures: ranks whose host ops take far more than their peers' (a slow data loader, Python
 overhead, CPU contention on their host), fixed by a what-if that gives their host ops the typical
-value of their position; and wall-clock steps longer than the replay (many gaps too small to be
-modelled one by one), which no what-if can fix and which is scored by the time it leaves out.
+value of their position; and many gaps too small to be modelled one by one, on every rank (a launch
+overhead): wall-clock steps longer than the replay, or untraced host time on the median rank. No
+what-if can fix those; the finding's gain is the time the replay leaves out (what fixing it gains
+in this job). Other causes hide a launch overhead (a host that waits for a slow device has time to
+spare), so its share is the larger of that visible part and the median rank's host time: what it
+costs once the other causes are fixed.
 """
 
 from __future__ import annotations
@@ -22,8 +26,12 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     if host.any():
         out += _host_ranks(ctx, cfg, host)
     fidelity = ctx.res.replay_fidelity
-    if fidelity >= cfg.threshold and ctx.T_meas > ctx.T:
-        out.append(_unmodelled(ctx, fidelity))
+    gaps = ctx.base.gaps
+    idle = gaps.idle_s / max(gaps.num_steps, 1)
+    idle_med = float(np.median(idle)) if len(idle) else 0.0
+    everywhere = idle_med >= cfg.launch_idle_share * ctx.T_ideal
+    if (fidelity >= cfg.threshold and ctx.T_meas > ctx.T) or everywhere:
+        out.append(_unmodelled(ctx, fidelity, idle_med if everywhere else 0.0))
     return out
 
 
@@ -69,7 +77,7 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candida
     return [Candidate(finding=finding, weights=w)]
 
 
-def _unmodelled(ctx: Ctx, fidelity: float) -> Candidate:
+def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float) -> Candidate:
     base = ctx.base
     g = base.graph
     owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
@@ -82,18 +90,24 @@ def _unmodelled(ctx: Ctx, fidelity: float) -> Candidate:
     per_type = np.bincount(ctx.name, weights=gaps, minlength=len(ctx.names))
     nsteps = max(len(g.steps), 1)
     worst = int(np.argmax(per_rank))
+    visible = min(max(ctx.T_meas - ctx.T, 0.0) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0
+    hidden = ""
+    if idle_med_s > 0:
+        hidden = (f"; the median rank spends {1e3 * idle_med_s:.1f} ms per step of host time no traced op covers "
+                  f"({100 * idle_med_s / ctx.T_ideal:.1f}% of the ideal step), which the other causes hide today "
+                  "and the step pays once they are fixed")
     finding = Finding(
         cause="launch-delay",
         workers=[ctx.worker_of[int(ctx.ranks[worst])]],
         evidence=(
             f"steps take {ctx.T_meas:.4g} s on the wall clock but the replay of the traced ops takes {ctx.T:.4g} s "
             f"({fidelity:.3f}x): many small untraced gaps, {1e3 * per_rank[worst] / nsteps:.1f} ms per step on rank "
-            f"{int(ctx.ranks[worst])}, mostly before {ctx.names[int(np.argmax(per_type))]}"
+            f"{int(ctx.ranks[worst])}, mostly before {ctx.names[int(np.argmax(per_type))]}{hidden}"
         ),
         fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
         "profile the host, overlap data loading, use CUDA graphs",
-        score=min((ctx.T_meas - ctx.T) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0,
-        gain=fidelity,
+        score=visible,
+        gain=max(fidelity, 1.0),
     )
-    finding.share = finding.score
+    finding.share = min(max(visible, idle_med_s / ctx.gap if ctx.gap > 0 else 0.0), 1.0)
     return Candidate(finding=finding, weights=None)

@@ -8,6 +8,7 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.findings import Candidate, Finding
+from laggard.diagnose.gc import keep_stalls, stalls
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -30,7 +31,9 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     spread = float(np.std(rf))
     if spread < cfg.seq_spread or np.std(rb) == 0 or np.std(rf) == 0:
         return []
-    corr = float(np.corrcoef(rf, rb)[0, 1])
+    # rank correlation: a few forwards stalled by a GC pause (tens of ms, backward untouched) must
+    # not hide how every other microbatch's forward and backward move together
+    corr = float(np.corrcoef(_ranks(rf), _ranks(rb))[0, 1])
     if corr < cfg.seq_corr:
         return []
     evidence = (
@@ -42,10 +45,12 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         evidence += f"; forward time follows a*sum(len^2) + b*sum(len) (R^2={fit:.2f})"
     # balanced: every microbatch of a stage costs the step's mean
     comp = ctx.fwd | ctx.bwd
-    ref, ok = ctx.group_mean(comp, [ctx.step, ctx.pp, ctx.name])
+    stalled, _ = stalls(ctx, cfg)  # GC pauses are not the data's: out of the mean, and kept
+    ref, ok = ctx.group_mean(comp & ~stalled, [ctx.step, ctx.pp, ctx.name])
     w = ctx.w.copy()
     sel = comp & ok
     w[sel] = ref[sel]
+    w = keep_stalls(ctx, cfg, w)
     hot_steps = np.unique(ctx.step[fm][np.abs(ctx.w[fm] / np.maximum(ref[fm], 1e-12) - 1) > 2 * spread])
     finding = Finding(
         cause="sequence-imbalance",
@@ -59,8 +64,15 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     return [Candidate(finding=finding, weights=w)]
 
 
-def fit_seq_cost(ctx: Ctx, fm: np.ndarray) -> float | None:
-    """R^2 of forward time against a*sum(len^2) + b*sum(len) + c (None without sequence lengths)."""
+def _ranks(x: np.ndarray) -> np.ndarray:
+    out = np.empty(len(x))
+    out[np.argsort(x, kind="stable")] = np.arange(len(x))
+    return out
+
+
+def seq_features(ctx: Ctx, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(rows, sum of len^2, sum of len) of the ops in ``mask`` that carry sequence lengths (None
+    when fewer than 8 do)."""
     from laggard.ops import to_numpy, valid_mask
 
     col = ctx.base.job.table.column("seq_lens")
@@ -68,7 +80,7 @@ def fit_seq_cost(ctx: Ctx, fm: np.ndarray) -> float | None:
         return None
     lens = col.combine_chunks()
     valid = valid_mask(lens)
-    rows = np.flatnonzero(fm & valid)
+    rows = np.flatnonzero(mask & valid)
     if len(rows) < 8:
         return None
     offsets = to_numpy(lens.offsets).astype(np.int64)
@@ -79,6 +91,15 @@ def fit_seq_cost(ctx: Ctx, fm: np.ndarray) -> float | None:
         int((ends - starts).sum()))
     sq = np.bincount(owner, weights=values[idx] ** 2, minlength=len(rows))
     lin = np.bincount(owner, weights=values[idx], minlength=len(rows))
+    return rows, sq, lin
+
+
+def fit_seq_cost(ctx: Ctx, fm: np.ndarray) -> float | None:
+    """R^2 of forward time against a*sum(len^2) + b*sum(len) + c (None without sequence lengths)."""
+    feats = seq_features(ctx, fm)
+    if feats is None:
+        return None
+    rows, sq, lin = feats
     y = ctx.w[rows]
     # per-stage scale: fit y / stage mean against normalised features
     pp = ctx.pp[rows]

@@ -9,6 +9,7 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.findings import Candidate, Finding
+from laggard.diagnose.gc import keep_stalls
 
 
 def hot_workers(ctx: Ctx, cfg: DiagnoseConfig) -> set[int]:
@@ -75,6 +76,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         w = ctx.w.copy()
         w[sel] = ctx.w[sel] * (ref[sel] / mine[sel])
         w[on & ok & ~sel] = ref[on & ok & ~sel]
+        w = keep_stalls(ctx, cfg, w)  # the stage's GC pauses are not its layers'
         share = 1.0 - float(per_worker.mean()) / per_worker[s] if per_worker[s] > 0 else 0.0
         ref_load = float(np.median([load[r] for r in load if ctx.worker_of[r]["stage"] != s]))
         num_heavy = sum(load[r] >= cfg.heavy_row_ratio * ref_load for r in rs)

@@ -15,9 +15,10 @@ from laggard.diagnose.findings import Candidate, Finding
 
 
 def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[int]:
-    """Ranks computing ``worker_ratio`` x their stage peers, worst first. Every stage of one DP rank
-    may be slow at once (one bad node): a DP rank's data cannot make it look so, since sequence
-    imbalance is redrawn every step and the load is a median over steps."""
+    """Ranks computing ``worker_ratio`` x their stage peers, worst first, both per step and per
+    microbatch (``per_microbatch``). Every stage of one DP rank may be slow at once (one bad node);
+    a DP rank that drew long sequences in the few steps of a trace computes more per step, but not
+    more per microbatch: its typical microbatch costs what its peers' do, a slow GPU's all cost more."""
     ranks = sorted(load)
     stage = np.array([ctx.worker_of[r]["stage"] for r in ranks])
     lv = np.array([load[r] for r in ranks])
@@ -28,9 +29,58 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
     else:  # no DP replicas: compare with the other stages
         ref = np.full(len(lv), float(np.median(lv)))
     rel = lv / np.maximum(ref, 1e-12)
+    if ctx.num_dp > 1:
+        per_mb = per_microbatch(ctx)
+        rel = np.minimum(rel, np.array([per_mb.get(r, np.inf) for r in ranks]))
     keep = rel >= cfg.worker_ratio
     order = np.argsort(-rel[keep], kind="stable")
     return [int(r) for r in np.array(ranks)[keep][order]]
+
+
+def per_microbatch(ctx: Ctx) -> dict[int, float]:
+    """Per rank: the median over its forward and backward passes of the op's time over what the same
+    op costs on the other DP ranks: over the fitted cost of its sequences where the trace has their
+    lengths (a*sum(len^2) + b*sum(len) + c per stage and op type), else over the median of the same
+    (step, stage, op type, microbatch) on the other DP ranks. Sequence imbalance moves the second
+    ratio both ways (a DP rank may draw long sequences in most of a short trace's microbatches), and
+    not the first; a slow worker moves both."""
+    from laggard.diagnose.context import peer_median
+    from laggard.diagnose.sequence import seq_features
+
+    on = (ctx.fwd | ctx.bwd) & (ctx.mb >= 0)
+    if not on.any():
+        return {}
+    feats = seq_features(ctx, on)
+    if feats is not None and len(feats[0]) == int(on.sum()):
+        rows, sq, lin = feats
+        ratio = np.empty(len(rows))
+        group = ctx.pp[rows] * (len(ctx.names) + 1) + ctx.name[rows]
+        for g in np.unique(group):
+            sel = group == g
+            X = np.stack([sq[sel], lin[sel], np.ones(int(sel.sum()))], axis=1)
+            coef, *_ = np.linalg.lstsq(X, ctx.w[rows][sel], rcond=None)
+            ratio[sel] = ctx.w[rows][sel] / np.maximum(X @ coef, 1e-12)
+        ranks = ctx.rank[rows]
+    else:
+        keys = np.stack([ctx.step[on], ctx.pp[on], ctx.name[on], ctx.mb[on]], axis=1)
+        _, group = np.unique(keys, axis=0, return_inverse=True)
+        peers = peer_median(ctx.w[on], group.ravel())
+        ok = peers > 0
+        ratio = ctx.w[on][ok] / peers[ok]
+        ranks = ctx.rank[on][ok]
+    order = np.argsort(ranks, kind="stable")
+    r_sorted, v_sorted = ranks[order], ratio[order]
+    bounds = np.flatnonzero(np.diff(r_sorted)) + 1
+    med = {int(rs[0]): float(np.median(vs)) for rs, vs in zip(np.split(r_sorted, bounds), np.split(v_sorted, bounds),
+                                                              strict=True) if len(rs)}
+    if feats is None or len(feats[0]) != int(on.sum()):
+        return med
+    # the fitted cost is one for all DP replicas of a stage: compare each rank with its stage peers
+    rs = sorted(med)
+    stage = np.array([ctx.worker_of[r]["stage"] for r in rs])
+    v = np.array([med[r] for r in rs])
+    ref = peer_median(v, stage)
+    return {r: float(x / y) if y > 0 else float("inf") for r, x, y in zip(rs, v, ref, strict=True)}
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[int]) -> list[Candidate]:
