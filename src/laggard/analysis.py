@@ -30,6 +30,11 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LaggardWarning)
             res.diagnosis = run_diagnosis(res, threshold=healthy_threshold, config=config)
+        from laggard.whatif_custom import whatif_command
+
+        for f in res.diagnosis.findings:
+            if f.whatif:
+                f.command = whatif_command(job.load_args, f.whatif)
         for w in caught:
             if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
                 res.warnings.append(str(w.message))

@@ -84,10 +84,14 @@ def analyze(
 
 @app.command()
 def whatif(
-    path: Annotated[Path, typer.Argument(help="Trace: a native directory, an NDTimeline parquet file, or a directory of PyTorch-profiler traces.")],
+    path: Annotated[list[Path], typer.Argument(help="Trace: a native directory, an NDTimeline parquet file, or PyTorch-profiler traces (a directory, a glob or per-rank files).")],
     fix: Annotated[list[str] | None, typer.Option("--fix", help="Idealise these ops: stage=3, dp=1, rank=17, worker=dp0:pp1, optype=forward-compute, step=12, all.")] = None,
     zero: Annotated[list[str] | None, typer.Option("--zero", help="Make these ops take no time: comm, compute, or any --fix selector.")] = None,
     scale: Annotated[list[str] | None, typer.Option("--scale", help="Scale measured durations: SELECTOR:FACTOR, e.g. stage=3:0.8.")] = None,
+    peer: Annotated[list[str] | None, typer.Option("--peer", help="Set these ops to the mean of their op type on their stage over the ops no --peer names, e.g. rank=5,compute.")] = None,
+    even: Annotated[list[str] | None, typer.Option("--even", help="Set these ops to the mean of their op type, stage and step (balanced microbatches), e.g. optype=forward-compute.")] = None,
+    despike: Annotated[list[str] | None, typer.Option("--despike", help="Set ops far above the median of their rank and op type to that median (rare stalls), e.g. optype=forward-compute.")] = None,
+    gap_share: Annotated[float | None, typer.Option("--gap-share", help="Model untraced host gaps as host ops from this share of a step on (0: every gap; default 0.02).")] = None,
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
     steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
@@ -98,9 +102,12 @@ def whatif(
     """Replay the job with a change of your own and print the new step time and speed-up."""
     from laggard.whatif_custom import custom_whatif, parse_changes
 
-    changes = parse_changes(fix or [], zero or [], scale or [])
-    job = _load(path, fmt, meta, steps, layout, rank_map)
-    res = custom_whatif(job, changes)
+    changes = parse_changes(fix or [], zero or [], scale or [], peer=peer, even=even, despike=despike)
+    from laggard.whatif_custom import gap_config
+
+    gap_config(gap_share)  # checked before the load
+    job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
+    res = custom_whatif(job, changes, gap_share=gap_share)
     if json_out is not None:
         from laggard.report.jsonout import dump_json
 

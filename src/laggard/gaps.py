@@ -295,6 +295,8 @@ def _with_host_ops(job: Job, at: np.ndarray, gaps: _Gaps, *, wait_for_busy: bool
     }
     host_table = make_table(host_cols, num_rows=m).drop_columns(["deps"])
     base = t.drop_columns(["deps"])
+    if host_table.schema != base.schema:  # in-memory jobs may declare nullability differently
+        host_table = host_table.select(base.column_names).cast(base.schema)
     both = pa.concat_tables([base, host_table]).unify_dictionaries().combine_chunks()
     perm = np.empty(new_n, dtype=np.int64)
     perm[new_row] = np.arange(n)

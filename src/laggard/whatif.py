@@ -70,6 +70,7 @@ class Baseline:
     measured_step_s: np.ndarray  # per step: last end - first start, as traced
     wall_step_s: np.ndarray  # per step: last end - the previous step's last end (wall clock)
     gaps: GapSummary  # untraced host time per rank, and what of it became host ops
+    traced: Job | None = None  # the job as loaded, before host ops (a what-if may model gaps anew)
 
     def is_comm(self) -> np.ndarray:
         comm = np.array([k in COMM_KINDS for k in self.kinds], dtype=bool)
@@ -124,6 +125,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
     """Add host ops for untraced gaps, build the graph, drop steps the replay cannot model,
     compute measured and ideal weights."""
     gap_cfg = gaps or GapConfig()
+    traced = job
     with_gaps, gap_summary = insert_host_gaps(job, gap_cfg)
     try:
         graph = build_graph(with_gaps)
@@ -194,6 +196,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
         measured_step_s=measured_step,
         wall_step_s=wall_step_times(graph.steps, step_end, measured_step),
         gaps=gap_summary,
+        traced=traced,
     )
 
 

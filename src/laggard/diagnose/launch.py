@@ -3,7 +3,7 @@
 Two signatures: ranks whose host ops take far more than their peers' (a slow data loader, Python
 overhead, CPU contention on their host), fixed by a what-if that gives their host ops the typical
 value of their position; and wall-clock steps longer than the replay (many gaps too small to be
-modelled one by one), which no what-if can fix and which is scored by the time it leaves out.
+modelled one by one), scored by the what-if that models every gap and evens it out.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx
+from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate, Finding
 from laggard.gaps import HOST_KIND
+from laggard.whatif_custom import Change
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -40,17 +41,13 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candida
     hot = hot[np.argsort(-excess[hot])][: cfg.host_max_ranks]
     ranks = [int(ctx.ranks[i]) for i in hot]
     on = host & np.isin(ctx.rank, ranks)
-    w = ctx.w.copy()
-    w[on] = base.ideal[on]
     r0 = ranks[0]
     mine = host & (ctx.rank == r0)
     per_name = np.bincount(ctx.name[mine], weights=(ctx.w - base.ideal)[mine], minlength=len(ctx.names))
     where = ctx.names[int(np.argmax(per_name))].removeprefix("host:")
     peers = np.delete(spent, hot)
     names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in ranks[:4])
-    sel = ",".join(f"rank={r}" for r in ranks) if len(ranks) == 1 else None
-    confirm = (f"; confirm with `laggard whatif TRACE --fix {sel},kind=host`" if sel
-               else "; confirm with `laggard whatif TRACE --fix rank=R,kind=host` for each")
+    changes = [Change(action="fix", selector=f"rank={r},kind={HOST_KIND}") for r in ranks]
     finding = Finding(
         cause="launch-delay",
         workers=[ctx.worker_of[r] for r in ranks],
@@ -63,13 +60,17 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candida
         ),
         fix=(
             f"find the host-side work on rank {r0} between its traced ops: a slow data loader (more workers, "
-            "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host" + confirm
+            "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host"
         ),
     )
-    return [Candidate(finding=finding, weights=w)]
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
 
 
 def _unmodelled(ctx: Ctx, fidelity: float) -> Candidate:
+    """Many small gaps the model leaves out: scored by the what-if that models every gap as host ops
+    and removes them (``--gap-share 0 --zero kind=host``): the speed-up if the untraced host work
+    between ops went away, a number the user can replay; its share is capped at the job's gap
+    (wall clock - ideal) (``explain.score_alone``)."""
     base = ctx.base
     g = base.graph
     owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
@@ -92,8 +93,5 @@ def _unmodelled(ctx: Ctx, fidelity: float) -> Candidate:
         ),
         fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
         "profile the host, overlap data loading, use CUDA graphs",
-        score=min((ctx.T_meas - ctx.T) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0,
-        gain=fidelity,
     )
-    finding.share = finding.score
-    return Candidate(finding=finding, weights=None)
+    return Candidate(finding=finding, changes=[Change(action="zero", selector=f"kind={HOST_KIND}")], gap_share=0.0)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx
+from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate, Finding
+from laggard.whatif_custom import Change
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -42,10 +43,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         evidence += f"; forward time follows a*sum(len^2) + b*sum(len) (R^2={fit:.2f})"
     # balanced: every microbatch of a stage costs the step's mean
     comp = ctx.fwd | ctx.bwd
-    ref, ok = ctx.group_mean(comp, [ctx.step, ctx.pp, ctx.name])
-    w = ctx.w.copy()
-    sel = comp & ok
-    w[sel] = ref[sel]
+    ref, _ = ctx.group_mean(comp, [ctx.step, ctx.pp, ctx.name])
+    changes = [Change(action="even", selector=f"optype={ctx.names[int(c)]},kind=compute") for c in np.unique(ctx.name[comp])]
     hot_steps = np.unique(ctx.step[fm][np.abs(ctx.w[fm] / np.maximum(ref[fm], 1e-12) - 1) > 2 * spread])
     finding = Finding(
         cause="sequence-imbalance",
@@ -56,7 +55,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
             "`laggard.mitigate.balance(lengths, num_bins, method='wlb')` (with `laggard fit-cost TRACE` for the cost model)"
         ),
     )
-    return [Candidate(finding=finding, weights=w)]
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
 
 
 def fit_seq_cost(ctx: Ctx, fm: np.ndarray) -> float | None:

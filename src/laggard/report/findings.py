@@ -47,6 +47,8 @@ def print_findings(res: Analysis, console: Console) -> None:
         )
         console.print(f"   evidence: {f.evidence}", highlight=False)
         console.print(f"   fix: {f.fix}", highlight=False)
+        if f.command:
+            console.print(f"   check the {f.gain:.2f}x: {f.command}", highlight=False, soft_wrap=True)
     if len(d.findings) > 1:
         console.print(f"fixing all {len(d.findings)} together: {d.combined_gain:.2f}x faster "
                       f"(interaction {100 * d.interaction:+.0f}% of the slowdown beyond the fixes one by one)")
@@ -79,7 +81,8 @@ def findings_html(res: Analysis) -> str | None:
             f"<td>{i}</td><td><strong>{escape(f.cause)}</strong><br><small>{escape(_where(f))}</small></td>"
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
             f"<td>{escape(f.evidence)}<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
-            f"<td>{escape(f.fix)}</td>"
+            f"<td>{escape(f.fix)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"
+                                      if f.command else "") + "</td>"
             "</tr>"
         )
     body = (
@@ -97,7 +100,8 @@ def findings_html(res: Analysis) -> str | None:
             "**explains** is the finding's share of (measured step time - ideal step time) when every finding's "
             "fix is shared out jointly (Shapley values: causes that hide each other split what fixing them "
             "together removes); in brackets, what fixing only this cause removes. Findings are sorted by share.",
-            "**fix gives** is the predicted speed-up of the replayed step time.",
+            "**fix gives** is the predicted speed-up of the replayed step time: the speed-up of the "
+            "`laggard whatif` command under the fix, which prints the same number when you run it.",
             "The heatmap below shows the pattern each finding was read from.",
         ],
     )
