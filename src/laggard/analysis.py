@@ -35,11 +35,22 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
         for f in res.diagnosis.findings:
             if f.whatif:
                 f.command = whatif_command(job.load_args, f.whatif)
+            if f.cause == "stage-imbalance":
+                f.fix += "; " + partition_hint(job)
         for w in caught:
             if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
                 res.warnings.append(str(w.message))
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return res
+
+
+def partition_hint(job: Job) -> str:
+    """The `laggard partition` command for this trace, asking for what the trace does not record."""
+    from laggard.whatif_custom import whatif_command
+
+    known = job.meta.extra.get("num_layers") is not None or job.meta.extra.get("layers_per_stage")
+    cmd = whatif_command(job.load_args, [] if known else ["--num-layers", "N"], command="partition")
+    return f"`{cmd}` proposes the split" + ("" if known else " (N: the model's decoder layers; the trace does not record it)")
 
 
 __all__ = ["analyze"]

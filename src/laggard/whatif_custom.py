@@ -234,14 +234,16 @@ def custom_whatif(job: Job, changes: list[Change], *, gap_share: float | None = 
     )
 
 
-def whatif_command(load_args: dict[str, Any], flags: list[str]) -> str:
-    """The `laggard whatif` command line that loads the trace as it was loaded and applies ``flags``
-    (``TRACE`` for a job that was not read from files)."""
+def whatif_command(load_args: dict[str, Any], flags: list[str], command: str = "whatif") -> str:
+    """The `laggard whatif` (or another ``command``'s) command line that loads the trace as it was
+    loaded and applies ``flags`` (``TRACE`` for a job that was not read from files)."""
     import shlex
 
-    parts = ["laggard", "whatif"] + [shlex.quote(p) for p in load_args.get("paths") or ["TRACE"]]
-    for flag, key in (("--format", "fmt"), ("--meta", "meta"), ("--steps", "steps"), ("--layout", "layout"),
-                      ("--rank-map", "rank_map")):
+    parts = ["laggard", command] + [shlex.quote(p) for p in load_args.get("paths") or ["TRACE"]]
+    keys = (("--format", "fmt"), ("--meta", "meta"), ("--steps", "steps"), ("--layout", "layout"), ("--rank-map", "rank_map"))
+    if command == "partition":  # reads NDTimeline and native traces: no profiler layout flags
+        keys = keys[:3]
+    for flag, key in keys:
         v = load_args.get(key)
         if v is not None and not (key == "fmt" and v == "auto"):
             parts += [flag, shlex.quote(str(v))]
