@@ -17,13 +17,24 @@ if TYPE_CHECKING:
 
 
 def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
-            config: DiagnoseConfig | None = None) -> Analysis:
-    """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job."""
+            config: DiagnoseConfig | None = None, skip_steps: int | None = None) -> Analysis:
+    """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job. Warm-up steps
+    are skipped first (``skip_steps``: how many leading steps; None: detected, ``laggard.warmup``)."""
+    from laggard.warmup import skip_warmup
     from laggard.whatif import analyze as whatif_analyze
 
     if not (math.isfinite(healthy_threshold) and healthy_threshold >= 1.0):
         raise LaggardError(f"--healthy-threshold must be a number >= 1 (got {healthy_threshold})")
+    job, skipped = skip_warmup(job, skip_steps)
+    note = None
+    if skipped:
+        how = "as asked (--skip-steps)" if skip_steps is not None else "detected: they ran well above the settled step time; --skip-steps 0 keeps them"
+        note = f"skipped {len(skipped)} warm-up step(s) ({', '.join(map(str, skipped[:8]))}{' ...' if len(skipped) > 8 else ''}), {how}"
+        warnings.warn(note, LaggardWarning, stacklevel=2)
     res = whatif_analyze(job)
+    res.extras["warmup_steps_skipped"] = skipped
+    if note is not None and note not in res.warnings:
+        res.warnings.append(note)
     if diagnose:
         from laggard.diagnose import diagnose as run_diagnosis
 

@@ -59,11 +59,14 @@ def analyze(
     healthy_threshold: Annotated[float, typer.Option("--healthy-threshold", help="Call the job healthy (no findings) below this slowdown.")] = 1.05,
     layout: LayoutOpt = None,
     rank_map: RankMapOpt = None,
+    skip_steps: Annotated[int | None, typer.Option("--skip-steps", help="Skip this many leading (warm-up) steps; default: detected from step-time settling (0 keeps every step).")] = None,
 ) -> None:
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
+    if skip_steps is not None and skip_steps < 0:
+        raise LaggardError(f"--skip-steps must be >= 0 (got {skip_steps})")
     job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
     from laggard.analysis import analyze as run_analysis  # after loading: see laggard.io.kineto.decode_all
-    result = run_analysis(job, healthy_threshold=healthy_threshold)
+    result = run_analysis(job, healthy_threshold=healthy_threshold, skip_steps=skip_steps)
     if json_out is not None:
         from laggard.report.jsonout import write_json
 

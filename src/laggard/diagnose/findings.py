@@ -46,9 +46,10 @@ class Finding:
 
 @dataclass(kw_only=True, slots=True)
 class Diagnosis:
-    verdict: str  # healthy | straggling
+    verdict: str  # healthy | straggling | not enough to judge
     threshold: float
     findings: list[Finding]
+    reason: str = ""  # why a job could not be judged
     combined_share: float = 0.0  # the slowdown removed by fixing every finding together
     combined_gain: float = 1.0
     interaction: float = 0.0  # combined share minus the sum of the findings' own scores
@@ -61,6 +62,8 @@ class Diagnosis:
             "healthy_threshold": self.threshold,
             "findings": [f.to_json() for f in self.findings],
         }
+        if self.reason:
+            out["reason"] = self.reason
         if self.verdict == "straggling":
             out["combined"] = {"share": finite(self.combined_share), "gain": finite(self.combined_gain),
                                "interaction": finite(self.interaction), "unexplained": finite(self.unexplained),

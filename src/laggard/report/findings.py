@@ -37,6 +37,9 @@ def print_findings(res: Analysis, console: Console) -> None:
     if d.verdict == "healthy":
         console.print(f"[green bold]verdict: healthy[/] (slowdown below {d.threshold:g}); no findings")
         return
+    if d.reason:
+        console.print(f"[yellow bold]verdict: not enough to judge[/] ({d.reason}); no findings", highlight=False)
+        return
     console.print("[red bold]verdict: straggling[/]")
     for i, f in enumerate(d.findings, 1):
         where = _where(f)
@@ -67,6 +70,9 @@ def findings_html(res: Analysis) -> str | None:
         return None
     if d.verdict == "healthy":
         body = f'<p class="lead">Healthy: the straggler slowdown is below {d.threshold:g}; nothing to fix.</p>'
+        return section("Diagnosis", body, id="findings")
+    if d.reason:
+        body = f'<p class="lead">Not enough to judge: {escape(d.reason)}. No findings.</p>'
         return section("Diagnosis", body, id="findings")
     unexplained = ""
     if d.unexplained_by:
