@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
