@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from click import exceptions as click_exc
 
-from laggard.errors import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning, check_output
 
 app = typer.Typer(
     name="laggard",
@@ -64,6 +64,8 @@ def analyze(
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
     if skip_steps is not None and skip_steps < 0:
         raise LaggardError(f"--skip-steps must be >= 0 (got {skip_steps})")
+    for flag, out in (("--json", json_out), ("--html", html_out), ("--perfetto", perfetto_out)):
+        check_output(out, flag)
     job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
     from laggard.analysis import analyze as run_analysis  # after loading: see laggard.io.kineto.decode_all
     result = run_analysis(job, healthy_threshold=healthy_threshold, skip_steps=skip_steps)
@@ -106,6 +108,7 @@ def whatif(
     from laggard.whatif_custom import custom_whatif, parse_changes
 
     changes = parse_changes(fix or [], zero or [], scale or [], peer=peer, even=even, despike=despike)
+    check_output(json_out, "--json")
     from laggard.whatif_custom import gap_config
 
     gap_config(gap_share)  # checked before the load
@@ -134,6 +137,7 @@ def convert(
     """Convert a trace to laggard's native format (job.json + Parquet op shards)."""
     from laggard.ops import write_native
 
+    check_output(out, "--out", directory=True)
     job = _load(path, fmt, meta, None, layout, rank_map)
     write_native(job, out)
     typer.echo(f"wrote {job.num_ops} ops to {out}")
@@ -158,6 +162,7 @@ def synth(
     from laggard.report.jsonout import dump_json
     from laggard.synth import SynthConfig, synthesize_with_truth
 
+    check_output(out, "--out", directory=True)
     injections = parse_injections(inject)
     cfg = SynthConfig(dp=dp, pp=pp, tp=tp, vpp=vpp, microbatches=microbatches, steps=steps, seed=seed, jitter=jitter)
     res = synthesize_with_truth(cfg, injections)
@@ -230,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except BrokenPipeError:
             return 0
+        except OSError as e:  # an output that became unwritable mid-run (disk full, removed directory)
+            _flush_warnings(caught)
+            where = f" {e.filename}" if e.filename else ""
+            print(f"laggard: error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+            return 2
     _flush_warnings(caught)
     return code or 0
 
