@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean venv
+.PHONY: demo test bench lint clean venv sysdeps
 
 venv: $(STAMP)
 
@@ -18,7 +18,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/laggard demo
 
-test: $(STAMP)
+# Debian packages the monitor tests use (a PostgreSQL server, headless Chromium); skipped when not
+# root or already installed (the tests then skip with a reason)
+SYSDEPS := postgresql chromium
+sysdeps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s $(SYSDEPS) >/dev/null 2>&1; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSDEPS); fi
+
+test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest tests
 
 bench: $(STAMP)

@@ -5,6 +5,10 @@ Baselines are measured in the same run:
   a topological walk per scenario), in-process, excluding start-up.
 - scale: the per-DP-rank what-ifs as full re-replays (measured for a few DP ranks, scaled to all)
   instead of the two-rank symmetry reduction.
+- host-gap ops: the same analysis (load, what-ifs, diagnosis, JSON) without the gap step at all
+  (``insert_host_gaps`` replaced by one that returns the job unchanged and an empty summary: the
+  analysis as it was before host ops existed), interleaved with the default in one process.
+  ``GapConfig(enabled=False)`` is not the baseline: it still measures every gap for the JSON.
 """
 
 from __future__ import annotations
@@ -111,10 +115,75 @@ sample = np.unique(base.dp_rank)[:4]
 t1 = time.perf_counter()
 by_dp_rank_step_times(base, sample)
 full_per_rank = (time.perf_counter() - t1) / len(sample)
+from laggard.gaps import GapConfig, insert_host_gaps
+gap_s = []
+for _ in range(3):
+    t2 = time.perf_counter(); insert_host_gaps(job, GapConfig()); gap_s.append(time.perf_counter() - t2)
 print(json.dumps({"seconds": elapsed, "peak_rss_bytes": rss, "num_ops": job.num_ops,
                   "num_workers": res.num_workers, "slowdown": res.slowdown,
-                  "full_replay_per_dp_rank_s": full_per_rank, "num_dp": int(len(np.unique(base.dp_rank)))}))
+                  "full_replay_per_dp_rank_s": full_per_rank, "num_dp": int(len(np.unique(base.dp_rank))),
+                  "insert_host_gaps_s": sorted(gap_s)[1], "num_host_ops": int(base.gaps.to_json().get("num_host_ops", 0))}))
 """
+
+
+_GAPS_SCRIPT = r"""
+import json, statistics, sys, time
+import numpy as np
+import laggard.whatif as W
+from laggard.analysis import analyze
+from laggard.gaps import GapConfig, GapSummary, insert_host_gaps
+from laggard.io import load_job
+path, reps = sys.argv[1], int(sys.argv[2])
+OFF = "off"
+def no_gaps(job, config=None):
+    return job, GapSummary(ranks=np.zeros(0, dtype=np.int64), idle_s=np.zeros(0), modelled_s=np.zeros(0), num_steps=0,
+                           threshold_s=0.0, num_positions=0, num_ops=0, positions=[])
+def once(cfg):
+    W.insert_host_gaps = no_gaps if cfg == OFF else insert_host_gaps
+    t0, c0 = time.perf_counter(), time.process_time()
+    json.dumps(analyze(load_job(path)).to_json(), default=str)
+    return time.perf_counter() - t0, time.process_time() - c0
+once(None); once(OFF)  # warm caches and lazy imports
+on, off, on_cpu, off_cpu = [], [], [], []
+for i in range(reps):  # interleaved, alternating which goes first
+    for cfg in ((None, OFF) if i % 2 == 0 else (OFF, None)):
+        wall, cpu = once(cfg)
+        (on if cfg is None else off).append(wall)
+        (on_cpu if cfg is None else off_cpu).append(cpu)
+job = load_job(path)
+direct = []
+for _ in range(reps):
+    t0 = time.perf_counter(); insert_host_gaps(job, GapConfig()); direct.append(time.perf_counter() - t0)
+print(json.dumps({"on_s": on, "off_s": off, "on_cpu_s": on_cpu, "off_cpu_s": off_cpu, "insert_host_gaps_s": direct,
+                  "num_ops": job.num_ops}))
+"""
+GAP_REPEATS = 9
+
+
+def _gap_figures() -> list[dict]:
+    p = subprocess.run([sys.executable, "-c", _GAPS_SCRIPT, str(AR), str(GAP_REPEATS)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-2000:])
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    # CPU time of the process (all threads): on 2 cores shared with other work, wall-clock medians
+    # of a 0.8 s run swing by +-15%; the wall-clock medians are in the detail
+    on, off = statistics.median(r["on_cpu_s"]), statistics.median(r["off_cpu_s"])
+    extra = on / off - 1.0
+    return [
+        {
+            "name": f"extra cost of host-gap ops, analyze trace-AR in-process (load+what-ifs+diagnosis+JSON, "
+                    f"CPU time, median of {GAP_REPEATS} interleaved)",
+            "value": extra * 100,
+            "unit": "%",
+            "baseline": f"the same analysis without the gap step (no gaps measured, no host ops; {off:.3f} s CPU)",
+            "baseline_value": 0.0,
+            "target": "< 10 %",
+            "ok": extra < 0.10,
+            "detail": {**r, "median_on_cpu_s": on, "median_off_cpu_s": off,
+                       "median_on_wall_s": statistics.median(r["on_s"]), "median_off_wall_s": statistics.median(r["off_s"]),
+                       "median_insert_host_gaps_s": statistics.median(r["insert_host_gaps_s"])},
+        }
+    ]
 
 
 def _scale_figures() -> list[dict]:
@@ -145,6 +214,16 @@ def _scale_figures() -> list[dict]:
             "detail": r,
         },
         {
+            "name": f"host-gap ops' share of that analysis (insert_host_gaps alone, median of 3; {label})",
+            "value": 100 * r["insert_host_gaps_s"] / r["seconds"],
+            "unit": "%",
+            "baseline": f"the whole analysis (load, what-ifs, diagnosis; {r['seconds']:.1f} s)",
+            "baseline_value": 100.0,
+            "target": "< 10 %",
+            "ok": r["insert_host_gaps_s"] < 0.10 * r["seconds"],
+            "detail": {"insert_host_gaps_s": r["insert_host_gaps_s"], "num_host_ops": r["num_host_ops"]},
+        },
+        {
             "name": f"laggard synth of that job, {SCALE['steps']} steps (whole process, incl. writing Parquet)",
             "value": gen_s,
             "unit": "s",
@@ -162,7 +241,7 @@ def _scale_figures() -> list[dict]:
 
 
 def run() -> list[dict]:
-    figs = _ar_figures()
+    figs = _ar_figures() + _gap_figures()
     if os.environ.get("LAGGARD_BENCH_SKIP_SCALE") != "1":
         figs += _scale_figures()
     return figs

@@ -1,7 +1,14 @@
 """The strongest floor for bench_fleet: what `laggard analyze JOB --json OUT` does, called as library
-functions (no CLI parsing per job), one job per pool task. Importable by pool workers."""
+functions (no CLI parsing per job), one job per pool task. Importable by pool workers; ``init``
+sets a worker up as the `laggard` command sets itself up (laggard.startup: pandas hidden)."""
 
 from __future__ import annotations
+
+
+def init() -> None:
+    from laggard.startup import hide_pandas
+
+    hide_pandas()
 
 
 def analyze_to_json(args: tuple[str, str]) -> None:

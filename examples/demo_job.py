@@ -285,7 +285,8 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
     tracer = Tracer(cfg.trace_dir, name="demo-gpt", dp_rank=dp, pp_rank=s, flush_interval_s=cfg.flush_interval_s,
                     meta_extra={"injections": [i.to_json() for i in cfg.injections], "microbatches": M,
                                 **_mitigation_meta(cfg)},
-                    enabled=cfg.trace_dir is not None, record_every=cfg.record_every)
+                    enabled=cfg.trace_dir is not None, record_every=cfg.record_every,
+                    monitor_url=cfg.monitor_url, token=cfg.monitor_token, monitor_job=cfg.monitor_job)
     step_s, cpu_s, loss_value = [], [], None
     prof = _profiler(cfg, rank)
     with tracer, prof:  # closes (flushes) the trace however the loop ends

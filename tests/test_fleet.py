@@ -153,3 +153,45 @@ def test_kill_then_resume_each_job_once(fleet, tmp_path):
     # a second resume finds everything done and changes nothing
     assert run_cli("fleet", root, "--out", out, "--resume", "--quiet") == 0
     assert sorted(r["job"] for r in _rows(out)) == sorted(jobs)
+
+
+def test_rows_sorted_by_job(local_run):
+    jobs = [r["job"] for r in _rows(local_run)]
+    assert jobs == sorted(jobs)
+
+
+def test_finalize_merges_interleaved_results_in_job_order(tmp_path):
+    """An earlier fleet.parquet (resume) interleaves with new parts, one job is in both (a crash
+    between the rename and the clean-up), and a part from an older laggard is not in job order."""
+    from laggard.fleet.rows import empty_row, to_table
+    from laggard.fleet.writer import PARTS, RowWriter, write_part
+
+    def rows(*jobs: str, status: str = "ok") -> list[dict]:
+        return [{**empty_row(j, "native", 1), "status": status} for j in jobs]
+
+    out = tmp_path / "out"
+    w = RowWriter(out, resume=False)
+    write_part(out / PARTS, rows("a", "c", "e", "g"))
+    w.finalize()
+    w = RowWriter(out, resume=True)
+    assert w.done_jobs() == {"a", "c", "e", "g"}
+    write_part(out / PARTS, rows("e", "b", "d", status="error"))  # sorted when written
+    write_part(out / PARTS, rows("f", "h"))
+    old = out / PARTS / "part-0-old.parquet"  # an older laggard's part, in completion order
+    pq.write_table(to_table(rows("j", "i")), old)
+    w.finalize()
+    got = [(r["job"], r["status"]) for r in _rows(out)]
+    assert [j for j, _ in got] == list("abcdefghij")
+    assert dict(got)["e"] == "ok"  # one row per job, fleet.parquet's first
+    assert not (out / PARTS).exists()
+
+
+def test_ray_cluster_workers_get_laggard_shipped():
+    import laggard
+    from laggard.fleet.engines import ray_runtime_env
+
+    assert ray_runtime_env(None, True) is None  # a Ray started here runs workers in this environment
+    assert ray_runtime_env("ray://head:10001", False) is None
+    env = ray_runtime_env("ray://head:10001", True)
+    (pkg,) = env["py_modules"]
+    assert Path(pkg) == Path(laggard.__file__).parent and (Path(pkg) / "fleet" / "task.py").is_file()

@@ -12,14 +12,18 @@ from laggard.ops import LaggardError, LaggardWarning
 
 if TYPE_CHECKING:
     from laggard.diagnose import DiagnoseConfig
+    from laggard.gaps import GapConfig
     from laggard.ops import Job
     from laggard.whatif import Analysis
 
 
 def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
-            config: DiagnoseConfig | None = None, skip_steps: int | None = None) -> Analysis:
+            config: DiagnoseConfig | None = None, gaps: GapConfig | None = None,
+            skip_steps: int | None = None) -> Analysis:
     """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job. Warm-up steps
-    are skipped first (``skip_steps``: how many leading steps; None: detected, ``laggard.warmup``)."""
+    are skipped first (``skip_steps``: how many leading steps; None: detected, ``laggard.warmup``).
+
+    ``gaps`` configures the host ops for untraced time (``laggard.gaps.GapConfig``)."""
     from laggard.warmup import skip_warmup
     from laggard.whatif import analyze as whatif_analyze
 
@@ -31,7 +35,7 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
         how = "as asked (--skip-steps)" if skip_steps is not None else "detected: they ran well above the settled step time; --skip-steps 0 keeps them"
         note = f"skipped {len(skipped)} warm-up step(s) ({', '.join(map(str, skipped[:8]))}{' ...' if len(skipped) > 8 else ''}), {how}"
         warnings.warn(note, LaggardWarning, stacklevel=2)
-    res = whatif_analyze(job)
+    res = whatif_analyze(job, gaps=gaps)
     res.extras["warmup_steps_skipped"] = skipped
     if note is not None and note not in res.warnings:
         res.warnings.append(note)

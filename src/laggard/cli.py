@@ -184,6 +184,7 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("laggard.hang.cli", "register", None),
     ("laggard.fleet.cli", "register", None),
     ("laggard.dessim.cli", "register", None),  # simpy loads inside the command
+    ("laggard.monitor.cli", "app", "monitor"),
 )
 
 
@@ -251,25 +252,11 @@ def _flush_warnings(caught: list[warnings.WarningMessage]) -> None:
 
 
 def entry() -> None:
-    """Console entry point. pyarrow imports pandas (~0.4 s) on its first array construction just
-    to check whether an object is a pandas Series; laggard's commands never use pandas, so the
-    command hides it unless something already imported it."""
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _HidePandas())
-    # the analysis does no linear algebra worth threads: skip starting OpenBLAS's thread pool
-    # (~70 ms of numpy's import here); the user's own setting wins
-    import os
+    """Console entry point (see laggard.startup: no pandas, no OpenBLAS thread pool)."""
+    from laggard.startup import lean_process
 
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    lean_process()
     sys.exit(main())
-
-
-class _HidePandas:
-    """A meta-path finder that makes `import pandas` fail as if pandas were not installed."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 if __name__ == "__main__":

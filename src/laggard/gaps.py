@@ -98,10 +98,12 @@ def host_attribution_type(name: str) -> str:
 @dataclass(kw_only=True, slots=True)
 class _Gaps:
     host_ns: np.ndarray  # per op: host time before it (int64)
-    pos_code: np.ndarray  # per op: its position type (index into pos_names)
-    pos_names: list[str]
     step_ns: float  # median measured step
     busy_row: np.ndarray  # per op: the op of its rank whose end began the gap before it (-1: none)
+    op_step: np.ndarray
+    start_ns: np.ndarray
+    pos_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per op: position type
+    pos_names: list[str] = field(default_factory=list)
 
 
 def insert_host_gaps(job: Job, config: GapConfig | None = None) -> tuple[Job, GapSummary]:
@@ -112,6 +114,11 @@ def insert_host_gaps(job: Job, config: GapConfig | None = None) -> tuple[Job, Ga
     ranks, rank_idx = np.unique(rank, return_inverse=True)
     idle_s = np.bincount(rank_idx, weights=gaps.host_ns * 1e-9, minlength=len(ranks))
     threshold_ns = cfg.min_share_of_step * gaps.step_ns
+    if cfg.enabled and bool((gaps.host_ns >= max(threshold_ns, 1.0)).any()):
+        # positions matter only when some gap reaches the threshold (a second sort of all ops)
+        gaps.pos_code, gaps.pos_names = _positions(job, rank, gaps.op_step, gaps.start_ns)
+    else:
+        gaps.pos_code, gaps.pos_names = np.zeros(job.num_ops, dtype=np.int64), ["host:any[0]"]
     num_pos = len(gaps.pos_names)
     pos_max = np.zeros(num_pos, dtype=np.int64)
     np.maximum.at(pos_max, gaps.pos_code, gaps.host_ns)
@@ -134,6 +141,24 @@ def insert_host_gaps(job: Job, config: GapConfig | None = None) -> tuple[Job, Ga
     return _with_host_ops(job, np.flatnonzero(at), gaps, wait_for_busy=cfg.wait_for_busy), summary
 
 
+def _order(*keys: np.ndarray) -> np.ndarray:
+    """``np.lexsort`` with the keys given major first: one stable argsort of the keys packed into
+    one int64 when their ranges allow (7x faster on a 117k-op trace), else lexsort. Ties keep the
+    row order in both, so the result is identical."""
+    if len(keys[0]) == 0:
+        return np.zeros(0, dtype=np.int64)
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    span = 1
+    for k in keys:
+        lo = int(k.min())
+        width = int(k.max()) - lo + 1
+        span *= width
+        if span >= 2**62:
+            return np.lexsort(keys[::-1])
+        packed = packed * width + (k.astype(np.int64) - lo)
+    return np.argsort(packed, kind="stable")
+
+
 def _measure(job: Job) -> _Gaps:
     """Host time before every op (see the module docstring), and each op's position type."""
     n = job.num_ops
@@ -142,7 +167,7 @@ def _measure(job: Job) -> _Gaps:
     start = job.column("start_ns").astype(np.int64)
     end = start + job.column("dur_ns").astype(np.int64)
     # the rank's ops in time order, one run per (rank, step)
-    o = np.lexsort((start, op_step, rank))
+    o = _order(rank, op_step, start)
     key = rank[o] * (len(steps) + 1) + op_step[o]
     first = np.ones(n, dtype=bool)
     first[1:] = key[1:] != key[:-1]
@@ -167,11 +192,10 @@ def _measure(job: Job) -> _Gaps:
     host = np.empty(n, dtype=np.int64)
     host[o] = np.maximum(start[o] - idle_from, 0)
     host = _exclude_waits(job, op_step, start, host)
-    pos_code, pos_names = _positions(job, rank, op_step, start)
     step_hi = np.full(len(steps), np.iinfo(np.int64).min)
     np.maximum.at(step_hi, op_step, end)
     step_ns = float(np.median(step_hi - step_lo))
-    return _Gaps(host_ns=host, pos_code=pos_code, pos_names=pos_names, step_ns=step_ns, busy_row=busy_row)
+    return _Gaps(host_ns=host, step_ns=step_ns, busy_row=busy_row, op_step=op_step, start_ns=start)
 
 
 def _running_max(values: np.ndarray, run: np.ndarray, run_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +234,7 @@ def _exclude_waits(job: Job, op_step: np.ndarray, start: np.ndarray, host: np.nd
     if len(rows) == 0:
         return out
     seq = job.column("seq")[rows]
-    order = np.lexsort((start[rows], seq, gcode[rows], op_step[rows]))
+    order = _order(op_step[rows], gcode[rows], seq, start[rows])
     r = rows[order]
     new = np.ones(len(r), dtype=bool)
     new[1:] = (op_step[r][1:] != op_step[r][:-1]) | (gcode[r][1:] != gcode[r][:-1]) | (seq[order][1:] != seq[order][:-1])
@@ -229,7 +253,7 @@ def _exclude_waits(job: Job, op_step: np.ndarray, start: np.ndarray, host: np.nd
 def _positions(job: Job, rank: np.ndarray, op_step: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Each op's position: its name and how many ops of that name the rank ran before it in the step."""
     name_code, names = job.codes("name")
-    o = np.lexsort((start, name_code, op_step, rank))
+    o = _order(rank, op_step, name_code, start)
     key_new = np.ones(len(o), dtype=bool)
     key_new[1:] = (rank[o][1:] != rank[o][:-1]) | (op_step[o][1:] != op_step[o][:-1]) | (
         name_code[o][1:] != name_code[o][:-1]
@@ -238,8 +262,12 @@ def _positions(job: Job, rank: np.ndarray, op_step: np.ndarray, start: np.ndarra
     k = np.empty(len(o), dtype=np.int64)
     k[o] = np.arange(len(o)) - run_first
     pair = name_code.astype(np.int64) * (int(k.max()) + 1 if len(k) else 1) + k
-    uniq, pos_code = np.unique(pair, return_inverse=True)
     width = int(k.max()) + 1 if len(k) else 1
+    # dense codes of the (name, k) pairs that occur, in pair order (np.unique without its sort)
+    seen = np.zeros(len(names) * width, dtype=bool)
+    seen[pair] = True
+    uniq = np.flatnonzero(seen)
+    pos_code = (np.cumsum(seen) - 1)[pair]
     pos_names = [f"{HOST_PREFIX}{names[int(u // width)]}[{int(u % width)}]" for u in uniq]
     return pos_code.astype(np.int64), pos_names
 

@@ -115,12 +115,17 @@ class JobMeta:
     tp_size: int = 1
     cp_size: int = 1
     vpp_size: int = 1
+    # Layout dimensions no trace sees (each worker in the trace stands for all of them): NDTimeline's
+    # dsp (data-sequence parallel) and expert parallelism; like tp and cp they multiply the GPU
+    # count, never the DP ranks.
+    dsp_size: int = 1
+    ep_size: int = 1
     gpus_per_worker: int = 1
     source: str = "native"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for f in ("dp_size", "pp_size", "tp_size", "cp_size", "vpp_size", "gpus_per_worker"):
+        for f in ("dp_size", "pp_size", "tp_size", "cp_size", "vpp_size", "dsp_size", "ep_size", "gpus_per_worker"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise LaggardError(f"job metadata: {f} must be a positive integer, got {v!r}")
@@ -131,7 +136,7 @@ class JobMeta:
     def num_gpus(self) -> int:
         if self.world_size is not None:
             return self.world_size
-        return self.dp_size * self.pp_size * self.tp_size * self.cp_size
+        return self.dp_size * self.pp_size * self.tp_size * self.cp_size * self.dsp_size * self.ep_size
 
     def parallel_sizes(self) -> dict[str, int]:
         return {
@@ -139,6 +144,8 @@ class JobMeta:
             "pp": self.pp_size,
             "tp": self.tp_size,
             "cp": self.cp_size,
+            "dsp": self.dsp_size,
+            "ep": self.ep_size,
             "vpp": self.vpp_size,
             "world_size": self.num_gpus,
         }

@@ -293,6 +293,9 @@ class Analysis:
     step_ideal_s: list[float]
     step_wall_s: list[float]
     by_optype: dict[str, float]
+    # S_t of every compute op together and of every communication op together (the fleet's split
+    # of the waste by op kind); replayed in the same pass as the other attributions
+    by_opkind: dict[str, float]
     by_dp_rank: dict[int, float]
     by_stage: dict[int, float]
     by_worker: list[dict[str, Any]]
@@ -368,6 +371,7 @@ class Analysis:
             "gpu_hours": _num(gh),
             "gpu_hours_wasted": _num(gh * self.waste) if gh is not None else None,
             "by_optype": {k: _num(v) for k, v in self.by_optype.items()},
+            "by_opkind": {k: _num(v) for k, v in self.by_opkind.items()},
             "by_dp_rank": {str(k): _num(v) for k, v in self.by_dp_rank.items()},
             "by_stage": {str(k): _num(v) for k, v in self.by_stage.items()},
             "by_worker": [{**w, "slowdown": _num(w["slowdown"])} for w in self.by_worker],
@@ -415,12 +419,13 @@ def _explained(t_rem: float, t_add: float, T: float, T_ideal: float) -> Explaine
     )
 
 
-def analyze(job: Job) -> Analysis:
+def analyze(job: Job, *, gaps: GapConfig | None = None) -> Analysis:
     """The what-if analysis of a job (see the module docstring); its diagnosis is added one level
-    up, by ``laggard.analysis.analyze``."""
+    up, by ``laggard.analysis.analyze``. ``gaps``: when untraced host time becomes host ops
+    (``GapConfig(enabled=False)``: the published method, gaps left out)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
-        base = prepare(job)
+        base = prepare(job, gaps)
         res = _analyze(base)
         from laggard.arrivals import job_extras
 
@@ -441,14 +446,16 @@ def _analyze(base: Baseline) -> Analysis:
     attr_vals = np.arange(len(base.attr_names))
     reduction = _dp_reduction(base) if len(dps) > DP_REDUCTION_MIN else None
     last_stage = base.pp_rank == stages.max()
-    blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages), (last_stage, [False, True])]
+    blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages), (last_stage, [False, True]),
+              (base.is_comm(), [False, True])]
     if reduction is None:
         blocks.append((base.dp_rank, dps))
-    st_base, st_type, st_pp, st_ms, *rest = replay_mixed(base, *blocks)
+    st_base, st_type, st_pp, st_ms, st_kind, *rest = replay_mixed(base, *blocks)
     st_meas, st_ideal = st_base[:, 0], st_base[:, 1]
     T, T_ideal = float(st_meas.mean()), float(st_ideal.mean())
     slowdown = T / T_ideal
     by_optype = dict(zip(base.attr_names, _ratio(st_type, st_ideal[:, None]).tolist(), strict=True))
+    by_opkind = dict(zip(("compute", "comm"), _ratio(st_kind, st_ideal[:, None]).tolist(), strict=True))
     st_dp = rest[0] if reduction is None else by_dp_rank_step_times(base, dps, reduction)
     by_dp = dict(zip(dps.tolist(), _ratio(st_dp, st_ideal[:, None]).tolist(), strict=True))
     by_stage = dict(zip(stages.tolist(), _ratio(st_pp, st_ideal[:, None]).tolist(), strict=True))
@@ -479,6 +486,7 @@ def _analyze(base: Baseline) -> Analysis:
         step_ideal_s=st_ideal.tolist(),
         step_wall_s=base.wall_step_s.tolist(),
         by_optype=by_optype,
+        by_opkind=by_opkind,
         by_dp_rank=by_dp,
         by_stage=by_stage,
         by_worker=by_worker,

@@ -3,9 +3,14 @@
 * ``local`` (default): a process pool on this machine (forkserver: workers start from a clean
   process with the analysis stack imported once, not from a copy of a parent with threads).
 * ``ray``: one Ray task per batch, on a local Ray (started here) or a cluster (``--ray-address``);
-  each task reads its jobs where it runs. Needs ``pip install 'laggard[ray]'``; nothing else does.
+  each task reads its jobs where it runs. On a cluster the workers import laggard from the copy of
+  this package that Ray ships with the job (``runtime_env`` ``py_modules``); its dependencies
+  (numpy, pyarrow, PyYAML, orjson, fsspec) must be installed on the nodes. ``ship_code=False``
+  (``--no-ray-ship-code``) when the nodes' image has laggard installed. Needs ``pip install 'laggard[ray]'``; nothing else does.
 * ``inline`` (``--workers 0``): in this process, one batch at a time (debugging, tiny fleets).
 
+On this machine (``local``, ``inline``) the process that analyses a batch also writes its JSON
+documents and rows (``writer.analyse_and_write``); a Ray task sends them back to the driver.
 ``map`` pulls batches lazily (a bounded number in flight), so memory does not grow with the fleet.
 A batch whose worker dies (out of memory, a crash in native code) is retried one job at a time;
 a job that kills its worker again becomes an error row.
@@ -23,10 +28,11 @@ from laggard.fleet.config import FleetConfig
 from laggard.fleet.discover import JobSpec
 from laggard.fleet.rows import error_row
 from laggard.fleet.task import JobResult, run_batch
+from laggard.fleet.writer import analyse_and_write
 
 ENGINES = ("local", "ray")
 # imported once in the fork server, so that no worker pays for them on its first job
-PRELOAD = ("laggard.fleet.task", "laggard.io", "laggard.io.native", "laggard.io.ndtimeline", "laggard.whatif",
+PRELOAD = ("laggard.fleet.task", "laggard.fleet.writer", "laggard.startup", "laggard.io", "laggard.io.native", "laggard.io.ndtimeline", "laggard.whatif",
            "laggard.diagnose", "laggard.arrivals", "laggard.report.html", "laggard.report.jsonout")
 DIED = "the worker process died analysing this job (out of memory, or a crash in native code)"
 
@@ -34,7 +40,9 @@ DIED = "the worker process died analysing this job (out of memory, or a crash in
 class Engine(Protocol):
     workers: int
 
-    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig) -> Iterator[list[JobResult]]: ...
+    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
+        """Results of each batch as it finishes; ``written`` ones are already in ``out_dir``."""
+        ...
 
     def close(self) -> None: ...
 
@@ -46,9 +54,9 @@ def _died(batch: list[JobSpec], why: str = DIED) -> list[JobResult]:
 class InlineEngine:
     workers = 1
 
-    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig) -> Iterator[list[JobResult]]:
+    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
         for b in batches:
-            yield run_batch(b, cfg)
+            yield analyse_and_write(b, cfg, out_dir)
 
     def close(self) -> None:
         pass
@@ -90,11 +98,13 @@ class LocalEngine:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
+        from laggard.startup import hide_pandas
+
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(list(PRELOAD))
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=hide_pandas)
 
-    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig) -> Iterator[list[JobResult]]:
+    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
         from concurrent.futures import FIRST_COMPLETED, wait
         from concurrent.futures.process import BrokenProcessPool
 
@@ -104,7 +114,7 @@ class LocalEngine:
         self._pool = self._pool or self._new_pool()
         while True:
             while len(inflight) < limit and (item := feeder.next()) is not None:
-                inflight[self._pool.submit(run_batch, item[0], cfg)] = item
+                inflight[self._pool.submit(analyse_and_write, item[0], cfg, out_dir)] = item
             if not inflight:
                 return
             done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
@@ -132,8 +142,18 @@ class LocalEngine:
             self._pool = None
 
 
+def ray_runtime_env(address: str | None, ship_code: bool) -> dict[str, Any] | None:
+    """The ``runtime_env`` that lets the workers import laggard: none on a Ray started here (its
+    workers run on this machine, with this environment), this package as ``py_modules`` on a cluster."""
+    if address is None or not ship_code:
+        return None
+    import laggard
+
+    return {"py_modules": [os.path.dirname(os.path.abspath(laggard.__file__))]}
+
+
 class RayEngine:
-    def __init__(self, workers: int, address: str | None) -> None:
+    def __init__(self, workers: int, address: str | None, *, ship_code: bool = True) -> None:
         try:
             import ray
         except ModuleNotFoundError:
@@ -148,6 +168,8 @@ class RayEngine:
                 kw["include_dashboard"] = False
                 if workers > 0:
                     kw["num_cpus"] = workers
+            if (env := ray_runtime_env(address, ship_code)) is not None:
+                kw["runtime_env"] = env
             try:
                 ray.init(address=address, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:
@@ -159,7 +181,7 @@ class RayEngine:
         # a task that dies with its worker is not retried by Ray: the engine retries job by job
         self._task = ray.remote(max_retries=0)(run_batch)
 
-    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig) -> Iterator[list[JobResult]]:
+    def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
         ray = self._ray
         feeder = _Feeder(batches)
         limit = self.workers * cfg.inflight_per_worker
@@ -185,7 +207,7 @@ class RayEngine:
             self._ray.shutdown()
 
 
-def make_engine(name: str, *, workers: int | None, ray_address: str | None) -> Engine:
+def make_engine(name: str, *, workers: int | None, ray_address: str | None, ray_ship_code: bool = True) -> Engine:
     if name not in ENGINES:
         raise LaggardError(f"--engine {name!r}: choose from {', '.join(ENGINES)}")
     if workers is not None and workers < 0:
@@ -193,7 +215,7 @@ def make_engine(name: str, *, workers: int | None, ray_address: str | None) -> E
     if ray_address is not None and name != "ray":
         raise LaggardError("--ray-address is for --engine ray")
     if name == "ray":
-        return RayEngine(workers or 0, ray_address)
+        return RayEngine(workers or 0, ray_address, ship_code=ray_ship_code)
     if workers == 0:
         return InlineEngine()
     return LocalEngine(workers or os.cpu_count() or 1)

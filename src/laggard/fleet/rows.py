@@ -1,8 +1,8 @@
 """One row per job in ``fleet.parquet``: the schema, and the row of an analysis or of a failure.
 
 A row is built only from the job's analysis (``Analysis.to_json()``, the document
-``laggard analyze --json`` writes) plus the two fleet-only numbers the task measures
-(``s_compute``, ``s_comm``). Status: ``ok``; ``rejected`` (analysed, but the numbers are not to
+``laggard analyze --json`` writes; ``s_compute``/``s_comm`` are its ``by_opkind``) plus the replay
+error the task computes from the same analysis. Status: ``ok``; ``rejected`` (analysed, but the numbers are not to
 be trusted: too few steps, replay fidelity out of bounds; kept with their numbers, left out of the
 fleet statistics); ``error`` (could not be read or analysed; ``error`` says why).
 """
@@ -72,8 +72,7 @@ def error_row(job: str, fmt: str, size_bytes: int, reason: str, wall_s: float) -
     return row
 
 
-def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, s_compute: float, s_comm: float,
-                 replay_error: float) -> dict[str, Any]:
+def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, replay_error: float) -> dict[str, Any]:
     """Fill ``base_row`` from an analysis document (``Analysis.to_json()``)."""
     findings = [
         {
@@ -99,8 +98,8 @@ def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, s_compute: fl
         num_ops=doc["num_ops"],
         gpu_hours=_num(doc["gpu_hours"]),
         gpu_hours_wasted=_num(doc["gpu_hours_wasted"]),
-        s_compute=_num(s_compute),
-        s_comm=_num(s_comm),
+        s_compute=_num(doc["by_opkind"]["compute"]),
+        s_comm=_num(doc["by_opkind"]["comm"]),
         verdict=doc.get("verdict"),
         top_cause=findings[0]["cause"] if findings else None,
         top_cause_share=findings[0]["score"] if findings else None,

@@ -40,6 +40,7 @@ def run_fleet(
     engine: str = "local",
     workers: int | None = None,
     ray_address: str | None = None,
+    ray_ship_code: bool = True,
     resume: bool = False,
     config: FleetConfig | None = None,
     on_progress: Callable[[int, int], None] | None = None,
@@ -57,11 +58,11 @@ def run_fleet(
     if on_progress is not None:
         on_progress(0, len(todo))
     if todo:
-        eng = make_engine(engine, workers=workers, ray_address=ray_address)
+        eng = make_engine(engine, workers=workers, ray_address=ray_address, ray_ship_code=ray_ship_code)
         batcher = Batcher(todo, cfg)
         finished = 0
         try:
-            for results in eng.map(batcher, cfg):
+            for results in eng.map(batcher, cfg, str(out)):
                 batcher.observe(results)
                 writer.write(results)
                 if first_row_s is None:

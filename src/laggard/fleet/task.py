@@ -32,6 +32,8 @@ JOBS_DIR = "jobs"
 class JobResult:
     row: dict[str, Any]
     doc: bytes | None  # the analysis as `laggard analyze --json` writes it; None when it failed
+    # the worker already wrote the JSON document and the row (laggard.fleet.writer.analyse_and_write)
+    written: bool = False
 
 
 def json_name(job: str) -> str:
@@ -79,10 +81,8 @@ def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
     res = analyze(job, healthy_threshold=cfg.healthy_threshold)
     del job
     doc = res.to_json()
-    s_compute, s_comm = compute_comm_slowdowns(res)
     mean_err, _ = replay_error(res)
-    row = analysis_row(empty_row(spec.job, spec.fmt, spec.size_bytes), doc, s_compute=s_compute, s_comm=s_comm,
-                       replay_error=mean_err)
+    row = analysis_row(empty_row(spec.job, spec.fmt, spec.size_bytes), doc, replay_error=mean_err)
     reason = _rejection(row, cfg)
     if reason is not None:
         row.update(status="rejected", error=reason)
@@ -90,17 +90,6 @@ def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
     data = dumps(doc)
     row["wall_s"] = time.perf_counter() - t0
     return JobResult(row=row, doc=data)
-
-
-def compute_comm_slowdowns(res: Any) -> tuple[float, float]:
-    """S_t of all compute ops together and of all communication ops together: the slowdown with
-    only that kind of op measured and every other op ideal (one replay of two scenarios)."""
-    from laggard.whatif import replay_mixed
-
-    base = res.base
-    assert base is not None
-    st = replay_mixed(base, (base.is_comm(), [False, True]))[0]
-    return float(st[:, 0].mean()) / res.T_ideal_s, float(st[:, 1].mean()) / res.T_ideal_s
 
 
 def _rejection(row: dict[str, Any], cfg: FleetConfig) -> str | None:

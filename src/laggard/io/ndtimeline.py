@@ -3,7 +3,7 @@
 One Parquet row per op: ``dp_rank, stage, rank, step, optype, start_ts, duration`` (seconds,
 ``start_ts`` relative to the step), ``seq_id`` (index of the op among ops of its type in the step),
 ``mc`` (model chunk), ``gmc`` (global model chunk), ``mb_id`` (microbatch). A ``meta-*.yaml`` beside
-the trace (or ``--meta``) gives the dp/pp/tp/vpp sizes.
+the trace (or ``--meta``) gives the layout (see :mod:`laggard.io.ndtimeline_meta`).
 
 Megatron runs one static schedule, so the dependencies of one pipeline instance (all stages of one
 DP rank in one step) are derived once, from a reference instance, and replicated to every
@@ -30,69 +30,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from laggard.io.template import Template, template_columns
+from laggard.io.ndtimeline_meta import fmt_list, read_meta, resolve_layout
+from laggard.io.ndtimeline_template import OPTYPES, build_template
+from laggard.io.template import template_columns
 from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, to_numpy, valid_mask
 
-FWD, BWD = "forward-compute", "backward-compute"
-AG, RS, SEP = "params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce"
-LN, EMB, CLIP, OPT, GC = (
-    "layernorm-grads-all-reduce",
-    "embedding-grads-all-reduce",
-    "optimizer-clip-main-grad",
-    "optimizer",
-    "gc",
-)
-P2P = ("forward-send", "forward-recv", "backward-send", "backward-recv")
-
-# op type -> (kind, stream)
-OPTYPES: dict[str, tuple[str, str]] = {
-    FWD: ("compute", "compute"),
-    BWD: ("compute", "compute"),
-    OPT: ("compute", "compute"),
-    GC: ("other", "compute"),
-    "forward-send": ("p2p_send", "pp-forward-send"),
-    "forward-recv": ("p2p_recv", "pp-forward-recv"),
-    "backward-send": ("p2p_send", "pp-backward-send"),
-    "backward-recv": ("p2p_recv", "pp-backward-recv"),
-    AG: ("collective", "dp-comm"),
-    RS: ("collective", "dp-comm"),
-    SEP: ("collective", "dp-comm"),
-    LN: ("collective", "mp-comm"),
-    EMB: ("collective", "mp-comm"),
-    CLIP: ("collective", "mp-comm"),
-}
 REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id")
-# Tolerance on timestamps when deciding whether a p2p op belongs to a compute (clock skew), seconds.
-_EPS_S = 5e-5
-
-
-def _read_meta(path: Path | None, trace: Path) -> tuple[dict, Path | None]:
-    import yaml
-
-    if path is None:
-        stem = trace.stem.removeprefix("trace-").removeprefix("trace")
-        cands = [trace.parent / f"meta-{stem}.yaml", trace.parent / f"meta-{stem}.yml"]
-        found = [c for c in cands if c.exists()]
-        if not found:
-            metas = sorted(trace.parent.glob("meta*.y*ml"))
-            found = metas if len(metas) == 1 else []
-        if not found:
-            return {}, None
-        path = found[0]
-    try:
-        obj = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise LaggardError(f"{path}: metadata file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise LaggardError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(obj, dict):
-        raise LaggardError(f"{path}: expected a mapping of dp_size, pp_size, ... in the metadata")
-    for k in ("dp_size", "pp_size", "tp_size", "vpp_size", "dsp_size", "world_size"):
-        if k in obj and (not isinstance(obj[k], int) or isinstance(obj[k], bool) or obj[k] < 1):
-            raise LaggardError(f"{path}: {k} must be a positive integer, got {obj[k]!r}")
-    return obj, Path(path)
-
-
 def _read_table(path: Path) -> pa.Table:
     try:
         if path.stat().st_size == 0:
@@ -109,9 +52,61 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         raise LaggardError(f"{path}: not an NDTimeline trace: missing column(s) {', '.join(missing)}")
     if table.num_rows == 0:
         raise LaggardError(f"{path}: the trace has no ops")
-    meta_obj, meta_path = _read_meta(meta, path)
+    meta_obj, meta_path = read_meta(meta, path)
     where = str(path)
 
+    a, labels, gmc_present = _read_columns(table, where)
+    dp, stage, rank, step, seq, start, dur, mc, gmc, mb, codes = (
+        a[k] for k in ("dp", "stage", "rank", "step", "seq", "start", "dur", "mc", "gmc", "mb", "codes")
+    )
+    keep = _skip_invalid(codes, labels, step, start, dur, where)
+    vpp_trace = int(mc[keep].max()) + 1
+    lay = resolve_layout(meta_obj, meta_path, path, np.unique(dp[keep]), np.unique(stage[keep]), vpp_trace)
+    num_dp, num_pp, vpp = lay.num_dp, lay.num_pp, lay.vpp
+
+    # Each (dp, stage) is one worker with one global rank.
+    wid = dp * num_pp + stage
+    w_rank = np.full(num_dp * num_pp, -1, dtype=np.int64)
+    w_rank[wid[keep]] = rank[keep]
+    if (w_rank[wid[keep]] != rank[keep]).any():
+        raise LaggardError(f"{where}: a (dp_rank, stage) pair appears with more than one rank")
+    if not gmc_present:
+        gmc = mc * num_pp + stage
+
+    idx = np.nonzero(keep)[0]
+    dp, stage, step, seq, start, dur, mc, gmc, mb, codes = (
+        a[idx] for a in (dp, stage, step, seq, start, dur, mc, gmc, mb, codes)
+    )
+    steps, step_idx = np.unique(step, return_inverse=True)
+    inst = step_idx * num_dp + dp  # one pipeline instance per (step, DP rank)
+
+    n_codes = len(labels)
+    max_seq = int(seq.max()) + 1
+    key = (stage * n_codes + codes) * max_seq + seq
+    ref_inst = _reference_instance(inst, key)
+    sel = inst == ref_inst
+    tpl = build_template(
+        stage[sel], codes[sel], seq[sel], start[sel], start[sel] + dur[sel], mc[sel], gmc[sel], mb[sel],
+        labels, num_pp, vpp, where,
+    )
+    num_t = len(tpl.stage)
+
+    t_of, good_row, good_steps = _match_instances(
+        tpl, sel, key, inst, steps, codes, seq, n_codes, max_seq, num_dp, num_pp, where
+    )
+    n, start_ns, dur_ns = _lay_out(t_of, good_row, good_steps, step_idx, len(steps), dp, start, dur, num_dp, num_t)
+    inst_step = steps[good_steps].repeat(num_dp)
+    columns = template_columns(tpl, inst_step, num_dp, w_rank)
+    columns["start_ns"] = start_ns
+    columns["dur_ns"] = dur_ns
+    out = make_table(columns, num_rows=n)
+    job_meta = lay.job_meta(path)
+    return Job(table=out, meta=job_meta)
+
+
+def _read_columns(table: pa.Table, where: str) -> tuple[dict[str, np.ndarray], list[str], bool]:
+    """The trace's columns as arrays (checked: numbers, no nulls where required, no negative ids),
+    the op-type labels and whether ``gmc`` was given."""
     def col(name: str, dtype, default=None) -> np.ndarray:
         if name not in table.column_names:
             return np.full(table.num_rows, default, dtype=dtype)
@@ -153,7 +148,15 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         if (arr < 0).any():
             raise LaggardError(f"{where}: column {name} has negative values")
 
-    keep = np.ones(table.num_rows, dtype=bool)
+    arrays = {"dp": dp, "stage": stage, "rank": rank, "step": step, "seq": seq, "start": start, "dur": dur,
+              "mc": mc, "gmc": gmc, "mb": mb, "codes": codes}
+    return arrays, labels, gmc_present
+
+
+def _skip_invalid(codes: np.ndarray, labels: list[str], step: np.ndarray, start: np.ndarray, dur: np.ndarray,
+                  where: str) -> np.ndarray:
+    """Rows to keep: unknown op types are skipped, bad timings skip their whole step (warned)."""
+    keep = np.ones(len(codes), dtype=bool)
     unknown = [lab for lab in labels if lab not in OPTYPES]
     if unknown:
         bad = np.isin(codes, [labels.index(u) for u in unknown])
@@ -165,7 +168,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
                 + ", ".join(f"{u!r} ({c})" for u, c in counts.items())
                 + " (not in the Megatron dependency model)",
                 LaggardWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         keep &= ~bad
     if not keep.any():
@@ -183,70 +186,19 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
             why.append("negative durations")
         warnings.warn(
             f"{where}: skipped {len(bad_steps)} step(s) with {' and '.join(why)} "
-            f"({int(bad_time.sum())} op(s)): steps {_fmt_list(bad_steps)}",
+            f"({int(bad_time.sum())} op(s)): steps {fmt_list(bad_steps)}",
             LaggardWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         keep &= ~np.isin(step, bad_steps)
     if not keep.any():
         raise LaggardError(f"{where}: no step left after skipping ops with invalid times")
 
-    dp_ranks = np.unique(dp[keep])
-    stages = np.unique(stage[keep])
-    num_dp, num_pp = int(dp_ranks.max()) + 1, int(stages.max()) + 1
-    vpp_trace = int(mc[keep].max()) + 1
-    src = meta_path or path
-    if meta_obj:
-        dp_size = int(meta_obj.get("dp_size", num_dp)) * int(meta_obj.get("dsp_size", 1))
-        pp_size = int(meta_obj.get("pp_size", num_pp))
-        if dp_size != len(dp_ranks) or num_dp != dp_size:
-            raise LaggardError(
-                f"{src}: says dp_size={dp_size} but the trace has {len(dp_ranks)} DP rank(s) ({_fmt_list(dp_ranks)})"
-            )
-        if pp_size != len(stages) or num_pp != pp_size:
-            raise LaggardError(
-                f"{src}: says pp_size={pp_size} but the trace has {len(stages)} stage(s) ({_fmt_list(stages)})"
-            )
-        vpp = int(meta_obj.get("vpp_size", vpp_trace))
-        if vpp != vpp_trace:
-            raise LaggardError(f"{src}: says vpp_size={vpp} but the trace has {vpp_trace} model chunk(s)")
-        tp = int(meta_obj.get("tp_size", 1))
-        world = meta_obj.get("world_size")
-        if world is not None and world != dp_size * pp_size * tp:
-            raise LaggardError(f"{src}: world_size={world} is not dp_size*pp_size*tp_size*dsp_size={dp_size * pp_size * tp}")
-        name = str(meta_obj.get("trial_name") or path.stem)
-    else:
-        if len(dp_ranks) != num_dp or len(stages) != num_pp:
-            raise LaggardError(f"{where}: DP ranks {_fmt_list(dp_ranks)} / stages {_fmt_list(stages)} are not contiguous from 0")
-        warnings.warn(
-            f"{where}: no meta-*.yaml beside the trace and no --meta; using dp={num_dp}, pp={num_pp}, "
-            f"vpp={vpp_trace} from the trace and tp=1 (GPU count unknown)",
-            LaggardWarning,
-            stacklevel=2,
-        )
-        vpp, tp, world, name = vpp_trace, 1, None, path.stem
+    return keep
 
-    # Each (dp, stage) is one worker with one global rank.
-    wid = dp * num_pp + stage
-    w_rank = np.full(num_dp * num_pp, -1, dtype=np.int64)
-    w_rank[wid[keep]] = rank[keep]
-    if (w_rank[wid[keep]] != rank[keep]).any():
-        raise LaggardError(f"{where}: a (dp_rank, stage) pair appears with more than one rank")
-    if not gmc_present:
-        gmc = mc * num_pp + stage
 
-    idx = np.nonzero(keep)[0]
-    dp, stage, step, seq, start, dur, mc, gmc, mb, codes = (
-        a[idx] for a in (dp, stage, step, seq, start, dur, mc, gmc, mb, codes)
-    )
-    steps, step_idx = np.unique(step, return_inverse=True)
-    num_steps = len(steps)
-    inst = step_idx * num_dp + dp  # one pipeline instance per (step, DP rank)
-
-    # Pick the reference instance: the first one whose op set is the most common op set.
-    n_codes = len(labels)
-    max_seq = int(seq.max()) + 1
-    key = (stage * n_codes + codes) * max_seq + seq
+def _reference_instance(inst: np.ndarray, key: np.ndarray) -> int:
+    """The first pipeline instance whose op set is the most common op set."""
     order = np.lexsort((key, inst))
     inst_sorted = inst[order]
     bounds = np.flatnonzero(np.diff(inst_sorted)) + 1
@@ -264,13 +216,13 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     common = int(np.argmax(cnt))
     ref_pos = int(np.flatnonzero(inv.ravel() == common)[0])
     ref_inst = int(inst_sorted[starts_[ref_pos]])
-    sel = inst == ref_inst
-    tpl = _build_template(
-        stage[sel], codes[sel], seq[sel], start[sel], start[sel] + dur[sel], mc[sel], gmc[sel], mb[sel],
-        labels, num_pp, vpp, where,
-    )
-    num_t = len(tpl.stage)
+    return ref_inst
 
+
+def _match_instances(tpl, sel, key, inst, steps, codes, seq, n_codes, max_seq, num_dp, num_pp, where):
+    """Every op's template op (-1: none), and the steps whose every instance matches the template
+    exactly (the others are skipped with a warning)."""
+    num_steps, num_t = len(steps), len(tpl.stage)
     # Map every op to its template op; instances that do not match the template exactly are dropped.
     lut = np.full(num_pp * n_codes * max_seq, -1, dtype=np.int64)
     lut[(tpl.stage * n_codes + codes[sel]) * max_seq + seq[sel]] = np.arange(num_t)
@@ -301,9 +253,9 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         )
         warnings.warn(
             f"{where}: skipped {len(bad_steps_idx)} of {num_steps} step(s) whose ops do not match the "
-            f"pipeline schedule (missing or extra ops; e.g. {detail}): steps {_fmt_list(steps[bad_steps_idx])}",
+            f"pipeline schedule (missing or extra ops; e.g. {detail}): steps {fmt_list(steps[bad_steps_idx])}",
             LaggardWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         if len(bad_steps_idx) == num_steps:
             raise LaggardError(f"{where}: no complete step left to analyse")
@@ -311,6 +263,11 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     else:
         good_steps = np.arange(num_steps)
 
+    return t_of, good_row, good_steps
+
+
+def _lay_out(t_of, good_row, good_steps, step_idx, num_steps, dp, start, dur, num_dp, num_t):
+    """Order the kept ops as (instance, template op) and put the steps end to end on one clock."""
     # Keep good instances, renumbered densely in (step, dp) order; op index = inst * T + t.
     new_step = np.full(num_steps, -1, dtype=np.int64)
     new_step[good_steps] = np.arange(len(good_steps))
@@ -337,183 +294,4 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     start_ns = np.round((o_start + offset[o_new_step]) * 1e9).astype(np.int64)
     dur_ns = np.round(dur[perm] * 1e9).astype(np.int64)
 
-    inst_step = steps[good_steps].repeat(num_dp)
-    columns = template_columns(tpl, inst_step, num_dp, w_rank)
-    columns["start_ns"] = start_ns
-    columns["dur_ns"] = dur_ns
-    out = make_table(columns, num_rows=n)
-    job_meta = JobMeta(
-        name=name,
-        world_size=int(world) if world is not None else (num_dp * num_pp * tp if meta_obj else None),
-        dp_size=num_dp,
-        pp_size=num_pp,
-        tp_size=tp,
-        vpp_size=vpp,
-        gpus_per_worker=tp,
-        source=f"ndtimeline:{path.name}",
-        extra={"time_base": "steps laid end to end; NDTimeline times are step-relative"},
-    )
-    return Job(table=out, meta=job_meta)
-
-
-def _fmt_list(values, limit: int = 8) -> str:
-    vals = [str(int(v)) for v in values]
-    return ", ".join(vals[:limit]) + (f", ... ({len(vals)} in all)" if len(vals) > limit else "")
-
-
-def _build_template(stage, code, seq, start, end, mc, gmc, mb, labels, num_pp, vpp, where) -> Template:
-    """Derive the dependency model of one pipeline instance from its observed op order."""
-    num_t = len(stage)
-    name = [labels[c] for c in code]
-    at: dict[tuple[int, str, int], int] = {}
-    for t in range(num_t):
-        k = (int(stage[t]), name[t], int(seq[t]))
-        if k in at:
-            raise LaggardError(f"{where}: op {name[t]} seq_id {seq[t]} appears twice on stage {stage[t]} in one step")
-        at[k] = t
-    deps: list[list[int]] = [[] for _ in range(num_t)]
-    scope: list[str | None] = [None] * num_t
-    label: list[str | None] = [None] * num_t
-    gseq = [-1] * num_t
-    peer_stage = [-1] * num_t
-    micro = mb.astype(np.int64).copy()
-
-    def sort_key(t: int):
-        return (start[t], seq[t], name[t])
-
-    def chain(ts: list[int]) -> None:
-        for a, b in zip(ts, ts[1:], strict=False):
-            deps[b].append(a)
-
-    has_sep = SEP in name
-    total_chunks = vpp * num_pp
-    for s in range(num_pp):
-        mine = [t for t in range(num_t) if stage[t] == s]
-        comp = sorted((t for t in mine if name[t] in (FWD, BWD)), key=sort_key)
-        if not comp:
-            raise LaggardError(f"{where}: stage {s} has no forward/backward compute ops in the reference step")
-        chain(comp)
-        # p2p: match each send/recv to its compute, then pair the two ends across stages.
-        valid_p2p: dict[str, list[int]] = {}
-        for direction in ("forward", "backward"):
-            cname = f"{direction}-compute"
-            comps = [t for t in comp if name[t] == cname]
-            if not comps:
-                continue
-            last_start = max(start[t] for t in comps)
-            first_end = min(end[t] for t in comps)
-            for kind in ("send", "recv"):
-                oname = f"{direction}-{kind}"
-                ops_k = sorted((t for t in mine if name[t] == oname), key=sort_key)
-                chain(ops_k)  # one stream per p2p op type
-                if kind == "recv":
-                    valid = [t for t in ops_k if start[t] <= last_start + _EPS_S]
-                else:
-                    valid = [t for t in ops_k if end[t] >= first_end - _EPS_S]
-                cid = 0
-                if len(valid) != len(comps):
-                    if s not in (0, num_pp - 1) or not (len(valid) == 0 or len(valid) + 1 == len(comps)):
-                        raise LaggardError(
-                            f"{where}: stage {s} has {len(valid)} {oname} op(s) for {len(comps)} {cname} op(s)"
-                        )
-                    if kind == "recv" and len(valid) + 1 == len(comps):
-                        cid = 1
-                real = []
-                for t in valid:
-                    c = at.get((s, cname, cid))
-                    if c is None:
-                        raise LaggardError(f"{where}: stage {s}: no {cname} with seq_id {cid} for {oname} {seq[t]}")
-                    delta = 1 if (direction == "forward") == (kind == "send") else -1
-                    peer_chunk = int(gmc[c]) + delta
-                    micro[t] = mb[c]
-                    if kind == "send":
-                        deps[t].append(c)
-                    else:
-                        deps[c].append(t)
-                        prev = at.get((s, cname, cid - 1))
-                        if prev is not None:
-                            deps[t].append(prev)
-                    if 0 <= peer_chunk < total_chunks:
-                        real.append(t)
-                    cid += 1
-                valid_p2p[oname] = real
-        for oname, real in valid_p2p.items():
-            direction, kind = oname.split("-")
-            fwd = direction == "forward"
-            if kind == "send":
-                src, dst = s, (s + (1 if fwd else -1)) % num_pp
-            else:
-                src, dst = (s - (1 if fwd else -1)) % num_pp, s
-            for k, t in enumerate(real):
-                scope[t], label[t], gseq[t] = "local", f"p2p-{direction}:pp{src}>pp{dst}", k
-                peer_stage[t] = dst if kind == "send" else src
-        # the first backward send/recv waits for the second-to-last warm-up forward
-        first_bwd = next((i for i, t in enumerate(comp) if name[t] == BWD), None)
-        if first_bwd is not None and first_bwd >= 2:
-            anchor = comp[first_bwd - 2]
-            for oname in ("backward-recv", "backward-send"):
-                t0 = at.get((s, oname, 0))
-                if t0 is not None:
-                    deps[t0].append(anchor)
-        # DP communication stream and its links to compute
-        dpc = sorted((t for t in mine if name[t] in (AG, RS)), key=sort_key)
-        chain(dpc)
-        for t in mine:
-            if name[t] in (AG, RS, SEP):
-                scope[t], label[t], gseq[t] = "dp", f"dp:pp{s}:{name[t]}", int(seq[t])
-        ags = sorted((t for t in mine if name[t] == AG), key=lambda t: seq[t])
-        done: set[int] = set()
-        for t in reversed(ags):
-            if mc[t] in done:
-                continue
-            fw = [c for c in comp if name[c] == FWD and mc[c] == mc[t]]
-            if fw:
-                deps[min(fw, key=lambda c: start[c])].append(t)
-            done.add(int(mc[t]))
-        rss = sorted((t for t in mine if name[t] == RS), key=lambda t: seq[t])
-        if has_sep:
-            done = set()
-            for t in rss:
-                if mc[t] in done:
-                    continue
-                bw = [c for c in comp if name[c] == BWD and mc[c] == mc[t]]
-                if bw:
-                    deps[t].append(max(bw, key=lambda c: end[c]))
-                done.add(int(mc[t]))
-        # the tail: gc -> layernorm -> embedding -> (grads sync) -> clip -> optimizer
-        last_compute = max(comp, key=lambda t: end[t])
-        gc_t = at.get((s, GC, 0))
-        if gc_t is not None:
-            deps[gc_t].append(last_compute)
-        head = [gc_t if gc_t is not None else last_compute]
-        emb = [at.get((s, EMB, 0))] if s in (0, num_pp - 1) else []
-        if has_sep:
-            if rss:
-                head.append(rss[-1])
-            tail = [at.get((s, LN, 0)), *emb, at.get((s, SEP, 0)), at.get((s, CLIP, 0)), at.get((s, OPT, 0))]
-        else:
-            tail = [at.get((s, LN, 0)), *emb, *rss, at.get((s, CLIP, 0)), at.get((s, OPT, 0))]
-        tail = [t for t in tail if t is not None]
-        if tail:
-            deps[tail[0]].extend(head)
-            chain(tail)
-        emb_t = at.get((s, EMB, 0))
-        if emb_t is not None and s in (0, num_pp - 1):
-            scope[emb_t], label[emb_t], gseq[emb_t] = "local", "embedding", 0
-        clip_t = at.get((s, CLIP, 0))
-        if clip_t is not None:
-            scope[clip_t], label[clip_t], gseq[clip_t] = "world", f"world:{CLIP}", 0
-    deps = [sorted(set(d)) for d in deps]
-    return Template(
-        stage=np.asarray(stage, dtype=np.int64),
-        name=name,
-        kind=[OPTYPES[x][0] for x in name],
-        stream=[OPTYPES[x][1] for x in name],
-        microbatch=micro,
-        vchunk=np.asarray(mc, dtype=np.int64),
-        deps=deps,
-        scope=scope,
-        label=label,
-        gseq=gseq,
-        peer_stage=peer_stage,
-    )
+    return n, start_ns, dur_ns

@@ -167,8 +167,9 @@ def _ranks(ranks: Sequence[int], limit: int = 6) -> str:
 def _header(res: Analysis, heading: str) -> str:
     m = res.meta
     layout = f"DP {m.dp_size} × PP {m.pp_size} × TP {m.tp_size}"
-    if m.cp_size > 1:
-        layout += f" × CP {m.cp_size}"
+    for dim, size in (("CP", m.cp_size), ("DSP", m.dsp_size), ("EP", m.ep_size)):
+        if size > 1:
+            layout += f" × {dim} {size}"
     if m.vpp_size > 1:
         layout += f" (VPP {m.vpp_size})"
     facts = [

@@ -50,6 +50,7 @@ class ShardWriter:
         self.num_written = 0
         self.last_step_written: int | None = None
         self.failed: str | None = None
+        self.on_table: Callable[[Any], None] | None = None  # also hand each page's op table here (live monitor)
         self.state = state  # shared with the tracer (counts it updates); written after each shard
         self._lock = threading.Lock()  # one writer of files at a time (thread vs. emergency flush)
         self._thread = threading.Thread(target=self._run, name=f"laggard-writer-rank{rank}", daemon=True)
@@ -97,6 +98,8 @@ class ShardWriter:
             try:
                 table = page_table(page, rank=self.rank, layout=self.layout, offset_ns=self.offset_ns,
                                    chain=self._chain)
+                if self.on_table is not None:
+                    self.on_table(table)
                 final = self.out_dir / f"ops-rank{self.rank}-{self.num_shards:05d}.parquet"
                 tmp = final.with_name(final.name + ".tmp")
                 pq.write_table(table, tmp, compression="zstd")

@@ -20,6 +20,9 @@ def register(app: typer.Typer) -> None:
         microbatches: Annotated[int, typer.Option("--microbatches", help="Microbatches per step (1F1B schedule).")] = 4,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the model, the data order and the injected randomness.")] = 0,
         trace: Annotated[Path | None, typer.Option("--trace", help="Analyse this existing trace instead of running the job (e.g. tests/data/ndtimeline/trace-AR.parquet).")] = None,
+        monitor: Annotated[bool, typer.Option("--monitor", help="Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address.")] = False,
+        monitor_port: Annotated[int, typer.Option("--monitor-port", help="Port of the local collector (--monitor).")] = 8765,
+        monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the collector up this long after the job (default: until Ctrl-C).")] = None,
     ) -> None:
         """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
         from laggard.inject import parse_injections
@@ -49,7 +52,20 @@ def register(app: typer.Typer) -> None:
             f"{cfg.steps} steps of {cfg.microbatches} microbatches"
             + (f"; injected: {', '.join(i.spec() for i in injections)}" if injections else "")
         )
-        job = _run_with_progress(cfg, run_traced_job)
+        collector = None
+        if monitor:
+            from laggard.monitor.local import start_local_collector
+
+            collector = start_local_collector(out / "monitor.db", monitor_port, log=out / "monitor.log")
+            cfg.monitor_url, cfg.monitor_token = collector.url, collector.token
+            cfg.monitor_job = f"demo-{__import__('time').strftime('%Y%m%d-%H%M%S')}"
+            typer.echo(f"live dashboard: {collector.dashboard}")
+        try:
+            job = _run_with_progress(cfg, run_traced_job)
+        except BaseException:
+            if collector is not None:
+                collector.stop()
+            raise
         for rank, why in sorted(job.failures.items()):
             typer.echo(f"laggard: warning: demo job rank {rank}: {why}", err=True)
         if not (Path(cfg.trace_dir or "") / "job.json").exists():
@@ -61,6 +77,25 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"trace: {cfg.trace_dir}")
         for kind, p in paths.items():
             typer.echo(f"wrote {kind}: {p}")
+        if collector is not None:
+            _linger(collector, monitor_linger_s)
+
+
+def _linger(collector, linger_s: float | None) -> None:  # noqa: ANN001 - thin CLI glue
+    import time
+
+    typer.echo(f"live dashboard: {collector.dashboard}  (job {collector.url}/api/v1/jobs)")
+    try:
+        if linger_s is None:
+            typer.echo("the collector keeps running; Ctrl-C to stop it")
+            while collector.proc.poll() is None:
+                time.sleep(0.5)
+        else:
+            time.sleep(max(linger_s, 0.0))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        collector.stop()
 
 
 def _run_with_progress(cfg, run):  # noqa: ANN001, ANN202 - thin CLI glue

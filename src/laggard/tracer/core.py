@@ -85,7 +85,9 @@ class Tracer(CommMixin):
     of 36 + 28 bytes), ``handle_signals`` (flush on SIGTERM), ``clock_ns`` (the local clock, for
     tests), ``meta_extra`` (added to job.json), ``record_every`` (record one step in N), ``flight_watchdog_s`` (with torch's Flight Recorder on,
     dump it when a step runs longer than this; it is also dumped on SIGTERM and on request: see
-    ``laggard.tracer.flight``).
+    ``laggard.tracer.flight``),
+    ``monitor_url``/``token``/``monitor_job`` (also stream every page to a live-monitor collector
+    under this job id, default ``name``: see ``laggard.tracer.stream``).
     """
 
     def __init__(
@@ -112,6 +114,9 @@ class Tracer(CommMixin):
         enabled: bool = True,
         record_every: int = 1,
         flight_watchdog_s: float | None = None,
+        monitor_url: str | None = None,
+        token: str | None = None,
+        monitor_job: str | None = None,
     ) -> None:
         if not isinstance(record_every, int) or record_every < 1:
             raise LaggardError(f"Tracer: record_every must be a positive integer, not {record_every!r}")
@@ -230,6 +235,14 @@ class Tracer(CommMixin):
         self._last_flush_ns = self._clock()
         self._writer = ShardWriter(self.out_dir, rank=self.rank, layout=self.layout, offset_ns=self.sync.offset_ns,
                                    on_page_free=self._page_free, state=self._state)
+        self._stream: Any = None
+        if monitor_url is not None:  # live monitor: pages streamed by laggard.tracer.stream (no collectives)
+            from laggard.tracer.stream import attach
+
+            self._stream = attach(self._writer, monitor_url, token, job_id=monitor_job or name, rank=self.rank,
+                                  meta=_job_meta(name, layouts, self.world_size, self.sync, use_cuda,
+                                                 meta_extra or {}).to_json(), trace_dir=self.out_dir)
+            self._flush_interval_ns = min(self._flush_interval_ns, 1_000_000_000)  # a page a second at most
         self._gc_code = self._code("gc", "other", "cpu" if use_cuda else self._main_stream)
         self._gc_t0 = 0
         self._gc_min_ns = int(gc_min_us * 1000)
@@ -360,6 +373,8 @@ class Tracer(CommMixin):
         self._pending.clear()
         self._hand_off()
         finished = self._writer.close()
+        if self._stream is not None:
+            self._stream.close()
         self._update_counts()
         self._writer.write_state(status if finished else "incomplete")
         _signals.unregister(self)
@@ -604,3 +619,5 @@ class Tracer(CommMixin):
             self._writer.submit(page)
             done.wait(30.0)
         self._writer.write_state(status)
+        if self._stream is not None:
+            self._stream.close(2.0)  # what is not sent stays in the spool

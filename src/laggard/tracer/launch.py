@@ -47,6 +47,9 @@ class JobConfig:
     injections: list[Injection] = field(default_factory=list)
     trace_dir: str | None = None  # None: train without tracing
     flush_interval_s: float = 10.0
+    monitor_url: str | None = None  # also stream the trace to this live-monitor collector
+    monitor_token: str | None = None
+    monitor_job: str | None = None  # the job id there (default: the job name)
     record_every: int = 1  # trace one step in N (the others run untraced)
     profiler_dir: str | None = None  # also run the traced steps under torch.profiler: rank{R}.json here
     timeout_s: float = 120.0  # a collective that waits longer fails (gloo timeout)

@@ -1,0 +1,217 @@
+"""Alert rules over window analyses, and their delivery (the log and webhooks).
+
+Rule types (every rule fires once when its condition has held for ``windows`` consecutive
+windows, and re-arms when it stops holding):
+
+- ``job_slowdown``: the job's S above ``threshold``;
+- ``worker_slowdown``: a worker's S_w above ``threshold`` (with ``relative``: S_w divided by the
+  median worker's S_w, so noise every worker shares does not count, and the worker among the worst
+  3% that M_W fixes), and its typical step's compute at least ``min_load_ratio`` times its stage
+  peers' (``laggard.monitor.window.load_ratios``: a one-off stall raises S_w, not the median step);
+- ``new_finding``: a diagnosis finding (cause + workers/stages) not seen before in this job;
+- ``hang``: ranks stopped reporting while others advance (``windows`` is ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from laggard.errors import LaggardError
+
+log = logging.getLogger("laggard.monitor.alerts")
+RULE_TYPES = ("job_slowdown", "worker_slowdown", "new_finding", "hang")
+
+
+@dataclass(kw_only=True, slots=True)
+class Rule:
+    id: str
+    type: str
+    threshold: float = 0.0
+    windows: int = 1
+    relative: bool = False
+    min_load_ratio: float = 0.0  # worker_slowdown: also its typical compute/step this far above its stage peers
+    enabled: bool = True
+
+    @classmethod
+    def from_json(cls, d: Any) -> Rule:
+        if not isinstance(d, dict):
+            raise LaggardError("a rule is a JSON object with id, type, threshold, windows")
+        unknown = set(d) - {"id", "type", "threshold", "windows", "relative", "min_load_ratio", "enabled"}
+        if unknown:
+            raise LaggardError(f"rule {d.get('id')!r}: unknown field(s) {sorted(unknown)}")
+        if not isinstance(d.get("id"), str) or not d["id"]:
+            raise LaggardError("rule: 'id' must be a non-empty string")
+        if d.get("type") not in RULE_TYPES:
+            raise LaggardError(f"rule {d['id']!r}: type must be one of {', '.join(RULE_TYPES)}, not {d.get('type')!r}")
+        th, k, lr = d.get("threshold", 0.0), d.get("windows", 1), d.get("min_load_ratio", 0.0)
+        for name, v in (("threshold", th), ("min_load_ratio", lr)):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
+                raise LaggardError(f"rule {d['id']!r}: {name} must be a number")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise LaggardError(f"rule {d['id']!r}: windows must be a positive integer")
+        for b in ("relative", "enabled"):
+            if not isinstance(d.get(b, False), bool):
+                raise LaggardError(f"rule {d['id']!r}: {b} must be true or false")
+        return cls(id=d["id"], type=d["type"], threshold=float(th), windows=k, relative=d.get("relative", False),
+                   min_load_ratio=float(lr), enabled=d.get("enabled", True))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_rules() -> list[Rule]:
+    """Defaults tuned on synthetic jobs with heavy-tailed noise (benchmarks/bench_monitor.py and the
+    design notes give the measured detection delay and false alarms)."""
+    return [
+        # clean noisy jobs sit at S ~1.03-1.06; 1.15 sustained over 3 windows is real straggling
+        Rule(id="job-slow", type="job_slowdown", threshold=1.15, windows=3),
+        # a 1.10x worker shows S_w / median 1.02-1.07 (less on the first pipeline stage) and a typical
+        # step's compute ~1.10x its stage peers'; a stall lifts S_w for up to 2 windows but not the
+        # median step (per-op noise puts clean load ratios within ~1.02), so 2 windows suffice
+        Rule(id="worker-slow", type="worker_slowdown", threshold=1.02, windows=2, relative=True, min_load_ratio=1.05),
+        # findings come and go in noisy windows; one present for 6 windows (18 steps) is reported
+        Rule(id="new-finding", type="new_finding", windows=6),
+        Rule(id="hang", type="hang"),
+    ]
+
+
+@dataclass(kw_only=True, slots=True)
+class Alert:
+    job: str
+    rule: str
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class RuleState:
+    """Consecutive-window counters per (job, rule, subject) and what already fired."""
+
+    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    fired: set[tuple[str, str, str]] = field(default_factory=set)
+    seen_findings: dict[str, set[str]] = field(default_factory=dict)
+
+    def _tick(self, key: tuple[str, str, str], holds: bool, k: int) -> bool:
+        """Count a window; True exactly when the condition has just held for k windows."""
+        if not holds:
+            self.counts.pop(key, None)
+            self.fired.discard(key)
+            return False
+        n = self.counts[key] = self.counts.get(key, 0) + 1
+        if n >= k and key not in self.fired:
+            self.fired.add(key)
+            return True
+        return False
+
+
+def evaluate_window(rules: list[Rule], state: RuleState, job_id: str, doc: dict[str, Any],
+                    load_ratio: dict[int, float] | None = None) -> list[Alert]:
+    """Alerts raised by one new window analysis of ``job_id`` (``doc``: the analysis JSON;
+    ``load_ratio``: ``laggard.monitor.window.load_ratios`` of the same window)."""
+    out: list[Alert] = []
+    for rule in rules:
+        if not rule.enabled:
+            continue
+        if rule.type == "job_slowdown":
+            s = doc["slowdown"]
+            if state._tick((job_id, rule.id, ""), s is not None and s > rule.threshold, rule.windows):
+                out.append(Alert(job=job_id, rule=rule.id, message=f"job {job_id}: slowdown {s:.3f} above "
+                                 f"{rule.threshold:g} for {rule.windows} windows", detail={"slowdown": s}))
+        elif rule.type == "worker_slowdown":
+            out.extend(_worker_alerts(rule, state, job_id, doc, load_ratio or {}))
+        elif rule.type == "new_finding":
+            present = set()
+            for f in doc.get("findings", []):
+                key = f"{f['cause']}:w{f.get('workers')}:s{f.get('stages')}"
+                present.add(key)
+                seen = state.seen_findings.setdefault(job_id, set())
+                if state._tick((job_id, rule.id, key), True, rule.windows) and key not in seen:
+                    seen.add(key)
+                    out.append(Alert(job=job_id, rule=rule.id, message=f"job {job_id}: new finding {f['cause']} "
+                                     f"(workers {f.get('workers')}, stages {f.get('stages')}): {f.get('fix', '')}",
+                                     detail={"finding": f}))
+            for key in [k for k in state.counts if k[0] == job_id and k[1] == rule.id and k[2] not in present]:
+                state._tick(key, False, rule.windows)
+    return out
+
+
+def _worker_alerts(rule: Rule, state: RuleState, job_id: str, doc: dict[str, Any], loads: dict[int, float]
+                   ) -> list[Alert]:
+    workers = [w for w in doc["by_worker"] if w["slowdown"] is not None]
+    if not workers:
+        return []
+    base = float(np.median([w["slowdown"] for w in workers])) if rule.relative else 1.0
+    worst = set(doc["M_W_detail"].get("fixed_ranks") or [])
+    out = []
+    for w in workers:
+        score = w["slowdown"] / base
+        key = (job_id, rule.id, str(w["rank"]))
+        # relative: also among the worst 3% of workers (the ones M_W fixes), so noise shared by many
+        # workers or a second-rank wobble does not keep a counter going
+        holds = score > rule.threshold and (not rule.relative or w["rank"] in worst)
+        # a worker without stage peers has no load ratio: S_w alone decides
+        holds = holds and loads.get(w["rank"], float("inf")) >= rule.min_load_ratio
+        if state._tick(key, holds, rule.windows):
+            what = "S_w / median" if rule.relative else "S_w"
+            out.append(Alert(job=job_id, rule=rule.id,
+                             message=f"job {job_id}: worker rank {w['rank']} (dp{w['dp_rank']}:pp{w['stage']}) {what} "
+                                     f"{score:.3f} above {rule.threshold:g} for {rule.windows} windows",
+                             detail={"rank": w["rank"], "dp_rank": w["dp_rank"], "stage": w["stage"],
+                                     "slowdown": w["slowdown"], "score": score, "load_ratio": loads.get(w["rank"])}))
+    return out
+
+
+def evaluate_hang(rules: list[Rule], state: RuleState, job_id: str, silent: list[dict[str, Any]]) -> list[Alert]:
+    out = []
+    for rule in rules:
+        if rule.enabled and rule.type == "hang":
+            ranks = ",".join(str(s["rank"]) for s in silent)
+            if state._tick((job_id, rule.id, ""), bool(silent), 1):
+                lines = "; ".join(f"rank {s['rank']} last at step {s['last_step']} op "
+                                  f"{(s['last_op'] or {}).get('name')}" for s in silent)
+                out.append(Alert(job=job_id, rule=rule.id, message=f"job {job_id}: hang suspected, ranks {ranks} "
+                                 f"silent while others advance ({lines})", detail={"silent": silent}))
+    return out
+
+
+class Notifier:
+    """Delivers alerts to the log at once and to webhooks from a background thread (never blocks)."""
+
+    def __init__(self, webhooks: list[str], timeout_s: float = 5.0) -> None:
+        self.webhooks = list(webhooks)
+        self.timeout_s = timeout_s
+        self._q: queue.Queue[Alert | None] = queue.Queue(maxsize=10_000)
+        self.num_failed = 0
+        self._thread = threading.Thread(target=self._run, name="laggard-webhooks", daemon=True)
+        self._thread.start()
+
+    def send(self, alert: Alert) -> None:
+        log.warning("ALERT %s", alert.message)
+        if self.webhooks:
+            try:
+                self._q.put_nowait(alert)
+            except queue.Full:
+                self.num_failed += 1
+
+    def _run(self) -> None:
+        while (alert := self._q.get()) is not None:
+            body = json.dumps({"job": alert.job, "rule": alert.rule, "message": alert.message,
+                               "detail": alert.detail}).encode()
+            for url in self.webhooks:
+                req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+                try:
+                    urllib.request.urlopen(req, timeout=self.timeout_s).close()
+                except (OSError, ValueError) as e:
+                    self.num_failed += 1
+                    log.warning("webhook %s failed: %s", url, e)
+
+    def close(self) -> None:
+        self._q.put(None)

@@ -1,0 +1,191 @@
+"""The collector's HTTP API (FastAPI): thin routes over ``laggard.monitor.service.Collector``.
+
+Everything but ``/healthz`` needs the bearer token (or, for the dashboard in a browser, the cookie
+set by opening ``/?token=...``). Errors a client can cause are 4xx with ``{"detail": reason}``.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from laggard.errors import LaggardError
+from laggard.monitor import auth
+from laggard.monitor.ingest import BadBatch
+from laggard.monitor.service import Collector, UnknownJob
+
+COOKIE = "laggard_token"
+
+
+def create_app(collector: Collector, token: str) -> FastAPI:
+    app = FastAPI(title="laggard monitor", docs_url=None, redoc_url=None, openapi_url=None)
+    limit = collector.cfg.max_body_bytes
+
+    app.add_middleware(_Guard, token=token)
+
+    @app.exception_handler(UnknownJob)
+    async def _unknown(_: Request, e: UnknownJob) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=404)
+
+    @app.exception_handler(BadBatch)
+    async def _bad_batch(_: Request, e: BadBatch) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=422)
+
+    @app.exception_handler(LaggardError)
+    async def _bad(_: Request, e: LaggardError) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": e.detail}, status_code=e.status_code)
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise HTTPException(413, f"body of {int(declared)} bytes is over the limit of {limit} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPException(413, f"body over the limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def read_json(request: Request) -> Any:
+        body = await read_body(request)
+        try:
+            return json.loads(body)
+        except ValueError as e:
+            raise HTTPException(400, f"body is not JSON ({e})") from None
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.post("/api/v1/ops")
+    async def ingest(request: Request) -> Response:
+        body = await read_body(request)
+        # a worker thread: the store write blocks until durable; the answer skips FastAPI's encoder
+        ans = await run_in_threadpool(collector.ingest, body)
+        return Response(orjson.dumps(ans), media_type="application/json")
+
+    @app.get("/api/v1/jobs")
+    def jobs() -> list[dict[str, Any]]:
+        return collector.summaries()
+
+    @app.get("/api/v1/jobs/{job_id}")
+    def job(job_id: str) -> dict[str, Any]:
+        return collector.detail(job_id)
+
+    @app.patch("/api/v1/jobs/{job_id}")
+    async def control(job_id: str, request: Request) -> dict[str, Any]:
+        d = await read_json(request)
+        if not isinstance(d, dict) or set(d) != {"tracing"} or not isinstance(d["tracing"], bool):
+            raise HTTPException(422, 'expected {"tracing": true|false}')
+        collector.set_tracing(job_id, d["tracing"])
+        return {"id": job_id, "tracing": d["tracing"]}
+
+    @app.post("/api/v1/jobs/{job_id}/dump")
+    def dump(job_id: str) -> dict[str, Any]:
+        """Ask the job's tracers for a Flight Recorder dump (``laggard hang`` reads it)."""
+        return {"id": job_id, "dump_request": collector.request_dump(job_id)}
+
+    @app.get("/api/v1/jobs/{job_id}/analysis")
+    def analysis(job_id: str) -> Response:
+        win = collector.job(job_id)
+        if win.result is None:
+            raise HTTPException(409, f"job {job_id!r} has no complete window yet" + (f" ({win.error})" if win.error else ""))
+        from laggard.report.jsonout import dumps
+
+        return Response(dumps(win.result.doc), media_type="application/json")
+
+    @app.get("/api/v1/jobs/{job_id}/timeline")
+    def timeline(job_id: str, step: int) -> dict[str, Any]:
+        with collector._lock:
+            ops = collector.job(job_id).step_timeline(step)
+        if not ops:
+            raise HTTPException(404, f"step {step} of job {job_id!r} is not in memory (only the current window is)")
+        return {"step": step, "ops": ops}
+
+    @app.get("/api/v1/rules")
+    def rules() -> list[dict[str, Any]]:
+        return [r.to_json() for r in collector.rules]
+
+    @app.put("/api/v1/rules")
+    async def put_rules(request: Request) -> list[dict[str, Any]]:
+        return [r.to_json() for r in collector.set_rules(await read_json(request))]
+
+    @app.get("/api/v1/alerts")
+    def alerts(job: str | None = None) -> list[dict[str, Any]]:
+        return collector.store.alerts(job)
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(collector.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/", response_class=HTMLResponse)
+    def dashboard(request: Request) -> HTMLResponse:
+        page = resources.files("laggard.monitor").joinpath("dashboard.html").read_text()
+        resp = HTMLResponse(page)
+        if request.query_params.get("token"):
+            resp.set_cookie(COOKIE, request.query_params["token"], httponly=True, samesite="strict")
+        return resp
+
+    return app
+
+
+class _Guard:
+    """The token check (everything but ``/healthz``) and the last-resort 500, as plain ASGI: Starlette's
+    ``BaseHTTPMiddleware`` costs a task group and a body stream per request on the ingest path."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/healthz":
+            await self.app(scope, receive, send)
+            return
+        conn = HTTPConnection(scope)
+        authorization = conn.headers.get("authorization")
+        if not (auth.check(self.token, authorization)
+                or auth.check(self.token, None, conn.cookies.get(COOKIE), conn.query_params.get("token"))):
+            await JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
+                               headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as e:  # a bug must not look like a client error, but must not leak a traceback
+            collector_log(e)
+            if started:
+                raise
+            await JSONResponse({"detail": "internal error (logged by the collector)"},
+                               status_code=500)(scope, receive, send)
+
+
+def collector_log(e: BaseException) -> None:
+    import logging
+
+    logging.getLogger("laggard.monitor").error("request failed", exc_info=e)

@@ -1,0 +1,64 @@
+"""Typed settings of the collector: window, limits, chronic scores, hang detection, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True, slots=True)
+class MonitorConfig:
+    # ... or after any newly completed step once no batch came for this long (a job that paused or
+    # ended gets its last steps analysed)
+    idle_refresh_s: float = 2.0
+    # steps per analysis window: 6 steps average out most per-op noise (a 1.10x worker shows as a
+    # steady S_w excess of ~2-5%) while a new straggler fills half the window within 3 steps
+    window_steps: int = 6
+    # re-analyse a job after this many newly completed steps: windows overlap by half (a step is in
+    # 2 windows); measured on 1.10x workers vs heavy-tailed noise (benchmarks/bench_monitor.py)
+    refresh_every_steps: int = 3
+    # weight of the newest window in a worker's chronic score (EWMA): 0.2 keeps ~5 windows of memory,
+    # so a one-off stall fades within a window and a persistent lag dominates
+    chronic_alpha: float = 0.2
+    # largest ingest body: a tracer page of 8192 ops is ~0.5 MB in Arrow IPC; 32 MB leaves room for
+    # `monitor push` batches and refuses anything that would pin the collector's memory
+    max_body_bytes: int = 32 * 2**20
+    # a rank silent this long while others advance is "hang suspected" (a step takes seconds; a
+    # tracer hands a page at least every second when streaming)
+    hang_after_s: float = 30.0
+    # ... and the others must be at least this many steps ahead of it
+    hang_min_steps: int = 2
+    # per-job history kept for the trend plot
+    trend_len: int = 1000
+    # Prometheus: laggard_worker_slowdown is exported for the top-k workers of each job only
+    # (bounded label cardinality on 1,000-worker jobs)
+    metrics_top_k: int = 10
+    # the dashboard's top-k list
+    top_k: int = 8
+    # at most this share of the collector's time goes to analysing one job (after a refresh of t
+    # seconds the next waits t * (1 - share) / share): the analysis runs in its own process, but on
+    # a small host it still competes with ingest for the cores, and a 1,024-worker window takes seconds
+    analysis_share: float = 0.5
+    # analyse windows in a child process (the running service): a 1,024-worker window is seconds of
+    # pure-Python replay that would otherwise hold the GIL against ingest; off, the analyser thread
+    # runs it in the collector's interpreter (in-process callers of Collector.refresh always do)
+    analysis_process: bool = True
+    # the analysis child's niceness: 0 (the same CPU priority as ingest). The analysis share above
+    # already bounds its CPU; a higher value trades refresh time for ingest on a busy host
+    analysis_nice: int = 0
+    # how often the background analyser looks for work
+    tick_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        from laggard.errors import LaggardError
+
+        for k in ("window_steps", "refresh_every_steps", "hang_min_steps", "trend_len", "metrics_top_k", "top_k",
+                  "max_body_bytes"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")
+        if not 0.0 < self.chronic_alpha <= 1.0:
+            raise LaggardError(f"monitor config: chronic_alpha must be in (0, 1], got {self.chronic_alpha!r}")
+        if not 0.0 < self.analysis_share <= 1.0:
+            raise LaggardError(f"monitor config: analysis_share must be in (0, 1], got {self.analysis_share!r}")
+        if self.hang_after_s <= 0 or self.tick_s <= 0:
+            raise LaggardError("monitor config: hang_after_s and tick_s must be positive")

@@ -1,0 +1,224 @@
+"""The collector: ingest into the store and the in-memory windows, background analysis, alerts, metrics.
+
+HTTP-free (``laggard.monitor.app`` is the HTTP layer over it), so the bench and the detection tests
+drive the same code in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from laggard.errors import LaggardError
+from laggard.monitor.alerts import (
+    Alert,
+    Notifier,
+    Rule,
+    RuleState,
+    default_rules,
+    evaluate_hang,
+    evaluate_window,
+)
+from laggard.monitor.analyser import AnalysisProcess, analyse
+from laggard.monitor.config import MonitorConfig
+from laggard.monitor.ingest import Batch, decode_batch
+from laggard.monitor.metrics import Metrics
+from laggard.monitor.store import BatchRow, Store
+from laggard.monitor.window import JobWindow
+from laggard.ops import JobMeta
+
+log = logging.getLogger("laggard.monitor")
+
+
+class UnknownJob(LaggardError):
+    """A job id the collector has not seen (answered with 404)."""
+
+
+class Collector:
+    def __init__(self, store: Store, cfg: MonitorConfig | None = None, webhooks: list[str] | None = None) -> None:
+        self.store = store
+        self.cfg = cfg or MonitorConfig()
+        self.metrics = Metrics(self.cfg.metrics_top_k)
+        self.notifier = Notifier(webhooks or [])
+        self.windows: dict[str, JobWindow] = {}
+        self._lock = threading.RLock()  # guards windows (ingest threads vs. the analyser)
+        stored = store.rules()
+        self.rules: list[Rule] = [Rule.from_json(r) for r in stored] if stored is not None else default_rules()
+        self.rule_state = RuleState()
+        self.alerts: list[Alert] = []
+        self._next_refresh: dict[str, float] = {}  # job -> earliest next analysis (analysis_share)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._analyser: AnalysisProcess | None = None  # the child process analysing windows (start())
+        self._load()
+
+    # ------------------------------------------------------------------ start-up
+    def _load(self) -> None:
+        """Rebuild each job's windows from the stored batches (a restart loses nothing)."""
+        from laggard.monitor.ingest import decode_batch
+
+        for job_id, meta, tracing in self.store.jobs():
+            win = self._window(job_id, meta)
+            win.tracing = tracing
+            progress = self.store.rank_progress(job_id)
+            if not progress:
+                continue
+            since = min(p[3] for p in progress) - self.cfg.window_steps - 1
+            for row in self.store.batches_since(job_id, since):
+                b = decode_batch(row.body)
+                win.add(b.table, b.rank, b.min_step, b.max_step)
+            for rank, _, num_ops, _ in progress:
+                st = win.ranks.get(rank)
+                if st is not None:
+                    st.num_ops = num_ops
+            win.num_ops = sum(p[2] for p in progress)
+
+    def _window(self, job_id: str, meta: dict[str, Any]) -> JobWindow:
+        win = self.windows.get(job_id)
+        if win is None:
+            win = self.windows[job_id] = JobWindow(job_id=job_id, meta=JobMeta.from_json(meta), cfg=self.cfg)
+        return win
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, body: bytes) -> dict[str, Any]:
+        """Store one batch and add it to its job's window; raises BadBatch on a bad body."""
+        t0 = time.perf_counter()
+        b = decode_batch(body)
+        with self._lock:
+            win = self.windows.get(b.job_id)
+            if win is None:
+                if b.meta is None:
+                    from laggard.monitor.ingest import BadBatch
+
+                    raise BadBatch(f"job {b.job_id!r} is new: its first batch must carry laggard.meta")
+                self.store.add_job(b.job_id, b.meta)
+                win = self._window(b.job_id, b.meta)
+            if not win.tracing:
+                self.metrics.batches.labels(result="tracing_off").inc()
+                return {"accepted": 0, "duplicate": False, "tracing": False, "dump_request": win.dump_request}
+        new = self.store.add_batch(BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step,
+                                            max_step=b.max_step, num_ops=b.table.num_rows, body=body))
+        if new:
+            self._add(win, b)
+            self.metrics.ops.inc(b.table.num_rows)
+        self.metrics.batches.labels(result="stored" if new else "duplicate").inc()
+        self.metrics.latency.observe(time.perf_counter() - t0)
+        return {"accepted": b.table.num_rows if new else 0, "duplicate": not new, "tracing": True,
+                "dump_request": win.dump_request}
+
+    def _add(self, win: JobWindow, b: Batch) -> None:
+        with self._lock:
+            win.add(b.table, b.rank, b.min_step, b.max_step)
+
+    # ------------------------------------------------------------------ analysis
+    def refresh(self, job_id: str) -> bool:
+        """Analyse the job's latest window if steps completed; raise alerts. True if it ran."""
+        with self._lock:
+            win = self.windows[job_id]
+            cut = win.cut()
+        if cut is None:
+            return False
+        last, table = cut
+        res = self._analyser.run(table, win.meta) if self._analyser is not None else analyse(table, win.meta)
+        doc = res.doc
+        with self._lock:
+            win.apply(last, doc, res.error, res.refresh_s, res.load_ratio)
+        self.metrics.refresh.observe(res.refresh_s)
+        if doc is not None:
+            self.metrics.set_job(job_id, doc)
+            self._raise(evaluate_window(self.rules, self.rule_state, job_id, doc, res.load_ratio))
+        return True
+
+    def check_hangs(self) -> None:
+        with self._lock:
+            silent = {j: w.hang() for j, w in self.windows.items()}
+            for j, s in silent.items():  # a hang first suspected: ask the job's tracers for a dump
+                win = self.windows[j]
+                if s and not win.hang_was_suspected:
+                    win.dump_request += 1
+                win.hang_was_suspected = bool(s)
+        for job_id, s in silent.items():
+            self._raise(evaluate_hang(self.rules, self.rule_state, job_id, s))
+
+    def _raise(self, alerts: list[Alert]) -> None:
+        for a in alerts:
+            self.alerts.append(a)
+            self.store.add_alert(a.job, a.rule, a.message, a.detail)
+            self.notifier.send(a)
+
+    def tick(self) -> None:
+        share = self.cfg.analysis_share
+        for job_id in list(self.windows):
+            if time.monotonic() < self._next_refresh.get(job_id, 0.0):
+                continue
+            try:
+                if self.refresh(job_id):
+                    res = self.windows[job_id].result
+                    dt = res.refresh_s if res is not None else 0.0
+                    self._next_refresh[job_id] = time.monotonic() + dt * (1.0 - share) / share
+            except Exception:  # the analyser thread must survive one job's bug; it is logged
+                log.exception("analysis of job %s failed", job_id)
+        self.check_hangs()
+
+    def start(self) -> None:
+        """Start the background analyser (with its child process unless ``cfg.analysis_process`` is off)."""
+        if self.cfg.analysis_process:
+            self._analyser = AnalysisProcess(nice=self.cfg.analysis_nice)
+
+        def run() -> None:
+            while not self._stop.wait(self.cfg.tick_s):
+                self.tick()
+
+        self._thread = threading.Thread(target=run, name="laggard-analyser", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        if self._analyser is not None:
+            self._analyser.close()
+        self.notifier.close()
+        self.store.close()
+
+    # ------------------------------------------------------------------ control and views
+    def job(self, job_id: str) -> JobWindow:
+        win = self.windows.get(job_id)
+        if win is None:
+            raise UnknownJob(f"no job {job_id!r}")
+        return win
+
+    def request_dump(self, job_id: str) -> int:
+        """Ask the job's tracers to dump their Flight Recorder buffers (they see it within a poll)."""
+        with self._lock:
+            win = self.job(job_id)
+            win.dump_request += 1
+            return win.dump_request
+
+    def set_tracing(self, job_id: str, on: bool) -> None:
+        with self._lock:
+            self.job(job_id).tracing = on
+            self.store.set_tracing(job_id, on)
+
+    def set_rules(self, specs: Any) -> list[Rule]:
+        if not isinstance(specs, list):
+            raise LaggardError("rules: expected a JSON list of rule objects")
+        rules = [Rule.from_json(d) for d in specs]
+        ids = [r.id for r in rules]
+        if len(set(ids)) != len(ids):
+            raise LaggardError(f"rules: duplicate rule id(s) {sorted({i for i in ids if ids.count(i) > 1})}")
+        self.store.set_rules([r.to_json() for r in rules])
+        self.rules = rules
+        return rules
+
+    def summaries(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [w.summary() for w in self.windows.values()]
+
+    def detail(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            out = self.job(job_id).detail(self.cfg.top_k)
+        out["alerts"] = [a for a in self.store.alerts(job_id, limit=50)]
+        return out

@@ -1,0 +1,246 @@
+"""The collector's database: SQLite (default, WAL) or PostgreSQL (a ``postgresql://`` URL, psycopg 3).
+
+What is stored: jobs (metadata, tracing on/off), op batches exactly as received (Arrow IPC, keyed by
+(job, rank, seq): a batch sent twice is stored once), alert rules and fired alerts. Every write is
+committed before the HTTP answer (op batches group-committed: one transaction for
+the batches that arrive while the previous one commits), so a restart loses nothing that was acknowledged. The analysis is
+not stored: it is recomputed from the batches of the last window on start.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from laggard.errors import LaggardError
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, meta TEXT NOT NULL, tracing INTEGER NOT NULL,
+    created_s DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS batches (job_id TEXT NOT NULL, rank INTEGER NOT NULL, seq BIGINT NOT NULL,
+    min_step BIGINT NOT NULL, max_step BIGINT NOT NULL, num_ops INTEGER NOT NULL,
+    received_s DOUBLE PRECISION NOT NULL, body {blob} NOT NULL, PRIMARY KEY (job_id, rank, seq));
+CREATE INDEX IF NOT EXISTS batches_step ON batches (job_id, max_step);
+CREATE TABLE IF NOT EXISTS rules (rule_id TEXT PRIMARY KEY, spec TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS alerts (alert_id {serial}, job_id TEXT NOT NULL, rule_id TEXT NOT NULL,
+    created_s DOUBLE PRECISION NOT NULL, message TEXT NOT NULL, detail TEXT NOT NULL);
+"""
+
+
+@dataclass(kw_only=True, slots=True)
+class BatchRow:
+    job_id: str
+    rank: int
+    seq: int
+    min_step: int
+    max_step: int
+    num_ops: int
+    body: bytes
+
+
+class _Pending:
+    """A batch waiting for the group commit that writes it."""
+
+    __slots__ = ("row", "done", "new", "error")
+
+    def __init__(self, row: BatchRow) -> None:
+        self.row, self.done, self.new, self.error = row, False, False, None
+
+    def result(self) -> bool:
+        if self.error is not None:
+            raise self.error
+        return self.new
+
+
+class Store:
+    """One connection guarded by a lock; op batches from concurrent requests are group-committed."""
+
+    def __init__(self, url: str | Path) -> None:
+        self.url = str(url)
+        self._lock = threading.Lock()  # the connection
+        self._group = threading.Condition(threading.Lock())  # the group-commit queue
+        self._queue: list[_Pending] = []
+        self._committing = False
+        self.is_postgres = self.url.startswith(("postgresql://", "postgres://"))
+        if self.is_postgres:
+            try:
+                import psycopg
+            except ImportError:
+                raise LaggardError("a postgresql:// database needs psycopg: pip install 'laggard[monitor]'") from None
+            try:
+                self._conn: Any = psycopg.connect(self.url, autocommit=False)
+            except psycopg.Error as e:
+                raise LaggardError(f"cannot connect to {_redact(self.url)}: {str(e).strip().splitlines()[0]}") from None
+            ddl = _TABLES.format(blob="BYTEA", serial="BIGSERIAL PRIMARY KEY")
+        else:
+            path = Path(self.url.removeprefix("sqlite://"))
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                # NORMAL in WAL mode: a committed transaction survives a process crash (not a power cut)
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as e:
+                raise LaggardError(f"{path}: cannot open the monitor database ({e})") from None
+            ddl = _TABLES.format(blob="BLOB", serial="INTEGER PRIMARY KEY AUTOINCREMENT")
+        for stmt in ddl.split(";"):
+            if stmt.strip():
+                self._exec(stmt)
+        self._commit()
+
+    # ------------------------------------------------------------------ plumbing
+    def _sql(self, q: str) -> str:
+        return q.replace("?", "%s") if self.is_postgres else q
+
+    def _exec(self, q: str, args: tuple = ()) -> Any:
+        return self._conn.execute(self._sql(q), args)
+
+    def _commit(self) -> None:
+        if self.is_postgres:
+            self._conn.commit()
+
+    def _write(self, q: str, args: tuple = ()) -> int:
+        with self._lock:
+            if not self.is_postgres:
+                self._conn.execute("BEGIN")
+            try:
+                cur = self._exec(q, args)
+                n = cur.rowcount
+                self._conn.commit()
+            except Exception:
+                self._conn.rollback()
+                raise
+            return n
+
+    def _read(self, q: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            rows = self._exec(q, args).fetchall()
+            self._commit()  # ends the read transaction (PostgreSQL)
+            return rows
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # ------------------------------------------------------------------ jobs
+    def add_job(self, job_id: str, meta: dict[str, Any]) -> None:
+        self._write("INSERT INTO jobs (job_id, meta, tracing, created_s) VALUES (?, ?, 1, ?) ON CONFLICT DO NOTHING",
+                    (job_id, json.dumps(meta), time.time()))
+
+    def jobs(self) -> list[tuple[str, dict[str, Any], bool]]:
+        return [(j, json.loads(m), bool(t)) for j, m, t in
+                self._read("SELECT job_id, meta, tracing FROM jobs ORDER BY created_s")]
+
+    def set_tracing(self, job_id: str, on: bool) -> bool:
+        return self._write("UPDATE jobs SET tracing = ? WHERE job_id = ?", (1 if on else 0, job_id)) > 0
+
+    # ------------------------------------------------------------------ batches
+    def add_batch(self, b: BatchRow) -> bool:
+        """Store a batch; False when (job, rank, seq) was stored before (a retry): nothing changes.
+
+        Returns once the batch is committed. Group commit: batches arriving from several request
+        threads while a commit is under way are written together in the next transaction, by
+        whichever of their threads comes first (no extra thread, no timer: a lone batch commits at
+        once); each caller still returns only after the transaction holding its batch committed."""
+        mine = _Pending(b)
+        with self._group:
+            self._queue.append(mine)
+            while not mine.done and self._committing:
+                self._group.wait()
+            if mine.done:
+                return mine.result()
+            self._committing = True  # this thread commits everything queued, its own batch included
+            group, self._queue = self._queue, []
+        try:
+            try:
+                new = self._insert_batches([p.row for p in group])
+                for p, n in zip(group, new, strict=True):
+                    p.new = n
+            except Exception as e:  # every batch of the failed transaction fails alike
+                for p in group:
+                    p.error = e
+        finally:
+            with self._group:
+                for p in group:
+                    p.done = True
+                self._committing = False
+                self._group.notify_all()
+        return mine.result()
+
+    def _insert_batches(self, rows: list[BatchRow]) -> list[bool]:
+        q = self._sql("INSERT INTO batches (job_id, rank, seq, min_step, max_step, num_ops, received_s, body) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+        now = time.time()
+        with self._lock:
+            if not self.is_postgres:
+                self._conn.execute("BEGIN")
+            try:
+                new = [self._conn.execute(q, (b.job_id, b.rank, b.seq, b.min_step, b.max_step, b.num_ops, now,
+                                              b.body)).rowcount > 0 for b in rows]
+                self._conn.commit()
+            except Exception:
+                self._conn.rollback()
+                raise
+        return new
+
+    def batches_since(self, job_id: str, min_max_step: int) -> list[BatchRow]:
+        rows = self._read("SELECT rank, seq, min_step, max_step, num_ops, body FROM batches "
+                          "WHERE job_id = ? AND max_step >= ? ORDER BY rank, seq", (job_id, min_max_step))
+        return [BatchRow(job_id=job_id, rank=r, seq=s, min_step=a, max_step=b, num_ops=n, body=bytes(body))
+                for r, s, a, b, n, body in rows]
+
+    def rank_progress(self, job_id: str) -> list[tuple[int, int, int, int]]:
+        """Per rank: (rank, number of batches, number of ops, last step)."""
+        return [tuple(int(x) for x in r) for r in self._read(
+            "SELECT rank, COUNT(*), SUM(num_ops), MAX(max_step) FROM batches WHERE job_id = ? GROUP BY rank "
+            "ORDER BY rank", (job_id,))]
+
+    def num_ops(self, job_id: str) -> int:
+        rows = self._read("SELECT COALESCE(SUM(num_ops), 0) FROM batches WHERE job_id = ?", (job_id,))
+        return int(rows[0][0])
+
+    # ------------------------------------------------------------------ rules, settings, alerts
+    def rules(self) -> list[dict[str, Any]] | None:
+        rows = self._read("SELECT spec FROM rules ORDER BY rule_id")
+        return [json.loads(s) for (s,) in rows] if rows else None
+
+    def set_rules(self, rules: list[dict[str, Any]]) -> None:
+        with self._lock:
+            if not self.is_postgres:
+                self._conn.execute("BEGIN")
+            try:
+                self._exec("DELETE FROM rules")
+                for r in rules:
+                    self._exec("INSERT INTO rules (rule_id, spec) VALUES (?, ?)", (r["id"], json.dumps(r)))
+                self._conn.commit()
+            except Exception:
+                self._conn.rollback()
+                raise
+
+    def add_alert(self, job_id: str, rule_id: str, message: str, detail: dict[str, Any]) -> None:
+        self._write("INSERT INTO alerts (job_id, rule_id, created_s, message, detail) VALUES (?, ?, ?, ?, ?)",
+                    (job_id, rule_id, time.time(), message, json.dumps(detail)))
+
+    def alerts(self, job_id: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        q = "SELECT job_id, rule_id, created_s, message, detail FROM alerts"
+        args: tuple = ()
+        if job_id is not None:
+            q += " WHERE job_id = ?"
+            args = (job_id,)
+        rows = self._read(q + " ORDER BY alert_id DESC LIMIT ?", (*args, limit))
+        return [{"job": j, "rule": r, "time_unix_s": t, "message": m, "detail": json.loads(d)}
+                for j, r, t, m, d in rows]
+
+
+def _redact(url: str) -> str:
+    """A database URL without its password (for error lines)."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}"
+    return url

@@ -1,0 +1,303 @@
+"""Sliding-window analysis of one running job: the same ``laggard.whatif.analyze`` as ``laggard analyze``.
+
+A job's batches arrive per rank, in any order. A step is *complete* when every rank of the job has
+reported ops of a later step. After each ``refresh_every_steps`` completed steps the last
+``window_steps`` complete steps are cut from the batches held in memory into one op table, a
+``Job`` is built from it and analysed: the document served is ``Analysis.to_json()``, exactly what
+``laggard analyze --json`` writes for those ops. Per worker a chronic score (EWMA of S_w over
+windows) sits beside the current S_w. A rank silent for ``hang_after_s`` while the others move on
+is reported as "hang suspected" with the last op it recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from laggard.errors import LaggardError, LaggardWarning
+from laggard.monitor.config import MonitorConfig
+from laggard.ops import Job, JobMeta, to_numpy
+
+
+@dataclass(kw_only=True, slots=True)
+class RankState:
+    last_step: int = -1
+    last_seen_s: float = 0.0
+    last_batch: pa.Table | None = None  # the batch holding the rank's latest step (read on demand)
+    num_ops: int = 0
+
+    def last_op(self) -> dict[str, Any] | None:
+        """The last op the rank recorded in its latest step."""
+        t = self.last_batch
+        if t is None:
+            return None
+        steps = to_numpy(t.column("step"))
+        i = int(np.flatnonzero(steps == self.last_step)[-1])
+        row = t.slice(i, 1).select(["step", "name", "start_ns", "dur_ns"]).to_pylist()[0]
+        return {"step": int(row["step"]), "name": str(row["name"]), "start_ns": int(row["start_ns"]),
+                "dur_ns": int(row["dur_ns"])}
+
+
+@dataclass(kw_only=True, slots=True)
+class WindowResult:
+    """One refresh: the analysis document and what the monitor adds to it."""
+
+    steps: tuple[int, int]
+    doc: dict[str, Any]
+    refreshed_unix_s: float
+    refresh_s: float
+
+
+def analyse_window(table: pa.Table, meta: JobMeta) -> tuple[dict[str, Any] | None, str | None]:
+    """``laggard analyze`` of one window's ops: (the --json document, None) or (None, why it failed)."""
+    from laggard.analysis import analyze
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LaggardWarning)  # they are kept in the document's "warnings"
+            return analyze(Job(table=table, meta=meta)).to_json(), None
+    except LaggardError as e:
+        return None, str(e)
+
+
+def load_ratios(table: pa.Table) -> dict[int, float]:
+    """Per worker: its typical compute per step (the median over the window's steps, so one stalled
+    step does not count) over the median of its pipeline stage's other workers. A persistently slow
+    worker is well above 1 in every window; a worker that stalled once is not. Workers without
+    stage peers are left out. The alert rules use it to tell a chronic straggler from a stall."""
+    if table.num_rows == 0:
+        return {}
+    kind = table.column("kind")
+    codes = np.concatenate([np.asarray(c.indices) for c in kind.chunks])
+    labels = kind.chunks[0].dictionary.to_pylist()
+    if "compute" not in labels:
+        return {}
+    comp = codes == labels.index("compute")
+    rank = to_numpy(table.column("rank"))[comp]
+    step = to_numpy(table.column("step"))[comp]
+    stage = to_numpy(table.column("pp_rank"))[comp]
+    dur = to_numpy(table.column("dur_ns"))[comp].astype(np.float64)
+    ranks, ri = np.unique(rank, return_inverse=True)
+    steps, si = np.unique(step, return_inverse=True)
+    per = np.zeros((len(ranks), len(steps)))
+    np.add.at(per, (ri, si), dur)
+    ran = np.zeros_like(per, dtype=bool)
+    ran[ri, si] = True
+    load = np.nanmedian(np.where(ran, per, np.nan), axis=1)
+    st = np.zeros(len(ranks), dtype=np.int64)
+    st[ri] = stage
+    out: dict[int, float] = {}
+    for i, r in enumerate(ranks.tolist()):
+        peers = load[(st == st[i]) & (np.arange(len(ranks)) != i)]
+        if len(peers) and np.median(peers) > 0:
+            out[int(r)] = float(load[i] / np.median(peers))
+    return out
+
+
+@dataclass(kw_only=True)
+class JobWindow:
+    job_id: str
+    meta: JobMeta
+    cfg: MonitorConfig
+    tracing: bool = True
+    dump_request: int = 0  # raised to ask the job's tracers for a Flight Recorder dump
+    hang_was_suspected: bool = False
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    _batches: list[tuple[int, int, int, pa.Table]] = field(default_factory=list)  # (rank, min_step, max_step, ops)
+    analysed_through: int = -1  # the last complete step of the last window analysed
+    result: WindowResult | None = None
+    error: str | None = None
+    chronic: dict[int, float] = field(default_factory=dict)  # rank -> EWMA of S_w
+    trend: dict[int, float] = field(default_factory=dict)  # step -> S of that step (per_step)
+    window_trend: list[tuple[int, float]] = field(default_factory=list)  # (last step, window S)
+    load_ratio: dict[int, float] = field(default_factory=dict)  # rank -> load_ratios() of the last window
+    last_add_s: float = 0.0  # when the last batch came (idle refresh)
+    num_ops: int = 0
+
+    # ------------------------------------------------------------------ ingest side
+    def add(self, table: pa.Table, rank: int, min_step: int, max_step: int, now_s: float | None = None) -> None:
+        """Hold a batch in memory (already stored) and advance the rank's progress."""
+        st = self.ranks.setdefault(rank, RankState())
+        st.num_ops += table.num_rows
+        self.num_ops += table.num_rows
+        st.last_seen_s = self.last_add_s = time.time() if now_s is None else now_s
+        if max_step >= st.last_step:
+            st.last_step = max_step
+            st.last_batch = table
+        self._batches.append((rank, min_step, max_step, table))
+        if len(self._batches) % 256 == 0:  # between refreshes too: memory bounded by the window
+            first = self.complete_through() - self.cfg.window_steps + 1
+            self._batches = [b for b in self._batches if b[2] >= first]
+
+    @property
+    def expected_ranks(self) -> int:
+        """Workers whose steps must all arrive before a step is complete: one per (dp, pp, cp)
+        coordinate at least (traces often hold one rank per TP group), or as many as reported."""
+        m = self.meta
+        return max(m.dp_size * m.pp_size * m.cp_size, len(self.ranks))
+
+    def complete_through(self) -> int:
+        """The last step every rank has moved past (-1: none yet)."""
+        if not self.ranks or len(self.ranks) < self.expected_ranks:
+            return -1
+        return min(s.last_step for s in self.ranks.values()) - 1
+
+    # ------------------------------------------------------------------ analysis side
+    def window_table(self, last: int) -> pa.Table | None:
+        first = last - self.cfg.window_steps + 1
+        self._batches = [b for b in self._batches if b[2] >= first]  # older batches are out of every window
+        parts = []
+        # in (rank, step) order whatever the arrival order: the same window gives the same table
+        for _, lo, hi, t in sorted(self._batches, key=lambda b: (b[0], b[1])):
+            if lo > last:
+                continue
+            if lo >= first and hi <= last:
+                parts.append(t)
+                continue
+            steps = to_numpy(t.column("step"))
+            keep = (steps >= first) & (steps <= last)
+            if keep.any():
+                parts.append(t.filter(pa.array(keep)))
+        if not parts:
+            return None
+        # one chunk per column: the analysis reads dictionary codes chunk by chunk
+        return pa.concat_tables(parts, promote_options="default").unify_dictionaries().combine_chunks()
+
+    def cut(self) -> tuple[int, pa.Table] | None:
+        """The latest window's ops if steps completed since the last refresh (call under the job's lock)."""
+        last = self.complete_through()
+        new = last - self.analysed_through
+        idle = time.time() - self.last_add_s > self.cfg.idle_refresh_s
+        if last < 0 or new <= 0 or (new < self.cfg.refresh_every_steps and not idle):
+            return None
+        self.analysed_through = last
+        table = self.window_table(last)
+        return None if table is None else (last, table)
+
+    def apply(self, last: int, doc: dict[str, Any] | None, error: str | None, refresh_s: float,
+              load_ratio: dict[int, float] | None = None) -> None:
+        """Keep a window's analysis (or why it failed) and update the chronic scores and trends."""
+        self.load_ratio = load_ratio or {}
+        if doc is None:
+            self.error = f"steps {last - self.cfg.window_steps + 1}-{last}: {error}"
+            return
+        self.error = None
+        steps = [int(k) for k in doc["per_step"]] or [last]
+        self.result = WindowResult(steps=(min(steps), max(steps)), doc=doc, refreshed_unix_s=time.time(),
+                                   refresh_s=refresh_s)
+        self._update_scores(doc)
+
+    def _update_scores(self, doc: dict[str, Any]) -> None:
+        a = self.cfg.chronic_alpha
+        for w in doc["by_worker"]:
+            s = w["slowdown"]
+            if s is None:
+                continue
+            prev = self.chronic.get(w["rank"])
+            self.chronic[w["rank"]] = s if prev is None else (1 - a) * prev + a * s
+        for k, v in doc["per_step"].items():
+            if v is not None:
+                self.trend[int(k)] = v
+        if len(self.trend) > self.cfg.trend_len:
+            for k in sorted(self.trend)[: len(self.trend) - self.cfg.trend_len]:
+                del self.trend[k]
+        if doc["slowdown"] is not None:
+            self.window_trend.append((self.analysed_through, doc["slowdown"]))
+            del self.window_trend[: -self.cfg.trend_len]
+
+    def hang(self, now_s: float | None = None) -> list[dict[str, Any]]:
+        """Ranks silent for ``hang_after_s`` while others are ``hang_min_steps`` ahead; [] if none."""
+        if len(self.ranks) < 2:
+            return []
+        now_s = time.time() if now_s is None else now_s
+        front = max(s.last_step for s in self.ranks.values())
+        return [{"rank": r, "last_step": s.last_step, "last_op": s.last_op(),
+                 "silent_s": round(now_s - s.last_seen_s, 1)}
+                for r, s in sorted(self.ranks.items())
+                if now_s - s.last_seen_s > self.cfg.hang_after_s and front - s.last_step >= self.cfg.hang_min_steps]
+
+    # ------------------------------------------------------------------ views
+    def summary(self) -> dict[str, Any]:
+        doc = self.result.doc if self.result is not None else None
+        s = doc["slowdown"] if doc else None
+        trend = [v for _, v in self.window_trend[-20:]]
+        direction = None
+        if len(trend) >= 4:
+            half = len(trend) // 2
+            d = float(np.mean(trend[half:]) - np.mean(trend[:half]))
+            direction = "rising" if d > 0.01 else "falling" if d < -0.01 else "steady"
+        hang = self.hang()
+        return {
+            "id": self.job_id,
+            "name": self.meta.name,
+            "tracing": self.tracing,
+            "num_ranks": len(self.ranks),
+            "expected_ranks": self.expected_ranks,
+            "num_ops": self.num_ops,
+            "last_step": max((r.last_step for r in self.ranks.values()), default=-1),
+            "window": list(self.result.steps) if self.result else None,
+            "slowdown": s,
+            "verdict": _verdict(doc, hang),
+            "trend": direction,
+            "hang_suspected": bool(hang),
+            # raised on each request to dump the job's Flight Recorder buffers (by an operator, or
+            # when a hang is first suspected): tracers dump once per new value (laggard.tracer.stream)
+            "dump_request": self.dump_request,
+            "error": self.error,
+        }
+
+    def detail(self, top_k: int) -> dict[str, Any]:
+        out = self.summary()
+        doc = self.result.doc if self.result is not None else None
+        workers = doc["by_worker"] if doc else []
+        current = [{**w, "chronic": _round(self.chronic.get(w["rank"])),
+                    "load_ratio": _round(self.load_ratio.get(w["rank"]))} for w in workers[:top_k]]
+        chronic = sorted(({"rank": r, "chronic": _round(c)} for r, c in self.chronic.items()),
+                         key=lambda x: -(x["chronic"] or 0))[:top_k]
+        coords = {w["rank"]: (w["dp_rank"], w["stage"]) for w in workers}
+        for c in chronic:
+            c["dp_rank"], c["stage"] = coords.get(c["rank"], (None, None))
+        out.update({
+            "heatmap": {"dp": self.meta.dp_size, "pp": self.meta.pp_size,
+                        "cells": [{"dp": w["dp_rank"], "stage": w["stage"], "rank": w["rank"], "slowdown": w["slowdown"],
+                                   "chronic": _round(self.chronic.get(w["rank"]))} for w in workers]},
+            "top_current": current,
+            "top_chronic": chronic,
+            "step_trend": [[k, self.trend[k]] for k in sorted(self.trend)],
+            "window_trend": [list(x) for x in self.window_trend],
+            "findings": doc.get("findings", []) if doc else [],
+            "hang": self.hang(),
+            "refresh_s": self.result.refresh_s if self.result else None,
+            "ranks": [{"rank": r, "last_step": s.last_step, "num_ops": s.num_ops, "last_op": s.last_op()}
+                      for r, s in sorted(self.ranks.items())],
+        })
+        return out
+
+    def step_timeline(self, step: int) -> list[dict[str, Any]]:
+        """The ops of one step (as held in memory), for the dashboard's drill-down."""
+        rows: list[dict[str, Any]] = []
+        for _, lo, hi, t in self._batches:
+            if lo <= step <= hi:
+                keep = to_numpy(t.column("step")) == step
+                sub = t.filter(pa.array(keep)).select(["rank", "dp_rank", "pp_rank", "name", "kind", "start_ns",
+                                                       "dur_ns", "microbatch"])
+                rows.extend(sub.to_pylist())
+        return rows
+
+
+def _verdict(doc: dict[str, Any] | None, hang: list[dict[str, Any]]) -> str:
+    if hang:
+        return "hang suspected"
+    if doc is None:
+        return "waiting for steps"
+    return str(doc.get("verdict", "straggling"))
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), 5)

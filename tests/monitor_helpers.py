@@ -1,0 +1,171 @@
+"""Real collector processes for the monitor tests: uvicorn in a subprocess on a free loopback port,
+and a throwaway PostgreSQL cluster (initdb/pg_ctl as a non-root user in a temp dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TOKEN = "test-token-0123456789abcdef"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``laggard monitor serve`` in a subprocess."""
+
+    def __init__(self, db: str, tmp: Path, *, token: str | None = TOKEN, extra: list[str] | None = None) -> None:
+        self.db, self.tmp, self.token, self.extra = db, tmp, token, extra or []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log = tmp / f"server-{self.port}.log"
+
+    def start(self, timeout_s: float = 60.0) -> Server:
+        cmd = [sys.executable, "-m", "laggard.cli", "monitor", "serve", "--db", self.db, "--port", str(self.port),
+               *self.extra]
+        if self.token is not None:
+            cmd += ["--token", self.token]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("LAGGARD_TOKEN", None)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(self.log, "ab"), env=env)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"collector exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(self.url + "/healthz", timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"collector did not start: {self.log.read_text()[-2000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def request(self, method: str, path: str, body: bytes | None = None, *, token: str | None = TOKEN,
+                content_type: str = "application/json", headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        h = {"Content-Type": content_type, **(headers or {})}
+        if token is not None:
+            h["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                data = r.read()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            data, status = e.read(), e.code
+        try:
+            return status, json.loads(data)
+        except ValueError:
+            return status, data.decode(errors="replace")
+
+    def post_declared(self, declared_bytes: int, body: bytes, *, chunked: bool = False) -> tuple[int, Any]:
+        """POST ``body`` declaring ``declared_bytes`` (or chunked, no length): the server may answer before
+        reading it all, so the send may fail; the answer is read anyway."""
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.putrequest("POST", "/api/v1/ops")
+        conn.putheader("Authorization", f"Bearer {TOKEN}")
+        conn.putheader("Content-Type", "application/vnd.apache.arrow.stream")
+        conn.putheader("Transfer-Encoding" if chunked else "Content-Length", "chunked" if chunked else str(declared_bytes))
+        conn.endheaders()
+        try:
+            for i in range(0, len(body), 1 << 20):
+                part = body[i : i + (1 << 20)]
+                conn.send(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            if chunked:
+                conn.send(b"0\r\n\r\n")
+        except OSError:
+            pass
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, json.loads(data)
+
+    def wait_for(self, pred, path: str, timeout_s: float = 60.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while time.monotonic() < deadline:
+            status, last = self.request("GET", path)
+            if status == 200 and pred(last):
+                return last
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting on {path}: {last}")
+
+
+class Postgres:
+    """A throwaway cluster owned by a non-root user (initdb refuses root)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = free_port()
+        self.user: str | None = None
+
+    def _bin(self, name: str) -> str | None:
+        found = shutil.which(name)
+        if found:
+            return found
+        for d in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+            if (d / name).exists():
+                return str(d / name)
+        return None
+
+    def _run(self, args: list[str]) -> subprocess.CompletedProcess:
+        if os.geteuid() == 0:
+            args = ["runuser", "-u", self.user or "nobody", "--", *args]
+        return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+    def start(self) -> str:
+        initdb, pg_ctl = self._bin("initdb"), self._bin("pg_ctl")
+        if not initdb or not pg_ctl:
+            pytest.skip("PostgreSQL is not installed (initdb/pg_ctl not found; `make test` installs Debian's postgresql as root)")
+        if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to nobody, in a dir it can reach
+            import tempfile
+
+            self.user = "nobody"
+            self.tmp = Path(tempfile.mkdtemp(prefix="laggard-pg-"))
+            shutil.chown(self.tmp, user=self.user)
+        data = self.tmp / "pgdata"
+        owner = self.user or pwd.getpwuid(os.getuid()).pw_name
+        r = self._run([initdb, "-D", str(data), "-U", owner, "--auth=trust", "-E", "UTF8"])
+        if r.returncode:
+            pytest.skip(f"cannot create a PostgreSQL cluster: {r.stderr.strip().splitlines()[-1:]}")
+        r = self._run([pg_ctl, "-D", str(data), "-l", str(self.tmp / "pg.log"), "-w", "-o",
+                       f"-p {self.port} -k {self.tmp} -c listen_addresses=127.0.0.1", "start"])
+        if r.returncode:
+            log = (self.tmp / "pg.log").read_text() if (self.tmp / "pg.log").exists() else r.stderr
+            pytest.skip(f"cannot start PostgreSQL: {log.strip().splitlines()[-1:]}")
+        self.data, self.pg_ctl = data, pg_ctl
+        return f"postgresql://{owner}@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        if hasattr(self, "data"):
+            self._run([self.pg_ctl, "-D", str(self.data), "-m", "immediate", "stop"])
+        if self.user is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
