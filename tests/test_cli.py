@@ -106,3 +106,15 @@ def test_steps_selection(tmp_path):
     assert run_cli("analyze", ND / "trace-AR.parquet", "--steps", "16-30,404", "--json", out, "-q") == 0
     d = json.loads(out.read_text())
     assert sorted(int(s) for s in d["per_step"]) == [16, 21, 27, 29, 404]
+
+
+def test_whatif_negated_selector_names_the_complement(tmp_path):
+    """`stage!=3` changes exactly the ops `stage=3` does not: the two together change every op."""
+    out = tmp_path / "w.json"
+    counts = {}
+    for sel in ("stage=3", "stage!=3", "all"):
+        assert run_cli("whatif", ND / "trace-ST.parquet", "--fix", sel, "--json", out) == 0
+        counts[sel] = json.loads(out.read_text())["num_ops_changed"]
+    assert 0 < counts["stage=3"] < counts["all"]
+    assert counts["stage=3"] + counts["stage!=3"] == counts["all"]
+    assert run_cli("whatif", ND / "trace-ST.parquet", "--fix", "all,stage!=3,stage=3") == 2

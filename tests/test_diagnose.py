@@ -38,7 +38,7 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     d = json.loads(out.read_text())
     assert d["verdict"] == "straggling" and d["healthy_threshold"] == 1.05
     f = d["findings"][0]
-    assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix"}
+    assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix", "whatif"}
     assert set(d["combined"]) == {"share", "gain", "interaction", "unexplained", "unexplained_by"}
     # a threshold above the job's slowdown calls it healthy, with no findings
     assert run_cli("analyze", ND / "trace-ST.parquet", "--json", out, "-q", "--healthy-threshold", "1.5") == 0

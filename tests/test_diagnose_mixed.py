@@ -69,7 +69,7 @@ def test_a_wrong_answer_fails_the_truth_check():
     """Check the check: the sweep's scorer rejects a diagnosis that names the wrong worker."""
     from laggard.evaluate_mixed import score_job
 
-    truth = simulate_with_truth(SimConfig(dp=4, pp=2, steps=2), [parse_cause("slow-worker:ranks=5,factor=1.8")])
+    truth = simulate_with_truth(SimConfig(dp=4, pp=2, steps=3), [parse_cause("slow-worker:ranks=5,factor=1.8")])
     d = laggard.analyze(to_job(truth.sim)).diagnosis
     ok = score_job(truth, d)
     assert ok.true_pos == 1 and ok.false_pos == 0 and ok.false_neg == 0

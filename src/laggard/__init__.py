@@ -11,8 +11,8 @@ first use)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import sys as _sys
+import types as _types
 
 __version__ = "0.1.0"
 
@@ -41,14 +41,30 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'laggard' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted([*__all__, "__version__"])
+
+
+class _Package(_types.ModuleType):
+    """Importing a submodule sets it as an attribute of its package; where a submodule and a public
+    function share a name (``laggard.diagnose``), the function stays the public name."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _EXPORTS and isinstance(value, _types.ModuleType):
+            self.__dict__.pop(name, None)  # resolved again (to the function) on next access
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from click import exceptions as click_exc
 
-from laggard.errors import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning, check_output
 
 app = typer.Typer(
     name="laggard",
@@ -59,11 +59,16 @@ def analyze(
     healthy_threshold: Annotated[float, typer.Option("--healthy-threshold", help="Call the job healthy (no findings) below this slowdown.")] = 1.05,
     layout: LayoutOpt = None,
     rank_map: RankMapOpt = None,
+    skip_steps: Annotated[int | None, typer.Option("--skip-steps", help="Skip this many leading (warm-up) steps; default: detected from step-time settling (0 keeps every step).")] = None,
 ) -> None:
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
+    if skip_steps is not None and skip_steps < 0:
+        raise LaggardError(f"--skip-steps must be >= 0 (got {skip_steps})")
+    for flag, out in (("--json", json_out), ("--html", html_out), ("--perfetto", perfetto_out)):
+        check_output(out, flag)
     job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
     from laggard.analysis import analyze as run_analysis  # after loading: see laggard.io.kineto.decode_all
-    result = run_analysis(job, healthy_threshold=healthy_threshold)
+    result = run_analysis(job, healthy_threshold=healthy_threshold, skip_steps=skip_steps)
     if json_out is not None:
         from laggard.report.jsonout import write_json
 
@@ -84,10 +89,14 @@ def analyze(
 
 @app.command()
 def whatif(
-    path: Annotated[Path, typer.Argument(help="Trace: a native directory, an NDTimeline parquet file, or a directory of PyTorch-profiler traces.")],
+    path: Annotated[list[Path], typer.Argument(help="Trace: a native directory, an NDTimeline parquet file, or PyTorch-profiler traces (a directory, a glob or per-rank files).")],
     fix: Annotated[list[str] | None, typer.Option("--fix", help="Idealise these ops: stage=3, dp=1, rank=17, worker=dp0:pp1, optype=forward-compute, step=12, all.")] = None,
     zero: Annotated[list[str] | None, typer.Option("--zero", help="Make these ops take no time: comm, compute, or any --fix selector.")] = None,
     scale: Annotated[list[str] | None, typer.Option("--scale", help="Scale measured durations: SELECTOR:FACTOR, e.g. stage=3:0.8.")] = None,
+    peer: Annotated[list[str] | None, typer.Option("--peer", help="Set these ops to the mean of their op type on their stage over the ops no --peer names, e.g. rank=5,compute.")] = None,
+    even: Annotated[list[str] | None, typer.Option("--even", help="Set these ops to the mean of their op type, stage and step (balanced microbatches), e.g. optype=forward-compute.")] = None,
+    despike: Annotated[list[str] | None, typer.Option("--despike", help="Set ops far above the median of their rank and op type to that median (rare stalls), e.g. optype=forward-compute.")] = None,
+    gap_share: Annotated[float | None, typer.Option("--gap-share", help="Model untraced host gaps as host ops from this share of a step on (0: every gap; default 0.02).")] = None,
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
     steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
@@ -98,9 +107,13 @@ def whatif(
     """Replay the job with a change of your own and print the new step time and speed-up."""
     from laggard.whatif_custom import custom_whatif, parse_changes
 
-    changes = parse_changes(fix or [], zero or [], scale or [])
-    job = _load(path, fmt, meta, steps, layout, rank_map)
-    res = custom_whatif(job, changes)
+    changes = parse_changes(fix or [], zero or [], scale or [], peer=peer, even=even, despike=despike)
+    check_output(json_out, "--json")
+    from laggard.whatif_custom import gap_config
+
+    gap_config(gap_share)  # checked before the load
+    job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
+    res = custom_whatif(job, changes, gap_share=gap_share)
     if json_out is not None:
         from laggard.report.jsonout import dump_json
 
@@ -124,6 +137,7 @@ def convert(
     """Convert a trace to laggard's native format (job.json + Parquet op shards)."""
     from laggard.ops import write_native
 
+    check_output(out, "--out", directory=True)
     job = _load(path, fmt, meta, None, layout, rank_map)
     write_native(job, out)
     typer.echo(f"wrote {job.num_ops} ops to {out}")
@@ -148,6 +162,7 @@ def synth(
     from laggard.report.jsonout import dump_json
     from laggard.synth import SynthConfig, synthesize_with_truth
 
+    check_output(out, "--out", directory=True)
     injections = parse_injections(inject)
     cfg = SynthConfig(dp=dp, pp=pp, tp=tp, vpp=vpp, microbatches=microbatches, steps=steps, seed=seed, jitter=jitter)
     res = synthesize_with_truth(cfg, injections)
@@ -221,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except BrokenPipeError:
             return 0
+        except OSError as e:  # an output that became unwritable mid-run (disk full, removed directory)
+            _flush_warnings(caught)
+            where = f" {e.filename}" if e.filename else ""
+            print(f"laggard: error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+            return 2
     _flush_warnings(caught)
     return code or 0
 

@@ -145,6 +145,19 @@ def fit_cost_cmd(
 
 def stage_compute_s(job: Job) -> np.ndarray:
     """Mean per-step compute time of each pipeline stage (ops of kind compute with a microbatch)."""
+    total, count = _stage_dp_compute(job)
+    return total.sum(axis=1) / count.sum(axis=1)
+
+
+def stage_replicas_s(job: Job) -> np.ndarray:
+    """Per-step compute time of each (stage, DP replica); NaN where a replica has none."""
+    import numpy as np
+
+    total, count = _stage_dp_compute(job)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _stage_dp_compute(job: Job) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
 
     from laggard.ops import LaggardError
@@ -159,11 +172,38 @@ def stage_compute_s(job: Job) -> np.ndarray:
                      job.column("tp_rank")[sel].astype(np.int64), pp], axis=1)
     uniq, inv = np.unique(inst, axis=0, return_inverse=True)
     per_inst = np.bincount(inv.ravel(), weights=dur, minlength=len(uniq))
-    total = np.bincount(uniq[:, 3], weights=per_inst, minlength=num_stages)
-    count = np.bincount(uniq[:, 3], minlength=num_stages)
-    if (count == 0).any():
-        raise LaggardError(f"stage(s) {np.flatnonzero(count == 0).tolist()} have no compute ops")
-    return total / count
+    num_dp = int(uniq[:, 1].max()) + 1
+    cell = uniq[:, 3] * num_dp + uniq[:, 1]
+    total = np.bincount(cell, weights=per_inst, minlength=num_stages * num_dp).reshape(num_stages, num_dp)
+    count = np.bincount(cell, minlength=num_stages * num_dp).reshape(num_stages, num_dp)
+    if (count.sum(axis=1) == 0).any():
+        raise LaggardError(f"stage(s) {np.flatnonzero(count.sum(axis=1) == 0).tolist()} have no compute ops")
+    return total, count
+
+
+# a replica computing 1.25x its stage's other replicas is a slow worker (DiagnoseConfig.worker_ratio)
+SLOW_REPLICA_RATIO = 1.25
+
+
+def slow_replicas(job: Job) -> list[dict[str, Any]]:
+    """Stages slow because of one DP replica (one worker), not their layers: the replica computes
+    ``SLOW_REPLICA_RATIO`` x the median of its stage's other replicas."""
+    import numpy as np
+
+    rep = stage_replicas_s(job)
+    out: list[dict[str, Any]] = []
+    if rep.shape[1] < 2:
+        return out
+    ranks = {(int(s), int(d)): int(r) for s, d, r in zip(job.column("pp_rank"), job.column("dp_rank"), job.column("rank"), strict=True)} \
+        if job.num_ops < 2_000_000 else {}
+    for s in range(rep.shape[0]):
+        row = rep[s]
+        for d in np.flatnonzero(np.isfinite(row)):
+            others = np.delete(row, d)
+            ref = float(np.nanmedian(others)) if np.isfinite(others).any() else 0.0
+            if ref > 0 and row[d] >= SLOW_REPLICA_RATIO * ref:
+                out.append({"stage": s, "dp_rank": int(d), "rank": ranks.get((s, int(d))), "ratio": float(row[d] / ref)})
+    return out
 
 
 def _parse_counts(spec: str) -> list[int]:
@@ -214,7 +254,12 @@ def partition_cmd(
 
     job = _load(path, fmt, meta, steps)
     measured = stage_compute_s(job)
+    slow = slow_replicas(job)
+    if slow:  # a slow worker is not its layers: size each stage by its typical replica
+        measured = np.nanmedian(stage_replicas_s(job), axis=1)
     p_old = len(measured)
+    if layers_per_stage is None and num_layers is None and job.meta.extra.get("layers_per_stage"):
+        layers_per_stage = ",".join(str(x) for x in job.meta.extra["layers_per_stage"])
     if layers_per_stage is not None:
         per_stage = _parse_counts(layers_per_stage)
         if len(per_stage) != p_old:
@@ -222,8 +267,9 @@ def partition_cmd(
     else:
         n = num_layers if num_layers is not None else job.meta.extra.get("num_layers")
         if n is None:
-            raise LaggardError("the trace does not say how many layers the model has: give --num-layers N "
-                               "or --layers-per-stage A,B,...")
+            raise LaggardError(f"{path}: the trace does not record how many layers the model has (job metadata "
+                               "num_layers or layers_per_stage): give --num-layers N (the model's decoder layers) "
+                               "or --layers-per-stage A,B,... (the layers each stage holds now)")
         if not isinstance(n, int) or n < p_old:
             raise LaggardError(f"--num-layers must be an integer >= the trace's {p_old} stages, got {n!r}")
         per_stage = even_counts(n, p_old)
@@ -240,7 +286,7 @@ def partition_cmd(
     result: dict[str, Any] = {
         "trace": str(path), "measured_stage_compute_s": measured.tolist(), "layer_costs_s": costs.tolist(),
         "layer_kinds": kinds, "current": current.to_json(), "proposed": proposed.to_json(),
-        "model_bottleneck_speedup": model_speedup, "whatif": None,
+        "model_bottleneck_speedup": model_speedup, "whatif": None, "slow_workers": slow,
     }
     if p_new == p_old:
         factors = np.divide(proposed.stage_costs, current.stage_costs, out=np.ones(p_old),
@@ -251,6 +297,12 @@ def partition_cmd(
                             "changes": [f"scale stage={s} compute x{f:.4g}" for s, f in enumerate(factors)]}
     if _dump(result, json_out):
         return
+    for w in slow:
+        who = f"rank {w['rank']} (dp{w['dp_rank']})" if w["rank"] is not None else f"dp rank {w['dp_rank']}"
+        typer.echo(f"note: stage {w['stage']} is slow because of one worker, not its layers: {who} computes "
+                   f"{w['ratio']:.2f}x its stage's other replicas. Moving layers will not fix it; fix the worker "
+                   f"(`laggard whatif {path} --peer rank={w['rank']},kind=compute`). Stages are sized by their "
+                   "median replica below.")
     typer.echo(f"measured compute per step and stage (ms): {', '.join(f'{x * 1e3:.2f}' for x in measured)}")
     typer.echo(f"layer costs (ms): decoder {costs[1 if not no_embedding else 0] * 1e3:.3f}"
                + (f", embedding {costs[0] * 1e3:.3f}" if not no_embedding else "")

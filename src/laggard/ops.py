@@ -271,6 +271,9 @@ class Job:
     table: pa.Table
     meta: JobMeta
     warnings: list[str] = field(default_factory=list)
+    # how it was loaded (``laggard.io.load_job``): path(s) and the flags a command needs to load it
+    # the same way (a finding's `laggard whatif` command); empty for a job built in memory
+    load_args: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_ops(self) -> int:

@@ -14,6 +14,7 @@ import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,6 +71,7 @@ class Baseline:
     measured_step_s: np.ndarray  # per step: last end - first start, as traced
     wall_step_s: np.ndarray  # per step: last end - the previous step's last end (wall clock)
     gaps: GapSummary  # untraced host time per rank, and what of it became host ops
+    traced: Job | None = None  # the job as loaded, before host ops (a what-if may model gaps anew)
 
     def is_comm(self) -> np.ndarray:
         comm = np.array([k in COMM_KINDS for k in self.kinds], dtype=bool)
@@ -124,6 +126,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
     """Add host ops for untraced gaps, build the graph, drop steps the replay cannot model,
     compute measured and ideal weights."""
     gap_cfg = gaps or GapConfig()
+    traced = job
     with_gaps, gap_summary = insert_host_gaps(job, gap_cfg)
     try:
         graph = build_graph(with_gaps)
@@ -194,6 +197,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
         measured_step_s=measured_step,
         wall_step_s=wall_step_times(graph.steps, step_end, measured_step),
         gaps=gap_summary,
+        traced=traced,
     )
 
 
@@ -308,6 +312,32 @@ class Analysis:
     extras: dict[str, Any] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
     base: Baseline | None = None
+
+    def __repr__(self) -> str:
+        d = self.diagnosis
+        verdict = d.verdict if d is not None else "not diagnosed"
+        top = f", top finding {d.findings[0].cause} ({d.findings[0].gain:.2f}x)" if d is not None and d.findings else ""
+        return (f"<Analysis {self.meta.name!r}: {self.num_workers} workers, {len(self.steps)} steps, "
+                f"S={self.slowdown:.3f}, waste {100 * self.waste:.1f}%, {verdict}{top}>")
+
+    def _repr_html_(self) -> str:
+        """Notebook display: the headline and the findings (``to_html`` writes the full report)."""
+        from html import escape
+
+        d = self.diagnosis
+        rows = "".join(f"<li><b>{escape(f.cause)}</b>: {100 * f.share:.0f}% of the slowdown, {f.gain:.2f}x "
+                       f"faster fixed<br><small>{escape(f.evidence)}</small></li>" for f in (d.findings if d else []))
+        verdict = escape(d.verdict) if d is not None else "not diagnosed"
+        return (f"<div><b>laggard</b> {escape(self.meta.name)}: {self.num_workers} workers, {len(self.steps)} steps; "
+                f"straggler slowdown <b>S = {self.slowdown:.3f}</b> (waste {100 * self.waste:.1f}%); "
+                f"verdict: <b>{verdict}</b>" + (f"<ol>{rows}</ol>" if rows else "") + "</div>")
+
+    def to_html(self, path: str | Path) -> Path:
+        """Write the self-contained HTML report to ``path``; returns the path."""
+        from laggard.report.html import write_html
+
+        write_html(self, path)
+        return Path(path)
 
     def timelines(self) -> tuple[np.ndarray, np.ndarray]:
         """Replayed op end times (step-relative) with measured and with ideal durations."""

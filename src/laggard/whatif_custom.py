@@ -1,7 +1,17 @@
-"""Custom what-ifs: replay the measured job with chosen ops fixed (idealised), zeroed or scaled.
+"""Custom what-ifs: replay the measured job with chosen ops fixed (idealised), zeroed, scaled,
+set to their peers' value, evened out or despiked.
 
-``laggard whatif --fix/--zero/--scale SELECTOR``; selectors name ops by stage, DP rank, rank,
-worker, op type, kind or step (see ``select_ops``).
+``laggard whatif --fix/--zero/--scale/--peer/--even/--despike SELECTOR``; selectors name ops by
+stage, DP rank, rank, peer, worker, op type, kind or step (see ``select_ops``); ``A,B`` names the
+ops both name. Every finding of the diagnosis is one of these what-ifs (``Finding.whatif``), so its
+gain is a number a user can reproduce.
+
+- ``fix``: the op's ideal duration (mean per compute op type, median per communication op type);
+- ``peer``: the mean of its op type on its stage over the ops no ``--peer`` selects (a slow worker
+  made as fast as the other workers of its stage);
+- ``even``: the mean of the selected ops of its op type, stage and step (balanced microbatches);
+- ``despike``: ops far above the median of their rank and op type set to that median
+  (``laggard.spikes``: rare stalls such as garbage collections).
 """
 
 from __future__ import annotations
@@ -9,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,19 +29,32 @@ from laggard.ops import Job
 from laggard.replay import replay_steps
 from laggard.whatif import Baseline, _num, prepare
 
-_SELECTOR = re.compile(r"^(?P<key>[a-z_]+)=(?P<val>.+)$")
+_SELECTOR = re.compile(r"^(?P<key>[a-z_]+)(?P<neg>!?)=(?P<val>.+)$")
 
 
 @dataclass(kw_only=True, slots=True)
 class Change:
-    action: str  # fix | zero | scale
+    action: str  # fix | zero | scale | peer | even | despike
     selector: str
     factor: float = 1.0
 
+    def args(self) -> list[str]:
+        """The command-line flags that make this change."""
+        if self.action == "scale":
+            return ["--scale", f"{self.selector}:{self.factor:.6g}"]
+        return [f"--{self.action}", self.selector]
 
-def parse_changes(fix: list[str], zero: list[str], scale: list[str]) -> list[Change]:
+
+ACTIONS = ("fix", "zero", "scale", "peer", "even", "despike")
+
+
+def parse_changes(fix: list[str], zero: list[str], scale: list[str], *, peer: list[str] | None = None,
+                  even: list[str] | None = None, despike: list[str] | None = None) -> list[Change]:
     changes = [Change(action="fix", selector=s) for s in fix]
     changes += [Change(action="zero", selector=s) for s in zero]
+    changes += [Change(action="peer", selector=s) for s in peer or []]
+    changes += [Change(action="even", selector=s) for s in even or []]
+    changes += [Change(action="despike", selector=s) for s in despike or []]
     for s in scale:
         sel, sep, fac = s.rpartition(":")
         if not sep:
@@ -43,7 +67,7 @@ def parse_changes(fix: list[str], zero: list[str], scale: list[str]) -> list[Cha
             raise LaggardError(f"--scale {s!r}: factor must be a finite number >= 0")
         changes.append(Change(action="scale", selector=sel, factor=f))
     if not changes:
-        raise LaggardError("nothing to change: give at least one --fix, --zero or --scale")
+        raise LaggardError("nothing to change: give at least one --fix, --zero, --scale, --peer, --even or --despike")
     for c in changes:
         _check_selector(c.selector)
     return changes
@@ -57,7 +81,7 @@ def _check_selector(sel: str) -> None:
     if sel in ("all", "comm", "compute"):
         return
     m = _SELECTOR.match(sel)
-    keys = ("stage", "pp", "dp", "rank", "worker", "optype", "name", "kind", "step")
+    keys = ("stage", "pp", "dp", "rank", "peer", "worker", "optype", "name", "kind", "step")
     if not m or m.group("key") not in keys:
         raise LaggardError(
             f"selector {sel!r} not understood (use all, comm, compute, or one of "
@@ -83,7 +107,16 @@ def select_ops(base: Baseline, sel: str) -> np.ndarray:
         return comm if sel == "comm" else ~comm
     m = _SELECTOR.match(sel)
     assert m is not None
-    key, val = m.group("key"), m.group("val")
+    mask = _select_one(base, sel, m.group("key"), m.group("val"))
+    if m.group("neg"):  # rank!=2: every op the positive selector does not name
+        mask = ~mask
+    if not mask.any():
+        raise LaggardError(f"selector {sel!r} matches no op in the trace")
+    return mask
+
+
+def _select_one(base: Baseline, sel: str, key: str, val: str) -> np.ndarray:
+    """Mask of ``key=val`` (may be empty: the caller says so)."""
 
     def as_int(v: str) -> int:
         try:
@@ -97,6 +130,8 @@ def select_ops(base: Baseline, sel: str) -> np.ndarray:
         mask = base.dp_rank == as_int(val)
     elif key == "rank":
         mask = base.rank == as_int(val)
+    elif key == "peer":
+        mask = base.job.column("peer") == as_int(val)
     elif key == "step":
         mask = base.job.column("step") == as_int(val)
     elif key == "worker":
@@ -117,8 +152,6 @@ def select_ops(base: Baseline, sel: str) -> np.ndarray:
             raise LaggardError(
                 f"selector {sel!r}: no op type {val!r} in the trace (it has {', '.join(sorted(set(base.names) | set(base.attr_names)))})"
             )
-    if not mask.any():
-        raise LaggardError(f"selector {sel!r} matches no op in the trace")
     return mask
 
 
@@ -144,20 +177,57 @@ class WhatIfResult:
         }
 
 
-def custom_whatif(job: Job, changes: list[Change]) -> WhatIfResult:
-    """Replay the measured job with ``changes`` applied in order; compare with the measured replay."""
-    base = prepare(job)
+def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np.ndarray]:
+    """The measured durations with ``changes`` applied in order; returns (weights, changed mask)."""
     w = base.measured.copy()
     changed = np.zeros(len(w), dtype=bool)
-    for c in changes:
-        mask = select_ops(base, c.selector)
+    masks = [select_ops(base, c.selector) for c in changes]
+    peers = np.zeros(len(w), dtype=bool)
+    for c, mask in zip(changes, masks, strict=True):
+        if c.action == "peer":
+            peers |= mask
+    for c, mask in zip(changes, masks, strict=True):
         changed |= mask
         if c.action == "fix":
             w[mask] = base.ideal[mask]
         elif c.action == "zero":
             w[mask] = 0.0
-        else:
+        elif c.action == "scale":
             w[mask] = w[mask] * c.factor
+        elif c.action == "peer":
+            ref, ok = _group_mean(w, ~peers, [base.name_code, base.pp_rank])
+            sel = mask & ok
+            w[sel] = ref[sel]
+        elif c.action == "even":
+            ref, ok = _group_mean(w, mask, [base.graph.op_step, base.pp_rank, base.name_code])
+            w[mask & ok] = ref[mask & ok]
+        else:  # despike
+            from laggard.spikes import spikes
+
+            key = base.rank * (len(base.names) + 1) + base.name_code
+            hit, med = spikes(w, key, mask)
+            w[hit] = med[hit]
+    return w, changed
+
+
+def _group_mean(w: np.ndarray, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of ``w`` over ``mask_ref`` per key tuple, for every op; and whether its key has any."""
+    key = np.zeros(len(w), dtype=np.int64)
+    for k in keys:
+        k = k.astype(np.int64)
+        key = key * (int(k.max()) + 2) + (k + 1)
+    uniq, inv = np.unique(key, return_inverse=True)
+    sums = np.bincount(inv, weights=np.where(mask_ref, w, 0.0), minlength=len(uniq))
+    cnt = np.bincount(inv, weights=mask_ref.astype(float), minlength=len(uniq))
+    return (sums / np.maximum(cnt, 1))[inv], (cnt > 0)[inv]
+
+
+def custom_whatif(job: Job, changes: list[Change], *, gap_share: float | None = None) -> WhatIfResult:
+    """Replay the measured job with ``changes`` applied in order; compare with the measured replay.
+    ``gap_share``: model untraced host gaps as host ops from this share of a step on (0: every gap;
+    default: ``GapConfig``'s)."""
+    base = prepare(job, gap_config(gap_share))
+    w, changed = apply_changes(base, changes)
     weights = np.stack([base.measured, w, base.ideal], axis=1)
     st = replay_steps(base.graph, weights)
     T, T_new, T_ideal = (float(x) for x in st.mean(axis=0))
@@ -172,4 +242,45 @@ def custom_whatif(job: Job, changes: list[Change]) -> WhatIfResult:
     )
 
 
-__all__ = ["Change", "WhatIfResult", "custom_whatif", "parse_changes", "select_ops"]
+def whatif_command(load_args: dict[str, Any], flags: list[str], command: str = "whatif") -> str:
+    """The `laggard whatif` (or another ``command``'s) command line that loads the trace as it was
+    loaded and applies ``flags`` (``TRACE`` for a job that was not read from files)."""
+    import shlex
+
+    parts = ["laggard", command] + [shlex.quote(p) for p in load_args.get("paths") or ["TRACE"]]
+    keys = (("--format", "fmt"), ("--meta", "meta"), ("--steps", "steps"), ("--layout", "layout"), ("--rank-map", "rank_map"))
+    if command == "partition":  # reads NDTimeline and native traces: no profiler layout flags
+        keys = keys[:3]
+    for flag, key in keys:
+        v = load_args.get(key)
+        if v is not None and not (key == "fmt" and _implied_format(load_args, v)):
+            parts += [flag, shlex.quote(str(v))]
+    return " ".join(parts + [shlex.quote(f) for f in flags])
+
+
+def _implied_format(load_args: dict[str, Any], fmt: str) -> bool:
+    """Whether ``--format fmt`` says nothing the path does not (auto, or what auto would find)."""
+    from laggard.io import detect_format
+
+    paths = load_args.get("paths") or []
+    if fmt == "auto":
+        return True
+    if len(paths) != 1:
+        return False
+    try:
+        return detect_format(Path(paths[0])) == fmt
+    except LaggardError:
+        return False
+
+
+def gap_config(gap_share: float | None):  # -> GapConfig | None
+    if gap_share is None:
+        return None
+    from laggard.gaps import GapConfig
+
+    if not (math.isfinite(gap_share) and 0.0 <= gap_share <= 1.0):
+        raise LaggardError(f"--gap-share must be a number from 0 to 1 (got {gap_share})")
+    return GapConfig(min_share_of_step=gap_share)
+
+
+__all__ = ["ACTIONS", "Change", "WhatIfResult", "apply_changes", "custom_whatif", "parse_changes", "select_ops", "whatif_command"]

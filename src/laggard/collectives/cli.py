@@ -133,7 +133,9 @@ def verify(
 
     The lower bound is n-2+ceil(log2(n)) (n-1 swaps, then the last chunk doubles from 2 holders)."""
     from laggard.collectives.verify import verify_stragglar
+    from laggard.errors import check_output
 
+    check_output(json_out, "--json")
     counts = parse_ranks(ranks, maximum=1024)
     results = [verify_stragglar(n) for n in counts]
     payload = [r.to_json() for r in results]
@@ -156,7 +158,9 @@ def schedule(
 ) -> None:
     """Print StragglAR's phase-2 rounds (S = straggler; a<+>b:cK is a swap of chunk K, a->b:cK a copy)."""
     from laggard.collectives.schedule import format_schedule, stragglar_schedule
+    from laggard.errors import check_output
 
+    check_output(json_out, "--json")
     if not 2 <= ranks <= 256:
         from laggard.ops import LaggardError
 

@@ -46,11 +46,25 @@ def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseC
         from dataclasses import replace
 
         cfg = replace(cfg, threshold=threshold)
+    reason = too_little(res, cfg)
+    if reason:
+        return Diagnosis(verdict="not enough to judge", threshold=cfg.threshold, findings=[], reason=reason)
     ctx = Ctx(res)
     total = ctx.T_meas / ctx.T_ideal if ctx.T_ideal > 0 else 1.0
     if max(res.slowdown, res.replay_fidelity, total) < cfg.threshold or ctx.gap <= 0:
         return Diagnosis(verdict="healthy", threshold=cfg.threshold, findings=[])
     return attribute(ctx, candidates(ctx, cfg), cfg)
+
+
+def too_little(res: Analysis, cfg: DiagnoseConfig) -> str:
+    """Why the job cannot be judged (empty when it can): straggling needs workers to compare and
+    steps to compare them over."""
+    if res.num_workers < cfg.min_workers:
+        return (f"{res.num_workers} worker: straggling is one worker waiting for another, so a job needs at least "
+                f"{cfg.min_workers} to judge")
+    if len(res.steps) < cfg.min_steps:
+        return f"{len(res.steps)} step(s) after warm-up: at least {cfg.min_steps} are needed to judge"
+    return ""
 
 
 __all__ = ["DEFAULT_THRESHOLD", "Candidate", "DiagnoseConfig", "Diagnosis", "Finding", "diagnose", "ranked"]

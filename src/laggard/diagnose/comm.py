@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx, group_median, peer_median
+from laggard.diagnose.context import Ctx, existing, group_median, peer_median, weights_of
 from laggard.diagnose.findings import Candidate, Finding
+from laggard.whatif_custom import Change
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -37,12 +38,12 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     # a bad link stands out from the other links of its op type; when they all have the same slow
     # tail (hosts short of CPU, a congested fabric), no one link is to blame
     type_of = uniq % nn
+    key_p2p = is_p2p[rows[np.unique(inv, return_index=True)[1]]]
     slow = tail & (excess > cfg.comm_stands_out * peer_median(excess, type_of))
     if not slow.any() or slow.mean() > cfg.comm_everywhere:
-        return _everywhere(ctx, rows, inv, uniq // nn, tail, tmed, is_p2p)
+        return _everywhere(ctx, rows, inv, uniq, tail, tmed, is_p2p, key_p2p)
     bad_rows = rows[slow[inv]]
-    w = ctx.w.copy()
-    w[bad_rows] = tmed[bad_rows]
+    changes = _link_fixes(ctx, uniq, slow, key_p2p)
     i0 = int(np.argmax(np.where(slow, excess, -1)))
     rws = rows[inv == i0]
     r_a, r_b = int(src[rws[0]]), int(dst[rws[0]])
@@ -66,19 +67,34 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
             else f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
         ),
     )
-    return [Candidate(finding=finding, weights=w)]
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
 
 
-def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, link_of_key: np.ndarray, tail: np.ndarray,
-                tmed: np.ndarray, is_p2p: np.ndarray) -> list[Candidate]:
+def _link_fixes(ctx: Ctx, uniq: np.ndarray, chosen: np.ndarray, key_p2p: np.ndarray) -> list[Change]:
+    """``--fix`` selectors for the transfers of the chosen (link, op type) keys: a p2p link in both
+    directions (rank and peer), a collective on its rank."""
+    nn = len(ctx.names) + 1
+    nr = int(ctx.rank.max()) + 2
+    out: list[str] = []
+    for k, p2p in zip(uniq[chosen].tolist(), key_p2p[chosen].tolist(), strict=True):
+        nm, link = ctx.names[k % nn], k // nn
+        if p2p:
+            lo, hi = divmod(link, nr)
+            out += [f"optype={nm},rank={lo},peer={hi}", f"optype={nm},rank={hi},peer={lo}"]
+        else:
+            out.append(f"optype={nm},rank={-link - 1}")
+    return [Change(action="fix", selector=s) for s in existing(ctx, out)]
+
+
+def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, tail: np.ndarray,
+                tmed: np.ndarray, is_p2p: np.ndarray, key_p2p: np.ndarray) -> list[Candidate]:
     """Transfers with the same slow tail on several links and ranks alike: not one link's fault."""
     bad_rows = rows[tail[inv]]
     ranks = np.unique(ctx.rank[bad_rows])
-    links = np.unique(link_of_key[tail])
+    links = np.unique((uniq // (len(ctx.names) + 1))[tail])
     if len(links) < 2 or len(ranks) < 2:
         return []
-    w = ctx.w.copy()
-    w[bad_rows] = tmed[bad_rows]
+    changes = _link_fixes(ctx, uniq, tail, key_p2p)
     slow_ops = ctx.w[bad_rows] > 3 * tmed[bad_rows]
     ms = 1e3 * ctx.w[bad_rows]
     what = "point-to-point transfers" if is_p2p[bad_rows].all() else "transfers"
@@ -95,4 +111,4 @@ def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, link_of_key: np.nda
         fix="not one bad link: ranks wait for peers that run late. Look for CPU contention on the hosts (more busy "
         "processes or threads than cores, data-loader workers, noisy neighbours) or fabric-wide congestion",
     )
-    return [Candidate(finding=finding, weights=w)]
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]

@@ -16,6 +16,10 @@ class DiagnoseConfig:
     unexplained_floor: float = 0.15  # say "unexplained: X%" when the findings leave more than this
     row_tie: float = 0.05  # a stage goes before a worker of it that explains at most this much more
 
+    # -- enough to judge
+    min_workers: int = 2  # one worker has nobody to wait for: its slow ops are speed, not straggling
+    min_steps: int = 3  # fewer steady steps cannot tell a slow worker from a one-off stall
+
     # -- workers and stages (compute per step: the median over steps, so a few stalled steps do not count)
     worker_ratio: float = 1.25  # slow worker: compute >= 1.25x its stage peers' median (jitter ~3%,
     # sequence imbalance moves <= ~15% between workers of a stage; the floor we promise is 1.5x)

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from laggard.spikes import group_median  # noqa: F401  (re-exported for the detectors)
+
 if TYPE_CHECKING:
     from laggard.whatif import Analysis, Baseline
 
@@ -77,19 +79,6 @@ class Ctx:
         return (r * (int(self.step.max()) + 1) + s) * (int(self.mb.max()) + 2) + (m + 1)
 
 
-def group_median(values: np.ndarray, groups: np.ndarray, num_groups: int) -> np.ndarray:
-    """Median of ``values`` per group id (0..num_groups-1), vectorised; 0 for empty groups."""
-    order = np.lexsort((values, groups))
-    g = groups[order]
-    starts = np.searchsorted(g, np.arange(num_groups))
-    ends = np.searchsorted(g, np.arange(num_groups), side="right")
-    lens = ends - starts
-    nonempty = lens > 0
-    lo = order[np.where(nonempty, starts + (lens - 1) // 2, 0)]
-    hi = order[np.where(nonempty, starts + lens // 2, 0)]
-    return np.where(nonempty, 0.5 * (values[lo] + values[hi]), 0.0)
-
-
 def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """For each entry, the median of the other entries of its group (0 where it is alone)."""
     order = np.lexsort((values, groups))
@@ -105,3 +94,25 @@ def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     out = np.empty(len(v))
     out[order] = np.where(size > 1, 0.5 * (v[at_lo] + v[at_hi]), 0.0)
     return out
+
+
+def existing(ctx: Ctx, selectors: list[str]) -> list[str]:
+    """The selectors that name at least one op of the job (a what-if rejects one that names none)."""
+    from laggard.errors import LaggardError
+    from laggard.whatif_custom import select_ops
+
+    out = []
+    for s in selectors:
+        try:
+            select_ops(ctx.base, s)
+        except LaggardError:
+            continue
+        out.append(s)
+    return out
+
+
+def weights_of(ctx: Ctx, changes: list) -> np.ndarray:
+    """The measured durations with these ``laggard.whatif_custom`` changes applied."""
+    from laggard.whatif_custom import apply_changes
+
+    return apply_changes(ctx.base, changes)[0]

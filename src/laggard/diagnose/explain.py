@@ -21,6 +21,7 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.findings import Candidate, Diagnosis, Finding
+from laggard.errors import LaggardError
 from laggard.replay import replay_steps
 
 _BATCH = 32  # subsets replayed per pass (weights: ops x 32 float64)
@@ -60,12 +61,13 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
             # a fix can beat the pooled ideal (it removes the cause from the ideal too): cap at 1
             c.finding.score = min((T - t) / gap, 1.0)
             c.finding.gain = T / t if t > 0 else float("inf")
+    for c in launch:
+        score_alone(ctx, c)
     if cfg.single_cause:
         best = sorted((c.finding for c in cands if c.finding.score >= cfg.min_share), key=lambda f: (-f.score, -f.gain))[:1]
         for f in best:
             f.share = f.score
-        return _diagnosis(ctx, cfg, best, t_all=T - (best[0].score * gap if best and best[0].cause != "launch-delay" else 0.0),
-                          launch=bool(best) and best[0].cause == "launch-delay")
+        return _diagnosis(ctx, cfg, best, t_all=T - (best[0].score * gap if best and not _own_model(best[0]) else 0.0))
     # the strongest by their own score when there are too many for 2^n replays
     players = sorted(rep, key=lambda c: -c.finding.score)[: cfg.max_joint]
     n = len(players)
@@ -103,12 +105,36 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
         found.append(players[i].finding)
     with_launch = [c.finding for c in launch if c.finding.share >= cfg.min_share]
     full = sum(1 << i for i in alive)
-    return _diagnosis(ctx, cfg, found + with_launch, t_all=float(t[full]), launch=bool(with_launch))
+    return _diagnosis(ctx, cfg, found + with_launch, t_all=float(t[full]))
 
 
-def _diagnosis(ctx: Ctx, cfg: DiagnoseConfig, findings: list[Finding], *, t_all: float, launch: bool) -> Diagnosis:
+def score_alone(ctx: Ctx, cand: Candidate) -> None:
+    """A candidate whose what-if models untraced gaps anew (``gap_share``): replayed on its own job
+    model; its score is the time it removes over the job's gap (wall clock - ideal), at most 1."""
+    from laggard.whatif import prepare
+    from laggard.whatif_custom import apply_changes, gap_config
+
+    job = ctx.base.traced if ctx.base.traced is not None else ctx.base.job
+    base = prepare(job, gap_config(cand.gap_share))
+    f = cand.finding
+    try:
+        w, _ = apply_changes(base, cand.changes)
+    except LaggardError:  # no gap to model: nothing to fix
+        f.score = f.share = 0.0
+        return
+    t0, t1 = (float(x) for x in replay_steps(base.graph, np.stack([base.measured, w], axis=1)).mean(axis=0))
+    f.score = f.share = max(min((t0 - t1) / ctx.gap, 1.0), 0.0) if ctx.gap > 0 else 0.0
+    f.gain = t0 / t1 if t1 > 0 else float("inf")
+
+
+def _own_model(f: Finding) -> bool:
+    return f.whatif[:1] == ["--gap-share"]
+
+
+def _diagnosis(ctx: Ctx, cfg: DiagnoseConfig, findings: list[Finding], *, t_all: float) -> Diagnosis:
     gap = ctx.gap
-    removed = ctx.T - t_all + ((ctx.T_meas - ctx.T) if launch else 0.0)
+    # the launch-delay finding on many small gaps removes its own share of the gap (score_alone)
+    removed = ctx.T - t_all + sum(f.score * gap for f in findings if _own_model(f))
     combined = removed / gap if gap > 0 else 0.0
     t_fixed = ctx.T_meas - removed
     d = Diagnosis(

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from laggard.whatif_custom import Change
+
 
 def finite(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
@@ -24,6 +26,8 @@ class Finding:
     share: float = 0.0  # its part of the slowdown in the joint attribution (Shapley; the shares add up)
     gain: float = 1.0  # speed-up of fixing only this
     fix: str = ""
+    whatif: list[str] = field(default_factory=list)  # the `laggard whatif` flags whose speed-up is `gain`
+    command: str = ""  # the whole command, with the trace and the flags it was loaded with
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -36,14 +40,16 @@ class Finding:
             "share": finite(self.share),
             "gain": finite(self.gain),
             "fix": self.fix,
+            "whatif": self.command,
         }
 
 
 @dataclass(kw_only=True, slots=True)
 class Diagnosis:
-    verdict: str  # healthy | straggling
+    verdict: str  # healthy | straggling | not enough to judge
     threshold: float
     findings: list[Finding]
+    reason: str = ""  # why a job could not be judged
     combined_share: float = 0.0  # the slowdown removed by fixing every finding together
     combined_gain: float = 1.0
     interaction: float = 0.0  # combined share minus the sum of the findings' own scores
@@ -56,6 +62,8 @@ class Diagnosis:
             "healthy_threshold": self.threshold,
             "findings": [f.to_json() for f in self.findings],
         }
+        if self.reason:
+            out["reason"] = self.reason
         if self.verdict == "straggling":
             out["combined"] = {"share": finite(self.combined_share), "gain": finite(self.combined_gain),
                                "interaction": finite(self.interaction), "unexplained": finite(self.unexplained),
@@ -65,8 +73,17 @@ class Diagnosis:
 
 @dataclass(kw_only=True, slots=True)
 class Candidate:
-    """A nominated finding and its targeted what-if: the job's weights with only what it names made
-    healthy (None for launch-delay, which is the gap between the measured and the replayed job)."""
+    """A nominated finding and its targeted what-if (``laggard.whatif_custom`` changes: only what it
+    names made healthy) and the job's weights with them applied. ``gap_share``: the what-if models
+    untraced gaps from this share of a step on (the launch-delay finding on many small gaps); such
+    a candidate is scored on its own, outside the joint attribution (``weights`` None)."""
 
     finding: Finding
-    weights: np.ndarray | None
+    changes: list[Change]
+    weights: np.ndarray | None = None
+    gap_share: float | None = None
+
+    def __post_init__(self) -> None:
+        self.finding.whatif = [a for c in self.changes for a in c.args()]
+        if self.gap_share is not None:
+            self.finding.whatif = ["--gap-share", f"{self.gap_share:g}"] + self.finding.whatif

@@ -6,35 +6,17 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx, group_median
+from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate, Finding
 from laggard.ops import is_gc_name
+from laggard.spikes import SpikeConfig, spikes
+from laggard.whatif_custom import Change
 
 
 def robust_outliers(ctx: Ctx, mask: np.ndarray, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
     """Ops in ``mask`` far above the median of their (rank, op type); returns (outlier mask, median)."""
     key = ctx.rank * (len(ctx.names) + 1) + ctx.name
-    rows = np.flatnonzero(mask)
-    med = np.zeros(len(ctx.w))
-    out = np.zeros(len(ctx.w), dtype=bool)
-    if len(rows) == 0:
-        return out, med
-    order = rows[np.lexsort((ctx.w[rows], key[rows]))]
-    k = key[order]
-    bounds = np.flatnonzero(np.diff(k)) + 1
-    starts = np.concatenate([[0], bounds])
-    ends = np.append(bounds, len(order))
-    lens = ends - starts
-    mid_lo = order[starts + (lens - 1) // 2]
-    mid_hi = order[starts + lens // 2]
-    m = 0.5 * (ctx.w[mid_lo] + ctx.w[mid_hi])
-    seg = np.repeat(np.arange(len(starts)), lens)
-    med[order] = m[seg]
-    dev = np.abs(ctx.w[order] - med[order])
-    mad = group_median(dev, seg, len(starts))
-    thresh = med[order] + np.maximum(cfg.gc_mad * 1.4826 * mad[seg], cfg.gc_rel * med[order])
-    out[order] = ctx.w[order] > thresh
-    return out, med
+    return spikes(ctx.w, key, mask, SpikeConfig(mad=cfg.gc_mad, rel=cfg.gc_rel))
 
 
 def stalls(ctx: Ctx, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -78,10 +60,11 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
             if not traced:
                 return []
             n_out = 0
-    w = ctx.w.copy()
-    if n_out:
-        w[fwd_out] = fmed[fwd_out]
-    w[gc_ops] = 0.0
+    changes = []
+    if n_out:  # the forward op types that stalled, despiked (the same rule as above)
+        changes += [Change(action="despike", selector=f"optype={ctx.names[int(c)]},kind=compute")
+                    for c in np.unique(ctx.name[fwd_out])]
+    changes += [Change(action="zero", selector=f"optype={ctx.names[int(c)]}") for c in np.unique(ctx.name[gc_ops])]
     if n_out:
         extra = ctx.w[fwd_out] - fmed[fwd_out]
         ev = (
@@ -100,4 +83,4 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         fix="enable planned GC: `laggard.mitigate.PlannedGC` (automatic GC off, collect on all ranks at the same step, "
         "e.g. every 200 steps or adaptively; gc.freeze() after start-up)",
     )
-    return [Candidate(finding=finding, weights=w)]
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]

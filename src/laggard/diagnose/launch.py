@@ -3,11 +3,9 @@
 Two signatures: ranks whose host ops take far more than their peers' (a slow data loader, Python
 overhead, CPU contention on their host), fixed by a what-if that gives their host ops the typical
 value of their position; and many gaps too small to be modelled one by one, on every rank (a launch
-overhead): wall-clock steps longer than the replay, or untraced host time on the median rank. No
-what-if can fix those; the finding's gain is the time the replay leaves out (what fixing it gains
-in this job). Other causes hide a launch overhead (a host that waits for a slow device has time to
-spare), so its share is the larger of that visible part and the median rank's host time: what it
-costs once the other causes are fixed.
+overhead): wall-clock steps longer than the replay, or untraced host time on the median rank (other
+causes hide a launch overhead: a host that waits for a slow device has time to spare). It is scored
+by the what-if that models every gap as host ops and removes them (``--gap-share 0 --zero kind=host``).
 """
 
 from __future__ import annotations
@@ -15,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx
+from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate, Finding
 from laggard.gaps import HOST_KIND
+from laggard.whatif_custom import Change
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -25,13 +24,15 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     host = ctx.kind == HOST_KIND
     if host.any():
         out += _host_ranks(ctx, cfg, host)
+    # the ranks named for their own host time are left out of the launch overhead every rank pays
+    hot = [w["rank"] for c in out for w in c.finding.workers]
     fidelity = ctx.res.replay_fidelity
     gaps = ctx.base.gaps
     idle = gaps.idle_s / max(gaps.num_steps, 1)
     idle_med = float(np.median(idle)) if len(idle) else 0.0
     everywhere = idle_med >= cfg.launch_idle_share * ctx.T_ideal
     if (fidelity >= cfg.threshold and ctx.T_meas > ctx.T) or everywhere:
-        out.append(_unmodelled(ctx, fidelity, idle_med if everywhere else 0.0))
+        out.append(_unmodelled(ctx, fidelity, idle_med if everywhere else 0.0, hot))
     return out
 
 
@@ -48,17 +49,13 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candida
     hot = hot[np.argsort(-excess[hot])][: cfg.host_max_ranks]
     ranks = [int(ctx.ranks[i]) for i in hot]
     on = host & np.isin(ctx.rank, ranks)
-    w = ctx.w.copy()
-    w[on] = base.ideal[on]
     r0 = ranks[0]
     mine = host & (ctx.rank == r0)
     per_name = np.bincount(ctx.name[mine], weights=(ctx.w - base.ideal)[mine], minlength=len(ctx.names))
     where = ctx.names[int(np.argmax(per_name))].removeprefix("host:")
     peers = np.delete(spent, hot)
     names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in ranks[:4])
-    sel = ",".join(f"rank={r}" for r in ranks) if len(ranks) == 1 else None
-    confirm = (f"; confirm with `laggard whatif TRACE --fix {sel},kind=host`" if sel
-               else "; confirm with `laggard whatif TRACE --fix rank=R,kind=host` for each")
+    changes = [Change(action="fix", selector=f"rank={r},kind={HOST_KIND}") for r in ranks]
     finding = Finding(
         cause="launch-delay",
         workers=[ctx.worker_of[r] for r in ranks],
@@ -71,13 +68,18 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candida
         ),
         fix=(
             f"find the host-side work on rank {r0} between its traced ops: a slow data loader (more workers, "
-            "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host" + confirm
+            "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host"
         ),
     )
-    return [Candidate(finding=finding, weights=w)]
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
 
 
-def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float) -> Candidate:
+def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float, hot: list[int]) -> Candidate:
+    """Many small gaps the model leaves out: scored by the what-if that models every gap as host ops
+    and removes them (``--gap-share 0 --zero kind=host``) on every rank but ``hot`` (those the
+    host-rank finding names: their excess is its): the speed-up if the untraced host work between
+    ops went away, a number the user can replay; its share is capped at the job's gap (wall clock -
+    ideal) (``explain.score_alone``)."""
     base = ctx.base
     g = base.graph
     owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
@@ -87,10 +89,10 @@ def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float) -> Candidate:
     has_dep = np.diff(g.dep_ptr) > 0
     gaps = np.where(has_dep & ~ctx.synced, np.maximum(base.start_s - ready, 0.0), 0.0)
     per_rank = np.bincount(np.searchsorted(ctx.ranks, ctx.rank), weights=gaps, minlength=len(ctx.ranks))
+    per_rank[np.isin(ctx.ranks, hot)] = -1.0
     per_type = np.bincount(ctx.name, weights=gaps, minlength=len(ctx.names))
     nsteps = max(len(g.steps), 1)
     worst = int(np.argmax(per_rank))
-    visible = min(max(ctx.T_meas - ctx.T, 0.0) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0
     hidden = ""
     if idle_med_s > 0:
         hidden = (f"; the median rank spends {1e3 * idle_med_s:.1f} ms per step of host time no traced op covers "
@@ -106,8 +108,6 @@ def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float) -> Candidate:
         ),
         fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
         "profile the host, overlap data loading, use CUDA graphs",
-        score=visible,
-        gain=max(fidelity, 1.0),
     )
-    finding.share = min(max(visible, idle_med_s / ctx.gap if ctx.gap > 0 else 0.0), 1.0)
-    return Candidate(finding=finding, weights=None)
+    selector = ",".join([f"kind={HOST_KIND}"] + [f"rank!={r}" for r in hot])
+    return Candidate(finding=finding, changes=[Change(action="zero", selector=selector)], gap_share=0.0)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx
+from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate, Finding
-from laggard.diagnose.gc import keep_stalls, stalls
+from laggard.whatif_custom import Change
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -45,12 +45,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         evidence += f"; forward time follows a*sum(len^2) + b*sum(len) (R^2={fit:.2f})"
     # balanced: every microbatch of a stage costs the step's mean
     comp = ctx.fwd | ctx.bwd
-    stalled, _ = stalls(ctx, cfg)  # GC pauses are not the data's: out of the mean, and kept
-    ref, ok = ctx.group_mean(comp & ~stalled, [ctx.step, ctx.pp, ctx.name])
-    w = ctx.w.copy()
-    sel = comp & ok
-    w[sel] = ref[sel]
-    w = keep_stalls(ctx, cfg, w)
+    ref, _ = ctx.group_mean(comp, [ctx.step, ctx.pp, ctx.name])
+    changes = [Change(action="even", selector=f"optype={ctx.names[int(c)]},kind=compute") for c in np.unique(ctx.name[comp])]
     hot_steps = np.unique(ctx.step[fm][np.abs(ctx.w[fm] / np.maximum(ref[fm], 1e-12) - 1) > 2 * spread])
     finding = Finding(
         cause="sequence-imbalance",
@@ -61,7 +57,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
             "`laggard.mitigate.balance(lengths, num_bins, method='wlb')` (with `laggard fit-cost TRACE` for the cost model)"
         ),
     )
-    return [Candidate(finding=finding, weights=w)]
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

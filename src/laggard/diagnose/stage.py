@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx
+from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate, Finding
-from laggard.diagnose.gc import keep_stalls
+from laggard.whatif_custom import Change
 
 
 def hot_workers(ctx: Ctx, cfg: DiagnoseConfig) -> set[int]:
@@ -73,10 +73,12 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         row_ref = on & ~np.isin(ctx.rank, slow_workers)
         mine, mine_ok = ctx.group_mean(row_ref if row_ref.any() else on, [ctx.name])
         sel = on & ok & mine_ok & (mine > 0)
-        w = ctx.w.copy()
-        w[sel] = ctx.w[sel] * (ref[sel] / mine[sel])
-        w[on & ok & ~sel] = ref[on & ok & ~sel]
-        w = keep_stalls(ctx, cfg, w)  # the stage's GC pauses are not its layers'
+        # one --scale per op type (the factor printed to 6 digits is the one replayed)
+        changes = []
+        for c in np.unique(ctx.name[sel]):
+            i = int(np.flatnonzero(sel & (ctx.name == c))[0])
+            changes.append(Change(action="scale", selector=f"stage={s},optype={ctx.names[int(c)]}",
+                                  factor=float(f"{ref[i] / mine[i]:.6g}")))
         share = 1.0 - float(per_worker.mean()) / per_worker[s] if per_worker[s] > 0 else 0.0
         ref_load = float(np.median([load[r] for r in load if ctx.worker_of[r]["stage"] != s]))
         num_heavy = sum(load[r] >= cfg.heavy_row_ratio * ref_load for r in rs)
@@ -91,9 +93,9 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
             ),
             fix=(
                 f"rebalance the pipeline: move about {100 * max(share, 0):.0f}% of stage {s}'s compute "
-                f"({'the loss/logits layer' if s == ctx.num_pp - 1 else 'some layers'}) to other stages; "
-                f"`laggard partition TRACE --stages {ctx.num_pp}` proposes the split"
+                f"({'the loss/logits layer' if s == ctx.num_pp - 1 else 'some layers'}) to other stages "
+                "(`laggard partition` proposes the split)"
             ),
         )
-        out.append(Candidate(finding=f, weights=w))
+        out.append(Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes)))
     return out

@@ -90,8 +90,12 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
     ref, ok = ctx.group_mean(ctx.compute & ~np.isin(ctx.rank, cells), [ctx.name, ctx.pp])
     if not ok[on].any():
         return []
-    w = ctx.w.copy()
-    w[on & ok] = ref[on & ok]
+    from laggard.diagnose.context import existing, weights_of
+    from laggard.whatif_custom import Change
+
+    # each slow worker's compute set to its stage peers' mean, op type by op type
+    changes = [Change(action="peer", selector=s)
+               for r in cells for s in existing(ctx, [f"rank={r},kind=compute", f"rank={r},kind=other"])]
     sw = {x["rank"]: x["slowdown"] for x in ctx.res.by_worker}
     r0 = cells[0]
     mine = (ctx.rank == r0) & ctx.compute
@@ -109,8 +113,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
         ),
         fix=(
             f"drain the node of rank {r0}" + (f" (and of {len(cells) - 1} more)" if len(cells) > 1 else "")
-            + " and check it (thermal throttling, clocks, ECC errors, noisy neighbours); "
-            f"confirm with `laggard whatif TRACE --fix worker=dp{wk['dp_rank']}:pp{wk['stage']}`"
+            + " and check it (thermal throttling, clocks, ECC errors, noisy neighbours)"
         ),
     )
-    return [Candidate(finding=f, weights=w)]
+    return [Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes))]

@@ -72,6 +72,9 @@ def load_job(
         if issubclass(w.category, LaggardWarning):
             job.warnings.append(str(w.message))
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
+    job.load_args = {"paths": paths, "fmt": fmt, "meta": None if meta is None else str(meta), "steps": steps,
+                     "layout": layout, "rank_map": None if rank_map is None else str(rank_map)}
     return job
 
 

@@ -37,6 +37,9 @@ def print_findings(res: Analysis, console: Console) -> None:
     if d.verdict == "healthy":
         console.print(f"[green bold]verdict: healthy[/] (slowdown below {d.threshold:g}); no findings")
         return
+    if d.reason:
+        console.print(f"[yellow bold]verdict: not enough to judge[/] ({d.reason}); no findings", highlight=False)
+        return
     console.print("[red bold]verdict: straggling[/]")
     for i, f in enumerate(d.findings, 1):
         where = _where(f)
@@ -47,6 +50,8 @@ def print_findings(res: Analysis, console: Console) -> None:
         )
         console.print(f"   evidence: {f.evidence}", highlight=False)
         console.print(f"   fix: {f.fix}", highlight=False)
+        if f.command:
+            console.print(f"   check the {f.gain:.2f}x: {f.command}", highlight=False, soft_wrap=True)
     if len(d.findings) > 1:
         console.print(f"fixing all {len(d.findings)} together: {d.combined_gain:.2f}x faster "
                       f"(interaction {100 * d.interaction:+.0f}% of the slowdown beyond the fixes one by one)")
@@ -66,6 +71,9 @@ def findings_html(res: Analysis) -> str | None:
     if d.verdict == "healthy":
         body = f'<p class="lead">Healthy: the straggler slowdown is below {d.threshold:g}; nothing to fix.</p>'
         return section("Diagnosis", body, id="findings")
+    if d.reason:
+        body = f'<p class="lead">Not enough to judge: {escape(d.reason)}. No findings.</p>'
+        return section("Diagnosis", body, id="findings")
     unexplained = ""
     if d.unexplained_by:
         carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
@@ -79,7 +87,8 @@ def findings_html(res: Analysis) -> str | None:
             f"<td>{i}</td><td><strong>{escape(f.cause)}</strong><br><small>{escape(_where(f))}</small></td>"
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
             f"<td>{escape(f.evidence)}<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
-            f"<td>{escape(f.fix)}</td>"
+            f"<td>{escape(f.fix)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"
+                                      if f.command else "") + "</td>"
             "</tr>"
         )
     body = (
@@ -97,7 +106,8 @@ def findings_html(res: Analysis) -> str | None:
             "**explains** is the finding's share of (measured step time - ideal step time) when every finding's "
             "fix is shared out jointly (Shapley values: causes that hide each other split what fixing them "
             "together removes); in brackets, what fixing only this cause removes. Findings are sorted by share.",
-            "**fix gives** is the predicted speed-up of the replayed step time.",
+            "**fix gives** is the predicted speed-up of the replayed step time: the speed-up of the "
+            "`laggard whatif` command under the fix, which prints the same number when you run it.",
             "The heatmap below shows the pattern each finding was read from.",
         ],
     )

@@ -162,6 +162,10 @@ def tail(
     threads: ThreadsOpt = None,
 ) -> None:
     """E[max] and p99 of the barrier as the job grows, and the slowdown vs one worker."""
+    from laggard.errors import check_output
+
+    check_output(plot, "--plot")
+    check_output(json_out, "--json")
     from laggard.simulate.plots import tail_figure
     from laggard.simulate.tail import DEFAULT_TRIALS, DEFAULT_WORKERS, tail_at_scale
 
@@ -222,6 +226,10 @@ def policy(
     threads: ThreadsOpt = None,
 ) -> None:
     """Compare synchronisation policies: mean and p99 step time, idle fraction, and what each costs."""
+    from laggard.errors import check_output
+
+    check_output(plot, "--plot")
+    check_output(json_out, "--json")
     from laggard.simulate.plots import policy_figure
     from laggard.simulate.policies import DEFAULT_POLICIES, DEFAULT_STEPS, DEFAULT_TRIALS, compare_policies
 
