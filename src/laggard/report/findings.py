@@ -63,7 +63,7 @@ def print_findings(res: Analysis, console: Console) -> None:
 
 def findings_html(res: Analysis) -> str | None:
     """The findings section for the top of the HTML report (None without a diagnosis)."""
-    from laggard.report.html import section
+    from laggard.report.page import section
 
     d = res.diagnosis
     if d is None:
