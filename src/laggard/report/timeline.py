@@ -134,7 +134,7 @@ def step_ops(res: Analysis, step_index: int, ranks: list[int]) -> tuple[StepOps,
     assert res.base is not None
     b, g = res.base, res.base.graph
     in_step = g.op_step == step_index
-    lane_of = np.full(int(b.rank.max()) + 1, -1, dtype=np.int64)
+    lane_of = np.full(max(int(b.rank.max()), *ranks) + 1, -1, dtype=np.int64)
     lane_of[ranks] = np.arange(len(ranks))
     sel = np.flatnonzero(in_step & (lane_of[b.rank] >= 0))
     colour, legend = _colours(res, sel)
@@ -220,18 +220,20 @@ def timeline_svg(res: Analysis, step_index: int, ranks: list[int]) -> tuple[str,
     worker = {int(w["rank"]): w for w in res.by_worker}
     parts = [f'<svg class="chart-svg timeline" id="timeline-svg" xmlns="http://www.w3.org/2000/svg" '
              f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-             f'aria-label="step timeline" data-lanes="{n}" data-step="{res.steps[step_index]}" fill="none">']
+             f'aria-label="step timeline" data-lanes="{n}" data-step="{res.steps[step_index]}" '
+             f'data-measured-s="{m_span:.6g}" data-ideal-s="{i_span:.6g}" fill="none">']
     parts += _panel(measured, y1, px, m_span, f"measured (as traced): {secs(m_span)}", "timeline-measured")
     parts += _panel(ideal, y2, px, i_span, f"ideal replay (every op at its ideal duration): {secs(i_span)}",
                     "timeline-ideal")
-    for y0, ops in ((y1, measured), (y2, ideal)):
+    for y0, ops, name in ((y1, measured, "measured"), (y2, ideal, "ideal")):
         for lane, r in enumerate(ranks):
             w = worker.get(r, {"dp_rank": "?", "stage": "?"})
             on = ops.lane == lane
             wait = float(np.sum((ops.busy_s - ops.start_s)[on & ops.is_comm]))
             comp = float(np.sum((ops.end_s - ops.start_s)[on & ~ops.is_comm]))
             tip = f"rank {r} (dp{w['dp_rank']}/pp{w['stage']}): compute {secs(comp)}, waiting for peers {secs(wait)}"
-            parts.append(f'<text x="{LABEL_W - 6}" y="{y0 + lane * LANE_H + 11}" font-size="9.5" '
+            parts.append(f'<text class="lane" data-panel="{name}" data-rank="{r}" data-compute-s="{comp:.6g}" '
+                         f'data-wait-s="{wait:.6g}" x="{LABEL_W - 6}" y="{y0 + lane * LANE_H + 11}" font-size="9.5" '
                          f'text-anchor="end" fill="#1f2933"><title>{escape(tip)}</title>'
                          f"dp{w['dp_rank']}/pp{w['stage']} r{r}</text>")
     for t in _ticks(span):
