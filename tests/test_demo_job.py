@@ -132,6 +132,14 @@ def test_laggard_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     d = json.loads((out / "analysis.json").read_text())
     assert d["num_workers"] == 2 and d["num_steps"] == 3
     assert (out / "report.html").stat().st_size > 1000 and (out / "trace" / "job.json").exists()
+    assert f"report: {(out / 'report.html').resolve()}" in text
+    from laggard.report.browser import find_chromium
+
+    if find_chromium()[0] is not None:  # the demo ends with a screenshot of its report
+        assert f"screenshot of the report: {(out / 'report.png').resolve()}" in text
+        assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "no screenshot: " in text
     assert run_cli("demo", "--inject", "bogus") == 2
 
 

@@ -52,7 +52,7 @@ def analyze(
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the analysis as JSON to this file ('-' for stdout).")] = None,
-    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report to this file.")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report to this file (and, without --perfetto, the Perfetto trace it links to beside it: NAME.perfetto.json.gz).")] = None,
     perfetto_out: Annotated[Path | None, typer.Option("--perfetto", help="Write measured and idealised timelines as Chrome/Perfetto trace JSON.")] = None,
     steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
@@ -66,6 +66,10 @@ def analyze(
         raise LaggardError(f"--skip-steps must be >= 0 (got {skip_steps})")
     for flag, out in (("--json", json_out), ("--html", html_out), ("--perfetto", perfetto_out)):
         check_output(out, flag)
+    if html_out is not None and perfetto_out is None:
+        from laggard.report.html import perfetto_beside
+
+        check_output(perfetto_beside(html_out), "--html (the Perfetto trace beside it)")
     job = _load(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
     from laggard.analysis import analyze as run_analysis  # after loading: see laggard.io.kineto.decode_all
     result = run_analysis(job, healthy_threshold=healthy_threshold, skip_steps=skip_steps)
@@ -73,14 +77,14 @@ def analyze(
         from laggard.report.jsonout import write_json
 
         write_json(result, json_out)
-    if html_out is not None:
-        from laggard.report.html import write_html
-
-        write_html(result, html_out)
     if perfetto_out is not None:
         from laggard.io.perfetto import write_perfetto
 
         write_perfetto(result, perfetto_out)
+    if html_out is not None:
+        from laggard.report.html import write_report
+
+        write_report(result, html_out, perfetto=perfetto_out)
     if not quiet and str(json_out) != "-":
         from laggard.report.terminal import print_summary
 

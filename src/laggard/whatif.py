@@ -312,6 +312,11 @@ class Analysis:
     extras: dict[str, Any] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
     base: Baseline | None = None
+    # per step (rows, in ``steps`` order): step time with only one DP rank (columns: ``by_dp_rank``'s
+    # keys, sorted) or only one stage (``by_stage``'s keys, sorted) measured; the report's per-worker
+    # x per-step heatmap reads them (None when not kept, e.g. an analysis rebuilt from JSON)
+    step_by_dp_s: np.ndarray | None = field(default=None, compare=False)
+    step_by_stage_s: np.ndarray | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         d = self.diagnosis
@@ -332,12 +337,12 @@ class Analysis:
                 f"straggler slowdown <b>S = {self.slowdown:.3f}</b> (waste {100 * self.waste:.1f}%); "
                 f"verdict: <b>{verdict}</b>" + (f"<ol>{rows}</ol>" if rows else "") + "</div>")
 
-    def to_html(self, path: str | Path) -> Path:
-        """Write the self-contained HTML report to ``path``; returns the path."""
-        from laggard.report.html import write_html
+    def to_html(self, path: str | Path, *, perfetto: str | Path | None = None) -> Path:
+        """Write the self-contained HTML report to ``path``; returns the path. It links the Perfetto
+        trace ``perfetto`` (written by you), else one it writes beside it (NAME.perfetto.json.gz)."""
+        from laggard.report.html import write_report
 
-        write_html(self, path)
-        return Path(path)
+        return write_report(self, path, perfetto=perfetto)[0]
 
     def timelines(self) -> tuple[np.ndarray, np.ndarray]:
         """Replayed op end times (step-relative) with measured and with ideal durations."""
@@ -499,6 +504,8 @@ def _analyze(base: Baseline) -> Analysis:
         num_workers=len(ranks),
         num_ops=g.num_ops,
         base=base,
+        step_by_dp_s=np.asarray(st_dp, dtype=np.float64),
+        step_by_stage_s=np.asarray(st_pp, dtype=np.float64),
     )
 
 

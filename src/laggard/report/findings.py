@@ -5,6 +5,8 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
+from rich.text import Text
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -30,7 +32,37 @@ def _where(f) -> str:
     return "; ".join(parts)
 
 
+def command_lines(command: str, width: int = 80, indent: int = 4) -> list[str]:
+    """A shell command broken into lines of at most ``width`` with ``\\`` continuations (bash joins
+    them back): the program and the trace first, then each flag with its value on a line of its own
+    (a single flag and value longer than the line stays whole)."""
+    import shlex
+
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        return [command]
+    parts: list[str] = []  # the program and its positional arguments, then each flag with its values
+    for t in tokens:
+        if parts and not (t.startswith("-") and len(t) > 1):
+            parts[-1] += " " + shlex.quote(t)
+        else:
+            parts.append(shlex.quote(t))
+    lines: list[str] = []
+    for p in parts:
+        pad = " " * indent if lines else ""
+        if lines and len(lines[-1]) + 1 + len(p) + 2 <= width:
+            lines[-1] += " " + p
+        else:
+            lines.append(pad + p)
+    return [ln + " \\" for ln in lines[:-1]] + lines[-1:]
+
+
 def print_findings(res: Analysis, console: Console) -> None:
+    """The verdict, a table of findings that fits the console, then each finding's command on lines of
+    their own (continued with backslashes, so they stay runnable when copied)."""
+    from rich.table import Table
+
     d = res.diagnosis
     if d is None:
         return
@@ -41,17 +73,24 @@ def print_findings(res: Analysis, console: Console) -> None:
         console.print(f"[yellow bold]verdict: not enough to judge[/] ({d.reason}); no findings", highlight=False)
         return
     console.print("[red bold]verdict: straggling[/]")
+    t = Table(show_edge=False, pad_edge=False, expand=False, show_lines=True, highlight=False)
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("finding: what, evidence, fix", overflow="fold", ratio=1)
+    t.add_column("explains", justify="right", no_wrap=True)
+    t.add_column("gain", justify="right", no_wrap=True)
     for i, f in enumerate(d.findings, 1):
         where = _where(f)
-        console.print(
-            f"[bold]{i}. {f.cause}[/]" + (f" — {where}" if where else "")
-            + f"  share {100 * f.share:.0f}% of the slowdown; fixing only it removes {100 * f.score:.0f}% "
-            f"({f.gain:.2f}x faster)"
-        )
-        console.print(f"   evidence: {f.evidence}", highlight=False)
-        console.print(f"   fix: {f.fix}", highlight=False)
+        text = Text()
+        text.append(f.cause, style="bold")
+        text.append((f": {where}" if where else "") + f"\nevidence: {f.evidence}\nfix: {f.fix}")
+        t.add_row(str(i), text, f"{100 * f.share:.0f}%\n({100 * f.score:.0f}% alone)", f"{f.gain:.2f}x\nfaster")
+    console.print(t)
+    width = min(console.width, 120)
+    for i, f in enumerate(d.findings, 1):
         if f.command:
-            console.print(f"   check the {f.gain:.2f}x: {f.command}", highlight=False, soft_wrap=True)
+            console.print(f"check {i} ({f.gain:.2f}x):", highlight=False)
+            for line in command_lines(f.command, width=width):
+                console.print(Text(line), soft_wrap=True, highlight=False)
     if len(d.findings) > 1:
         console.print(f"fixing all {len(d.findings)} together: {d.combined_gain:.2f}x faster "
                       f"(interaction {100 * d.interaction:+.0f}% of the slowdown beyond the fixes one by one)")
@@ -63,7 +102,7 @@ def print_findings(res: Analysis, console: Console) -> None:
 
 def findings_html(res: Analysis) -> str | None:
     """The findings section for the top of the HTML report (None without a diagnosis)."""
-    from laggard.report.html import section
+    from laggard.report.page import section
 
     d = res.diagnosis
     if d is None:

@@ -164,6 +164,7 @@ def heatmap_svg(
     cell_ids: Sequence[Sequence[str]],
     tooltips: Sequence[Sequence[str]] | None = None,
     highlight: Sequence[tuple[int, int]] = (),
+    bands: Sequence[tuple[int, str]] = (),
     annotate: bool | None = None,
     xlabel: str = "pipeline stage",
     ylabel: str = "DP rank",
@@ -173,7 +174,7 @@ def heatmap_svg(
     """A rows x columns heatmap on the [1, vmax] scale, one SVG group per cell (gid ``cell_ids``).
 
     NaN cells are drawn empty (hatched). ``highlight`` cells get a dark outline (gid ``hot-...``
-    derived from the cell id). Values are written in the cells when ``annotate`` (default: small
+    derived from the cell id); ``bands`` (column, gid) outline whole columns. Values are written in the cells when ``annotate`` (default: small
     grids).
     """
     from matplotlib.cm import ScalarMappable
@@ -212,6 +213,10 @@ def heatmap_svg(
         outline = Rectangle((c + 0.04, r + 0.04), 0.92, 0.92, fill=False, edgecolor=INK, linewidth=lw)
         outline.set_gid("hot-" + cell_ids[r][c].removeprefix("cell-"))
         ax.add_patch(outline)
+    for c, gid in bands:
+        band = Rectangle((c + 0.03, 0.03), 0.94, nr - 0.06, fill=False, edgecolor=INK, linewidth=lw + 0.4)
+        band.set_gid(gid)
+        ax.add_patch(band)
     ax.set_xlim(0, nc)
     ax.set_ylim(nr, 0)
     ax.set_aspect("auto")

@@ -26,7 +26,11 @@ def _fixing(what: str, share: float | None, label: str) -> str:
     if share is None:
         return f"fixing {what}: {label} n/a"
     if share < 0:
-        return f"fixing {what} does not reduce the slowdown ({label} = {_pct(share)})"
+        return (f"fixing {what} does not reduce the slowdown ({label} = {_pct(share)}: "
+                "it is no slower than the average the ideal uses)")
+    if share > 1.02:
+        return (f"fixing {what} removes {_pct(share)} of the slowdown ({label}; over 100%: the rest of the job "
+                "is faster than the ideal average, so this explains all of it)")
     return f"fixing {what} removes {_pct(share)} of the slowdown ({label})"
 
 
@@ -76,20 +80,27 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     workers = f"worker (rank {res.fixed_workers[0]})" if n == 1 else f"{n} workers (ranks {res.fixed_workers})"
     con.print(f"{_fixing(f'the worst {workers}', d['M_W'], 'M_W')}; {_fixing('the last stage', d['M_S'], 'M_S')}")
 
-    t = Table(title="op types (only this type as measured)", title_justify="left", show_edge=False)
-    t.add_column("op type")
-    t.add_column("S_t", justify="right")
+    # two small tables side by side (op types | worst workers), each under 40 columns
+    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    t.add_column("op type (S_t)", overflow="ellipsis", no_wrap=True, max_width=30)
+    t.add_column("S_t", justify="right", no_wrap=True)
     for name, s in sorted(res.by_optype.items(), key=lambda kv: -kv[1])[:top]:
         t.add_row(name, f"[{_heat(s)}]{s:.3f}[/]")
-    w = Table(title="worst workers (S_w = min(S_dp, S_stage))", title_justify="left", show_edge=False)
+    w = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for c in ("rank", "dp", "stage", "S_w"):
-        w.add_column(c, justify="right")
+        w.add_column(c, justify="right", no_wrap=True)
     for row in res.by_worker[:top]:
         w.add_row(str(row["rank"]), str(row["dp_rank"]), str(row["stage"]), f"[{_heat(row['slowdown'])}]{row['slowdown']:.3f}[/]")
-    con.print(t)
-    con.print(w)
+    con.print("op types, by S_t (only this type measured)  |  worst workers, by S_w = min(S_dp, S_stage)"
+              if con.width >= 92 else "op types by S_t (only this type measured); worst workers by S_w")
+    grid = Table.grid(padding=(0, 4))
+    grid.add_row(t, w)
+    con.print(grid)
+    stages = list(res.by_stage.items())
+    shown_st = stages if len(stages) <= 8 else sorted(stages, key=lambda kv: -kv[1])[:8]
     con.print(
-        "stages:   " + "  ".join(f"pp{k}=[{_heat(v)}]{v:.3f}[/]" for k, v in res.by_stage.items())
+        "stages:   " + "  ".join(f"pp{k}=[{_heat(v)}]{v:.3f}[/]" for k, v in shown_st)
+        + (f"  ... ({len(stages)} in all)" if len(stages) > len(shown_st) else "")
     )
     dps = list(res.by_dp_rank.items())
     shown = sorted(dps, key=lambda kv: -kv[1])[:8]

@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         monitor: Annotated[bool, typer.Option("--monitor", help="Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address.")] = False,
         monitor_port: Annotated[int, typer.Option("--monitor-port", help="Port of the local collector (--monitor).")] = 8765,
         monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the collector up this long after the job (default: until Ctrl-C).")] = None,
+        shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help="Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed.")] = True,
     ) -> None:
         """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
         from laggard.inject import parse_injections
@@ -44,6 +45,7 @@ def register(app: typer.Typer) -> None:
             print_summary(result)
             for kind, p in paths.items():
                 typer.echo(f"wrote {kind}: {p}")
+            _report_lines(paths["html"], shot)
             return
         cfg = demo_config(quick=quick, dp=dp, pp=pp, steps=steps, microbatches=microbatches, seed=seed,
                           injections=injections, trace_dir=out / "trace")
@@ -77,8 +79,20 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"trace: {cfg.trace_dir}")
         for kind, p in paths.items():
             typer.echo(f"wrote {kind}: {p}")
+        _report_lines(paths["html"], shot)
         if collector is not None:
             _linger(collector, monitor_linger_s)
+
+
+def _report_lines(html: Path, shot: bool) -> None:
+    """The last lines of the demo: the report to open and, where Chromium is, its screenshot."""
+    typer.echo(f"report: {html.resolve()}  (open it in a browser)")
+    if not shot:
+        return
+    from laggard.tracer.demo import report_screenshot
+
+    png, why = report_screenshot(html)
+    typer.echo(f"screenshot of the report: {png.resolve()}" if png is not None else f"no screenshot: {why}")
 
 
 def _linger(collector, linger_s: float | None) -> None:  # noqa: ANN001 - thin CLI glue

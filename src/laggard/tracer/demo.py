@@ -56,7 +56,7 @@ def analyse_and_report(trace: Path, out_dir: Path) -> tuple[Analysis, dict[str, 
     from laggard.analysis import analyze
     from laggard.io import load_job
     from laggard.io.perfetto import write_perfetto
-    from laggard.report.html import write_html
+    from laggard.report.html import write_report
     from laggard.report.jsonout import dump_json
     from laggard.tracer.state import warn_trace
 
@@ -71,9 +71,23 @@ def analyse_and_report(trace: Path, out_dir: Path) -> tuple[Analysis, dict[str, 
         "perfetto": out_dir / "timeline.perfetto.json",
     }
     dump_json(result, paths["json"])
-    write_html(result, paths["html"])
     write_perfetto(result, paths["perfetto"])
+    write_report(result, paths["html"], perfetto=paths["perfetto"])
     return result, paths, trace_warnings
+
+
+def report_screenshot(html: Path) -> tuple[Path | None, str]:
+    """A full-page PNG of the report beside it (report.png) in headless Chromium: (path, "") or
+    (None, why not) when no browser can be had or it fails."""
+    from laggard.report.browser import find_chromium, screenshot
+
+    exe, why = find_chromium()
+    if exe is None:
+        return None, why
+    try:
+        return screenshot(html, html.with_suffix(".png")), ""
+    except Exception as e:  # noqa: BLE001 - a screenshot is a convenience; any browser failure is one line
+        return None, f"the browser failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
 
 
 def expectations(result: Analysis, injections: list[Injection]) -> list[tuple[str, bool | None]]:
