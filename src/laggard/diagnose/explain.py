@@ -8,7 +8,9 @@ subset of the candidates in one batched replay (2^n columns, n <= ``max_joint``)
 Shapley value is its average marginal gain over all orders, so the two hidden causes get half the
 combined gain each, and the shares add up to the combined gain. Candidates under the floor are
 dropped one at a time (the weakest first) and the values recomputed over the rest from the same
-table, so a nominee that explains nothing does not dilute the others.
+table, so a nominee that explains nothing does not dilute the others. A candidate stays when its
+Shapley value or its gain removed last (fixed after all the others) reaches the floor: a cause the
+others hide today is what the step pays once they are fixed.
 """
 
 from __future__ import annotations
@@ -94,10 +96,11 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     alive = list(range(n))
     phi = shapley(v, alive)
     while alive:
-        weak = [i for i in alive if phi[i] < cfg.min_share]
+        strength = _strength(v, alive, phi)
+        weak = [i for i in alive if strength[i] < cfg.min_share]
         if not weak:
             break
-        alive.remove(min(weak, key=lambda i: phi[i]))
+        alive.remove(min(weak, key=lambda i: strength[i]))
         phi = shapley(v, alive)
     found = []
     for i in alive:
@@ -106,6 +109,16 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     with_launch = [c.finding for c in launch if c.finding.share >= cfg.min_share]
     full = sum(1 << i for i in alive)
     return _diagnosis(ctx, cfg, found + with_launch, t_all=float(t[full]))
+
+
+def _strength(v: np.ndarray, alive: list[int], phi: dict[int, float]) -> dict[int, float]:
+    """What keeps a candidate above the floor: the larger of its Shapley value and its gain removed
+    last (what fixing it removes once every other alive candidate is fixed). A cause that others
+    hide (a GC pause or a slow link beside a heavy stage and a slow worker) gains ~nothing until
+    they are fixed, and Shapley gives it only a fraction of that last gain (1/n of it when only the
+    last order counts); fixed last it is what the step pays for it afterwards."""
+    full = sum(1 << i for i in alive)
+    return {i: max(phi[i], float(v[full] - v[full & ~(1 << i)])) for i in alive}
 
 
 def score_alone(ctx: Ctx, cand: Candidate) -> None:
@@ -123,7 +136,8 @@ def score_alone(ctx: Ctx, cand: Candidate) -> None:
         f.score = f.share = 0.0
         return
     t0, t1 = (float(x) for x in replay_steps(base.graph, np.stack([base.measured, w], axis=1)).mean(axis=0))
-    f.score = f.share = max(min((t0 - t1) / ctx.gap, 1.0), 0.0) if ctx.gap > 0 else 0.0
+    f.score = max(min((t0 - t1) / ctx.gap, 1.0), 0.0) if ctx.gap > 0 else 0.0
+    f.share = max(f.score, cand.hidden_share)
     f.gain = t0 / t1 if t1 > 0 else float("inf")
 
 
