@@ -34,6 +34,11 @@ class Ctx:
         self.step = base.graph.op_step
         self.mb = job.column("microbatch").astype(np.int64)
         self.peer = job.column("peer").astype(np.int64)
+        from laggard.spikes import fwd_bwd_partner
+
+        # each forward pass's backward (same rank, step, microbatch), -1 elsewhere
+        self.partner = fwd_bwd_partner(base.names, self.name, self.kind == "compute", base.rank,
+                                       base.graph.op_step, self.mb)
         self.synced = base.graph.op_group >= 0
         self.T, self.T_ideal = res.T_s, res.T_ideal_s
         self.T_meas = float(np.mean(res.step_wall_s))  # wall clock: a late step end counts once
