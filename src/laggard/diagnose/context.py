@@ -101,6 +101,23 @@ def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return out
 
 
+def fast_peer_ref(values: np.ndarray, groups: np.ndarray, within: float) -> np.ndarray:
+    """For each entry, the median of the fast peers of its group: the other entries at most
+    ``within`` x the fastest of them (0 where it is alone). Against the median of all peers, a stage
+    where most DP replicas are slow GPUs would make the slow ones the norm and the healthy ones look
+    fast; the fastest cluster is what a healthy worker of that stage computes."""
+    out = np.zeros(len(values))
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        if len(idx) < 2:
+            continue
+        v = values[idx]
+        for j, i in enumerate(idx):
+            others = np.delete(v, j)
+            out[i] = float(np.median(others[others <= within * others.min()]))
+    return out
+
+
 def existing(ctx: Ctx, selectors: list[str]) -> list[str]:
     """The selectors that name at least one op of the job (a what-if rejects one that names none)."""
     from laggard.errors import LaggardError
