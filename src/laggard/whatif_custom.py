@@ -208,7 +208,7 @@ def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np
             hit, expect = _spikes_of(base, base.measured, mask, paired_only=True)
             ref, ok = _group_mean(w, mask & ~hit, [base.graph.op_step, base.pp_rank, base.name_code])
             sel = mask & ok
-            w[sel] = ref[sel] + np.where(hit[sel], base.measured[sel] - expect[sel], 0.0)
+            w[sel] = ref[sel] + np.where(hit[sel], np.maximum(w[sel] - expect[sel], 0.0), 0.0)  # (0 once despiked)
         else:  # despike
             hit, expect = _spikes_of(base, w, mask)
             w[hit] = expect[hit]
