@@ -85,3 +85,14 @@ def test_launch_overhead_hidden_by_slow_workers():
     truth, d = _job(["launch-delay:ms=2.23", "slow-worker:ranks=3+7+13+15,factor=2.42"], dp=4, pp=4, seed=148357893)
     _all_named(truth, d)
     assert "launch-delay" in _named(d)
+
+
+def test_every_replica_of_a_stage_slow_scores_as_its_stage():
+    """The scorer: slow workers on every DP replica of a stage are a heavy stage in the trace, so the
+    stage finding names them; a stage finding of another stage does not (check the check)."""
+    truth, d = _job(["slow-worker:ranks=1+3+5+7,factor=1.8"], dp=4, pp=2, seed=0)
+    assert [(f.cause, f.stages) for f in d.findings] == [("stage-imbalance", [1])]
+    _all_named(truth, d)
+    d.findings[0].stages = [0]
+    s = score_job(truth, d)
+    assert s.missed and s.wrong
