@@ -87,14 +87,15 @@ def test_clean_simulated_jobs_are_healthy():
 def test_small_mixture_sweep_meets_its_targets():
     """A few jobs of the sweep (held-out seed, small jobs, 1-4 causes each, truth from the simulator):
     fails when a detector regresses (checked: with sequence.detect returning no candidate, recall
-    falls to 0.65 and it fails)."""
+    falls to 0.65 and it fails; on the diagnosis before the fixes for hidden causes, recall 0.88)."""
     from laggard.evaluate_mixed import by_kind, mixed_scenarios, run_mixed, summary
 
     outs = [run_mixed(sc) for sc in mixed_scenarios(12, seed=31, large_share=0.0, clean_every=6)]
     s = summary(outs)
     assert s["num_causes"] >= 20 and s["clean_healthy"] == 1.0, s
-    # measured: precision 0.96, recall 0.88 (26 required causes); the 200-job figure is the bench
-    assert s["precision"] >= 0.95 and s["recall"] >= 0.85, (s, by_kind(outs))
-    assert s["gain_err_median"] <= 0.10, s
+    # measured: precision 1.0, recall 1.0, gain error P90 7% (26 required causes; before the fixes
+    # for hidden causes: 0.96, 0.88); the 200-job figure is the bench
+    assert s["precision"] >= 0.95 and s["recall"] >= 0.95, (s, by_kind(outs))
+    assert s["gain_err_median"] <= 0.05 and s["gain_err_p90"] <= 0.10, s
     # the single-cause baseline names at most one cause per job: far from it
     assert summary(outs, "single")["recall"] < 0.75

@@ -17,6 +17,13 @@ run). A cause is *required* when the job is slowed by at least the diagnosis's h
 a required cause not named is a miss. A cause under the floor is *optional*: named (right target)
 it is a hit, not named it is not counted either way. Findings that match no injected cause are
 false positives whatever the floor.
+
+**A slow worker on every DP replica of one stage** (the "one stage" layout when it draws as many
+workers as there are DP ranks) is matched by a stage finding of that stage: every op of the trace
+is then what a heavy stage gives (each replica of the stage computes the factor more, its peers on
+the stage are all slow alike), so no detector can tell the two apart from the trace, and the
+what-if of either fix is the same. One finding still matches one cause: with a heavy stage on the
+same stage as well, one of the two is missed.
 """
 
 from __future__ import annotations
@@ -116,10 +123,13 @@ class JobScore:
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [hits, misses, below the floor]
 
 
-def _matches(c: Cause, f) -> bool:  # noqa: ANN001 (a Finding)
+def _matches(c: Cause, f, cfg: SimConfig) -> bool:  # noqa: ANN001 (a Finding)
+    ranks = sorted(w["rank"] for w in f.workers)
+    if c.kind == "slow-worker" and f.cause == "stage-imbalance" and len(f.stages) == 1:
+        # every DP replica of one stage slow is a heavy stage in every op of the trace (see the module)
+        return sorted(c.ranks) == [d * cfg.pp + f.stages[0] for d in range(cfg.dp)]
     if DIAGNOSIS_CAUSE[c.kind] != f.cause:
         return False
-    ranks = sorted(w["rank"] for w in f.workers)
     if c.kind == "slow-worker":
         return ranks == sorted(c.ranks)
     if c.kind == "heavy-stage":
@@ -147,7 +157,7 @@ def score_job(truth: SimTruth, d: Diagnosis) -> JobScore:
         if not need:
             tally[2] += 1
             s.below_floor.append(ct.cause.spec())
-        hit = next((i for i, f in enumerate(d.findings) if i not in used and _matches(ct.cause, f)), None)
+        hit = next((i for i, f in enumerate(d.findings) if i not in used and _matches(ct.cause, f, truth.sim.cfg)), None)
         if hit is None:
             if need:
                 s.false_neg += 1

@@ -10,8 +10,11 @@ gain is a number a user can reproduce.
 - ``peer``: the mean of its op type on its stage over the ops no ``--peer`` selects (a slow worker
   made as fast as the other workers of its stage);
 - ``even``: the mean of the selected ops of its op type, stage and step (balanced microbatches);
-- ``despike``: ops far above the median of their rank and op type set to that median
-  (``laggard.spikes``: rare stalls such as garbage collections).
+  stalls (``laggard.spikes``) stay out of the mean and keep their excess (a GC pause is not a long
+  sequence's);
+- ``despike``: ops far above what they should take set to it (``laggard.spikes``: the median of
+  their rank and op type; for a forward pass, its own backward's time times the rank's median
+  forward/backward ratio): rare stalls such as garbage collections.
 """
 
 from __future__ import annotations
@@ -199,15 +202,33 @@ def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np
             sel = mask & ok
             w[sel] = ref[sel]
         elif c.action == "even":
-            ref, ok = _group_mean(w, mask, [base.graph.op_step, base.pp_rank, base.name_code])
-            w[mask & ok] = ref[mask & ok]
+            # a stall (laggard.spikes: a forward far over its own backward) is not the data's: out of
+            # the mean, and its excess kept (without a partner, a long microbatch looks the same)
+            # (judged on the measured times: an earlier --even may have evened out the backward)
+            hit, expect = _spikes_of(base, base.measured, mask, paired_only=True)
+            ref, ok = _group_mean(w, mask & ~hit, [base.graph.op_step, base.pp_rank, base.name_code])
+            sel = mask & ok
+            w[sel] = ref[sel] + np.where(hit[sel], np.maximum(w[sel] - expect[sel], 0.0), 0.0)  # (0 once despiked)
         else:  # despike
-            from laggard.spikes import spikes
-
-            key = base.rank * (len(base.names) + 1) + base.name_code
-            hit, med = spikes(w, key, mask)
-            w[hit] = med[hit]
+            hit, expect = _spikes_of(base, w, mask)
+            w[hit] = expect[hit]
     return w, changed
+
+
+def _spikes_of(base: Baseline, w: np.ndarray, mask: np.ndarray, *,
+               paired_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Spikes among ``mask`` (``laggard.spikes``: a forward judged against its own backward; with
+    ``paired_only``, only those) and every op's expected time."""
+    from laggard.spikes import fwd_bwd_partner, spikes
+
+    compute = np.asarray(base.kinds, dtype=object)[base.kind_code] == "compute" if len(base.kinds) else \
+        np.zeros(len(w), dtype=bool)
+    mb = base.job.column("microbatch").astype(np.int64)
+    partner = fwd_bwd_partner(base.names, base.name_code, compute, base.rank, base.graph.op_step, mb)
+    key = base.rank * (len(base.names) + 1) + base.name_code
+    if paired_only:
+        mask = mask & (partner >= 0)
+    return spikes(w, key, mask, partner=partner)
 
 
 def _group_mean(w: np.ndarray, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -31,8 +31,8 @@ def candidates(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     loads = ctx.worker_loads()
     load = {int(r): float(x) for r, x in zip(ctx.ranks, loads, strict=True)}
     slow = worker.slow_workers(ctx, cfg, load)
-    out = stage.detect(ctx, cfg, load, slow) + worker.detect(ctx, cfg, load, slow)
-    for det in (sequence.detect, gc.detect, comm.detect, launch.detect):
+    out = stage.detect(ctx, cfg, load, slow) + worker.detect(ctx, cfg, load, slow) + sequence.detect(ctx, cfg, slow)
+    for det in (gc.detect, comm.detect, launch.detect):
         out += det(ctx, cfg)
     return out
 

@@ -34,6 +34,11 @@ class Ctx:
         self.step = base.graph.op_step
         self.mb = job.column("microbatch").astype(np.int64)
         self.peer = job.column("peer").astype(np.int64)
+        from laggard.spikes import fwd_bwd_partner
+
+        # each forward pass's backward (same rank, step, microbatch), -1 elsewhere
+        self.partner = fwd_bwd_partner(base.names, self.name, self.kind == "compute", base.rank,
+                                       base.graph.op_step, self.mb)
         self.synced = base.graph.op_group >= 0
         self.T, self.T_ideal = res.T_s, res.T_ideal_s
         self.T_meas = float(np.mean(res.step_wall_s))  # wall clock: a late step end counts once
@@ -93,6 +98,23 @@ def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     at_hi = np.minimum(start + hi + (hi >= j), len(v) - 1)
     out = np.empty(len(v))
     out[order] = np.where(size > 1, 0.5 * (v[at_lo] + v[at_hi]), 0.0)
+    return out
+
+
+def fast_peer_ref(values: np.ndarray, groups: np.ndarray, within: float) -> np.ndarray:
+    """For each entry, the median of the fast peers of its group: the other entries at most
+    ``within`` x the fastest of them (0 where it is alone). Against the median of all peers, a stage
+    where most DP replicas are slow GPUs would make the slow ones the norm and the healthy ones look
+    fast; the fastest cluster is what a healthy worker of that stage computes."""
+    out = np.zeros(len(values))
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        if len(idx) < 2:
+            continue
+        v = values[idx]
+        for j, i in enumerate(idx):
+            others = np.delete(v, j)
+            out[i] = float(np.median(others[others <= within * others.min()]))
     return out
 
 

@@ -8,7 +8,9 @@ subset of the candidates in one batched replay (2^n columns, n <= ``max_joint``)
 Shapley value is its average marginal gain over all orders, so the two hidden causes get half the
 combined gain each, and the shares add up to the combined gain. Candidates under the floor are
 dropped one at a time (the weakest first) and the values recomputed over the rest from the same
-table, so a nominee that explains nothing does not dilute the others.
+table, so a nominee that explains nothing does not dilute the others. A candidate stays when its
+Shapley value or its gain removed last (fixed after all the others) reaches the floor: a cause the
+others hide today is what the step pays once they are fixed.
 """
 
 from __future__ import annotations
@@ -71,33 +73,18 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     # the strongest by their own score when there are too many for 2^n replays
     players = sorted(rep, key=lambda c: -c.finding.score)[: cfg.max_joint]
     n = len(players)
-    # fixes compose as factors on the measured durations: a stage fix scales its row down to the
-    # other stages' level and a worker fix of that row scales its worker down to its peers' level;
-    # together they make the worker as fast as the other stages' workers (overriding one value with
-    # the other would undo the first fix)
-    changed = [np.flatnonzero(c.weights != ctx.w) for c in players]  # type: ignore[operator]
-    factor = []
-    for c, ch in zip(players, changed, strict=True):
-        base = ctx.w[ch]
-        factor.append(np.where(base > 0, c.weights[ch] / np.where(base > 0, base, 1.0), np.nan))  # type: ignore[index]
-    subsets = []
-    for mask in range(1, 1 << n):
-        w = ctx.w.copy()
-        for i in range(n):
-            if mask >> i & 1:
-                ch, f = changed[i], factor[i]
-                w[ch] = np.where(np.isnan(f), players[i].weights[ch], w[ch] * np.nan_to_num(f))  # type: ignore[index]
-        subsets.append(w)
+    subsets = [_joint(ctx, [players[i] for i in range(n) if mask >> i & 1]) for mask in range(1, 1 << n)]
     t_sub = _replay(ctx, subsets) if n else np.zeros(0)
     t = np.concatenate([[T], t_sub])
     v = (T - t) / gap
     alive = list(range(n))
     phi = shapley(v, alive)
     while alive:
-        weak = [i for i in alive if phi[i] < cfg.min_share]
+        strength = _strength(v, alive, phi)
+        weak = [i for i in alive if strength[i] < cfg.min_share]
         if not weak:
             break
-        alive.remove(min(weak, key=lambda i: phi[i]))
+        alive.remove(min(weak, key=lambda i: strength[i]))
         phi = shapley(v, alive)
     found = []
     for i in alive:
@@ -106,6 +93,34 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     with_launch = [c.finding for c in launch if c.finding.share >= cfg.min_share]
     full = sum(1 << i for i in alive)
     return _diagnosis(ctx, cfg, found + with_launch, t_all=float(t[full]))
+
+
+# the order in which the changes of several fixes apply: stalls out first (an --even or --scale of
+# the stalled ops would keep them), then balance, then a stage's scale, then the slow workers set to
+# their (balanced, rescaled) peers, then links and traced GC
+_ACTION_ORDER = {"despike": 0, "even": 1, "scale": 2, "peer": 3, "fix": 4, "zero": 5}
+
+
+def _joint(ctx: Ctx, fixes: list[Candidate]) -> np.ndarray:
+    """The measured durations with every change of ``fixes`` applied, as ``laggard whatif`` with all
+    their flags would, in ``_ACTION_ORDER``: a stage fix scales its row to the other stages' level
+    and a worker fix of that row then sets the worker to its rescaled peers; a balance of the
+    microbatches and a worker fix compose the same way (as factors on the measured durations, two
+    fixes that both set a value would multiply into nonsense)."""
+    from laggard.whatif_custom import apply_changes
+
+    changes = sorted((c for f in fixes for c in f.changes), key=lambda c: _ACTION_ORDER[c.action])
+    return apply_changes(ctx.base, changes)[0]
+
+
+def _strength(v: np.ndarray, alive: list[int], phi: dict[int, float]) -> dict[int, float]:
+    """What keeps a candidate above the floor: the larger of its Shapley value and its gain removed
+    last (what fixing it removes once every other alive candidate is fixed). A cause that others
+    hide (a GC pause or a slow link beside a heavy stage and a slow worker) gains ~nothing until
+    they are fixed, and Shapley gives it only a fraction of that last gain (1/n of it when only the
+    last order counts); fixed last it is what the step pays for it afterwards."""
+    full = sum(1 << i for i in alive)
+    return {i: max(phi[i], float(v[full] - v[full & ~(1 << i)])) for i in alive}
 
 
 def score_alone(ctx: Ctx, cand: Candidate) -> None:
@@ -123,7 +138,8 @@ def score_alone(ctx: Ctx, cand: Candidate) -> None:
         f.score = f.share = 0.0
         return
     t0, t1 = (float(x) for x in replay_steps(base.graph, np.stack([base.measured, w], axis=1)).mean(axis=0))
-    f.score = f.share = max(min((t0 - t1) / ctx.gap, 1.0), 0.0) if ctx.gap > 0 else 0.0
+    f.score = max(min((t0 - t1) / ctx.gap, 1.0), 0.0) if ctx.gap > 0 else 0.0
+    f.share = max(f.score, cand.hidden_share)
     f.gain = t0 / t1 if t1 > 0 else float("inf")
 
 

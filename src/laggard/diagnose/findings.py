@@ -76,12 +76,15 @@ class Candidate:
     """A nominated finding and its targeted what-if (``laggard.whatif_custom`` changes: only what it
     names made healthy) and the job's weights with them applied. ``gap_share``: the what-if models
     untraced gaps from this share of a step on (the launch-delay finding on many small gaps); such
-    a candidate is scored on its own, outside the joint attribution (``weights`` None)."""
+    a candidate is scored on its own, outside the joint attribution (``weights`` None);
+    ``hidden_share`` is the part of the slowdown it carries once the other causes are fixed, where
+    they hide it today (the launch overhead every rank pays: the median rank's untraced host time)."""
 
     finding: Finding
     changes: list[Change]
     weights: np.ndarray | None = None
     gap_share: float | None = None
+    hidden_share: float = 0.0
 
     def __post_init__(self) -> None:
         self.finding.whatif = [a for c in self.changes for a in c.args()]

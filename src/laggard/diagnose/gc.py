@@ -14,31 +14,10 @@ from laggard.whatif_custom import Change
 
 
 def robust_outliers(ctx: Ctx, mask: np.ndarray, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Ops in ``mask`` far above the median of their (rank, op type); returns (outlier mask, median)."""
+    """Ops in ``mask`` far above what they should take (``laggard.spikes``: the median of their
+    (rank, op type); a forward pass against its own backward); returns (outlier mask, expected)."""
     key = ctx.rank * (len(ctx.names) + 1) + ctx.name
-    return spikes(ctx.w, key, mask, SpikeConfig(mad=cfg.gc_mad, rel=cfg.gc_rel))
-
-
-def stalls(ctx: Ctx, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Forward passes stalled the way a GC pause stalls them (far over their median, the backward
-    of the same microbatch not): (mask, the median of each op's (rank, op type)). Other fixes keep
-    these stalls as they are, so that a fix of the compute (a stage, the sequence balance) does not
-    also take the GC pauses away and leave them nothing to explain."""
-    fwd_out, fmed = robust_outliers(ctx, ctx.fwd, cfg)
-    bwd_out, _ = robust_outliers(ctx, ctx.bwd, cfg)
-    if fwd_out.any():
-        rows = np.flatnonzero(fwd_out)
-        fwd_out[rows[np.isin(ctx.microbatch_keys(fwd_out), ctx.microbatch_keys(bwd_out))]] = False
-    return fwd_out, fmed
-
-
-def keep_stalls(ctx: Ctx, cfg: DiagnoseConfig, w: np.ndarray) -> np.ndarray:
-    """``w`` (a fix's weights) with the GC stalls put back on top of the fixed forward passes."""
-    stalled, fmed = stalls(ctx, cfg)
-    out = w.copy()
-    extra = ctx.w[stalled] - fmed[stalled]
-    out[stalled] = w[stalled] * fmed[stalled] / np.maximum(ctx.w[stalled], 1e-12) + extra
-    return out
+    return spikes(ctx.w, key, mask, SpikeConfig(mad=cfg.gc_mad, rel=cfg.gc_rel), partner=ctx.partner)
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -51,9 +30,11 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     if n_out < 2 and not traced:
         return []
     if n_out >= 2:
-        # the backward of a stalled forward's microbatch should be normal
-        kf, kb = ctx.microbatch_keys(fwd_out), ctx.microbatch_keys(bwd_out)
-        paired = np.isin(kf, kb).mean()
+        # the backward of a stalled forward's microbatch should be normal (a forward judged against
+        # its own backward is a stall by construction; the check is for those without one)
+        alone = fwd_out & (ctx.partner < 0)
+        kf, kb = ctx.microbatch_keys(alone), ctx.microbatch_keys(bwd_out)
+        paired = np.isin(kf, kb).sum() / n_out
         ranks = np.unique(ctx.rank[fwd_out])
         steps = np.unique(ctx.step[fwd_out])
         if paired > cfg.gc_paired_max or len(ranks) < 2 or len(steps) < 2:

@@ -79,7 +79,8 @@ def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float, hot: list[int]) ->
     and removes them (``--gap-share 0 --zero kind=host``) on every rank but ``hot`` (those the
     host-rank finding names: their excess is its): the speed-up if the untraced host work between
     ops went away, a number the user can replay; its share is capped at the job's gap (wall clock -
-    ideal) (``explain.score_alone``)."""
+    ideal) (``explain.score_alone``), and is at least the median rank's untraced host time (what the
+    step pays once the causes that hide it are fixed; ``Candidate.hidden_share``)."""
     base = ctx.base
     g = base.graph
     owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
@@ -110,4 +111,5 @@ def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float, hot: list[int]) ->
         "profile the host, overlap data loading, use CUDA graphs",
     )
     selector = ",".join([f"kind={HOST_KIND}"] + [f"rank!={r}" for r in hot])
-    return Candidate(finding=finding, changes=[Change(action="zero", selector=selector)], gap_share=0.0)
+    return Candidate(finding=finding, changes=[Change(action="zero", selector=selector)], gap_share=0.0,
+                     hidden_share=min(idle_med_s / ctx.gap, 1.0) if ctx.gap > 0 else 0.0)

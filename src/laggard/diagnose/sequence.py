@@ -11,7 +11,7 @@ from laggard.diagnose.findings import Candidate, Finding
 from laggard.whatif_custom import Change
 
 
-def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
+def detect(ctx: Ctx, cfg: DiagnoseConfig, slow_workers: list[int] | None = None) -> list[Candidate]:
     fm = ctx.fwd & (ctx.mb >= 0)
     bm = ctx.bwd & (ctx.mb >= 0)
     if fm.sum() < cfg.seq_min_ops or bm.sum() < cfg.seq_min_ops:
@@ -46,7 +46,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     # balanced: every microbatch of a stage costs the step's mean
     comp = ctx.fwd | ctx.bwd
     ref, _ = ctx.group_mean(comp, [ctx.step, ctx.pp, ctx.name])
-    changes = [Change(action="even", selector=f"optype={ctx.names[int(c)]},kind=compute") for c in np.unique(ctx.name[comp])]
+    changes = _balance(ctx, [ctx.names[int(c)] for c in np.unique(ctx.name[comp])], slow_workers or [])
     hot_steps = np.unique(ctx.step[fm][np.abs(ctx.w[fm] / np.maximum(ref[fm], 1e-12) - 1) > 2 * spread])
     finding = Finding(
         cause="sequence-imbalance",
@@ -58,6 +58,22 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         ),
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+
+
+def _balance(ctx: Ctx, optypes: list[str], slow_workers: list[int]) -> list[Change]:
+    """``--even`` per op type over the stage's DP replicas, the slow workers (``worker``) balanced
+    on their own: evened out with the others, a slow GPU's excess would be spread over its stage's
+    replicas and taken away by this fix (it is the worker finding's), and it would not be the
+    sequences' either way."""
+    from laggard.diagnose.context import existing
+
+    out = []
+    for t in optypes:
+        out.append(Change(action="even", selector=",".join([f"optype={t},kind=compute"]
+                                                           + [f"rank!={r}" for r in slow_workers])))
+        out += [Change(action="even", selector=s) for s in existing(ctx, [f"optype={t},kind=compute,rank={r}"
+                                                                          for r in slow_workers])]
+    return out
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

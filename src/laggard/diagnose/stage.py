@@ -21,15 +21,15 @@ def hot_workers(ctx: Ctx, cfg: DiagnoseConfig) -> set[int]:
     return {r for r, e in excess.items() if e >= cfg.hot_of_top * top}
 
 
-def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[int]:
+def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: list[int]) -> list[int]:
     """Rows of the heatmap that are hot (most workers hot in S_w) or heavy (most workers compute
-    ``heavy_row_ratio`` x the other stages' median worker)."""
+    ``heavy_row_ratio`` x the other stages' median worker); the slow workers (``worker``) are left
+    out of their row when some of it is left, so that most of a stage's replicas being slow GPUs
+    does not make the stage heavy."""
     if ctx.num_dp <= 1:  # one worker per stage: a heavy stage and a slow worker look the same
         return []
     hot = hot_workers(ctx, cfg)
-    by_stage: dict[int, list[int]] = {}
-    for r, w in ctx.worker_of.items():
-        by_stage.setdefault(w["stage"], []).append(r)
+    by_stage = _rows(ctx, slow_workers)
     out = []
     for s, rs in by_stage.items():
         others = [load[r] for r in load if ctx.worker_of[r]["stage"] != s]
@@ -41,17 +41,30 @@ def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
     return out
 
 
+def _rows(ctx: Ctx, slow_workers: list[int]) -> dict[int, list[int]]:
+    """Each stage's workers, less its slow workers when some are left."""
+    by_stage: dict[int, list[int]] = {}
+    for r, w in ctx.worker_of.items():
+        by_stage.setdefault(w["stage"], []).append(r)
+    slow = set(slow_workers)
+    return {s: [r for r in rs if r not in slow] or rs for s, rs in by_stage.items()}
+
+
 def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: list[int]) -> list[Candidate]:
     res = ctx.res
     out: list[Candidate] = []
     if ctx.num_pp <= 1:
         return out
     stage_ex = {s: v - 1.0 for s, v in res.by_stage.items()}
-    per_stage = np.bincount(ctx.pp[ctx.compute], weights=ctx.w[ctx.compute], minlength=ctx.num_pp)
-    # per-stage compute per worker (DP replicas may differ in number only on broken traces)
-    workers_per_stage = np.maximum(np.bincount([w["stage"] for w in ctx.worker_of.values()], minlength=ctx.num_pp), 1)
+    # per-stage compute per worker, the slow workers left out (DP replicas may differ in number only
+    # on broken traces)
+    rows = _rows(ctx, slow_workers)
+    kept = np.isin(ctx.rank, [r for rs in rows.values() for r in rs]) & ctx.compute
+    per_stage = np.bincount(ctx.pp[kept], weights=ctx.w[kept], minlength=ctx.num_pp)
+    workers_per_stage = np.maximum(np.bincount([ctx.worker_of[r]["stage"] for rs in rows.values() for r in rs],
+                                               minlength=ctx.num_pp), 1)
     per_worker = per_stage / workers_per_stage
-    for s in heavy_stages(ctx, cfg, load):
+    for s in heavy_stages(ctx, cfg, load, slow_workers):
         others = float(np.median(np.delete(per_worker, s)))
         ratio = per_worker[s] / max(others, 1e-12)
         if ratio < cfg.stage_compute_min:

@@ -23,21 +23,21 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
     stage = np.array([ctx.worker_of[r]["stage"] for r in ranks])
     lv = np.array([load[r] for r in ranks])
     if ctx.num_dp > 1:
-        from laggard.diagnose.context import peer_median
+        from laggard.diagnose.context import fast_peer_ref
 
-        ref = peer_median(lv, stage)
+        ref = fast_peer_ref(lv, stage, cfg.worker_ratio)
     else:  # no DP replicas: compare with the other stages
         ref = np.full(len(lv), float(np.median(lv)))
     rel = lv / np.maximum(ref, 1e-12)
     if ctx.num_dp > 1:
-        per_mb = per_microbatch(ctx)
+        per_mb = per_microbatch(ctx, cfg)
         rel = np.minimum(rel, np.array([per_mb.get(r, np.inf) for r in ranks]))
     keep = rel >= cfg.worker_ratio
     order = np.argsort(-rel[keep], kind="stable")
     return [int(r) for r in np.array(ranks)[keep][order]]
 
 
-def per_microbatch(ctx: Ctx) -> dict[int, float]:
+def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
     """Per rank: the median over its forward and backward passes of the op's time over what the same
     op costs on the other DP ranks: over the fitted cost of its sequences where the trace has their
     lengths (a*sum(len^2) + b*sum(len) + c per stage and op type), else over the median of the same
@@ -73,13 +73,14 @@ def per_microbatch(ctx: Ctx) -> dict[int, float]:
     bounds = np.flatnonzero(np.diff(r_sorted)) + 1
     med = {int(rs[0]): float(np.median(vs)) for rs, vs in zip(np.split(r_sorted, bounds), np.split(v_sorted, bounds),
                                                               strict=True) if len(rs)}
-    if feats is None or len(feats[0]) != int(on.sum()):
-        return med
-    # the fitted cost is one for all DP replicas of a stage: compare each rank with its stage peers
+    # the fitted cost is one for all DP replicas of a stage, and the peers' median of a microbatch is
+    # a slow one's where most replicas are slow: compare each rank with the fast peers of its stage
+    from laggard.diagnose.context import fast_peer_ref
+
     rs = sorted(med)
     stage = np.array([ctx.worker_of[r]["stage"] for r in rs])
     v = np.array([med[r] for r in rs])
-    ref = peer_median(v, stage)
+    ref = fast_peer_ref(v, stage, cfg.worker_ratio)
     return {r: float(x / y) if y > 0 else float("inf") for r, x, y in zip(rs, v, ref, strict=True)}
 
 
