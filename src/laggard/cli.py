@@ -99,7 +99,7 @@ def whatif(
     scale: Annotated[list[str] | None, typer.Option("--scale", help="Scale measured durations: SELECTOR:FACTOR, e.g. stage=3:0.8.")] = None,
     peer: Annotated[list[str] | None, typer.Option("--peer", help="Set these ops to the mean of their op type on their stage over the ops no --peer names, e.g. rank=5,compute.")] = None,
     even: Annotated[list[str] | None, typer.Option("--even", help="Set these ops to the mean of their op type, stage and step (balanced microbatches), e.g. optype=forward-compute.")] = None,
-    despike: Annotated[list[str] | None, typer.Option("--despike", help="Set ops far above the median of their rank and op type to that median (rare stalls), e.g. optype=forward-compute.")] = None,
+    despike: Annotated[list[str] | None, typer.Option("--despike", help="Set rare stalls to what they should take: a forward pass far above its usual ratio to the backward of its microbatch gets that ratio; other ops far above the median of their rank and op type get that median. E.g. optype=forward-compute.")] = None,
     gap_share: Annotated[float | None, typer.Option("--gap-share", help="Model untraced host gaps as host ops from this share of a step on (0: every gap; default 0.02).")] = None,
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
