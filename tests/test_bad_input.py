@@ -84,7 +84,7 @@ def test_unknown_op_type_is_skipped_with_warning(capsys, tmp_path):
         return __import__("pandas").concat([t, extra], ignore_index=True)
 
     d, err = _analyze_ok(capsys, tmp_path, _write_variant(tmp_path, add_unknown))
-    assert "skipped 5 op(s) of unknown type(s) 'mystery-op'" in err
+    assert "skipped 5 of 6789 op(s) of unknown type(s) 'mystery-op' (5)" in err
     assert d["num_steps"] == 32 and any("mystery-op" in w for w in d["warnings"])
 
 
@@ -96,7 +96,7 @@ def test_nan_or_negative_duration_skips_the_step(capsys, tmp_path, bad):
         return t
 
     d, err = _analyze_ok(capsys, tmp_path, _write_variant(tmp_path, poison))
-    assert "skipped 1 step(s)" in err and ("NaN" in err or "negative" in err)
+    assert "skipped 1 of 32 step(s) with " in err and "(1 of 6784 op(s))" in err and ("NaN" in err or "negative" in err)
     assert d["num_steps"] == 31
 
 
@@ -207,3 +207,106 @@ def test_native_missing_rank_is_reported(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "1 of 4 ranks have no ops (ranks 2)" in err and "Traceback" not in err
     assert code in (0, 2)
+
+
+# ---------------------------------------------------------------- messages that name what is wrong
+
+
+def test_several_parquet_files_are_not_profiler_traces(capsys):
+    line = _one_line_error(capsys, "analyze", ST, ND / "trace-AR.parquet")
+    assert "several paths are read as per-rank PyTorch-profiler JSON traces" in line
+    assert f"{ST} is not one" in line and "NDTimeline parquet is passed alone" in line
+    assert "not valid JSON" not in line
+
+
+def test_ndtimeline_worker_missing_from_every_step(capsys, tmp_path):
+    p = _write_variant(tmp_path, lambda t: t[~((t.dp_rank == 1) & (t.stage == 2))])
+    line = _one_line_error(capsys, "analyze", p)
+    assert f"{p}: worker(s) dp1/pp2 have no ops in any of the 32 step(s)" in line
+    assert "layout dp=2 x pp=4 from meta-X.yaml expects 8 workers (7 found)" in line
+
+
+def test_profiler_pipeline_rank_missing(capsys, tmp_path):
+    assert run_cli("dessim", tmp_path / "sim", "--dp", "2", "--pp", "4", "--steps", "2", "--kineto") == 0
+    capsys.readouterr()
+    (tmp_path / "sim" / "kineto" / "rank2.json").unlink()
+    line = _one_line_error(capsys, "analyze", tmp_path / "sim" / "kineto")
+    assert "the job has 8 ranks but 7 trace(s) were given: no trace for rank(s) 2" in line
+    assert "1->2" in line and "2->3" in line
+
+
+def test_profiler_dp_rank_missing_is_a_warning_naming_it(capsys, tmp_path):
+    from tests.conftest import DATA
+
+    for r in (0, 1, 3):
+        shutil.copy(DATA / "kineto" / "ddp_gloo" / f"rank{r}.json.gz", tmp_path)
+    d, err = _analyze_ok(capsys, tmp_path, tmp_path)
+    assert "the job has 4 ranks but 3 trace(s) were given: no trace for rank(s) 2" in err
+    assert d["num_workers"] == 3
+
+
+def test_native_pipeline_rank_missing_is_named(capsys, tmp_path):
+    assert run_cli("synth", "--dp", "2", "--pp", "4", "--steps", "3", "--out", tmp_path / "syn") == 0
+    from laggard.io import load_job
+    from laggard.ops import Job, write_native
+
+    job = load_job(tmp_path / "syn")
+    write_native(Job(table=job.table.filter(pa.array(job.column("rank") != 5)), meta=job.meta), tmp_path / "nat")
+    capsys.readouterr()
+    code = run_cli("analyze", tmp_path / "nat", "-q")
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    assert "1 of 8 ranks have no ops (ranks 5)" in err
+
+
+def _relabel_one_backward_per_step(t):
+    t["optype"] = t["optype"].cat.add_categories(["mystery-op"])
+    idx = t[t.optype == "backward-compute"].groupby("step", observed=True).head(1).index
+    t.loc[idx, "optype"] = "mystery-op"
+    return t
+
+
+def test_unknown_op_type_in_every_step_names_it(capsys, tmp_path):
+    line = _one_line_error(capsys, "analyze", _write_variant(tmp_path, _relabel_one_backward_per_step))
+    assert "no complete step left to analyse: all 32 step(s) have ops that do not match" in line
+    assert "skipped 32 of 6784 op(s) of unknown type(s) 'mystery-op' (32)" in line
+
+
+def test_unknown_p2p_type_names_it(capsys, tmp_path):
+    def rename(t):
+        t["optype"] = t["optype"].cat.rename_categories({"forward-send": "fwd-send"})
+        return t
+
+    line = _one_line_error(capsys, "analyze", _write_variant(tmp_path, rename))
+    assert "forward-send op(s)" in line and "unknown type(s) 'fwd-send' (768)" in line
+
+
+def test_only_unknown_op_types(capsys, tmp_path):
+    def rename(t):
+        t["optype"] = t["optype"].cat.rename_categories(lambda c: f"x-{c}")
+        return t
+
+    line = _one_line_error(capsys, "analyze", _write_variant(tmp_path, rename))
+    assert "no op of a known type: skipped 6784 of 6784 op(s)" in line and "'x-forward-compute'" in line
+
+
+def test_nan_in_two_percent_of_ops_is_analysed(capsys, tmp_path):
+    def poison(t):
+        rng = np.random.default_rng(0)
+        t.loc[rng.random(len(t)) < 0.02, "duration"] = np.nan
+        return t
+
+    d, err = _analyze_ok(capsys, tmp_path, _write_variant(tmp_path, poison))
+    assert "139 of 6784 op(s) have NaN/inf times, in 32 of 32 step(s)" in err
+    assert "filled in the duration of 139 op(s) with the median of their worker and op type" in err
+    assert d["num_steps"] == 32
+
+
+def test_nan_everywhere_is_an_error_with_counts(capsys, tmp_path):
+    def poison(t):
+        t.loc[t.optype == "optimizer", "start_ts"] = np.nan
+        return t
+
+    line = _one_line_error(capsys, "analyze", _write_variant(tmp_path, poison))
+    assert "no step left: 256 of 6784 op(s) have NaN/inf times, in 32 of 32 step(s)" in line
+    assert "256 of them cannot be filled in" in line

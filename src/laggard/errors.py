@@ -20,9 +20,11 @@ def check_output(path: object, flag: str, *, directory: bool = False) -> None:
     import os
     from pathlib import Path
 
-    if path is None or str(path) == "-":
+    if path is None or (str(path) == "-" and not directory):
         return
     p = Path(str(path))
+    if directory and str(path) == "-":
+        raise LaggardError(f"{flag} -: needs a directory, not '-' (stdout)")
     if directory:
         if p.exists() and not p.is_dir():
             raise LaggardError(f"{flag} {p}: is a file, not a directory")
@@ -43,3 +45,23 @@ def check_output(path: object, flag: str, *, directory: bool = False) -> None:
         raise LaggardError(f"{flag} {p}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise LaggardError(f"{flag} {p}: not writable")
+
+
+def check_seed(seed: object, flag: str = "--seed") -> int:
+    """A random seed is an integer >= 0 (numpy's generators refuse negative ones)."""
+    import operator
+
+    try:
+        value = operator.index(seed)  # type: ignore[arg-type]
+    except TypeError:
+        raise LaggardError(f"{flag}: the seed must be an integer >= 0, got {seed!r}") from None
+    if isinstance(seed, bool) or value < 0:
+        raise LaggardError(f"{flag}: the seed must be an integer >= 0, got {seed!r}")
+    return value
+
+
+def check_job_size(num_ops: int, max_ops: int, sizes: str) -> None:
+    """A generated job must fit in memory: ``sizes`` names the flags that make it (for the message)."""
+    if num_ops > max_ops:
+        raise LaggardError(f"{sizes} make about {num_ops:,} ops, more than the {max_ops:,} a generated job may have; "
+                           "choose smaller sizes")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from laggard.errors import check_job_size, check_seed
 from laggard.inject import Injection
 from laggard.io.template import Template, template_columns
 from laggard.ops import Job, JobMeta, LaggardError, make_table
@@ -45,14 +46,23 @@ class SynthConfig:
     jitter: float = 0.03  # lognormal sigma of per-op noise
     name: str = "synthetic"
     costs_ms: dict[str, float] = field(default_factory=dict)  # overrides of OP_COSTS_MS means
+    # A generated op table is ~100 bytes per op in memory (and again while written): 20 M ops is
+    # ~2 GB, the most a laptop holds comfortably; larger sizes are typos (--steps 1e9), not jobs.
+    max_ops: int = 20_000_000
 
     def __post_init__(self) -> None:
         for k in ("dp", "pp", "vpp", "microbatches", "steps", "tp"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise LaggardError(f"--{k}: must be a positive integer, got {v!r}")
-        if self.jitter < 0:
-            raise LaggardError("jitter must be >= 0")
+        if not self.jitter >= 0 or not np.isfinite(self.jitter):
+            raise LaggardError(f"--jitter: must be a finite number >= 0, got {self.jitter!r}")
+        check_seed(self.seed)
+        # per worker and step: forward, backward and four p2p ops per microbatch and chunk, and the tail
+        per_worker_step = 6 * self.microbatches * self.vpp + 10
+        check_job_size(self.dp * self.pp * self.steps * per_worker_step, self.max_ops,
+                       f"--dp {self.dp} x --pp {self.pp} x --steps {self.steps} x --microbatches {self.microbatches}"
+                       + (f" x --vpp {self.vpp}" if self.vpp > 1 else ""))
 
 
 def schedule_1f1b(stage: int, num_stages: int, num_mb: int, num_chunks: int = 1) -> list[tuple[str, int, int]]:

@@ -25,6 +25,7 @@ import numpy as np
 
 from laggard.collectives import cost
 from laggard.collectives.schedule import check_num_ranks
+from laggard.errors import check_seed
 from laggard.ops import LaggardError
 
 SIM_ALGORITHMS = ("ring", "rhd", "stragglar_eager", "stragglar_previous", "adaptive", "adaptive_eager")
@@ -105,7 +106,7 @@ def simulate_at_scale(ranks: list[int], size_bytes: float, params: cost.CostPara
     if not isinstance(num_trials, int) or not 1 <= num_trials <= 1_000_000:
         raise LaggardError(f"collectives simulate: trials must be in 1..1000000, got {num_trials!r}")
     d = parse_dist(dist_spec)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     out = []
     for n in ranks:
         n = check_num_ranks(n, what="collectives simulate")

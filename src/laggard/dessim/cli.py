@@ -27,9 +27,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate a DP x PP (x vpp) 1F1B job as discrete events (SimPy) and write its traces and ground truth."""
         from laggard.dessim import SimConfig, parse_cause, simulate, simulate_with_truth, to_job, write_kineto
+        from laggard.errors import check_output
         from laggard.ops import write_native
         from laggard.report.jsonout import dump_json
 
+        check_output(out, "OUT", directory=True)
         causes = [parse_cause(c) for c in cause or []]
         cfg = SimConfig(dp=dp, pp=pp, vpp=vpp, microbatches=microbatches, steps=steps, seed=seed)
         if truth:

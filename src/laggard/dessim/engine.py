@@ -31,7 +31,7 @@ import simpy
 
 from laggard.dessim.causes import Cause
 from laggard.dessim.schedule import Item, stage_order
-from laggard.errors import LaggardError
+from laggard.errors import LaggardError, check_job_size, check_seed
 
 # op name -> (kind, stream, mean cost in ms at vpp=1); compute costs are per microbatch and stage
 COSTS_MS: dict[str, tuple[str, str, float]] = {
@@ -67,12 +67,20 @@ class SimConfig:
     data_stall_prob: float = 0.0  # chance a step's data load stalls (first stage)
     data_stall_s: float = 0.0
     name: str = "dessim"
+    # Each op is a few SimPy events (~20 us each in Python): 2 M ops is about a minute per run,
+    # and --truth runs the job len(causes) + 2 times; larger sizes are typos, not experiments.
+    max_ops: int = 2_000_000
 
     def __post_init__(self) -> None:
         for k in ("dp", "pp", "vpp", "microbatches", "steps", "queue_depth"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise LaggardError(f"--{k.replace('_', '-')}: must be a positive integer, got {v!r}")
+        check_seed(self.seed)
+        # per rank and step: forward, backward and their p2p ops per microbatch and chunk, and the tail
+        check_job_size(self.dp * self.pp * self.steps * (6 * self.microbatches * self.vpp + 10), self.max_ops,
+                       f"--dp {self.dp} x --pp {self.pp} x --steps {self.steps} x --microbatches {self.microbatches}"
+                       + (f" x --vpp {self.vpp}" if self.vpp > 1 else ""))
         if self.vpp > 1 and self.microbatches % self.pp:
             raise LaggardError(f"--microbatches {self.microbatches}: the interleaved schedule needs a multiple of --pp {self.pp}")
         for k in ("jitter", "launch_s", "skew_s", "data_stall_prob", "data_stall_s"):

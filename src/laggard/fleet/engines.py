@@ -207,11 +207,16 @@ class RayEngine:
             self._ray.shutdown()
 
 
+# More worker processes than this is a typo, not a machine: each holds a job's op table (the
+# largest machines have a few hundred cores; multiprocessing cannot even count past 2**31).
+MAX_WORKERS = 4096
+
+
 def make_engine(name: str, *, workers: int | None, ray_address: str | None, ray_ship_code: bool = True) -> Engine:
     if name not in ENGINES:
         raise LaggardError(f"--engine {name!r}: choose from {', '.join(ENGINES)}")
-    if workers is not None and workers < 0:
-        raise LaggardError(f"--workers must be >= 0 (got {workers})")
+    if workers is not None and not 0 <= workers <= MAX_WORKERS:
+        raise LaggardError(f"--workers must be in 0..{MAX_WORKERS} (got {workers})")
     if ray_address is not None and name != "ray":
         raise LaggardError("--ray-address is for --engine ray")
     if name == "ray":

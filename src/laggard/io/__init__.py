@@ -67,6 +67,7 @@ def load_job(
         else:
             if fmt not in ("auto", "kineto"):
                 raise LaggardError(f"several trace files are read only as Kineto traces, not {fmt!r}")
+            _check_several(list(path))
             job = _load_kineto(list(path), meta, steps, layout, rank_map)
     for w in caught:
         if issubclass(w.category, LaggardWarning):
@@ -76,6 +77,27 @@ def load_job(
     job.load_args = {"paths": paths, "fmt": fmt, "meta": None if meta is None else str(meta), "steps": steps,
                      "layout": layout, "rank_map": None if rank_map is None else str(rank_map)}
     return job
+
+
+def _check_several(paths: Sequence[str | Path]) -> None:
+    """Several paths are per-rank profiler traces: say so when one is another format's file."""
+    several = (f"several paths are read as per-rank PyTorch-profiler JSON traces (one file per rank), "
+               f"and {len(paths)} were given")
+    for item in paths:
+        p = Path(item)
+        if _is_glob(p) or not p.exists():
+            continue
+        if p.is_dir():
+            if (p / "job.json").exists() or list(p.glob("trace*.parquet")):
+                raise LaggardError(f"{several}; {p} is not one: it is a {detect_format(p)} trace, pass it alone")
+        elif p.suffix == ".parquet" or p.name == "job.json":
+            what = "an NDTimeline parquet" if p.suffix == ".parquet" else "a native job.json"
+            raise LaggardError(f"{several}; {p} is not one: {what} is passed alone")
+        elif not p.name.endswith((".json", ".json.gz")) and p.stat().st_size > 0:
+            from laggard.io.kineto import looks_like_kineto
+
+            if not looks_like_kineto(p):
+                raise LaggardError(f"{several}; {p} is not one (no traceEvents in its first bytes)")
 
 
 def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None, steps: str | None,

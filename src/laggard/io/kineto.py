@@ -194,7 +194,7 @@ def read_kineto(
     ``layout`` (``"dp=2,pp=2"``) or ``rank_map`` (a YAML/JSON file) give the parallel layout;
     without them it is inferred from the traces (``laggard.io.kineto_layout``).
     """
-    from laggard.io.kineto_layout import assign_peers, resolve_layout
+    from laggard.io.kineto_layout import assign_peers, missing_ranks, resolve_layout
     from laggard.io.kineto_steps import unify_steps
 
     files = trace_files(spec)
@@ -207,6 +207,9 @@ def read_kineto(
     for w in unify_steps(ranks):
         warnings.warn(w, LaggardWarning, stacklevel=2)
     _check_same_job(ranks)
+    missing = missing_ranks(ranks)
+    if missing:
+        warnings.warn(missing, LaggardWarning, stacklevel=2)
     lay, lay_warnings = resolve_layout(ranks, spec=layout, rank_map=rank_map)
     for w in lay_warnings:
         warnings.warn(w, LaggardWarning, stacklevel=2)
@@ -435,13 +438,6 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
     rank_ids = [int(r.rank) for r in ranks]  # type: ignore[arg-type]
     off_by_rank = {str(rk): float(offsets_ns[rank_domain[i]] / 1e9) for i, rk in enumerate(rank_ids)}
     declared = next((r.world_size for r in ranks if r.world_size is not None), None)
-    if declared is not None and declared > len(ranks):
-        warnings.warn(
-            f"the job has {declared} ranks but {len(ranks)} trace(s) were given; collectives are replayed among the "
-            "given ranks only",
-            LaggardWarning,
-            stacklevel=3,
-        )
     pg_info: dict[str, Any] = {}
     for r in ranks:
         for g, inf in r.group_info.items():

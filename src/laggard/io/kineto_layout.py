@@ -396,6 +396,28 @@ def _where(c: tuple[int, int, int]) -> str:
     return f"dp{c[0]}/pp{c[1]}" + (f"/tp{c[2]}" if c[2] else "")
 
 
+def missing_ranks(ranks: list[RankOps]) -> str | None:
+    """Ranks of the job that have no trace: an error when several traces are given and a given rank
+    sends to or receives from a missing one (a pipeline cannot be replayed without it), else a
+    warning naming them (collectives are then replayed among the given ranks only)."""
+    present = {int(r.rank) for r in ranks}  # type: ignore[arg-type]
+    declared = next((r.world_size for r in ranks if r.world_size is not None), None)
+    if declared is None or declared <= len(present):
+        return None
+    missing = sorted(set(range(declared)) - present)
+    if not missing:
+        return None
+    shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+    what = f"the job has {declared} ranks but {len(present)} trace(s) were given: no trace for rank(s) {shown}"
+    ev = evidence(ranks)
+    talk = sorted({(a, b) for a, b in ev.edges if (a in present) != (b in present)})
+    if len(present) > 1 and talk:
+        pairs = ", ".join(f"{a}->{b}" for a, b in talk[:6]) + (" ..." if len(talk) > 6 else "")
+        raise LaggardError(f"{what}; the traced ranks exchange send/recv with them ({pairs}), so the pipeline "
+                           "cannot be replayed without them: pass every rank's trace")
+    return f"{what}; collectives are replayed among the given ranks only"
+
+
 def resolve_layout(ranks: list[RankOps], *, spec: str | None = None, rank_map: str | Path | None = None
                    ) -> tuple[Layout, list[str]]:
     """The layout to use (given, else inferred) and the warnings to issue."""

@@ -30,8 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from laggard.io.ndtimeline_clean import invalid_times, unknown_optypes
 from laggard.io.ndtimeline_meta import fmt_list, read_meta, resolve_layout
-from laggard.io.ndtimeline_template import OPTYPES, build_template
+from laggard.io.ndtimeline_template import build_template
 from laggard.io.template import template_columns
 from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, to_numpy, valid_mask
 
@@ -59,10 +60,13 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     dp, stage, rank, step, seq, start, dur, mc, gmc, mb, codes = (
         a[k] for k in ("dp", "stage", "rank", "step", "seq", "start", "dur", "mc", "gmc", "mb", "codes")
     )
-    keep = _skip_invalid(codes, labels, step, start, dur, where)
+    keep, unknown_note = unknown_optypes(codes, labels, where)
+    group = (dp * (int(stage.max()) + 1) + stage) * len(labels) + codes  # one per (worker, op type)
+    keep = invalid_times(keep, group, step, start, dur, where)
     vpp_trace = int(mc[keep].max()) + 1
     lay = resolve_layout(meta_obj, meta_path, path, np.unique(dp[keep]), np.unique(stage[keep]), vpp_trace)
     num_dp, num_pp, vpp = lay.num_dp, lay.num_pp, lay.vpp
+    _check_workers(dp[keep], stage[keep], step[keep], num_dp, num_pp, where, meta_path)
 
     # Each (dp, stage) is one worker with one global rank.
     wid = dp * num_pp + stage
@@ -85,14 +89,17 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     key = (stage * n_codes + codes) * max_seq + seq
     ref_inst = _reference_instance(inst, key)
     sel = inst == ref_inst
-    tpl = build_template(
-        stage[sel], codes[sel], seq[sel], start[sel], start[sel] + dur[sel], mc[sel], gmc[sel], mb[sel],
-        labels, num_pp, vpp, where,
-    )
+    try:
+        tpl = build_template(
+            stage[sel], codes[sel], seq[sel], start[sel], start[sel] + dur[sel], mc[sel], gmc[sel], mb[sel],
+            labels, num_pp, vpp, where,
+        )
+    except LaggardError as e:
+        raise LaggardError(_with_note(str(e), unknown_note)) from None
     num_t = len(tpl.stage)
 
     t_of, good_row, good_steps = _match_instances(
-        tpl, sel, key, inst, steps, codes, seq, n_codes, max_seq, num_dp, num_pp, where
+        tpl, sel, key, inst, steps, codes, seq, n_codes, max_seq, num_dp, num_pp, where, unknown_note
     )
     n, start_ns, dur_ns = _lay_out(t_of, good_row, good_steps, step_idx, len(steps), dp, start, dur, num_dp, num_t)
     inst_step = steps[good_steps].repeat(num_dp)
@@ -102,6 +109,24 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     out = make_table(columns, num_rows=n)
     job_meta = lay.job_meta(path)
     return Job(table=out, meta=job_meta)
+
+
+def _check_workers(dp: np.ndarray, stage: np.ndarray, step: np.ndarray, num_dp: int,
+                   num_pp: int, where: str, meta_path: Path | None) -> None:
+    """Every (DP rank, stage) worker of the layout has ops: a pipeline without one of its workers
+    cannot be replayed, so a worker missing from the whole trace is an error naming it."""
+    have = np.zeros(num_dp * num_pp, dtype=bool)
+    have[dp * num_pp + stage] = True
+    if have.all():
+        return
+    gone = np.flatnonzero(~have)
+    names = ", ".join(f"dp{w // num_pp}/pp{w % num_pp}" for w in gone[:8]) + (" ..." if len(gone) > 8 else "")
+    source = f"{meta_path.name}" if meta_path is not None else "the trace's DP ranks and stages"
+    raise LaggardError(
+        f"{where}: worker(s) {names} have no ops in any of the {len(np.unique(step))} step(s), but the "
+        f"layout dp={num_dp} x pp={num_pp} from {source} expects {num_dp * num_pp} workers "
+        f"({int(have.sum())} found); a pipeline cannot be replayed without them"
+    )
 
 
 def _read_columns(table: pa.Table, where: str) -> tuple[dict[str, np.ndarray], list[str], bool]:
@@ -153,50 +178,6 @@ def _read_columns(table: pa.Table, where: str) -> tuple[dict[str, np.ndarray], l
     return arrays, labels, gmc_present
 
 
-def _skip_invalid(codes: np.ndarray, labels: list[str], step: np.ndarray, start: np.ndarray, dur: np.ndarray,
-                  where: str) -> np.ndarray:
-    """Rows to keep: unknown op types are skipped, bad timings skip their whole step (warned)."""
-    keep = np.ones(len(codes), dtype=bool)
-    unknown = [lab for lab in labels if lab not in OPTYPES]
-    if unknown:
-        bad = np.isin(codes, [labels.index(u) for u in unknown])
-        counts = {u: int((codes == labels.index(u)).sum()) for u in unknown}
-        counts = {u: c for u, c in counts.items() if c}
-        if counts:
-            warnings.warn(
-                f"{where}: skipped {int(bad.sum())} op(s) of unknown type(s) "
-                + ", ".join(f"{u!r} ({c})" for u, c in counts.items())
-                + " (not in the Megatron dependency model)",
-                LaggardWarning,
-                stacklevel=3,
-            )
-        keep &= ~bad
-    if not keep.any():
-        raise LaggardError(f"{where}: no op of a known type (known: {', '.join(OPTYPES)})")
-
-    # Bad timings poison their whole step (DP collectives tie the ranks of a step together).
-    bad_time = ~np.isfinite(start) | ~np.isfinite(dur) | (dur < 0)
-    bad_time &= keep
-    if bad_time.any():
-        bad_steps = np.unique(step[bad_time])
-        why = []
-        if (~np.isfinite(dur) & keep).any() or (~np.isfinite(start) & keep).any():
-            why.append("NaN/inf times")
-        if ((dur < 0) & keep).any():
-            why.append("negative durations")
-        warnings.warn(
-            f"{where}: skipped {len(bad_steps)} step(s) with {' and '.join(why)} "
-            f"({int(bad_time.sum())} op(s)): steps {fmt_list(bad_steps)}",
-            LaggardWarning,
-            stacklevel=3,
-        )
-        keep &= ~np.isin(step, bad_steps)
-    if not keep.any():
-        raise LaggardError(f"{where}: no step left after skipping ops with invalid times")
-
-    return keep
-
-
 def _reference_instance(inst: np.ndarray, key: np.ndarray) -> int:
     """The first pipeline instance whose op set is the most common op set."""
     order = np.lexsort((key, inst))
@@ -219,7 +200,7 @@ def _reference_instance(inst: np.ndarray, key: np.ndarray) -> int:
     return ref_inst
 
 
-def _match_instances(tpl, sel, key, inst, steps, codes, seq, n_codes, max_seq, num_dp, num_pp, where):
+def _match_instances(tpl, sel, key, inst, steps, codes, seq, n_codes, max_seq, num_dp, num_pp, where, note=""):
     """Every op's template op (-1: none), and the steps whose every instance matches the template
     exactly (the others are skipped with a warning)."""
     num_steps, num_t = len(steps), len(tpl.stage)
@@ -251,19 +232,26 @@ def _match_instances(tpl, sel, key, inst, steps, codes, seq, n_codes, max_seq, n
             + (f" and {int(extra[first])} extra" if extra[first] else "")
             + f" in step {steps[first // num_dp]}"
         )
+        if len(bad_steps_idx) == num_steps:
+            raise LaggardError(_with_note(
+                f"{where}: no complete step left to analyse: all {num_steps} step(s) have ops that do not match the "
+                f"pipeline schedule (missing or extra ops; e.g. {detail})", note))
         warnings.warn(
             f"{where}: skipped {len(bad_steps_idx)} of {num_steps} step(s) whose ops do not match the "
             f"pipeline schedule (missing or extra ops; e.g. {detail}): steps {fmt_list(steps[bad_steps_idx])}",
             LaggardWarning,
             stacklevel=3,
         )
-        if len(bad_steps_idx) == num_steps:
-            raise LaggardError(f"{where}: no complete step left to analyse")
         good_steps = np.setdiff1d(np.arange(num_steps), bad_steps_idx)
     else:
         good_steps = np.arange(num_steps)
 
     return t_of, good_row, good_steps
+
+
+def _with_note(msg: str, note: str) -> str:
+    """An error about the schedule, with the unknown op types skipped before it (the likely cause)."""
+    return f"{msg}; {note}, which may be why" if note else msg
 
 
 def _lay_out(t_of, good_row, good_steps, step_idx, num_steps, dp, start, dur, num_dp, num_t):

@@ -8,6 +8,10 @@ from typing import Annotated
 
 import typer
 
+# Replaying a trace 1000x slower than it ran already turns a 1 s step into 17 minutes; slower is a
+# typo (and 1e-300 overflows the sleep).
+MIN_SPEED = 1e-3
+
 app = typer.Typer(help="Live monitor: a collector service with a dashboard, alerts and Prometheus metrics.",
                   no_args_is_help=True)
 
@@ -77,8 +81,8 @@ def push(
     from laggard.monitor.ingest import valid_job_id
     from laggard.monitor.push import push_job
 
-    if speed < 0:
-        raise LaggardError("--speed must be >= 0")
+    if not (speed == 0 or MIN_SPEED <= speed < float("inf")):
+        raise LaggardError(f"--speed must be 0 (as fast as possible) or a finite number >= {MIN_SPEED:g} (got {speed})")
     job = load_job(trace, fmt=fmt)
     jid = valid_job_id(job_id or job.meta.name)
     client = Client(url, token or os.environ.get("LAGGARD_TOKEN"))
