@@ -53,7 +53,7 @@ def test_fsspec_memory_url(two_jobs, tmp_path):
     (["/no/such/dir"], "no such file or directory"),
     (["{jobs}", "--engine", "spark"], "--engine 'spark'"),
     (["{jobs}", "--ray-address", "auto"], "--ray-address is for --engine ray"),
-    (["{jobs}", "--workers", "-1"], "--workers must be >= 0"),
+    (["{jobs}", "--workers", "-1"], "--workers must be in 0..4096"),
     (["{empty}"], "no jobs found"),
     (["{bad_manifest}"], "jobs.txt:2: "),
 ])
