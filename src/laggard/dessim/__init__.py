@@ -8,10 +8,27 @@ SimPy is imported only here (``laggard[sim]``); the analysis stack never imports
 
 from __future__ import annotations
 
-from laggard.dessim.causes import DIAGNOSIS_CAUSE, KINDS, Cause, parse_cause
-from laggard.dessim.engine import SimConfig, SimOps, simulate
-from laggard.dessim.export import to_job, write_kineto
-from laggard.dessim.truth import CauseTruth, SimTruth, simulate_with_truth
+import importlib
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from laggard.dessim.causes import DIAGNOSIS_CAUSE, KINDS, Cause, parse_cause
+    from laggard.dessim.engine import SimConfig, SimOps, simulate
+    from laggard.dessim.export import to_job, write_kineto
+    from laggard.dessim.truth import CauseTruth, SimTruth, simulate_with_truth
+
+# loaded on first use: `laggard`'s start-up imports this package for its CLI and must stay light
+_LAZY = {
+    **dict.fromkeys(("DIAGNOSIS_CAUSE", "KINDS", "Cause", "parse_cause"), "laggard.dessim.causes"),
+    **dict.fromkeys(("SimConfig", "SimOps", "simulate"), "laggard.dessim.engine"),
+    **dict.fromkeys(("to_job", "write_kineto"), "laggard.dessim.export"),
+    **dict.fromkeys(("CauseTruth", "SimTruth", "simulate_with_truth"), "laggard.dessim.truth"),
+}
 __all__ = ["DIAGNOSIS_CAUSE", "KINDS", "Cause", "CauseTruth", "SimConfig", "SimOps", "SimTruth", "parse_cause",
            "simulate", "simulate_with_truth", "to_job", "write_kineto"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,21 @@ document per job as they finish (``writer``, ``rows``); ``fleet_stats`` reads th
 the fleet's numbers, which ``report`` and ``terminal`` present.
 """
 
-from laggard.fleet.config import FleetConfig
-from laggard.fleet.runner import FleetRun, run_fleet
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from laggard.fleet.config import FleetConfig
+    from laggard.fleet.runner import FleetRun, run_fleet
+
+# loaded on first use: `laggard`'s start-up imports this package for its CLI and must stay light
+_LAZY = {"FleetConfig": "laggard.fleet.config", "FleetRun": "laggard.fleet.runner", "run_fleet": "laggard.fleet.runner"}
 __all__ = ["FleetConfig", "FleetRun", "run_fleet"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
