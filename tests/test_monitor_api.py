@@ -225,3 +225,40 @@ def test_push_cli_streams_a_published_trace(tmp_path):
 
     full = analyze(job)
     assert d["top_current"][0]["rank"] == full.by_worker[0]["rank"]
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.add(int(d.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc (Linux)")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_collector_leaves_no_process_behind(job, tmp_path, sig):
+    """The analysis child (a process pool's worker) exits with the collector, even one killed
+    outright (before: every killed or stopped collector left its analysis process running)."""
+    import signal
+    import time
+
+    srv = Server(str(tmp_path / "m.db"), tmp_path, extra=["--window-steps", "4"]).start()
+    try:
+        for b in batches(job):
+            assert srv.request("POST", "/api/v1/ops", b, content_type=CONTENT_TYPE)[0] == 200
+        srv.wait_for(lambda d: d["window"] is not None, "/api/v1/jobs/apijob")
+        kids = _children(srv.proc.pid)
+        assert kids, "the analysis ran in no child process"
+    finally:
+        srv.stop(getattr(signal, sig))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(Path(f"/proc/{k}").exists() for k in kids):
+        time.sleep(0.2)
+    alive = [k for k in kids if Path(f"/proc/{k}").exists()
+             and (Path(f"/proc/{k}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
+    assert not alive, f"left running after {sig}: {alive}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -56,10 +57,24 @@ def _child_analyse(body: bytes, meta: JobMeta) -> WindowAnalysis:
     return analyse(table, meta)
 
 
+# how often the analysis child checks that the collector is still there
+PARENT_POLL_S = 1.0
+
+
 def _child_init(nice: int) -> None:
     if nice:
         os.nice(nice)
     logging.getLogger("laggard").setLevel(logging.WARNING)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True,
+                     name="laggard-parent-watch").start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A collector killed outright (SIGKILL, OOM) cannot shut its pool down, and the pool's worker
+    waits on its queue for ever: exit once the parent is gone (the child is re-parented)."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(0)
 
 
 class AnalysisProcess:
