@@ -61,17 +61,18 @@ def _child_analyse(body: bytes, meta: JobMeta) -> WindowAnalysis:
 PARENT_POLL_S = 1.0
 
 
-def _child_init(nice: int) -> None:
+def _child_init(nice: int, parent_pid: int) -> None:
     if nice:
         os.nice(nice)
     logging.getLogger("laggard").setLevel(logging.WARNING)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True,
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True,
                      name="laggard-parent-watch").start()
 
 
 def _exit_with_parent(parent_pid: int) -> None:
     """A collector killed outright (SIGKILL, OOM) cannot shut its pool down, and the pool's worker
-    waits on its queue for ever: exit once the parent is gone (the child is re-parented)."""
+    waits on its queue for ever: exit once the parent is gone (the child is re-parented; the
+    parent's pid comes from the parent: it may be gone before this child has started)."""
     while os.getppid() == parent_pid:
         time.sleep(PARENT_POLL_S)
     os._exit(0)
@@ -87,7 +88,7 @@ class AnalysisProcess:
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_child_init, initargs=(self.nice,))
+                                             initializer=_child_init, initargs=(self.nice, os.getpid()))
         return self._pool
 
     def pid(self) -> int | None:
