@@ -335,7 +335,8 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
 
 
 def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, layout: Layout) -> Job:
-    from laggard.ops import Job, JobMeta, make_table
+    from laggard.io.kineto_match import check_matches, clock_domains, clock_offsets, match_collectives
+    from laggard.ops import Job, make_table
 
     sizes = np.array([len(r.step) for r in ranks], dtype=np.int64)
     if sizes.sum() == 0:
@@ -369,51 +370,17 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
     if (dur_ns < 0).any():
         raise LaggardError(f"{int((dur_ns < 0).sum())} event(s) with negative durations in the traces")
 
-    # -- match collectives: (group, sequence number), or order within (rank, step, group)
-    seq = np.full(n, -1, np.int64)
-    coll = np.flatnonzero(group_c >= 0)
-    matched_by: dict[str, str] = {}
-    for g, label in enumerate(groups):  # one iteration per process group
-        rows = coll[group_c[coll] == g]
-        if (meta_seq[rows] >= 0).all():
-            seq[rows] = meta_seq[rows]
-            matched_by[label] = "sequence number"
-            continue
-        o = rows[np.lexsort((start_ns[rows], step[rows], rank_of[rows]))]
-        new = np.ones(len(o), bool)
-        new[1:] = (rank_of[o][1:] != rank_of[o][:-1]) | (step[o][1:] != step[o][:-1])
-        first = np.maximum.accumulate(np.where(new, np.arange(len(o)), 0))
-        seq[o] = np.arange(len(o)) - first
-        matched_by[label] = "order in the step"
-        _split_by_size(o, g, label, group_c, groups, seq, step, size_b, matched_by)
-    _check_matches(group_c, seq, step, name_c, names, groups, rank_of, coll)
+    seq, matched_by = match_collectives(group_c, groups, meta_seq, start_ns, step, rank_of, size_b)
+    check_matches(group_c, seq, step, name_c, names, groups, rank_of)
+    domains = clock_domains(ranks)
+    offsets_ns = np.zeros(int(domains.max()) + 1 if len(domains) else 1, np.float64)
+    if align_clocks and len(offsets_ns) > 1:
+        offsets_ns = clock_offsets(np.repeat(domains, sizes), group_c, seq, step, start_ns + dur_ns, len(offsets_ns))
+    start_ns = start_ns - np.round(np.repeat(offsets_ns[domains], sizes)).astype(np.int64)
 
-    # -- clock alignment
-    domain_key = [(r.host, r.base_ns) if r.host else (None, i) for i, r in enumerate(ranks)]
-    dom_labels = {k: i for i, k in enumerate(dict.fromkeys(domain_key))}
-    rank_domain = np.array([dom_labels[k] for k in domain_key], dtype=np.int64)
-    offsets_ns = np.zeros(len(dom_labels), np.float64)
-    if align_clocks and len(dom_labels) > 1:
-        offsets_ns = _clock_offsets(
-            rank_domain[np.repeat(np.arange(len(ranks)), sizes)], group_c, seq, step, start_ns + dur_ns, len(dom_labels)
-        )
-    op_off = np.round(offsets_ns[rank_domain][np.repeat(np.arange(len(ranks)), sizes)]).astype(np.int64)
-    start_ns = start_ns - op_off
-
-    # -- dependencies: local indices -> op ids
-    owner = cat([offs[i] + np.repeat(np.arange(len(r.step)), np.diff(r.dep_ptr)) for i, r in enumerate(ranks)])
-    dep_vals = cat([offs[i] + r.dep_idx for i, r in enumerate(ranks)])
-    has = cat([r.has_deps for r in ranks])
+    deps = _deps_column(ranks, offs, n)
     import pyarrow as pa
 
-    counts = np.bincount(owner, minlength=n) if len(owner) else np.zeros(n, np.int64)
-    order = np.argsort(owner, kind="stable")
-    offsets = np.zeros(n + 1, np.int32 if len(dep_vals) < 2**31 else np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    mask = ~has
-    deps = pa.ListArray.from_arrays(
-        pa.array(offsets), pa.array(dep_vals[order].astype(np.int64)), mask=pa.array(mask) if mask.any() else None
-    )
     size_arr = pa.array(size_b, mask=size_b < 0, type=pa.int64())
     coord = np.array([layout.coords[int(r.rank)] for r in ranks], dtype=np.int32).reshape(-1, 3)  # type: ignore[arg-type]
     coord_of = np.repeat(coord, sizes, axis=0)
@@ -435,8 +402,34 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
         "deps": deps,
     }
     table = make_table(columns, num_rows=n)
-    rank_ids = [int(r.rank) for r in ranks]  # type: ignore[arg-type]
-    off_by_rank = {str(rk): float(offsets_ns[rank_domain[i]] / 1e9) for i, rk in enumerate(rank_ids)}
+    off_by_rank = {str(int(r.rank)): float(offsets_ns[domains[i]] / 1e9) for i, r in enumerate(ranks)}  # type: ignore[arg-type]
+    return Job(table=table, meta=_job_meta(ranks, files, layout, matched_by, clock_offsets_s=off_by_rank,
+                                           num_domains=len(offsets_ns)))
+
+
+def _deps_column(ranks: list[RankOps], offs: np.ndarray, n: int) -> Any:
+    """Every rank's dependency lists (local indices) as one list column of op ids (null: no list)."""
+    import pyarrow as pa
+
+    cat = np.concatenate
+    owner = cat([offs[i] + np.repeat(np.arange(len(r.step)), np.diff(r.dep_ptr)) for i, r in enumerate(ranks)])
+    dep_vals = cat([offs[i] + r.dep_idx for i, r in enumerate(ranks)])
+    has = cat([r.has_deps for r in ranks])
+    counts = np.bincount(owner, minlength=n) if len(owner) else np.zeros(n, np.int64)
+    order = np.argsort(owner, kind="stable")
+    offsets = np.zeros(n + 1, np.int32 if len(dep_vals) < 2**31 else np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    mask = ~has
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(dep_vals[order].astype(np.int64)), mask=pa.array(mask) if mask.any() else None
+    )
+
+
+def _job_meta(ranks: list[RankOps], files: list[Path], layout: Layout, matched_by: dict[str, str], *,
+              clock_offsets_s: dict[str, float], num_domains: int) -> Any:
+    """The job's metadata: layout, clock offsets, process groups, devices, decoding costs."""
+    from laggard.ops import JobMeta
+
     declared = next((r.world_size for r in ranks if r.world_size is not None), None)
     pg_info: dict[str, Any] = {}
     for r in ranks:
@@ -450,9 +443,9 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
             f"{' ...' if len(cpu_only) > 8 else ''}): their ops are CPU ops and their collectives the CPU-side "
             "calls, timed differently from the other ranks' GPU kernels",
             LaggardWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-    meta = JobMeta(
+    return JobMeta(
         name=_job_name(files),
         world_size=len(ranks),
         dp_size=layout.dp_size,
@@ -461,8 +454,8 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
         source=f"kineto:{len(files)} file(s)",
         extra={
             "layout": layout.to_json(),
-            "clock_offsets_s": off_by_rank,
-            "clock_domains": len(dom_labels),
+            "clock_offsets_s": clock_offsets_s,
+            "clock_domains": num_domains,
             "declared_world_size": declared,
             "devices": devices,
             "collectives_from": sorted({r.coll_source for r in ranks if r.coll_source}),
@@ -473,7 +466,6 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
             "worker_cpu_s": float(sum(r.worker_cpu_s for r in ranks)),
         },
     )
-    return Job(table=table, meta=meta)
 
 
 def _dict_column(codes: np.ndarray, labels: list[str], column: str) -> Any:
@@ -525,100 +517,6 @@ def _phase_names(name_c: np.ndarray, names: list[str], phase: np.ndarray) -> tup
                 out.append(label)
             new_c[rows[name_c[rows] == code]] = lut[label]
     return new_c, out
-
-
-def _split_by_size(o, g, label, group_c, groups, seq, step, size_b, matched_by) -> None:
-    """Collectives matched by order whose participants disagree on the payload size are different
-    collectives (e.g. gloo events, which carry no process group, of the per-stage gradient
-    all-reduces): each size becomes its own group (``<group>|<size>B``)."""
-    known = o[size_b[o] >= 0]
-    if len(known) < 2:
-        return
-    key = np.stack([step[known], seq[known]], axis=1)
-    _, inv = np.unique(key, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    pairs = np.unique(np.stack([inv, size_b[known]], axis=1), axis=0)
-    mixed = np.flatnonzero(np.bincount(pairs[:, 0]) > 1)
-    if not len(mixed):
-        return
-    rows = known[np.isin(inv, mixed)]
-    for size in np.unique(size_b[rows]).tolist():
-        new_label = f"{label}|{size}B"
-        if new_label not in groups:
-            groups.append(new_label)
-            matched_by[new_label] = "order in the step and payload size"
-        group_c[rows[size_b[rows] == size]] = groups.index(new_label)
-
-
-def _check_matches(group_c, seq, step, name_c, names, groups, rank_of, coll) -> None:
-    """Collectives paired across ranks should be of one type; say so when they are not."""
-    if len(coll) == 0:
-        return
-    o = coll[np.lexsort((seq[coll], group_c[coll], step[coll]))]
-    new = np.ones(len(o), bool)
-    new[1:] = (step[o][1:] != step[o][:-1]) | (group_c[o][1:] != group_c[o][:-1]) | (seq[o][1:] != seq[o][:-1])
-    gid = np.cumsum(new) - 1
-    first = np.flatnonzero(new)
-    bad = name_c[o] != name_c[o][first[gid]]
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        g = int(gid[i])
-        warnings.warn(
-            f"{len(np.unique(gid[bad]))} matched collective(s) differ in type across ranks (e.g. step {int(step[o][i])}, "
-            f"group {groups[int(group_c[o][i])]!r} #{int(seq[o][i])}: {names[int(name_c[o][first[g]])]} on rank "
-            f"{int(rank_of[o][first[g]])}, {names[int(name_c[o][i])]} on rank {int(rank_of[o][i])}); "
-            "the ranks may not run the same collectives",
-            LaggardWarning,
-            stacklevel=3,
-        )
-
-
-def _clock_offsets(op_dom, group_c, seq, step, end_ns, num_dom: int) -> np.ndarray:
-    """Per clock domain: its offset (ns) from domain 0, from collective end times.
-
-    A collective ends at the same moment on all its ranks, so ``end = T_c + offset_d + noise``.
-    Two-way median fit (alternating medians over collectives and domains).
-    """
-    coll = np.flatnonzero(group_c >= 0)
-    if len(coll) == 0:
-        warnings.warn("no collective to align the ranks' clocks with; the traces' own clocks are used", LaggardWarning, stacklevel=4)
-        return np.zeros(num_dom)
-    o = coll[np.lexsort((seq[coll], group_c[coll], step[coll]))]
-    new = np.ones(len(o), bool)
-    new[1:] = (step[o][1:] != step[o][:-1]) | (group_c[o][1:] != group_c[o][:-1]) | (seq[o][1:] != seq[o][:-1])
-    inst = np.cumsum(new) - 1
-    num_inst = int(inst[-1]) + 1
-    ref = float(end_ns[o].min())
-    e = (end_ns[o] - ref).astype(np.float64)
-    # mean end per (instance, domain)
-    cell = inst * num_dom + op_dom[o]
-    tot = np.bincount(cell, weights=e, minlength=num_inst * num_dom)
-    cnt = np.bincount(cell, minlength=num_inst * num_dom)
-    E = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan).reshape(num_inst, num_dom)
-    E = E[np.sum(~np.isnan(E), axis=1) >= 2]
-    if len(E) == 0:
-        warnings.warn("no collective joins ranks of different hosts; their clocks are not aligned", LaggardWarning, stacklevel=4)
-        return np.zeros(num_dom)
-    off = np.zeros(num_dom)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices for unconnected domains
-        for _ in range(20):
-            T = np.nanmedian(E - off[None, :], axis=1)
-            new_off = np.nanmedian(E - T[:, None], axis=0)
-            new_off = np.where(np.isnan(new_off), 0.0, new_off)
-            new_off -= new_off[0]
-            if np.allclose(new_off, off, atol=1.0):
-                off = new_off
-                break
-            off = new_off
-    unlinked = np.flatnonzero(np.sum(~np.isnan(E), axis=0) == 0)
-    if len(unlinked):
-        warnings.warn(
-            f"{len(unlinked)} host(s) share no collective with the others; their clocks are not aligned",
-            LaggardWarning,
-            stacklevel=4,
-        )
-    return off
 
 
 __all__ = ["decode_all", "looks_like_kineto", "read_kineto", "trace_files"]
