@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -55,3 +56,35 @@ def _job_meta(name: str, layouts: list[tuple[int, ...]], world_size: int, sync: 
             "created_unix_s": round(time.time(), 3),
         },
     )
+
+
+def check_args(*, record_every: Any, page_ops: int, num_pages: int, align: str | None, timing: str) -> None:
+    """The Tracer's arguments, checked before any collective call."""
+    from laggard.ops import LaggardError
+    from laggard.tracer.clock import METHODS
+
+    if not isinstance(record_every, int) or record_every < 1:
+        raise LaggardError(f"Tracer: record_every must be a positive integer, not {record_every!r}")
+    if page_ops < 16 or num_pages < 2:
+        raise LaggardError("Tracer: page_ops must be >= 16 and num_pages >= 2")
+    if align is not None and align not in METHODS:
+        raise LaggardError(f"Tracer: align must be one of {', '.join(METHODS)} or None, not {align!r}")
+    if timing not in ("auto", "cpu", "cuda"):
+        raise LaggardError(f"Tracer: timing must be auto, cpu or cuda, not {timing!r}")
+
+
+def prepare_dir(out_dir: Path, rank: int, world_size: int, state: dict[str, Any], meta: dict[str, Any]) -> None:
+    """The trace directory for this rank: created, this rank's old shards gone, its state written;
+    rank 0 also removes a previous, larger job's ranks and writes ``job.json``. Raises OSError."""
+    from laggard.tracer._writer import write_json_atomic
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob(f"ops-rank{rank}-*.parquet"):
+        old.unlink()
+    write_json_atomic(out_dir / f"rank{rank}.state.json", state)
+    if rank == 0:
+        for old in [*out_dir.glob("ops-rank*-*.parquet"), *out_dir.glob("rank*.state.json")]:
+            r = old.name.removeprefix("ops-rank").removeprefix("rank").split("-", 1)[0].split(".", 1)[0]
+            if r.isdigit() and int(r) >= world_size:  # a previous, larger job's ranks
+                old.unlink()
+        write_json_atomic(out_dir / "job.json", meta)

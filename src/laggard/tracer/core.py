@@ -27,7 +27,6 @@ transfers by the group ``p2p:SRC>DST`` and a per-pair count.
 
 from __future__ import annotations
 
-import gc
 import os
 import queue
 import socket
@@ -45,7 +44,8 @@ import numpy as np
 from laggard.ops import LaggardError, LaggardWarning
 from laggard.tracer import _signals, flight
 from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx  # noqa: F401 - _OpCtx used by cuda.py
-from laggard.tracer._env import _cuda_in_use, _dist_if_initialized, _job_meta
+from laggard.tracer._env import _cuda_in_use, _dist_if_initialized, _job_meta, check_args, prepare_dir
+from laggard.tracer._gc import GcMixin
 from laggard.tracer._page import (
     AUX_BYTES,
     AUX_DTYPE,
@@ -56,8 +56,7 @@ from laggard.tracer._page import (
     FullPage,
     Side,
 )
-from laggard.tracer._writer import ShardWriter, write_json_atomic
-from laggard.tracer.clock import METHODS as CLOCK_METHODS
+from laggard.tracer._writer import ShardWriter
 from laggard.tracer.clock import ClockSync, align_clocks, local_sync
 from laggard.tracer.comm import CommMixin, TracedWork  # noqa: F401 - TracedWork is public here too
 
@@ -66,7 +65,7 @@ MAX_PENDING_OPS = 4096  # ops recorded between steps, attached to the next step
 
 
 
-class Tracer(CommMixin):
+class Tracer(CommMixin, GcMixin):
     """Record a training loop's ops (see the module docstring).
 
     Create it on every rank after ``torch.distributed.init_process_group`` (it aligns clocks and
@@ -118,16 +117,9 @@ class Tracer(CommMixin):
         token: str | None = None,
         monitor_job: str | None = None,
     ) -> None:
-        if not isinstance(record_every, int) or record_every < 1:
-            raise LaggardError(f"Tracer: record_every must be a positive integer, not {record_every!r}")
+        check_args(record_every=record_every, page_ops=page_ops, num_pages=num_pages, align=align, timing=timing)
         self._record_every = record_every
         self._skip = False
-        if page_ops < 16 or num_pages < 2:
-            raise LaggardError("Tracer: page_ops must be >= 16 and num_pages >= 2")
-        if align is not None and align not in CLOCK_METHODS:
-            raise LaggardError(f"Tracer: align must be one of {', '.join(CLOCK_METHODS)} or None, not {align!r}")
-        if timing not in ("auto", "cpu", "cuda"):
-            raise LaggardError(f"Tracer: timing must be auto, cpu or cuda, not {timing!r}")
         self.out_dir = Path(out_dir) if out_dir is not None else None
         enabled = enabled and out_dir is not None
         self._clock = clock_ns or time.perf_counter_ns
@@ -184,18 +176,9 @@ class Tracer(CommMixin):
             "num_ops_recorded": 0, "num_ops_dropped": 0, "last_step_started": None,
             "clock_offset_ns": self.sync.offset_ns, "clock_error_ns": self.sync.error_ns,
         }
+        meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda, meta_extra or {}).to_json()
         try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            for old in self.out_dir.glob(f"ops-rank{self.rank}-*.parquet"):
-                old.unlink()
-            write_json_atomic(self.out_dir / f"rank{self.rank}.state.json", self._state)
-            if self.rank == 0:
-                for old in [*self.out_dir.glob("ops-rank*-*.parquet"), *self.out_dir.glob("rank*.state.json")]:
-                    r = old.name.removeprefix("ops-rank").removeprefix("rank").split("-", 1)[0].split(".", 1)[0]
-                    if r.isdigit() and int(r) >= self.world_size:  # a previous, larger job's ranks
-                        old.unlink()
-                meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda, meta_extra or {})
-                write_json_atomic(self.out_dir / "job.json", meta.to_json())
+            prepare_dir(self.out_dir, self.rank, self.world_size, self._state, meta)
         except OSError as e:
             warnings.warn(
                 f"laggard tracer (rank {self.rank}): cannot write the trace to {self.out_dir} "
@@ -204,7 +187,18 @@ class Tracer(CommMixin):
                 stacklevel=2,
             )
             return
+        self._init_pages(page_ops, num_pages)
+        self._init_writer(name, meta, flush_interval_s=flush_interval_s, monitor_url=monitor_url, token=token,
+                          monitor_job=monitor_job)
+        self._start_gc(record_gc=record_gc, gc_min_us=gc_min_us,
+                       code=self._code("gc", "other", "cpu" if use_cuda else self._main_stream))
+        self._pool: list[_OpCtx] = []
+        self._enabled = True
+        self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
+        _signals.register(self, handle_signals=handle_signals)
+        self._flight = flight.attach(self, flight_watchdog_s)
 
+    def _init_pages(self, page_ops: int, num_pages: int) -> None:
         # pages: preallocated, recycled by the writer; the training thread never allocates one
         self._free: queue.SimpleQueue[tuple[np.ndarray, np.ndarray]] = queue.SimpleQueue()
         for _ in range(num_pages):
@@ -231,6 +225,11 @@ class Tracer(CommMixin):
         self._groups: list[str] = []
         self._group_code: dict[str, int] = {}
         self._pg_labels: dict[int, str] = {}
+
+    def _init_writer(self, name: str, meta: dict[str, Any], *, flush_interval_s: float, monitor_url: str | None,
+                     token: str | None, monitor_job: str | None) -> None:
+        """The background shard writer, and the live-monitor stream beside it when asked."""
+        assert self.out_dir is not None
         self._flush_interval_ns = int(flush_interval_s * 1e9)
         self._last_flush_ns = self._clock()
         self._writer = ShardWriter(self.out_dir, rank=self.rank, layout=self.layout, offset_ns=self.sync.offset_ns,
@@ -240,21 +239,8 @@ class Tracer(CommMixin):
             from laggard.tracer.stream import attach
 
             self._stream = attach(self._writer, monitor_url, token, job_id=monitor_job or name, rank=self.rank,
-                                  meta=_job_meta(name, layouts, self.world_size, self.sync, use_cuda,
-                                                 meta_extra or {}).to_json(), trace_dir=self.out_dir)
+                                  meta=meta, trace_dir=self.out_dir)
             self._flush_interval_ns = min(self._flush_interval_ns, 1_000_000_000)  # a page a second at most
-        self._gc_code = self._code("gc", "other", "cpu" if use_cuda else self._main_stream)
-        self._gc_t0 = 0
-        self._gc_min_ns = int(gc_min_us * 1000)
-        self._gc_in_step = False
-        self._record_gc = record_gc
-        if record_gc:
-            gc.callbacks.append(self._on_gc)
-        self._pool: list[_OpCtx] = []
-        self._enabled = True
-        self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
-        _signals.register(self, handle_signals=handle_signals)
-        self._flight = flight.attach(self, flight_watchdog_s)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -314,14 +300,6 @@ class Tracer(CommMixin):
         self._rec(code, microbatch, int(start_ns), int(dur_ns), -1, self._cpu_aux())
         self._excl_ns += int(dur_ns)
 
-    def record_gc(self, start_ns: int, dur_ns: int, generation: int = 2) -> None:
-        """Record a garbage collection timed by someone else (e.g. a planned-GC hook).
-
-        With ``record_gc=True`` (default) the tracer already sees every collection through
-        ``gc.callbacks``; use this only for collections it cannot see, or trace with record_gc=False.
-        """
-        self.record("gc", start_ns, dur_ns, kind="other")
-
     def data(self, iterable: Iterable[Any], *, name: str = "data-wait") -> Iterator[Any]:
         """Wrap a DataLoader (any iterable): the wait for each item is recorded as an op."""
         it = iter(iterable)
@@ -362,8 +340,7 @@ class Tracer(CommMixin):
         if not self._enabled:
             return
         self._enabled = self._plain = False
-        if self._record_gc and self._on_gc in gc.callbacks:
-            gc.callbacks.remove(self._on_gc)
+        self._stop_gc()
         if self._cuda is not None:
             self._cuda.torch.cuda.synchronize()
             self._resolve_cuda()
@@ -466,14 +443,7 @@ class Tracer(CommMixin):
             self._write(step, *args, aux)
 
     def _end_step(self, *, flush: bool = True) -> None:
-        if self._gcq:
-            self._drain_gc()
-        if self._record_gc and not self._gc_in_step:
-            # no collection in this step: a zero-length gc op says so. GC is a cost of every step;
-            # ideal GC (the mean per gc op) is then that cost spread evenly over ranks and steps,
-            # and pauses that hit some ranks only show as straggling (S_t of gc above 1)
-            self._rec(self._gc_code, -1, self._clock(), 0, -1, self._cpu_aux())
-        self._gc_in_step = False
+        self._end_step_gc()
         self._in_step = False
         self._room = 0
         self._seqs.clear()
@@ -489,22 +459,6 @@ class Tracer(CommMixin):
         if self._cuda is None:
             return None
         return (-1, -1, -1, -1, self._add_side(Side(replace_chain=True, deps=[])))
-
-    def _drain_gc(self) -> None:
-        q = self._gcq
-        while q:
-            t0, dur, _gen = q.popleft()
-            if dur >= self._gc_min_ns:
-                self._rec(self._gc_code, -1, t0, dur, -1, self._cpu_aux())
-                self._excl_ns += dur
-                self._gc_in_step = self._in_step
-
-    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
-        # may run in any thread and in the middle of a record: only queue it (deque appends are atomic)
-        if phase == "start":
-            self._gc_t0 = self._clock()
-        else:
-            self._gcq.append((self._gc_t0, self._clock() - self._gc_t0, info.get("generation", -1)))
 
     def _comm_aux(self, label: str, peer: int, size_bytes: int | None) -> tuple:
         gcode = self._group_code.get(label)
