@@ -180,6 +180,66 @@ def synthesize(cfg: SynthConfig, injections: list[Injection] | None = None) -> J
     return synthesize_with_truth(cfg, injections).job
 
 
+@dataclass(kw_only=True, slots=True)
+class _OpMasks:
+    """Per op of a synthetic job: what the injections select on."""
+
+    is_fwd: np.ndarray
+    is_comp: np.ndarray
+    rank: np.ndarray
+    pp: np.ndarray
+    peer: np.ndarray
+    kind: np.ndarray
+
+
+def _documents(num_slots: int, sigma: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(document lengths per microbatch slot, tokens per slot, each slot's relative compute cost)."""
+    docs = np.full((num_slots, DOCS_PER_MICROBATCH), float(MEAN_DOC_TOKENS))
+    if sigma > 0:
+        docs = MEAN_DOC_TOKENS * rng.lognormal(-0.5 * sigma**2, sigma, size=docs.shape)
+    docs = np.maximum(np.round(docs), 1)
+    sq, lin = (docs**2).sum(axis=1), docs.sum(axis=1)
+    cost = ATTENTION_SHARE * sq / (DOCS_PER_MICROBATCH * MEAN_DOC_TOKENS**2) + (1 - ATTENTION_SHARE) * lin / (
+        DOCS_PER_MICROBATCH * MEAN_DOC_TOKENS
+    )
+    return docs, lin, cost / cost.mean()  # imbalance moves work between microbatches; the total stays the same
+
+
+def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.ndarray, w: np.ndarray,
+            launch_gap: np.ndarray, cost: np.ndarray, rng: np.random.Generator
+            ) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One cause applied to the op durations ``w`` (s) and launch gaps; returns them and its truth."""
+    rec = inj.to_json()
+    if inj.cause == "slow-worker":
+        r = int(inj["rank"])
+        if r not in worker_rank:
+            raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: 0..{worker_rank[-1]} step {cfg.tp})")
+        w = np.where(ops.is_comp & (ops.rank == r), w * inj["factor"], w)
+        wi = int(np.flatnonzero(worker_rank == r)[0])
+        rec["workers"] = [{"rank": r, "dp_rank": wi // cfg.pp, "stage": wi % cfg.pp}]
+    elif inj.cause == "heavy-last-stage":
+        w = np.where(ops.is_comp & (ops.pp == cfg.pp - 1), w * inj["factor"], w)
+        rec["stages"] = [cfg.pp - 1]
+    elif inj.cause == "seqlen-imbalance":
+        rec["imbalance"] = float(cost.reshape(-1, cfg.microbatches).max(axis=1).mean() / cost.mean())
+    elif inj.cause == "gc-pauses":
+        hit = ops.is_fwd & (rng.random(len(w)) < inj["prob"])
+        w = np.where(hit, w + inj["pause_ms"] * 1e-3, w)
+        rec["num_pauses"] = int(hit.sum())
+        rec["ranks"] = sorted({int(x) for x in ops.rank[hit]})
+    elif inj.cause == "slow-link":
+        src, dst = int(inj["src"]), int(inj["dst"])
+        link = (((ops.kind == "p2p_send") & (ops.rank == src) & (ops.peer == dst))
+                | ((ops.kind == "p2p_recv") & (ops.rank == dst) & (ops.peer == src)))
+        if not link.any():
+            raise LaggardError(f"--inject {inj.spec()}: ranks {src} and {dst} exchange no p2p data (not adjacent stages of one DP rank)")
+        w = np.where(link, w + inj["delay_ms"] * 1e-3, w)
+        rec["link"] = [src, dst]
+    elif inj.cause == "launch-delay":
+        launch_gap = np.where(ops.is_comp, inj["ms"] * 1e-3, launch_gap)
+    return w, launch_gap, rec
+
+
 def synthesize_with_truth(cfg: SynthConfig, injections: list[Injection] | None = None) -> Synthetic:
     """The job and its ground truth: which causes were injected where, and how strongly."""
     import pyarrow as pa
@@ -202,10 +262,8 @@ def synthesize_with_truth(cfg: SynthConfig, injections: list[Injection] | None =
         w = w * rng.lognormal(-0.5 * cfg.jitter**2, cfg.jitter, size=n)
 
     name_t = np.array(tpl.name)
-    t_idx = np.tile(np.arange(num_t), len(inst_step))
     is_fwd = np.tile(name_t == "forward-compute", len(inst_step))
     is_comp = is_fwd | np.tile(name_t == "backward-compute", len(inst_step))
-    rank, pp = cols["rank"], cols["pp_rank"]
     mb = cols["microbatch"]
     inst = np.repeat(np.arange(len(inst_step)), num_t)
     truth: dict = {"config": {k: getattr(cfg, k) for k in ("dp", "pp", "vpp", "tp", "microbatches", "steps", "seed", "jitter")},
@@ -214,51 +272,15 @@ def synthesize_with_truth(cfg: SynthConfig, injections: list[Injection] | None =
     # document lengths per (instance, microbatch): constant unless seqlen-imbalance
     num_mb_slots = len(inst_step) * cfg.microbatches
     sigma = next((i["sigma"] for i in injections if i.cause == "seqlen-imbalance"), 0.0)
-    docs = np.full((num_mb_slots, DOCS_PER_MICROBATCH), float(MEAN_DOC_TOKENS))
-    if sigma > 0:
-        docs = MEAN_DOC_TOKENS * rng.lognormal(-0.5 * sigma**2, sigma, size=docs.shape)
-    docs = np.maximum(np.round(docs), 1)
-    sq, lin = (docs**2).sum(axis=1), docs.sum(axis=1)
-    cost = ATTENTION_SHARE * sq / (DOCS_PER_MICROBATCH * MEAN_DOC_TOKENS**2) + (1 - ATTENTION_SHARE) * lin / (
-        DOCS_PER_MICROBATCH * MEAN_DOC_TOKENS
-    )
-    cost = cost / cost.mean()  # imbalance moves work between microbatches; the total stays the same
+    docs, lin, cost = _documents(num_mb_slots, sigma, rng)
     slot = np.where(is_comp, inst * cfg.microbatches + np.maximum(mb, 0), 0)
     w = np.where(is_comp, w * cost[slot], w)
     launch_gap = np.zeros(n)
-
+    ops = _OpMasks(is_fwd=is_fwd, is_comp=is_comp, rank=cols["rank"], pp=cols["pp_rank"], peer=cols["peer"],
+                   kind=np.tile(np.array(tpl.kind), len(inst_step)))
     for inj in injections:
-        rec = inj.to_json()
-        if inj.cause == "slow-worker":
-            r = int(inj["rank"])
-            if r not in worker_rank:
-                raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: 0..{worker_rank[-1]} step {cfg.tp})")
-            w = np.where(is_comp & (rank == r), w * inj["factor"], w)
-            wi = int(np.flatnonzero(worker_rank == r)[0])
-            rec["workers"] = [{"rank": r, "dp_rank": wi // cfg.pp, "stage": wi % cfg.pp}]
-        elif inj.cause == "heavy-last-stage":
-            w = np.where(is_comp & (pp == cfg.pp - 1), w * inj["factor"], w)
-            rec["stages"] = [cfg.pp - 1]
-        elif inj.cause == "seqlen-imbalance":
-            rec["imbalance"] = float(cost.reshape(-1, cfg.microbatches).max(axis=1).mean() / cost.mean())
-        elif inj.cause == "gc-pauses":
-            hit = is_fwd & (rng.random(n) < inj["prob"])
-            w = np.where(hit, w + inj["pause_ms"] * 1e-3, w)
-            rec["num_pauses"] = int(hit.sum())
-            rec["ranks"] = sorted({int(x) for x in rank[hit]})
-        elif inj.cause == "slow-link":
-            src, dst = int(inj["src"]), int(inj["dst"])
-            kind = np.tile(np.array(tpl.kind), len(inst_step))
-            peer = cols["peer"]
-            link = ((kind == "p2p_send") & (rank == src) & (peer == dst)) | ((kind == "p2p_recv") & (rank == dst) & (peer == src))
-            if not link.any():
-                raise LaggardError(f"--inject {inj.spec()}: ranks {src} and {dst} exchange no p2p data (not adjacent stages of one DP rank)")
-            w = np.where(link, w + inj["delay_ms"] * 1e-3, w)
-            rec["link"] = [src, dst]
-        elif inj.cause == "launch-delay":
-            launch_gap = np.where(is_comp, inj["ms"] * 1e-3, launch_gap)
+        w, launch_gap, rec = _inject(inj, cfg, ops, worker_rank, w, launch_gap, cost, rng)
         truth["injections"].append(rec)
-    del t_idx
 
     cols["num_tokens"] = np.where(is_comp, lin[slot], 0).astype(np.int64)
     cols["start_ns"] = np.zeros(n, dtype=np.int64)
