@@ -249,8 +249,7 @@ def partition_cmd(
     """Propose a cost-aware pipeline split (exact min-max) and predict its step time with a what-if replay."""
     import numpy as np
 
-    from laggard.mitigate.partition import describe_split, even_counts, layer_costs_from_stages, split_stages
-    from laggard.ops import LaggardError
+    from laggard.mitigate.partition import describe_split, layer_costs_from_stages, split_stages
 
     job = _load(path, fmt, meta, steps)
     measured = stage_compute_s(job)
@@ -258,21 +257,7 @@ def partition_cmd(
     if slow:  # a slow worker is not its layers: size each stage by its typical replica
         measured = np.nanmedian(stage_replicas_s(job), axis=1)
     p_old = len(measured)
-    if layers_per_stage is None and num_layers is None and job.meta.extra.get("layers_per_stage"):
-        layers_per_stage = ",".join(str(x) for x in job.meta.extra["layers_per_stage"])
-    if layers_per_stage is not None:
-        per_stage = _parse_counts(layers_per_stage)
-        if len(per_stage) != p_old:
-            raise LaggardError(f"--layers-per-stage gives {len(per_stage)} stages; the trace has {p_old}")
-    else:
-        n = num_layers if num_layers is not None else job.meta.extra.get("num_layers")
-        if n is None:
-            raise LaggardError(f"{path}: the trace does not record how many layers the model has (job metadata "
-                               "num_layers or layers_per_stage): give --num-layers N (the model's decoder layers) "
-                               "or --layers-per-stage A,B,... (the layers each stage holds now)")
-        if not isinstance(n, int) or n < p_old:
-            raise LaggardError(f"--num-layers must be an integer >= the trace's {p_old} stages, got {n!r}")
-        per_stage = even_counts(n, p_old)
+    per_stage = _layers_per_stage(job, path, p_old, num_layers, layers_per_stage)
     p_new = p_old if stages is None else stages
     costs, kinds = layer_costs_from_stages(measured, per_stage, embedding=not no_embedding, loss=not no_loss)
     old_counts = list(per_stage)
@@ -297,6 +282,37 @@ def partition_cmd(
                             "changes": [f"scale stage={s} compute x{f:.4g}" for s, f in enumerate(factors)]}
     if _dump(result, json_out):
         return
+    _print_partition(path, slow=slow, measured=measured, costs=costs, current=current, proposed=proposed,
+                     whatif=result["whatif"], model_speedup=model_speedup, no_embedding=no_embedding, no_loss=no_loss,
+                     p_old=p_old, p_new=p_new)
+
+
+def _layers_per_stage(job: Any, path: Any, p_old: int, num_layers: int | None, layers_per_stage: str | None) -> list[int]:
+    """The decoder layers each stage of the trace holds: given, from the job's metadata, or an even
+    split of the model's layers; asks for exactly what it lacks."""
+    from laggard.mitigate.partition import even_counts
+    from laggard.ops import LaggardError
+
+    if layers_per_stage is None and num_layers is None and job.meta.extra.get("layers_per_stage"):
+        layers_per_stage = ",".join(str(x) for x in job.meta.extra["layers_per_stage"])
+    if layers_per_stage is not None:
+        per_stage = _parse_counts(layers_per_stage)
+        if len(per_stage) != p_old:
+            raise LaggardError(f"--layers-per-stage gives {len(per_stage)} stages; the trace has {p_old}")
+        return per_stage
+    n = num_layers if num_layers is not None else job.meta.extra.get("num_layers")
+    if n is None:
+        raise LaggardError(f"{path}: the trace does not record how many layers the model has (job metadata "
+                           "num_layers or layers_per_stage): give --num-layers N (the model's decoder layers) "
+                           "or --layers-per-stage A,B,... (the layers each stage holds now)")
+    if not isinstance(n, int) or n < p_old:
+        raise LaggardError(f"--num-layers must be an integer >= the trace's {p_old} stages, got {n!r}")
+    return even_counts(n, p_old)
+
+
+def _print_partition(path: Any, *, slow: list[dict[str, Any]], measured: Any, costs: Any, current: Any, proposed: Any,
+                     whatif: dict[str, Any] | None, model_speedup: float, no_embedding: bool, no_loss: bool,
+                     p_old: int, p_new: int) -> None:
     for w in slow:
         who = f"rank {w['rank']} (dp{w['dp_rank']})" if w["rank"] is not None else f"dp rank {w['dp_rank']}"
         typer.echo(f"note: stage {w['stage']} is slow because of one worker, not its layers: {who} computes "
@@ -312,7 +328,7 @@ def partition_cmd(
     typer.echo(f"proposed: {proposed.counts} layers per stage  layout {proposed.layout!r}  "
                f"bottleneck {proposed.max_cost * 1e3:.2f} ms  (split points {proposed.split_points})")
     typer.echo(f"  --pipeline-model-parallel-layout \"{proposed.layout}\"")
-    w = result["whatif"]
+    w = whatif
     if w is not None:
         typer.echo(f"predicted step time (what-if replay, each stage's compute scaled): {w['T_s'] * 1e3:.2f} ms -> "
                    f"{w['T_new_s'] * 1e3:.2f} ms, speed-up {w['speedup']:.3f}x")
