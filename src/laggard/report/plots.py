@@ -13,7 +13,7 @@ import functools
 import io
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -306,6 +306,40 @@ def per_step_svg(
     return figure_svg(fig, prefix)
 
 
+def _label_bars(ax: Any, labels: Sequence[str], v: np.ndarray, *, horizontal: bool, annotate: bool, span: float,
+                font_size: float) -> None:
+    """Each bar's value at its end, or (too many bars) the three highest with their labels."""
+    if annotate:
+        align = {"va": "center"} if horizontal else {"ha": "center", "va": "bottom"}
+        for p, val in enumerate(v):
+            if np.isfinite(val):
+                end = max(val, 1.0) + (0.008 if horizontal else 0.01) * span
+                ax.text(*((end, p) if horizontal else (p, end)), f"{val:.3f}", fontsize=font_size, color=INK, **align)
+    elif len(v):
+        # too many bars to label them all: label the three highest
+        for p in np.argsort(-np.where(np.isfinite(v), v, -np.inf), kind="stable")[:3]:
+            if np.isfinite(v[p]) and v[p] > 1.0:
+                xy = (v[p], p) if horizontal else (p, v[p])
+                ax.annotate(f"{labels[p]}: {v[p]:.3f}", xy, xytext=(4, 2), textcoords="offset points",
+                            fontsize=7.5, color=INK, va="bottom" if not horizontal else "center")
+
+
+def _bars_legend(ax: Any, legend: Mapping[str, str] | None, reference_label: str) -> None:
+    """Colour patches for ``legend`` and the dotted reference line, above the axes."""
+    handles: list = []
+    if legend:
+        from matplotlib.patches import Patch
+
+        handles = [Patch(facecolor=c, label=lab) for c, lab in legend.items()]
+    if reference_label:
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], color=INK, linestyle=":", linewidth=0.9, label=reference_label))
+    if handles:
+        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=len(handles),
+                  borderaxespad=0.2)
+
+
 @styled
 def bars_svg(
     labels: Sequence[str],
@@ -370,31 +404,8 @@ def bars_svg(
         (ax.set_ylabel if horizontal else ax.set_xlabel)(category_label)
     ax.grid(True, axis="x" if horizontal else "y", color=GRID, linewidth=0.6)
     ax.tick_params(axis="y" if horizontal else "x", length=0)
-    if annotate:
-        align = {"va": "center"} if horizontal else {"ha": "center", "va": "bottom"}
-        for p, val in zip(pos, v, strict=True):
-            if np.isfinite(val):
-                end = max(val, 1.0) + (0.008 if horizontal else 0.01) * span
-                ax.text(*((end, p) if horizontal else (p, end)), f"{val:.3f}", fontsize=label_fs, color=INK, **align)
-    if not annotate and n:
-        # too many bars to label them all: label the three highest
-        for p in np.argsort(-np.where(np.isfinite(v), v, -np.inf), kind="stable")[:3]:
-            if np.isfinite(v[p]) and v[p] > 1.0:
-                xy = (v[p], p) if horizontal else (p, v[p])
-                ax.annotate(f"{labels[p]}: {v[p]:.3f}", xy, xytext=(4, 2), textcoords="offset points",
-                            fontsize=7.5, color=INK, va="bottom" if not horizontal else "center")
-    handles: list = []
-    if legend:
-        from matplotlib.patches import Patch
-
-        handles = [Patch(facecolor=c, label=lab) for c, lab in legend.items()]
-    if reference is not None and reference_label:
-        from matplotlib.lines import Line2D
-
-        handles.append(Line2D([], [], color=INK, linestyle=":", linewidth=0.9, label=reference_label))
-    if handles:
-        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=len(handles),
-                  borderaxespad=0.2)
+    _label_bars(ax, labels, v, horizontal=horizontal, annotate=annotate, span=span, font_size=label_fs)
+    _bars_legend(ax, legend, reference_label if reference is not None else "")
     return figure_svg(fig, prefix)
 
 
