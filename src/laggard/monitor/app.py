@@ -29,10 +29,15 @@ COOKIE = "laggard_token"
 
 def create_app(collector: Collector, token: str) -> FastAPI:
     app = FastAPI(title="laggard monitor", docs_url=None, redoc_url=None, openapi_url=None)
-    limit = collector.cfg.max_body_bytes
-
     app.add_middleware(_Guard, token=token)
+    _error_handlers(app)
+    _job_routes(app, collector)
+    _admin_routes(app, collector)
+    return app
 
+
+def _error_handlers(app: FastAPI) -> None:
+    """Errors a client can cause, as 4xx with ``{"detail": reason}``."""
     @app.exception_handler(UnknownJob)
     async def _unknown(_: Request, e: UnknownJob) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=404)
@@ -55,32 +60,16 @@ def create_app(collector: Collector, token: str) -> FastAPI:
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"detail": e.detail}, status_code=e.status_code)
 
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise HTTPException(413, f"body of {int(declared)} bytes is over the limit of {limit} bytes")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise HTTPException(413, f"body over the limit of {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
 
-    async def read_json(request: Request) -> Any:
-        body = await read_body(request)
-        try:
-            return json.loads(body)
-        except ValueError as e:
-            raise HTTPException(400, f"body is not JSON ({e})") from None
-
+def _job_routes(app: FastAPI, collector: Collector) -> None:
+    """Ingest and the jobs: their state, control, dumps, analyses and step timelines."""
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"ok": True}
 
     @app.post("/api/v1/ops")
     async def ingest(request: Request) -> Response:
-        body = await read_body(request)
+        body = await read_body(request, collector.cfg.max_body_bytes)
         # a worker thread: the store write blocks until durable; the answer skips FastAPI's encoder
         ans = await run_in_threadpool(collector.ingest, body)
         return Response(orjson.dumps(ans), media_type="application/json")
@@ -95,7 +84,7 @@ def create_app(collector: Collector, token: str) -> FastAPI:
 
     @app.patch("/api/v1/jobs/{job_id}")
     async def control(job_id: str, request: Request) -> dict[str, Any]:
-        d = await read_json(request)
+        d = await read_json(request, collector.cfg.max_body_bytes)
         if not isinstance(d, dict) or set(d) != {"tracing"} or not isinstance(d["tracing"], bool):
             raise HTTPException(422, 'expected {"tracing": true|false}')
         collector.set_tracing(job_id, d["tracing"])
@@ -123,13 +112,16 @@ def create_app(collector: Collector, token: str) -> FastAPI:
             raise HTTPException(404, f"step {step} of job {job_id!r} is not in memory (only the current window is)")
         return {"step": step, "ops": ops}
 
+
+def _admin_routes(app: FastAPI, collector: Collector) -> None:
+    """Alert rules, alerts, Prometheus metrics and the dashboard."""
     @app.get("/api/v1/rules")
     def rules() -> list[dict[str, Any]]:
         return [r.to_json() for r in collector.rules]
 
     @app.put("/api/v1/rules")
     async def put_rules(request: Request) -> list[dict[str, Any]]:
-        return [r.to_json() for r in collector.set_rules(await read_json(request))]
+        return [r.to_json() for r in collector.set_rules(await read_json(request, collector.cfg.max_body_bytes))]
 
     @app.get("/api/v1/alerts")
     def alerts(job: str | None = None) -> list[dict[str, Any]]:
@@ -147,7 +139,28 @@ def create_app(collector: Collector, token: str) -> FastAPI:
             resp.set_cookie(COOKIE, request.query_params["token"], httponly=True, samesite="strict")
         return resp
 
-    return app
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) past ``limit`` bytes, declared or streamed."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"body of {int(declared)} bytes is over the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"body over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON (400 when it is not)."""
+    body = await read_body(request, limit)
+    try:
+        return json.loads(body)
+    except ValueError as e:
+        raise HTTPException(400, f"body is not JSON ({e})") from None
 
 
 class _Guard:
