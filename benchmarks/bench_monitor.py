@@ -110,27 +110,6 @@ def generator(url: str, ranks: list[int], duration_s: float, threads: int, out: 
     Path(out).write_text(json.dumps({"lat": lat, "ops": ops[0], "per": per, "t_start": t_start, "t_end": time.time()}))
 
 
-def _rss_peak_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _children(pid: int) -> list[int]:
-    """The process's child processes (the collector's analysis process among them)."""
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out += [int(x) for x in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
 def _ingest(tmp: Path) -> dict:
     from tests.monitor_helpers import Server  # noqa: PLC0415 (the same helper the tests use)
 
@@ -146,8 +125,10 @@ def _ingest(tmp: Path) -> dict:
         res = [json.loads((tmp / f"gen{i}.json").read_text()) for i in range(2)]
         wall = max(r["t_end"] for r in res) - min(r["t_start"] for r in res)  # from the first post to the last
         detail = srv.request("GET", "/api/v1/jobs/bench")[1]
-        rss_kib = _rss_peak_kib(srv.proc.pid)
-        child_rss_kib = sum(_rss_peak_kib(c) for c in _children(srv.proc.pid))  # the analysis process
+        from proctree import children_of, status_kib
+
+        rss_kib = status_kib(srv.proc.pid, "VmHWM")
+        child_rss_kib = sum(status_kib(c, "VmHWM") for c in children_of(srv.proc.pid))  # the analysis process
         status, metrics = srv.request("GET", "/metrics")
         if status != 200:
             raise RuntimeError(f"/metrics: {status} {metrics}")

@@ -24,14 +24,20 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def _rss_kb(pid: int) -> int:
+def status_kib(pid: int, field: str = "VmRSS") -> int:
+    """A memory figure of /proc/PID/status in KiB (VmRSS now, VmHWM the peak); 0 once it is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def children_of(pid: int) -> list[int]:
+    """The process's child processes."""
+    return _children().get(pid, [])
 
 
 def tree_rss_kb(root: int) -> tuple[int, int, int]:
@@ -42,7 +48,7 @@ def tree_rss_kb(root: int) -> tuple[int, int, int]:
         p = todo.pop()
         pids.append(p)
         todo.extend(kids.get(p, []))
-    rss = [_rss_kb(p) for p in pids]
+    rss = [status_kib(p) for p in pids]
     return sum(rss), max(rss, default=0), len(pids)
 
 
