@@ -125,6 +125,7 @@ def _ingest(tmp: Path) -> dict:
         res = [json.loads((tmp / f"gen{i}.json").read_text()) for i in range(2)]
         wall = max(r["t_end"] for r in res) - min(r["t_start"] for r in res)  # from the first post to the last
         detail = srv.request("GET", "/api/v1/jobs/bench")[1]
+        sys.path.insert(0, str(HERE))
         from proctree import children_of, status_kib
 
         rss_kib = status_kib(srv.proc.pid, "VmHWM")
