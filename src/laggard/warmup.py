@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from laggard.errors import LaggardError
-from laggard.ops import Job
+from laggard.ops import COMM_KINDS, Job
 
 
 @dataclass(kw_only=True, slots=True)
@@ -29,8 +29,6 @@ class WarmupConfig:
 def typical_compute_s(job: Job) -> tuple[np.ndarray, np.ndarray]:
     """(steps in order, the median over ranks of each rank's non-communication time in the step;
     every op's time where the trace has no other op)."""
-    from laggard.ops import COMM_KINDS
-
     step = job.column("step").astype(np.int64)
     rank = job.column("rank").astype(np.int64)
     dur = job.column("dur_ns").astype(np.float64)
