@@ -91,6 +91,26 @@ def test_kineto_export_reads_back(tmp_path):
     assert res.slowdown < 1.1
 
 
+@pytest.mark.parametrize("pp,cause", [(2, "heavy-stage:stage=1,factor=2"), (4, "heavy-stage:stage=3,factor=1.5"),
+                                      (4, "slow-worker:ranks=5,factor=1.5")])
+def test_gpu_pipeline_profiler_trace_gives_the_simulators_attribution(tmp_path, pp, cause):
+    # a GPU pipeline job as torch.profiler records it: kernel names say nothing of the phase (the
+    # launching CPU op does), 1F1B runs one microbatch's backward and the next one's forward with
+    # no transfer between them. Ground truth: the simulator's own op table of the same run.
+    sim = simulate(SimConfig(dp=2, pp=pp, microbatches=8, steps=3), [parse_cause(cause)])
+    write_kineto(sim, tmp_path)
+    truth = laggard.analyze(to_job(sim), diagnose=False)
+    res = laggard.analyze(laggard.load_job(tmp_path), diagnose=False)
+    assert sorted(res.by_stage) == list(range(pp))
+    for s in range(pp):
+        assert res.by_stage[s] == pytest.approx(truth.by_stage[s], rel=0.03), s
+    assert res.slowdown == pytest.approx(truth.slowdown, rel=0.03)
+    # every stage has one forward and one backward segment per microbatch
+    t = laggard.load_job(tmp_path).table.to_pandas()
+    n = t[t["kind"] == "compute"].groupby(["pp_rank", "name"]).size().unstack()
+    assert (n["gpu-forward"] == 8 * 3 * 2).all() and (n["gpu-backward"] == 8 * 3 * 2).all()
+
+
 @pytest.mark.parametrize("spec,msg", [("bogus", "unknown kind"), ("slow-worker:ranks=a", "not a valid value"),
                                       ("slow-worker:factor=0.5", "factor must be >= 1"), ("gc:prob=2", "prob"),
                                       ("slow-link:src=1,dst=1", "must differ"), ("gc:speed=1", "is not one of")])

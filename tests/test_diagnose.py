@@ -17,6 +17,7 @@ def test_st_top_finding_is_last_stage_imbalance(analyses):
     top = d.findings[0]
     assert top.cause == "stage-imbalance" and top.stages == [3]
     assert "stage 3" in top.evidence and "laggard partition" in top.fix
+    assert top.fix.count("partition") == 1 and "--num-layers N" in top.fix  # the runnable command, once
     assert 0 < top.score <= 1 and top.gain > 1.1
 
 
@@ -46,6 +47,10 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     d = json.loads(out.read_text())
     assert d["verdict"] == "healthy" and d["findings"] == []
     assert run_cli("analyze", ND / "trace-ST.parquet", "-q", "--healthy-threshold", "0.5") == 2
+    # a bad flag is named before any trace is read (not after a long load)
+    capsys.readouterr()
+    assert run_cli("analyze", ND / "no-such-trace.parquet", "-q", "--healthy-threshold", "nan") == 2
+    assert "--healthy-threshold must be a number >= 1" in capsys.readouterr().err
 
 
 def test_fix_share_wording():

@@ -56,9 +56,15 @@ def test_profiler_trace_gives_the_pipeline_and_the_tracers_stage_attribution(job
     # the same job as laggard's own tracer saw it (an independent record of the same run)
     _, t = _analyse(job_dirs["trace"])
     assert max(t.by_stage, key=t.by_stage.get) == 1
-    # issue 13 asks for 5%; measured 4.7% and 5.8% on two runs here: the profiler's per-op overhead
-    # (step time +20%) weighs more on the light stage, so 10% is what holds on a busy machine
-    assert a.by_stage[1] == pytest.approx(t.by_stage[1], rel=0.10)
+    # issue 13: within 5% (measured 0.4-3.7% over eight runs: the profiler's per-op overhead and
+    # its untraced gaps weigh a little more on the heavy stage)
+    assert a.by_stage[1] == pytest.approx(t.by_stage[1], rel=0.05)
+    assert a.slowdown == pytest.approx(t.slowdown, rel=0.05)
+    # each stage runs one forward and one backward per microbatch: cut where the phase changes,
+    # the profiler's segments are those units of work on every stage
+    tab = job.table.to_pandas()
+    n = tab[tab["kind"] == "compute"].groupby(["pp_rank", "name"]).size().unstack()
+    assert (n["cpu-forward"] == 4 * 6 * 2).all() and (n["cpu-backward"] == 4 * 6 * 2).all()
     assert a.to_json()["meta"]["layout"]["pp"] == 2
 
 

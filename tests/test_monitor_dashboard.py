@@ -13,7 +13,6 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch", reason="the demo job needs torch")
-CHROMIUM = "/usr/bin/chromium"
 
 from tests.monitor_helpers import TOKEN, Server, free_port  # noqa: E402
 
@@ -34,33 +33,30 @@ def demo_db(tmp_path_factory) -> Path:
 
 
 def test_dashboard_shows_the_slow_worker(demo_db, tmp_path):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (`make test` installs Debian's chromium as root)")
-    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    from laggard.report.browser import find_chromium, open_page
+
+    exe, why = find_chromium()
+    if exe is None:
+        pytest.skip(why)
     # the demo's collector is gone: a new one on the same database (restart keeps the data)
     srv = Server(str(demo_db), tmp_path).start()
     try:
         jobs = srv.wait_for(lambda js: js and js[0]["window"] is not None, "/api/v1/jobs")
         job = jobs[0]
         assert job["num_ranks"] == 4 and job["id"].startswith("demo-")
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1100})
-                page.goto(f"{srv.url}/?token={TOKEN}")
-                page.wait_for_selector("#heatmap rect.cell", timeout=30_000)
-                page.wait_for_selector("#topcur tbody tr", timeout=30_000)
-                page.wait_for_selector("#timeline rect", timeout=30_000)
-                cells = page.eval_on_selector_all(
-                    "#heatmap rect.cell", "els => els.map(e => [+e.dataset.rank, +e.dataset.slowdown])")
-                top = page.eval_on_selector_all("#topcur tbody tr", "els => els.map(e => +e.dataset.rank)")
-                title = page.inner_text("#title")
-                shot = tmp_path / "dashboard.png"
-                page.screenshot(path=str(shot), full_page=True)
-                if os.environ.get("LAGGARD_SCREENSHOT"):
-                    shutil.copy(shot, os.environ["LAGGARD_SCREENSHOT"])
-            finally:
-                browser.close()
+        with open_page(viewport={"width": 1400, "height": 1100}) as page:
+            page.goto(f"{srv.url}/?token={TOKEN}")
+            page.wait_for_selector("#heatmap rect.cell")
+            page.wait_for_selector("#topcur tbody tr")
+            page.wait_for_selector("#timeline rect")
+            cells = page.eval_on_selector_all(
+                "#heatmap rect.cell", "els => els.map(e => [+e.dataset.rank, +e.dataset.slowdown])")
+            top = page.eval_on_selector_all("#topcur tbody tr", "els => els.map(e => +e.dataset.rank)")
+            title = page.inner_text("#title")
+            shot = tmp_path / "dashboard.png"
+            page.screenshot(path=str(shot), full_page=True)
+            if os.environ.get("LAGGARD_SCREENSHOT"):
+                shutil.copy(shot, os.environ["LAGGARD_SCREENSHOT"])
     finally:
         srv.stop()
     assert len(cells) == 4

@@ -4,11 +4,11 @@ the diagnosis; the CLI and ``laggard.analyze`` call this."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import TYPE_CHECKING
 
-from laggard.ops import LaggardError, LaggardWarning
+from laggard.errors import check_healthy_threshold
+from laggard.ops import LaggardWarning
 
 if TYPE_CHECKING:
     from laggard.diagnose import DiagnoseConfig
@@ -27,8 +27,7 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
     from laggard.warmup import skip_warmup
     from laggard.whatif import analyze as whatif_analyze
 
-    if not (math.isfinite(healthy_threshold) and healthy_threshold >= 1.0):
-        raise LaggardError(f"--healthy-threshold must be a number >= 1 (got {healthy_threshold})")
+    check_healthy_threshold(healthy_threshold)
     job, skipped = skip_warmup(job, skip_steps)
     note = None
     if skipped:
@@ -51,7 +50,9 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
             if f.whatif:
                 f.command = whatif_command(job.load_args, f.whatif)
             if f.cause == "stage-imbalance":
-                f.fix += "; " + partition_hint(job)
+                from laggard.diagnose.stage import PARTITION_HINT
+
+                f.fix = f.fix.replace(" " + PARTITION_HINT, "") + "; " + partition_hint(job)
         for w in caught:
             if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
                 res.warnings.append(str(w.message))

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from click import exceptions as click_exc
 
-from laggard.errors import LaggardError, LaggardWarning, check_output
+from laggard.errors import LaggardError, LaggardWarning, check_healthy_threshold, check_output
 
 app = typer.Typer(
     name="laggard",
@@ -64,6 +64,7 @@ def analyze(
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
     if skip_steps is not None and skip_steps < 0:
         raise LaggardError(f"--skip-steps must be >= 0 (got {skip_steps})")
+    check_healthy_threshold(healthy_threshold)  # before the (slow) load
     for flag, out in (("--json", json_out), ("--html", html_out), ("--perfetto", perfetto_out)):
         check_output(out, flag)
     if html_out is not None and perfetto_out is None:

@@ -60,6 +60,14 @@ def check_seed(seed: object, flag: str = "--seed") -> int:
     return value
 
 
+def check_healthy_threshold(value: float, flag: str = "--healthy-threshold") -> None:
+    """A slowdown below which a job is called healthy: a finite number >= 1."""
+    import math
+
+    if not (math.isfinite(value) and value >= 1.0):
+        raise LaggardError(f"{flag} must be a number >= 1 (got {value})")
+
+
 def check_job_size(num_ops: int, max_ops: int, sizes: str) -> None:
     """A generated job must fit in memory: ``sizes`` names the flags that make it (for the message)."""
     if num_ops > max_ops:

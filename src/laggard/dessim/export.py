@@ -41,6 +41,12 @@ _NCCL_NAME = {"collective": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "p2p_sen
 _COLL_NAME = {"params-all-gather": "_allgather_base", "grads-reduce-scatter": "_reduce_scatter_base",
               "embedding-grads-all-reduce": "allreduce", "optimizer-clip-main-grad": "allreduce"}
 _STREAM_TID = {"compute": 7, "p2p-send": 20, "p2p-recv": 21, "dp-comm": 24}
+# compute kernels as a profiler shows them: the kernel's name says nothing of the phase, the CPU op
+# that launched it does (forward on the main thread, backward on autograd's thread, the optimizer step)
+_KERNEL = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+_LAUNCHER = {"forward-compute": ("cpu_op", "aten::linear", 1),
+             "backward-compute": ("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 2),
+             "optimizer": ("user_annotation", "Optimizer.step#FusedAdam.step", 1)}
 
 
 def write_kineto(sim: SimOps, out_dir: str | Path) -> list[Path]:
@@ -74,12 +80,17 @@ def write_kineto(sim: SimOps, out_dir: str | Path) -> list[Path]:
             for i in in_step.tolist():
                 corr += 1
                 kind, name = c["kind"][i], c["name"][i]
-                # the launch sits at the op's start on the host thread (inside its step window)
-                ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                # the launch sits at the op's start on a host thread (inside its step window)
+                tid = 1
+                if kind == "compute":
+                    cat, op, tid = _LAUNCHER.get(name, ("cpu_op", "aten::mm", 1))
+                    ev.append({"ph": "X", "cat": cat, "name": op, "pid": 1, "tid": tid, "ts": float(start_us[i]) - 3.0,
+                               "dur": 2.5})
+                ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid,
                            "ts": float(start_us[i]) - 2.0, "dur": 1.0, "args": {"correlation": corr}})
                 args: dict[str, Any] = {"correlation": corr, "stream": _STREAM_TID[c["stream"][i]], "device": 0}
                 if kind == "compute":
-                    kname = f"sm90_xmma_gemm_{name}"
+                    kname = _KERNEL
                 else:
                     kname = _NCCL_NAME[kind]
                     g = c["group"][i]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from laggard.errors import LaggardError
+from laggard.errors import LaggardError, check_healthy_threshold
 
 
 @dataclass(kw_only=True, slots=True)
@@ -34,8 +34,7 @@ class FleetConfig:
     inflight_per_worker: int = 2
 
     def __post_init__(self) -> None:
-        if not self.healthy_threshold >= 1.0:
-            raise LaggardError(f"--healthy-threshold must be a number >= 1 (got {self.healthy_threshold})")
+        check_healthy_threshold(self.healthy_threshold)
         if self.min_steps < 1:
             raise LaggardError(f"min_steps must be >= 1 (got {self.min_steps})")
         if not 0 < self.min_fidelity <= 1 <= self.max_fidelity:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from laggard.errors import LaggardError, LaggardWarning
+from laggard.io.kineto_comm import KIND_RECV, KIND_SEND
 from laggard.io.kineto_rank import KIND_LABELS, RankOps, decode_rank, rank_ops
 
 if TYPE_CHECKING:
@@ -357,6 +358,8 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
     name_c, names = relabel("name", "names")
     if layout.pp_size > 1:
         name_c, names = _phase_names(name_c, names, cat([r.phase for r in ranks]))
+        name_c, names = _transfer_names(name_c, names, cat([r.kind for r in ranks]), cat([r.peer for r in ranks]),
+                                        rank_of, layout)
     stream_c, streams = relabel("stream", "streams")
     group_c, groups = relabel("group", "groups")
     step = cat([r.step for r in ranks])
@@ -371,7 +374,9 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
         raise LaggardError(f"{int((dur_ns < 0).sum())} event(s) with negative durations in the traces")
 
     seq, matched_by = match_collectives(group_c, groups, meta_seq, start_ns, step, rank_of, size_b)
-    check_matches(group_c, seq, step, name_c, names, groups, rank_of)
+    # (a transfer's two ends are a send and a receive: only collectives must agree on their type)
+    p2p = np.isin(kind, (KIND_SEND, KIND_RECV))
+    check_matches(np.where(p2p, -1, group_c), seq, step, name_c, names, groups, rank_of)
     domains = clock_domains(ranks)
     offsets_ns = np.zeros(int(domains.max()) + 1 if len(domains) else 1, np.float64)
     if align_clocks and len(offsets_ns) > 1:
@@ -516,6 +521,37 @@ def _phase_names(name_c: np.ndarray, names: list[str], phase: np.ndarray) -> tup
                 lut[label] = len(out)
                 out.append(label)
             new_c[rows[name_c[rows] == code]] = lut[label]
+    return new_c, out
+
+
+def _transfer_names(name_c: np.ndarray, names: list[str], kind: np.ndarray, peer: np.ndarray, rank_of: np.ndarray,
+                    layout: Layout) -> tuple[np.ndarray, list[str]]:
+    """Pipeline layouts: point-to-point transfers are named by direction from the stages of their two
+    ends (``forward-send``, ``forward-recv``, ``backward-send``, ``backward-recv``, the names laggard's
+    tracer gives them). A stage's wait for the previous stage's activations (which holds the
+    pipeline's fill) is then idealised among its kind only, not to the median of every transfer of
+    the job, which would count the last stage's fill as its slowness. Transfers whose peer or its
+    stage is unknown keep their name."""
+    stage_of = {int(r): c[1] for r, c in layout.coords.items()}
+    rows = np.flatnonzero(np.isin(kind, (KIND_SEND, KIND_RECV)) & (peer >= 0))
+    if not len(rows):
+        return name_c, names
+    me = np.array([stage_of.get(int(r), -1) for r in rank_of[rows]])
+    them = np.array([stage_of.get(int(r), -1) for r in peer[rows]])
+    pp = layout.pp_size
+    wrap = pp > 2  # interleaved schedules send the last stage's activations on to stage 0
+    to_next = (me >= 0) & ((them == me + 1) | (wrap & (me == pp - 1) & (them == 0)))
+    to_prev = (me >= 0) & ((them == me - 1) | (wrap & (me == 0) & (them == pp - 1))) & ~to_next
+    send = kind[rows] == KIND_SEND
+    direction = {"forward-send": send & to_next, "backward-send": send & to_prev,
+                 "forward-recv": ~send & to_prev, "backward-recv": ~send & to_next}
+    out = list(names)
+    new_c = name_c.copy()
+    for label, hit in direction.items():
+        if hit.any():
+            if label not in out:
+                out.append(label)
+            new_c[rows[hit]] = out.index(label)
     return new_c, out
 
 

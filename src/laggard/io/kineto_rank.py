@@ -21,7 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from laggard.io.kineto_comm import NCCL_KERNEL, Collectives, coll_type, read_collectives, select_collectives
+from laggard.io.kineto_comm import (
+    KIND_RECV,
+    KIND_SEND,
+    NCCL_KERNEL,
+    Collectives,
+    coll_type,
+    read_collectives,
+    select_collectives,
+)
 from laggard.io.kineto_events import RankEvents
 from laggard.io.kineto_segments import (
     Segments,
@@ -29,6 +37,7 @@ from laggard.io.kineto_segments import (
     cut_segments,
     stream_label,
     streams,
+    top_level,
     unit_phases,
     work_units,
 )
@@ -294,8 +303,30 @@ def build_rank(ev: RankEvents) -> RankOps:
         st_ev = np.flatnonzero(cpu & (lb.step_of_name[ev.name] >= 0))
         main_tid = int(np.bincount(ev.tid[st_ev]).argmax()) if len(st_ev) else None
     st = streams(ev, unit, u_key, c_key, device=device, main_tid=main_tid)
-    seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=unit_phases(ev.names)[ev.name[unit]])
+    # a rank with point-to-point transfers is a pipeline stage: its segments are cut where the phase changes
+    seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device,
+                       u_phase=_unit_phases(ev, lb, es, unit, cpu=cpu, gpu=gpu, device=device), split_phases=bool(np.isin(co.kind, (KIND_SEND, KIND_RECV)).any()))
     return _assemble(ev, info, device, pg_config, co, c_step, st, seg, warns)
+
+
+def _unit_phases(ev: RankEvents, lb: _Labels, es: _EventSteps, unit: np.ndarray, *, cpu: np.ndarray, gpu: np.ndarray,
+                 device: str) -> np.ndarray:
+    """Each work unit's training phase (a code into ``kineto_segments.PHASES``): a CPU op's from its
+    own name; a GPU kernel's from the top-level CPU op that launched it (``autograd::engine::...``
+    in backward, ``Optimizer.step#...``), as kernel names rarely say (a GEMM is a GEMM in forward
+    and in backward), else from the kernel's own name."""
+    by_name = unit_phases(ev.names)
+    phase = by_name[ev.name[unit]]
+    if device != "gpu":
+        return phase
+    c = np.flatnonzero(cpu & ~lb.cat_rt[ev.cat] & ~lb.is_name["wrapper"][ev.name])
+    top = top_level(c, ev.tid[c], ev.ts_us[c], ev.dur_us[c])
+    gi = np.searchsorted(np.flatnonzero(gpu), unit)
+    holder = _containing(es.launch_tid[gi], np.nan_to_num(es.launch_ts[gi], nan=-np.inf), ev.tid[top], ev.ts_us[top],
+                         ev.ts_us[top] + ev.dur_us[top])
+    ok = holder >= 0
+    phase[ok] = by_name[ev.name[top[holder[ok]]]]
+    return phase
 
 
 def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list[dict[str, Any]], co: Collectives,

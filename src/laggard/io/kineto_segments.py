@@ -24,7 +24,12 @@ _COMM_STREAM = 2**40  # stream key offset of a CPU thread's collectives (beside 
 _PID_MUL = 1_000_003  # GPU stream key: pid * _PID_MUL + tid
 # what a segment mostly does, read from its units' names: the training phase (pipeline layouts
 # name segments by it, so the same phase on different stages is one op type, as in the tracer)
-PHASES = ("", "forward", "backward", "optimizer")
+PHASES = ("", "forward", "backward", "optimizer", "glue")
+_GLUE = PHASES.index("glue")
+# pipeline stages: a segment under this share of its stream's typical segment of the same phase is
+# glue between two transfers (a receive buffer's allocation, bookkeeping), not a unit of the
+# phase's work; 2% sits far below any real microbatch's compute and far above allocation calls
+_GLUE_SHARE = 0.02
 
 
 def unit_phases(names: list[str]) -> np.ndarray:
@@ -118,8 +123,14 @@ def stream_label(ev: RankEvents, key: int, device: str) -> str:
 
 
 def cut_segments(ev: RankEvents, st: Streams, u_step: np.ndarray, coll: np.ndarray, c_step: np.ndarray, *,
-                 device: str, u_phase: np.ndarray) -> Segments:
-    """Cut every compute stream at each collective's launch and end (see the module docstring)."""
+                 device: str, u_phase: np.ndarray, split_phases: bool = False) -> Segments:
+    """Cut every compute stream at each collective's launch and end (see the module docstring).
+
+    ``split_phases`` (pipeline stages): also cut where the training phase changes. A stage runs one
+    microbatch's backward and another's forward with no transfer between them; cut there, the
+    segments are the same units of work (one microbatch's forward or backward) on every stage, so
+    each phase's ideal is the mean over the stages of like with like. Segments too short to be a
+    microbatch's work (see ``_GLUE_SHARE``) are phase ``glue``."""
     ts, dur = ev.ts_us, ev.dur_us
     unit = st.unit
     u_start, u_end = ts[unit], ts[unit] + dur[unit]
@@ -133,7 +144,7 @@ def cut_segments(ev: RankEvents, st: Streams, u_step: np.ndarray, coll: np.ndarr
         if not len(us):
             continue
         part, link = _cut_stream(u_start[us], u_end[us], u_step[us], c_start, c_end, c_step, s, num_seg,
-                                 gpu=device == "gpu", phase=u_phase[us])
+                                 gpu=device == "gpu", phase=u_phase[us], split_phases=split_phases)
         parts.append(part)
         links.append(link)
         num_seg += len(part[0])
@@ -150,14 +161,16 @@ def cut_segments(ev: RankEvents, st: Streams, u_step: np.ndarray, coll: np.ndarr
 
 
 def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndarray, c_end: np.ndarray,
-                c_step: np.ndarray, s: int, num_seg: int, *, gpu: bool, phase: np.ndarray
-                ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+                c_step: np.ndarray, s: int, num_seg: int, *, gpu: bool, phase: np.ndarray,
+                split_phases: bool = False) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """One stream's units (sorted by step, start) -> its segments and links (global segment ids)."""
     n = len(st)
     tol_us = _WAIT_TOL_NS / 1000.0
     cum_end = np.maximum.accumulate(en)
     new = np.ones(n, dtype=bool)
     new[1:] = sp[1:] != sp[:-1]
+    if split_phases:
+        new[1:] |= phase[1:] != phase[:-1]
     # launch: the last unit of the collective's step ending before it starts
     step_lo = np.searchsorted(sp, c_step, side="left")
     step_hi = np.searchsorted(sp, c_step, side="right")
@@ -192,9 +205,41 @@ def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndar
     seg_span = np.maximum.reduceat(en, first) - fs
     # the phase holding most of the segment's busy time
     busy = np.stack([np.add.reduceat((en - st) * (phase == k), first) for k in range(len(PHASES))], axis=1)
-    part = (np.full(len(first), s), sp[first], fs, seg_busy if gpu else seg_span, launched, finished,
-            np.argmax(busy, axis=1))
+    seg_phase = np.argmax(busy, axis=1)
+    if split_phases:
+        seg_phase = _glue(_tail(seg_phase, sp[first], fs), seg_busy)
+    part = (np.full(len(first), s), sp[first], fs, seg_busy if gpu else seg_span, launched, finished, seg_phase)
     return part, link
+
+
+def _tail(seg_phase: np.ndarray, seg_step: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
+    """Forward-looking segments after a step's last backward segment are the optimizer's (gradient
+    clipping, norms, the update between the gradient collectives): phase ``optimizer``."""
+    fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
+    b = seg_phase == bwd
+    if not b.any():
+        return seg_phase
+    steps, inv = np.unique(seg_step, return_inverse=True)
+    last_b = np.full(len(steps), np.inf)  # steps without a backward segment keep their forward
+    last_b[np.unique(inv[b])] = -np.inf
+    np.maximum.at(last_b, inv[b], seg_start[b])
+    out = seg_phase.copy()
+    out[(seg_phase == fwd) & (seg_start > last_b[inv])] = PHASES.index("optimizer")
+    return out
+
+
+def _glue(seg_phase: np.ndarray, seg_busy: np.ndarray) -> np.ndarray:
+    """Forward and backward segments under ``_GLUE_SHARE`` of their phase's typical segment (the
+    busy-weighted median: the size of the segments holding the phase's time) -> glue."""
+    out = seg_phase.copy()
+    for k in (PHASES.index("forward"), PHASES.index("backward")):
+        m = seg_phase == k
+        if not m.any() or seg_busy[m].sum() <= 0:
+            continue
+        b = np.sort(seg_busy[m])
+        typical = float(b[np.searchsorted(np.cumsum(b), 0.5 * b.sum())])
+        out[m & (seg_busy < _GLUE_SHARE * typical)] = _GLUE
+    return out
 
 
 def top_level(idx: np.ndarray, tid: np.ndarray, t: np.ndarray, d: np.ndarray) -> np.ndarray:
