@@ -309,8 +309,44 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
     dep_ptr, dep_idx = dependencies(job, op_step)
     op_group, group_ptr, group_ops = _groups(job, op_step)
     num_groups = len(group_ptr) - 1
+    num_nodes = n + num_groups
+    src, dst = _node_edges(dep_ptr, dep_idx, op_group, n)
+    pptr, pidx = _to_csr(dst, src, num_nodes)
+    level = _levels(job, steps, op_step, pptr, src, dst)
+    deg = np.diff(pptr)
+    pos, seg_start, seg_end, seg_k, seg_off, seg_pred = _segments(level, deg, pptr, pidx)
+    step_order = np.argsort(op_step, kind="stable")
+    step_bounds = np.searchsorted(op_step[step_order], np.arange(len(steps) + 1)).astype(np.int64)
+    sinks, sink_bounds = _sinks(src, op_step, n, num_nodes, len(steps))
+    # int32 indices halve the memory and the bytes every replay gathers
+    idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
+    return Graph(
+        num_ops=n,
+        num_groups=num_groups,
+        steps=steps,
+        op_step=op_step,
+        dep_ptr=dep_ptr,
+        dep_idx=dep_idx,
+        op_group=op_group,
+        group_ptr=group_ptr,
+        group_ops=group_ops,
+        op_pos=pos[:n].astype(idx_t),
+        num_levels=int(level.max()) + 1,
+        seg_start=seg_start,
+        seg_end=seg_end,
+        seg_k=seg_k,
+        seg_off=seg_off,
+        seg_pred=seg_pred.astype(idx_t),
+        step_order=step_order,
+        step_bounds=step_bounds,
+        sink_pos=pos[sinks].astype(idx_t),
+        sink_bounds=sink_bounds,
+    )
 
-    # Node-level predecessors: unsynced op <- its deps; group <- deps of all members; member <- group.
+
+def _node_edges(dep_ptr: np.ndarray, dep_idx: np.ndarray, op_group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Node-level edges (src -> dst): unsynced op <- its deps; group <- deps of all members;
+    member <- group (group nodes are n + group index)."""
     synced = op_group >= 0
     dep_owner = np.repeat(np.arange(n), np.diff(dep_ptr))
     from_synced = synced[dep_owner]
@@ -318,15 +354,18 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
         [dep_owner[~from_synced], n + op_group[dep_owner[from_synced]], np.flatnonzero(synced)]
     )
     src = np.concatenate([dep_idx[~from_synced], dep_idx[from_synced], n + op_group[synced]])
-    num_nodes = n + num_groups
-    pptr, pidx = _to_csr(dst, src, num_nodes)
+    return src, dst
 
-    # Kahn's algorithm, one frontier (level) at a time.
-    indeg = np.diff(pptr)
+
+def _levels(job: Job, steps: np.ndarray, op_step: np.ndarray, pptr: np.ndarray, src: np.ndarray,
+            dst: np.ndarray) -> np.ndarray:
+    """Each node's level by Kahn's algorithm, one frontier at a time; GraphCycleError on a cycle."""
+    n = job.num_ops
+    num_nodes = len(pptr) - 1
     sptr, sidx = _to_csr(src, dst, num_nodes)
     level = np.full(num_nodes, -1, dtype=np.int64)
-    frontier = np.flatnonzero(indeg == 0)
-    remaining = indeg.copy()
+    frontier = np.flatnonzero(np.diff(pptr) == 0)
+    remaining = np.diff(pptr)
     lv = 0
     while len(frontier):
         level[frontier] = lv
@@ -345,7 +384,14 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
             f"the dependency graph has a cycle through {int((level < 0).sum())} op(s)/collective(s), "
             f"e.g. {labels[names[ex]]} on rank {int(job.column('rank')[ex])} in step {int(steps[op_step[ex]])}"
         )
-    deg = np.diff(pptr)
+    return level
+
+
+def _segments(level: np.ndarray, deg: np.ndarray, pptr: np.ndarray, pidx: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Nodes ordered by (level, in-degree bucket); per segment of equal (level, bucket) a dense
+    (rows x bucket) matrix of predecessor positions, padded with num_nodes. Returns (pos,
+    seg_start, seg_end, seg_k, seg_off, seg_pred)."""
+    num_nodes = len(level)
     bucket = np.where(deg <= 4, deg, 1 << np.ceil(np.log2(np.maximum(deg, 1))).astype(np.int64))
     order = np.lexsort((bucket, level))
     pos = np.empty(num_nodes, dtype=np.int64)
@@ -372,37 +418,15 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
         sg = seg_of[owner]
         row = owner - seg_start[sg]
         seg_pred[seg_off[sg] + row * seg_k[sg] + slot] = pos[vals]
-    step_order = np.argsort(op_step, kind="stable")
-    step_bounds = np.searchsorted(op_step[step_order], np.arange(len(steps) + 1)).astype(np.int64)
-    # an op is a sink when no node waits for it (members of a group feed only their group's
-    # successors through the group node, so they count as sinks only if the group has none)
+    return pos, seg_start, seg_end, seg_k, seg_off, seg_pred
+
+
+def _sinks(src: np.ndarray, op_step: np.ndarray, n: int, num_nodes: int, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ops no node waits for, sorted by step, and each step's bounds among them (members of a
+    group feed only their group's successors through the group node, so they count as sinks only
+    if the group has none)."""
     has_succ = np.zeros(num_nodes, dtype=bool)
     has_succ[src] = True
     sinks = np.flatnonzero(~has_succ[:n])
     sinks = sinks[np.argsort(op_step[sinks], kind="stable")]
-    sink_bounds = np.searchsorted(op_step[sinks], np.arange(len(steps) + 1)).astype(np.int64)
-    # int32 indices halve the memory and the bytes every replay gathers
-    idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
-    del sptr, sidx, pptr, pidx, vals, owner, seg_of, seg_id
-    return Graph(
-        num_ops=n,
-        num_groups=num_groups,
-        steps=steps,
-        op_step=op_step,
-        dep_ptr=dep_ptr,
-        dep_idx=dep_idx,
-        op_group=op_group,
-        group_ptr=group_ptr,
-        group_ops=group_ops,
-        op_pos=pos[:n].astype(idx_t),
-        num_levels=int(level.max()) + 1,
-        seg_start=seg_start,
-        seg_end=seg_end,
-        seg_k=seg_k,
-        seg_off=seg_off,
-        seg_pred=seg_pred.astype(idx_t),
-        step_order=step_order,
-        step_bounds=step_bounds,
-        sink_pos=pos[sinks].astype(idx_t),
-        sink_bounds=sink_bounds,
-    )
+    return sinks, np.searchsorted(op_step[sinks], np.arange(num_steps + 1)).astype(np.int64)

@@ -127,44 +127,11 @@ def page_table(page: FullPage, *, rank: int, layout: tuple[int, int, int, int], 
 
     # dependencies: the previous op on the same stream in the same step (in record order), plus
     # explicit extras; ops marked replace_chain carry only their explicit list
-    has_side = np.flatnonzero(side_idx >= 0)
-    off_chain = np.zeros(n, dtype=bool)
-    extra_rows: list[int] = []
-    extra_vals: list[int] = []
-    seq_valid = np.zeros(n, dtype=bool)
-    seq_counts = np.zeros(n, dtype=np.int64)
-    seq_vals: list[int] = []
-    for r in has_side.tolist():  # side data is rare (async ops, sequence metadata)
-        s = page.side[side_idx[r]]
-        if s.replace_chain:
-            off_chain[r] = True
-        if s.deps:
-            extra_rows.extend([r] * len(s.deps))
-            extra_vals.extend(s.deps)
-        if s.seq_lens is not None:
-            seq_valid[r] = True
-            seq_counts[r] = len(s.seq_lens)
-            seq_vals.extend(s.seq_lens)
-    on = np.flatnonzero(~off_chain)
-    order = on[np.lexsort((on, step[on], stream[on]))]
-    prev = np.full(n, -1, dtype=np.int64)
-    if len(order):
-        same = (stream[order][1:] == stream[order][:-1]) & (step[order][1:] == step[order][:-1])
-        prev[order[1:][same]] = op_id[order[:-1][same]]
-        # first op of each stream in this page continues the chain of the previous page
-        first_of = np.ones(len(order), dtype=bool)
-        first_of[1:] = stream[order][1:] != stream[order][:-1]
-        last_of = np.ones(len(order), dtype=bool)
-        last_of[:-1] = stream[order][1:] != stream[order][:-1]
-        for r in order[first_of].tolist():
-            carried = chain.last.get(streams[stream[r]])
-            if carried is not None and carried[0] == step[r]:
-                prev[r] = carried[1]
-        for r in order[last_of].tolist():
-            chain.last[streams[stream[r]]] = (int(step[r]), int(op_id[r]))
+    side = _side_data(page, side_idx, n)
+    prev = _chain_prev(op_id, stream, step, ~side.off_chain, streams, chain)
     has_prev = prev >= 0
-    dep_rows = np.concatenate([np.flatnonzero(has_prev), np.asarray(extra_rows, dtype=np.int64)])
-    dep_vals = np.concatenate([prev[has_prev], op_id_base(rank) + np.asarray(extra_vals, dtype=np.int64)])
+    dep_rows = np.concatenate([np.flatnonzero(has_prev), np.asarray(side.extra_rows, dtype=np.int64)])
+    dep_vals = np.concatenate([prev[has_prev], op_id_base(rank) + np.asarray(side.extra_vals, dtype=np.int64)])
     o = np.argsort(dep_rows, kind="stable")
     deps = _lists(np.bincount(dep_rows, minlength=n), dep_vals[o], None, pa.int64())
 
@@ -192,7 +159,62 @@ def page_table(page: FullPage, *, rank: int, layout: tuple[int, int, int, int], 
         "peer": aux_col("peer", -1).astype(np.int32),
         "size_bytes": nullable(aux_col("size_bytes", -1)),
         "num_tokens": nullable(rec["num_tokens"]),
-        "seq_lens": _lists(seq_counts, np.asarray(seq_vals, dtype=np.int32), seq_valid, pa.int32()),
+        "seq_lens": _lists(side.seq_counts, np.asarray(side.seq_vals, dtype=np.int32), side.seq_valid, pa.int32()),
         "deps": deps,
     }
     return make_table(cols, num_rows=n)
+
+
+@dataclass(slots=True)
+class _Side:
+    """What a page's side records say, per op row."""
+
+    off_chain: np.ndarray  # replace_chain: only the explicit dependencies
+    extra_rows: list[int]  # explicit dependencies (row, op id within the rank)
+    extra_vals: list[int]
+    seq_valid: np.ndarray  # sequence lengths: which rows have them, how many, the values
+    seq_counts: np.ndarray
+    seq_vals: list[int]
+
+
+def _side_data(page: FullPage, side_idx: np.ndarray, n: int) -> _Side:
+    out = _Side(off_chain=np.zeros(n, dtype=bool), extra_rows=[], extra_vals=[], seq_valid=np.zeros(n, dtype=bool),
+                seq_counts=np.zeros(n, dtype=np.int64), seq_vals=[])
+    for r in np.flatnonzero(side_idx >= 0).tolist():  # side data is rare (async ops, sequence metadata)
+        s = page.side[side_idx[r]]
+        if s.replace_chain:
+            out.off_chain[r] = True
+        if s.deps:
+            out.extra_rows.extend([r] * len(s.deps))
+            out.extra_vals.extend(s.deps)
+        if s.seq_lens is not None:
+            out.seq_valid[r] = True
+            out.seq_counts[r] = len(s.seq_lens)
+            out.seq_vals.extend(s.seq_lens)
+    return out
+
+
+def _chain_prev(op_id: np.ndarray, stream: np.ndarray, step: np.ndarray, on_chain: np.ndarray, streams: list[str],
+                chain: Chain) -> np.ndarray:
+    """Per row: the op id of the previous op on its stream in its step (-1: none), continuing the
+    previous page's chain; updates ``chain`` with each stream's last op."""
+    n = len(op_id)
+    on = np.flatnonzero(on_chain)
+    order = on[np.lexsort((on, step[on], stream[on]))]
+    prev = np.full(n, -1, dtype=np.int64)
+    if not len(order):
+        return prev
+    same = (stream[order][1:] == stream[order][:-1]) & (step[order][1:] == step[order][:-1])
+    prev[order[1:][same]] = op_id[order[:-1][same]]
+    # first op of each stream in this page continues the chain of the previous page
+    first_of = np.ones(len(order), dtype=bool)
+    first_of[1:] = stream[order][1:] != stream[order][:-1]
+    last_of = np.ones(len(order), dtype=bool)
+    last_of[:-1] = stream[order][1:] != stream[order][:-1]
+    for r in order[first_of].tolist():
+        carried = chain.last.get(streams[stream[r]])
+        if carried is not None and carried[0] == step[r]:
+            prev[r] = carried[1]
+    for r in order[last_of].tolist():
+        chain.last[streams[stream[r]]] = (int(step[r]), int(op_id[r]))
+    return prev

@@ -119,63 +119,21 @@ class Tracer(CommMixin, GcMixin):
     ) -> None:
         check_args(record_every=record_every, page_ops=page_ops, num_pages=num_pages, align=align, timing=timing)
         self._record_every = record_every
-        self._skip = False
         self.out_dir = Path(out_dir) if out_dir is not None else None
         enabled = enabled and out_dir is not None
         self._clock = clock_ns or time.perf_counter_ns
         self.clock_ns = self._clock
         dist = _dist_if_initialized()
-        if dist is not None:
-            self.rank = dist.get_rank() if rank is None else rank
-            self.world_size = dist.get_world_size() if world_size is None else world_size
-        else:
-            self.rank = 0 if rank is None else rank
-            self.world_size = 1 if world_size is None else world_size
-        self.layout = (self.rank if dp_rank is None else dp_rank, pp_rank, tp_rank, cp_rank)
-        self._closed = False
-        self._enabled = self._plain = False
-        self._in_step = False
-        self._step = -1
-        self._seqs: dict[int, int] = {}
-        self._gcq: deque[tuple[int, int, int]] = deque(maxlen=100_000)
-        self._excl_ns = 0
-        self._pending: list[tuple] = []
-        self._joins: list[int] = []
-        self.num_ops_recorded = 0
-        self.num_ops_dropped = 0
-        self.num_ops_outside_steps_dropped = 0
-        self._flight: Any = None  # Flight Recorder dumps (laggard.tracer.flight), when torch's recorder is on
+        self._identify(dist, rank, world_size, (dp_rank, pp_rank, tp_rank, cp_rank))
+        self._init_counters()
 
         if not enabled:  # a tracer that does nothing at all (no collectives either)
             self.sync = local_sync(self._clock)
             return
         assert self.out_dir is not None
-        # collective start-up: every rank takes part whatever happens to its directory
-        if dist is not None and align:
-            self.sync: ClockSync = align_clocks(self._clock, method=align)
-        else:
-            self.sync = local_sync(self._clock)
-        layouts = [(self.rank, *self.layout)]
-        if dist is not None:
-            gathered: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, (self.rank, *self.layout))
-            layouts = sorted(gathered)
-        use_cuda = timing == "cuda" or (timing == "auto" and _cuda_in_use())
-        self._cuda: Any = None
-        self._op_cls: type[_OpCtx] = _OpCtx
-        if use_cuda:
-            from laggard.tracer.cuda import CudaTiming, _CudaOpCtx
-
-            self._cuda, self._op_cls = CudaTiming(self._clock), _CudaOpCtx
-        self._main_stream = "gpu" if use_cuda else "main"
-
-        self._state: dict[str, Any] = {
-            "rank": self.rank, "world_size": self.world_size, "layout": dict(zip(("dp", "pp", "tp", "cp"), self.layout,
-                                                                                strict=True)),
-            "pid": os.getpid(), "host": socket.gethostname(), "status": "running",
-            "num_ops_recorded": 0, "num_ops_dropped": 0, "last_step_started": None,
-            "clock_offset_ns": self.sync.offset_ns, "clock_error_ns": self.sync.error_ns,
-        }
+        layouts = self._startup_collectives(dist, align)
+        use_cuda = self._init_timing(timing)
+        self._state = self._initial_state()
         meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda, meta_extra or {}).to_json()
         try:
             prepare_dir(self.out_dir, self.rank, self.world_size, self._state, meta)
@@ -197,6 +155,70 @@ class Tracer(CommMixin, GcMixin):
         self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
         _signals.register(self, handle_signals=handle_signals)
         self._flight = flight.attach(self, flight_watchdog_s)
+
+    def _identify(self, dist: Any, rank: int | None, world_size: int | None,
+                  coords: tuple[int | None, int, int, int]) -> None:
+        """Rank and world size (from torch.distributed unless given) and the (dp, pp, tp, cp) layout."""
+        if dist is not None:
+            self.rank = dist.get_rank() if rank is None else rank
+            self.world_size = dist.get_world_size() if world_size is None else world_size
+        else:
+            self.rank = 0 if rank is None else rank
+            self.world_size = 1 if world_size is None else world_size
+        dp_rank, pp_rank, tp_rank, cp_rank = coords
+        self.layout = (self.rank if dp_rank is None else dp_rank, pp_rank, tp_rank, cp_rank)
+
+    def _init_counters(self) -> None:
+        """Step state, queues and counters (a disabled tracer has them too)."""
+        self._skip = False
+        self._closed = False
+        self._enabled = self._plain = False
+        self._in_step = False
+        self._step = -1
+        self._seqs: dict[int, int] = {}
+        self._gcq: deque[tuple[int, int, int]] = deque(maxlen=100_000)
+        self._excl_ns = 0
+        self._pending: list[tuple] = []
+        self._joins: list[int] = []
+        self.num_ops_recorded = 0
+        self.num_ops_dropped = 0
+        self.num_ops_outside_steps_dropped = 0
+        self._flight: Any = None  # Flight Recorder dumps (laggard.tracer.flight), when torch's recorder is on
+
+    def _startup_collectives(self, dist: Any, align: str | None) -> list[Any]:
+        """Clock alignment and every rank's layout: every rank takes part whatever happens to its
+        directory (a rank that then cannot write must not leave the others hanging)."""
+        if dist is not None and align:
+            self.sync: ClockSync = align_clocks(self._clock, method=align)
+        else:
+            self.sync = local_sync(self._clock)
+        if dist is None:
+            return [(self.rank, *self.layout)]
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, (self.rank, *self.layout))
+        return sorted(gathered)
+
+    def _init_timing(self, timing: str) -> bool:
+        """CUDA events (``cuda``, or ``auto`` with CUDA in use) or host clocks; True for CUDA."""
+        use_cuda = timing == "cuda" or (timing == "auto" and _cuda_in_use())
+        self._cuda: Any = None
+        self._op_cls: type[_OpCtx] = _OpCtx
+        if use_cuda:
+            from laggard.tracer.cuda import CudaTiming, _CudaOpCtx
+
+            self._cuda, self._op_cls = CudaTiming(self._clock), _CudaOpCtx
+        self._main_stream = "gpu" if use_cuda else "main"
+        return use_cuda
+
+    def _initial_state(self) -> dict[str, Any]:
+        """The rank's state file content at start (status.json)."""
+        return {
+            "rank": self.rank, "world_size": self.world_size,
+            "layout": dict(zip(("dp", "pp", "tp", "cp"), self.layout, strict=True)),
+            "pid": os.getpid(), "host": socket.gethostname(), "status": "running",
+            "num_ops_recorded": 0, "num_ops_dropped": 0, "last_step_started": None,
+            "clock_offset_ns": self.sync.offset_ns, "clock_error_ns": self.sync.error_ns,
+        }
 
     def _init_pages(self, page_ops: int, num_pages: int) -> None:
         # pages: preallocated, recycled by the writer; the training thread never allocates one
