@@ -355,20 +355,19 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
             parts.append(lut[getattr(r, codes_attr)])
         return (cat(parts) if parts else np.zeros(0, np.int64)), list(labels)
 
+    kind = cat([r.kind for r in ranks]).astype(np.int64)
+    peer = cat([r.peer for r in ranks])
     name_c, names = relabel("name", "names")
     if layout.pp_size > 1:
         name_c, names = _phase_names(name_c, names, cat([r.phase for r in ranks]))
-        name_c, names = _transfer_names(name_c, names, cat([r.kind for r in ranks]), cat([r.peer for r in ranks]),
-                                        rank_of, layout)
+        name_c, names = _transfer_names(name_c, names, kind, peer, rank_of, layout)
     stream_c, streams = relabel("stream", "streams")
     group_c, groups = relabel("group", "groups")
     step = cat([r.step for r in ranks])
     start_ns = cat([r.start_ns for r in ranks])
     dur_ns = cat([r.dur_ns for r in ranks])
-    kind = cat([r.kind for r in ranks]).astype(np.int64)
     meta_seq = cat([r.meta_seq for r in ranks])
     size_b = cat([r.size_bytes for r in ranks])
-    peer = cat([r.peer for r in ranks])
     n = len(step)
     if (dur_ns < 0).any():
         raise LaggardError(f"{int((dur_ns < 0).sum())} event(s) with negative durations in the traces")

@@ -303,21 +303,24 @@ def build_rank(ev: RankEvents) -> RankOps:
         st_ev = np.flatnonzero(cpu & (lb.step_of_name[ev.name] >= 0))
         main_tid = int(np.bincount(ev.tid[st_ev]).argmax()) if len(st_ev) else None
     st = streams(ev, unit, u_key, c_key, device=device, main_tid=main_tid)
-    # a rank with point-to-point transfers is a pipeline stage: its segments are cut where the phase changes
-    seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device,
-                       u_phase=_unit_phases(ev, lb, es, unit, cpu=cpu, gpu=gpu, device=device), split_phases=bool(np.isin(co.kind, (KIND_SEND, KIND_RECV)).any()))
+    # a rank with point-to-point transfers is a pipeline stage: its segments are cut where the phase
+    # changes and named by it, so its GPU kernels take their phase from their launchers (other ranks'
+    # segments are named by position: their phases are not worth the launchers' lookup)
+    stage = bool(np.isin(co.kind, (KIND_SEND, KIND_RECV)).any())
+    u_phase = _unit_phases(ev, lb, es, unit, cpu=cpu, gpu=gpu, from_launchers=stage and device == "gpu")
+    seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase, split_phases=stage)
     return _assemble(ev, info, device, pg_config, co, c_step, st, seg, warns)
 
 
 def _unit_phases(ev: RankEvents, lb: _Labels, es: _EventSteps, unit: np.ndarray, *, cpu: np.ndarray, gpu: np.ndarray,
-                 device: str) -> np.ndarray:
+                 from_launchers: bool) -> np.ndarray:
     """Each work unit's training phase (a code into ``kineto_segments.PHASES``): a CPU op's from its
     own name; a GPU kernel's from the top-level CPU op that launched it (``autograd::engine::...``
     in backward, ``Optimizer.step#...``), as kernel names rarely say (a GEMM is a GEMM in forward
-    and in backward), else from the kernel's own name."""
+    and in backward), else from the kernel's own name (``from_launchers``: GPU units)."""
     by_name = unit_phases(ev.names)
     phase = by_name[ev.name[unit]]
-    if device != "gpu":
+    if not from_launchers:
         return phase
     c = np.flatnonzero(cpu & ~lb.cat_rt[ev.cat] & ~lb.is_name["wrapper"][ev.name])
     top = top_level(c, ev.tid[c], ev.ts_us[c], ev.dur_us[c])
