@@ -54,11 +54,10 @@ def test_host_stall_is_blamed_on_the_rank_that_spends_it(stall_dir: Path, tmp_pa
         warnings.simplefilter("ignore", LaggardWarning)
         res = analyze(job)
     # the replay is the job: the stall is in the model, where it happened (without it fidelity is
-    # > 1.2, next test). Issue 13 asks for 5%; on 2 shared cores this 45 ms-step job measured
-    # 0.926-0.995 over 9 runs: its 4 ranks finish each step's trailing optimizer work 3-9 ms apart
-    # and start the next step that much apart, which the per-step replay (all ranks start at 0)
-    # cannot carry while wall-clock steps do (a step whose ranks start together replays within 1-2%).
-    assert abs(res.replay_fidelity - 1) < 0.10, res.replay_fidelity
+    # > 1.2, next test). The 4 ranks start each step 3-9 ms apart (their optimizer tails differ on
+    # 2 shared cores): compared with a per-step replay that starts them together, this job read
+    # 0.926-0.979; replayed with its steps back to back (laggard.replay_chain) it reads 1.00-1.01
+    assert abs(res.replay_fidelity - 1) < 0.05, res.replay_fidelity
     # the stalling rank has the highest S_w, well above the others
     assert res.by_worker[0]["rank"] == SLOW, res.by_worker
     # (1.3x: the other ranks share 2 busy cores, their noise is real too)

@@ -141,3 +141,19 @@ def test_dp_symmetry_refuses_asymmetric_jobs(analyses):
 
     sub = Job(table=base.job.table.filter(pa.array(keep)), meta=base.job.meta)
     assert reduce_dp(sub, build_graph(sub)) is None
+
+
+@pytest.mark.parametrize("values", [
+    np.array([5, 3, 5, 9, 3, 3], dtype=np.int64),  # narrow range: the lookup table
+    np.array([-4, 7, -4, 0], dtype=np.int32),  # negative, 32-bit
+    np.array([10**12, 3, 10**12, 7], dtype=np.int64),  # too wide for a table: np.unique
+    np.zeros(0, dtype=np.int64),
+    np.array([2.5, 1.0, 2.5]),  # not integers
+])
+def test_unique_inverse_equals_numpy(values):
+    from laggard.ops import unique_inverse
+
+    u, inv = unique_inverse(values)
+    nu, ninv = np.unique(values, return_inverse=True)
+    assert np.array_equal(u, nu) and u.dtype == nu.dtype
+    assert np.array_equal(inv, ninv.ravel()) and inv.dtype == np.int64

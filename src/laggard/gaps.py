@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from laggard.graph import dependencies
-from laggard.ops import COMM_KINDS, Job, make_table
+from laggard.ops import COMM_KINDS, Job, make_table, unique_inverse
 
 HOST_KIND = "host"
 HOST_PREFIX = "host:"
@@ -111,7 +111,7 @@ def insert_host_gaps(job: Job, config: GapConfig | None = None) -> tuple[Job, Ga
     cfg = config or GapConfig()
     gaps = _measure(job)
     rank = job.column("rank").astype(np.int64)
-    ranks, rank_idx = np.unique(rank, return_inverse=True)
+    ranks, rank_idx = unique_inverse(rank)
     idle_s = np.bincount(rank_idx, weights=gaps.host_ns * 1e-9, minlength=len(ranks))
     threshold_ns = cfg.min_share_of_step * gaps.step_ns
     if cfg.enabled and bool((gaps.host_ns >= max(threshold_ns, 1.0)).any()):
@@ -130,7 +130,7 @@ def insert_host_gaps(job: Job, config: GapConfig | None = None) -> tuple[Job, Ga
         ranks=ranks,
         idle_s=idle_s,
         modelled_s=modelled_s,
-        num_steps=len(np.unique(job.column("step"))),
+        num_steps=int(gaps.op_step.max(initial=-1)) + 1,
         threshold_s=threshold_ns * 1e-9,
         num_positions=int(chosen.sum()),
         num_ops=int(at.sum()),
@@ -163,7 +163,7 @@ def _measure(job: Job) -> _Gaps:
     """Host time before every op (see the module docstring), and each op's position type."""
     n = job.num_ops
     rank = job.column("rank").astype(np.int64)
-    steps, op_step = np.unique(job.column("step"), return_inverse=True)
+    steps, op_step = unique_inverse(job.column("step"))
     start = job.column("start_ns").astype(np.int64)
     end = start + job.column("dur_ns").astype(np.int64)
     # the rank's ops in time order, one run per (rank, step)
@@ -284,7 +284,7 @@ def _with_host_ops(job: Job, at: np.ndarray, gaps: _Gaps, *, wait_for_busy: bool
     # every op's dependencies made explicit (an implicit "previous op on the stream" chain would
     # otherwise run through the host ops), then: a host op waits for what the op it precedes
     # waited for and for the op whose end began its gap; the op waits for its host op
-    dep_ptr, dep_idx = dependencies(job, np.unique(job.column("step"), return_inverse=True)[1])
+    dep_ptr, dep_idx = dependencies(job, gaps.op_step)
     owner = np.repeat(np.arange(n), np.diff(dep_ptr))
     is_at = np.zeros(n, dtype=bool)
     is_at[at] = True

@@ -7,7 +7,8 @@ start among them plus its own transfer duration. For the replay the graph become
 dependencies of all its members; a member waits only for its group node. Nodes are numbered in
 topological level order so a replay is one vectorised pass per level.
 
-Steps are replayed independently, each from its own t=0: dependencies across steps are dropped.
+Steps are replayed independently, each from its own t=0: dependencies across steps are dropped
+(``laggard.replay_chain`` carries each rank from one step into the next for the fidelity check).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from laggard.errors import GraphCycleError
-from laggard.ops import Job, LaggardError, LaggardWarning, to_numpy, valid_mask
+from laggard.ops import Job, LaggardError, LaggardWarning, to_numpy, unique_inverse, valid_mask
 
 
 @dataclass(kw_only=True, slots=True)
@@ -39,6 +40,7 @@ class Graph:
     # with in-degree <= seg_k[i]; their predecessors form a dense (m, k) matrix at
     # seg_pred[seg_off[i] : seg_off[i] + m * k] (padded with the sentinel).
     op_pos: np.ndarray
+    group_pos: np.ndarray  # replay position of each group node
     num_levels: int
     seg_start: np.ndarray
     seg_end: np.ndarray
@@ -189,7 +191,7 @@ def build_graph(job: Job) -> Graph:
     n = job.num_ops
     if n == 0:
         raise LaggardError("the trace has no ops")
-    steps, op_step = np.unique(job.column("step"), return_inverse=True)
+    steps, op_step = unique_inverse(job.column("step"))
     op_step = op_step.astype(np.int64)
     if len(steps) > 1:
         tiled = _build_tiled(job, steps, op_step)
@@ -290,6 +292,7 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
         ),
         group_ops=np.tile(g0.group_ops, k_steps) + group_rep * n0,
         op_pos=map_pos(np.tile(g0.op_pos, k_steps), step_rep).astype(idx_t),
+        group_pos=map_pos(np.tile(g0.group_pos, k_steps), np.repeat(ks, gr0)).astype(idx_t),
         num_levels=g0.num_levels,
         seg_start=full_start,
         seg_end=full_start + size * k_steps,
@@ -331,6 +334,7 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
         group_ptr=group_ptr,
         group_ops=group_ops,
         op_pos=pos[:n].astype(idx_t),
+        group_pos=pos[n:].astype(idx_t),
         num_levels=int(level.max()) + 1,
         seg_start=seg_start,
         seg_end=seg_end,

@@ -338,6 +338,24 @@ def valid_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for integer columns (ranks, steps): a lookup
+    table over their range instead of a sort where the range is not much wider than the column."""
+    values = np.asarray(values)
+    if len(values) == 0 or values.dtype.kind not in "iu":
+        u, inv = np.unique(values, return_inverse=True)
+        return u, inv.ravel().astype(np.int64, copy=False)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 4 * len(values) + 1024:
+        u, inv = np.unique(values, return_inverse=True)
+        return u, inv.ravel().astype(np.int64, copy=False)
+    rel = values.astype(np.int64) - lo
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[rel] = True
+    code = np.cumsum(present, dtype=np.int64) - 1
+    return (np.flatnonzero(present) + lo).astype(values.dtype, copy=False), code[rel]
+
+
 def _indices(arr: pa.DictionaryArray) -> np.ndarray:
     """Dictionary indices as int numpy, null -> -1 (the last slot of a lookup table)."""
     idx = arr.indices

@@ -12,19 +12,33 @@ import numpy as np
 from laggard.graph import Graph
 
 
-def replay_nodes(graph: Graph, weights: np.ndarray) -> np.ndarray:
-    """End time of every node (by replay position; the last row is the sentinel 0)."""
+def replay_nodes(graph: Graph, weights: np.ndarray,
+                 floor: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """End time of every node (by replay position; the last row is the sentinel 0). ``floor``
+    (1-D weights only): (sorted replay positions, times), the earliest those nodes may start."""
     w = np.asarray(weights, dtype=np.float64)
     vals = np.zeros((graph.num_nodes + 1,) + w.shape[1:], dtype=np.float64)
     vals[graph.op_pos] = w
     pred = graph.seg_pred
-    for a, b, k, off in zip(
-        graph.seg_start.tolist(), graph.seg_end.tolist(), graph.seg_k.tolist(), graph.seg_off.tolist(), strict=True
-    ):
+    seg = (graph.seg_start.tolist(), graph.seg_end.tolist(), graph.seg_k.tolist(), graph.seg_off.tolist())
+    if floor is None:
+        lo = hi = [0] * len(seg[0])
+    else:
+        fpos, fval = floor
+        held = vals[fpos] + fval  # a held-back node ends its weight after its floor
+        first = int(graph.seg_start[0]) if len(graph.seg_start) else graph.num_nodes
+        top = int(np.searchsorted(fpos, first))
+        vals[fpos[:top]] = held[:top]  # level 0: nothing to wait for but the floor
+        lo = np.searchsorted(fpos, graph.seg_start).tolist()
+        hi = np.searchsorted(fpos, graph.seg_end).tolist()
+    for a, b, k, off, fa, fb in zip(*seg, lo, hi, strict=True):
         if k == 1:
             vals[a:b] += vals[pred[off : off + b - a]]
         else:
             vals[a:b] += vals[pred[off : off + (b - a) * k].reshape(b - a, k)].max(axis=1)
+        if fa < fb:
+            at = fpos[fa:fb]
+            vals[at] = np.maximum(vals[at], held[fa:fb])
     return vals
 
 

@@ -24,6 +24,7 @@ from laggard.gaps import HOST_KIND, GapConfig, GapSummary, host_attribution_type
 from laggard.graph import Graph, build_graph, group_sizes_check
 from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning, is_gc_name
 from laggard.replay import replay, replay_steps
+from laggard.replay_chain import chained_wall_step_times, plan_chain
 
 if TYPE_CHECKING:
     from laggard.diagnose.findings import Diagnosis
@@ -286,12 +287,15 @@ class Analysis:
     T_ideal_s: float
     slowdown: float
     launch_slowdown: float
-    replay_fidelity: float  # wall-clock step time / replayed step time (1: the replay is the job)
+    # wall-clock step time / the same from a replay of the steps back to back (laggard.replay_chain;
+    # 1: the replay is the job, above 1: time the trace does not show)
+    replay_fidelity: float
     steps: list[int]
     step_measured_s: list[float]
     step_simulated_s: list[float]
     step_ideal_s: list[float]
     step_wall_s: list[float]
+    step_replayed_wall_s: list[float]  # per step, from the replay of the steps back to back
     by_optype: dict[str, float]
     # S_t of every compute op together and of every communication op together (the fleet's split
     # of the waste by op kind); replayed in the same pass as the other attributions
@@ -389,6 +393,8 @@ class Analysis:
             "step_time_simulated": {str(s): _num(v) for s, v in zip(self.steps, self.step_simulated_s, strict=True)},
             "step_time_ideal": {str(s): _num(v) for s, v in zip(self.steps, self.step_ideal_s, strict=True)},
             "step_time_wall": {str(s): _num(v) for s, v in zip(self.steps, self.step_wall_s, strict=True)},
+            "step_time_replayed_wall": {str(s): _num(v)
+                                        for s, v in zip(self.steps, self.step_replayed_wall_s, strict=True)},
             "meta": {"name": self.meta.name, "source": self.meta.source, **self.meta.parallel_sizes(),
                      **({"layout": self.meta.extra["layout"]} if "layout" in self.meta.extra else {})},
             "warnings": list(self.warnings),
@@ -478,18 +484,20 @@ def _analyze(base: Baseline) -> Analysis:
     mw = _explain(base, np.isin(base.rank, fixed), T, T_ideal)
     ms = _explained(float(st_ms[:, 0].mean()), float(st_ms[:, 1].mean()), T, T_ideal)
     per_step = dict(zip(g.steps.tolist(), (st_meas / st_ideal).tolist(), strict=True))
+    replayed_wall = replayed_wall_step_times(base)
     return Analysis(
         meta=base.job.meta,
         T_s=T,
         T_ideal_s=T_ideal,
         slowdown=slowdown,
         launch_slowdown=float(base.measured_step_s.mean()) / T,
-        replay_fidelity=float(base.wall_step_s.mean()) / T,
+        replay_fidelity=float(base.wall_step_s.mean() / replayed_wall.mean()),
         steps=g.steps.tolist(),
         step_measured_s=base.measured_step_s.tolist(),
         step_simulated_s=st_meas.tolist(),
         step_ideal_s=st_ideal.tolist(),
         step_wall_s=base.wall_step_s.tolist(),
+        step_replayed_wall_s=replayed_wall.tolist(),
         by_optype=by_optype,
         by_opkind=by_opkind,
         by_dp_rank=by_dp,
@@ -507,6 +515,15 @@ def _analyze(base: Baseline) -> Analysis:
         step_by_dp_s=np.asarray(st_dp, dtype=np.float64),
         step_by_stage_s=np.asarray(st_pp, dtype=np.float64),
     )
+
+
+def replayed_wall_step_times(base: Baseline) -> np.ndarray:
+    """Per step, the wall-clock time of the measured job replayed with its steps back to back."""
+    stream, _ = base.job.codes("stream")
+    host = np.array([k == HOST_KIND for k in base.kinds], dtype=bool)
+    is_host = host[base.kind_code] if len(host) else np.zeros(len(base.kind_code), dtype=bool)
+    plan = plan_chain(base.graph, base.rank, stream.astype(np.int64), is_host, base.start_s)
+    return chained_wall_step_times(base.graph, plan, base.measured)[0]
 
 
 def _dp_reduction(base: Baseline) -> DPReduction | None:

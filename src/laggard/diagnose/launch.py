@@ -31,7 +31,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     idle = gaps.idle_s / max(gaps.num_steps, 1)
     idle_med = float(np.median(idle)) if len(idle) else 0.0
     everywhere = idle_med >= cfg.launch_idle_share * ctx.T_ideal
-    if (fidelity >= cfg.threshold and ctx.T_meas > ctx.T) or everywhere:
+    if fidelity >= cfg.threshold or everywhere:
         out.append(_unmodelled(ctx, fidelity, idle_med if everywhere else 0.0, hot))
     return out
 
@@ -103,7 +103,8 @@ def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float, hot: list[int]) ->
         cause="launch-delay",
         workers=[ctx.worker_of[int(ctx.ranks[worst])]],
         evidence=(
-            f"steps take {ctx.T_meas:.4g} s on the wall clock but the replay of the traced ops takes {ctx.T:.4g} s "
+            f"steps take {ctx.T_meas:.4g} s on the wall clock but the replay of the traced ops (steps back to back) "
+            f"takes {float(np.mean(ctx.res.step_replayed_wall_s)):.4g} s "
             f"({fidelity:.3f}x): many small untraced gaps, {1e3 * per_rank[worst] / nsteps:.1f} ms per step on rank "
             f"{int(ctx.ranks[worst])}, mostly before {ctx.names[int(np.argmax(per_type))]}{hidden}"
         ),

@@ -16,7 +16,7 @@ class FleetConfig:
     # fewer steps than this and the ideal durations (means/medians over the trace) and the per-step
     # slowdown rest on too little data to compare jobs: the job is a row marked 'rejected'
     min_steps: int = 3
-    # replay fidelity = traced / replayed step time. Below this the replay (measured durations on
+    # replay fidelity = wall-clock / replayed step time. Below this the replay (measured durations on
     # the dependency graph) takes >10% longer than what was traced: the graph does not fit the trace
     # (clock skew, missing dependencies), so its what-ifs cannot be trusted
     min_fidelity: float = 0.9

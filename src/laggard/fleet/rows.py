@@ -44,8 +44,8 @@ SCHEMA = pa.schema([
     ("top_cause", pa.string()),
     ("top_cause_share", pa.float64()),
     ("findings", pa.list_(FINDING)),
-    ("replay_fidelity", pa.float64()),  # traced / replayed step time (1 = the replay fits)
-    ("replay_error", pa.float64()),  # mean |replayed - traced| / traced per step
+    ("replay_fidelity", pa.float64()),  # wall-clock / replayed step time (1 = the replay fits)
+    ("replay_error", pa.float64()),  # mean |replayed - wall-clock| / wall-clock per step
     ("num_warnings", pa.int64()),
     ("size_bytes", pa.int64()),
     ("wall_s", pa.float64()),  # seconds to read and analyse the job
@@ -104,7 +104,7 @@ def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, replay_error:
         top_cause=findings[0]["cause"] if findings else None,
         top_cause_share=findings[0]["score"] if findings else None,
         findings=findings,
-        replay_fidelity=_num(doc["launch_slowdown"]),
+        replay_fidelity=_num(doc["replay_fidelity"]),
         replay_error=_num(replay_error),
         num_warnings=len(doc.get("warnings", [])),
     )

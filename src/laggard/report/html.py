@@ -188,9 +188,10 @@ def _header(res: Analysis, heading: str) -> str:
 
 
 def replay_error(res: Analysis) -> tuple[float, float]:
-    """(mean, max) over steps of |replayed - wall-clock| / wall-clock step time."""
+    """(mean, max) over steps of |replayed - wall-clock| / wall-clock step time (the replay with the
+    steps back to back: a wall-clock step overlaps the one before where ranks start it apart)."""
     meas = np.asarray(res.step_wall_s, dtype=float)
-    sim = np.asarray(res.step_simulated_s, dtype=float)
+    sim = np.asarray(res.step_replayed_wall_s, dtype=float)
     ok = meas > 0
     if not ok.any():
         return float("nan"), float("nan")

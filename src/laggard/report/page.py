@@ -39,8 +39,9 @@ GLOSSARY: dict[str, str] = {
            "the ideal duration is the average over all stages, inflated by the heavy last stage, and the other "
            "stages are lighter than it. Negative or about 0% (e.g. -0.1%): the last stage is not slower than "
            "average; idealising it changes nothing or makes the job a little slower.",
-    "fidelity": "How closely the replay reproduces the traced step times; time the replay leaves out (CPU "
-                "launch gaps, data loading) is not counted in S.",
+    "fidelity": "How closely the replay reproduces the traced wall-clock step times (each rank starting a step "
+                "when its previous one is done, as on the real run); time the replay leaves out (CPU launch gaps, "
+                "data loading) is not counted in S.",
 }
 
 
