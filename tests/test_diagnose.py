@@ -16,8 +16,9 @@ def test_st_top_finding_is_last_stage_imbalance(analyses):
     assert d.verdict == "straggling"
     top = d.findings[0]
     assert top.cause == "stage-imbalance" and top.stages == [3]
-    assert "stage 3" in top.evidence and "laggard partition" in top.fix
-    assert top.fix.count("partition") == 1 and "--num-layers N" in top.fix  # the runnable command, once
+    assert "stage 3" in top.evidence and "laggard partition" in top.fix_text
+    assert top.fix_text.count("partition") == 1 and "--num-layers N" in top.fix_text  # the runnable command, once
+    assert top.to_json()["fix"] == top.fix_text
     assert 0 < top.score <= 1 and top.gain > 1.1
 
 

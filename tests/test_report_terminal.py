@@ -36,7 +36,7 @@ def test_summary_fits_80_columns(name: str, analyses: dict[str, Analysis]) -> No
     assert max(len(ln) for ln in lines) <= 80, [ln for ln in lines if len(ln) > 80]
     assert res.diagnosis is not None and res.diagnosis.findings
     for f in res.diagnosis.findings:
-        assert _words_intact(text, f.evidence) == [] and _words_intact(text, f.fix) == []
+        assert _words_intact(text, f.evidence) == [] and _words_intact(text, f.fix_text) == []
         # the command, joined back as a shell would, is the finding's command exactly
         i = next(k for k, ln in enumerate(lines) if ln.startswith("laggard whatif"))
         cmd_lines = [lines[i]]
@@ -63,4 +63,4 @@ def test_wrong_wrapping_is_caught(analyses: dict[str, Analysis]) -> None:
     res = analyses["ST"]
     text = _render(res, width=40)
     f = res.diagnosis.findings[0]
-    assert _words_intact(text, f.evidence + " " + f.fix) != []
+    assert _words_intact(text, f.evidence + " " + f.fix_text) != []

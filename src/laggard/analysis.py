@@ -49,10 +49,8 @@ def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
         for f in res.diagnosis.findings:
             if f.whatif:
                 f.command = whatif_command(job.load_args, f.whatif)
-            if f.cause == "stage-imbalance":
-                from laggard.diagnose.stage import PARTITION_HINT
-
-                f.fix = f.fix.replace(" " + PARTITION_HINT, "") + "; " + partition_hint(job)
+            if f.fix_tool == "partition":
+                f.fix_command = partition_hint(job)
         for w in caught:
             if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
                 res.warnings.append(str(w.message))

@@ -10,6 +10,10 @@ import numpy as np
 
 from laggard.whatif_custom import Change
 
+# laggard commands that carry a fix out, and what they do: a detector names one (``fix_tool``);
+# where the trace is known the analysis writes it out in full (``fix_command``)
+FIX_TOOLS = {"partition": "proposes the split"}
+
 
 def finite(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
@@ -26,8 +30,19 @@ class Finding:
     share: float = 0.0  # its part of the slowdown in the joint attribution (Shapley; the shares add up)
     gain: float = 1.0  # speed-up of fixing only this
     fix: str = ""
+    fix_tool: str = ""  # the laggard command that carries the fix out (a key of FIX_TOOLS)
+    fix_command: str = ""  # that command for this trace, in words (``analysis.partition_hint``)
     whatif: list[str] = field(default_factory=list)  # the `laggard whatif` flags whose speed-up is `gain`
     command: str = ""  # the whole command, with the trace and the flags it was loaded with
+
+    @property
+    def fix_text(self) -> str:
+        """The fix, with the command that carries it out where there is one."""
+        if self.fix_command:
+            return f"{self.fix}; {self.fix_command}"
+        if self.fix_tool:
+            return f"{self.fix} (`laggard {self.fix_tool}` {FIX_TOOLS[self.fix_tool]})"
+        return self.fix
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,7 +54,7 @@ class Finding:
             "score": finite(self.score),
             "share": finite(self.share),
             "gain": finite(self.gain),
-            "fix": self.fix,
+            "fix": self.fix_text,
             "whatif": self.command,
         }
 

@@ -11,9 +11,6 @@ from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate, Finding
 from laggard.whatif_custom import Change
 
-# where a caller knows the trace, it puts the command in its place (``analysis.partition_hint``)
-PARTITION_HINT = "(`laggard partition` proposes the split)"
-
 
 def hot_workers(ctx: Ctx, cfg: DiagnoseConfig) -> set[int]:
     """Workers whose S_w excess is at least ``hot_of_top`` of the top one (none on a flat heatmap)."""
@@ -109,9 +106,9 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
             ),
             fix=(
                 f"rebalance the pipeline: move about {100 * max(share, 0):.0f}% of stage {s}'s compute "
-                f"({'the loss/logits layer' if s == ctx.num_pp - 1 else 'some layers'}) to other stages "
-                + PARTITION_HINT
+                f"({'the loss/logits layer' if s == ctx.num_pp - 1 else 'some layers'}) to other stages"
             ),
+            fix_tool="partition",
         )
         out.append(Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes)))
     return out

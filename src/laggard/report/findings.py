@@ -82,7 +82,7 @@ def print_findings(res: Analysis, console: Console) -> None:
         where = _where(f)
         text = Text()
         text.append(f.cause, style="bold")
-        text.append((f": {where}" if where else "") + f"\nevidence: {f.evidence}\nfix: {f.fix}")
+        text.append((f": {where}" if where else "") + f"\nevidence: {f.evidence}\nfix: {f.fix_text}")
         t.add_row(str(i), text, f"{100 * f.share:.0f}%\n({100 * f.score:.0f}% alone)", f"{f.gain:.2f}x\nfaster")
     console.print(t)
     width = min(console.width, 120)
@@ -126,7 +126,7 @@ def findings_html(res: Analysis) -> str | None:
             f"<td>{i}</td><td><strong>{escape(f.cause)}</strong><br><small>{escape(_where(f))}</small></td>"
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
             f"<td>{escape(f.evidence)}<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
-            f"<td>{escape(f.fix)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"
+            f"<td>{escape(f.fix_text)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"
                                       if f.command else "") + "</td>"
             "</tr>"
         )
