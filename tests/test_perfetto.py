@@ -123,16 +123,30 @@ def test_events_nest_on_every_thread(st: Analysis) -> None:
             stack.append(e)
 
 
-def test_cap_keeps_whole_steps(st: Analysis, tmp_path: Path) -> None:
+def test_cap_keeps_whole_steps_around_the_worst(st: Analysis, tmp_path: Path) -> None:
     per_op_step = st.base.graph.op_step
-    with pytest.warns(LaggardWarning, match="exceed the cap of 2,000"):
+    worst = max(st.per_step, key=st.per_step.get)
+    with pytest.warns(LaggardWarning, match=f"exceed the cap of 2,000.*around step {worst},"):
         out = write_perfetto(st, tmp_path / "capped.json", max_events=2000)
     ops = op_events(orjson.loads(out.read_bytes()))
     kept = sorted({e["args"]["step"] for e in ops})
     k = len(kept)
     assert 0 < k < len(st.steps)
-    assert kept == st.steps[:k]
-    assert len(ops) == 2 * int((per_op_step < k).sum())
+    i = st.steps.index(kept[0])
+    assert kept == st.steps[i : i + k] and worst in kept  # a run of steps with the worst one in it
+    idx = [st.steps.index(s) for s in kept]
+    assert len(ops) == 2 * int(np.isin(per_op_step, idx).sum())
+
+
+def test_step_window() -> None:
+    from laggard.io.perfetto import step_window
+
+    ev = np.array([5, 5, 5, 5, 5])
+    assert step_window(ev, 15, 2) == (1, 4)  # one later, one earlier
+    assert step_window(ev, 15, 4) == (2, 5)  # at the end: grows the other way
+    assert step_window(ev, 3, 1) == (1, 2)  # the worst step even over the budget
+    assert step_window(np.array([1, 9, 2, 1]), 5, 2) == (2, 4)  # a big neighbour stops that side
+    assert step_window(np.zeros(0, dtype=int), 10, 0) == (0, 0)
 
 
 def test_gzip_and_replayed(st: Analysis, tmp_path: Path) -> None:

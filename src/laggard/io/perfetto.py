@@ -12,8 +12,9 @@ Perfetto drops complete events that overlap on one thread without nesting; trace
 stream sometimes overlap by a few microseconds (timer jitter). Such an op is shown starting where
 the op before it ends, its end unchanged, and its args carry ``trimmed_us``.
 
-Events are capped (``max_events``, whole steps kept, first steps first) with a ``LaggardWarning``,
-so a huge job gives a trace a browser can still open; a path ending in ``.gz`` is gzip-compressed.
+Events are capped (``max_events``) with a ``LaggardWarning``, so a huge job gives a trace a browser
+can still open: whole steps are kept, a run of them around the step with the highest slowdown (the
+one a reader of the report looks for); a path ending in ``.gz`` is gzip-compressed.
 """
 
 from __future__ import annotations
@@ -154,13 +155,15 @@ def _build(
     ops_per_step = np.bincount(op_step, minlength=num_steps)
     spans_per_step = np.bincount(np.unique(op_step * num_w + worker) // num_w, minlength=num_steps)
     per_step = (ops_per_step + spans_per_step) * len(timelines)
-    budget = max_events - len(meta)
-    keep = min(num_steps, max(1, int(np.searchsorted(np.cumsum(per_step), budget, side="right"))))
-    if keep < num_steps:
+    sim, ideal = np.asarray(result.step_simulated_s, dtype=float), np.asarray(result.step_ideal_s, dtype=float)
+    per_step_s = np.divide(sim, ideal, out=np.zeros_like(sim), where=ideal > 0)
+    worst = int(np.argmax(per_step_s)) if num_steps else 0
+    lo, hi = step_window(per_step, max_events - len(meta), worst)
+    if hi - lo < num_steps:
         warnings.warn(
             f"Perfetto trace: {int(per_step.sum()) + len(meta):,} events exceed the cap of {max_events:,}; "
-            f"wrote the first {keep} of {num_steps} steps ({g.steps[0]}-{g.steps[keep - 1]}); "
-            "use --steps to choose others",
+            f"wrote {hi - lo} of {num_steps} steps ({g.steps[lo]}-{g.steps[hi - 1]}, around step {g.steps[worst]}, "
+            "the one with the highest slowdown); use --steps to choose others",
             LaggardWarning,
             stacklevel=3,
         )
@@ -170,10 +173,31 @@ def _build(
         "source": result.meta.source,
         "timelines": ", ".join(timelines),
         "slowdown": f"{result.slowdown:.4f}",
-        "steps": f"{keep} of {num_steps}",
+        "steps": f"{hi - lo} of {num_steps} ({g.steps[lo]}-{g.steps[hi - 1]})" if num_steps else "0",
         "note": "replayed timelines lay the steps end to end; measured times are relative to the first op",
     }
-    return meta, _chunks(result, timelines, np.flatnonzero(op_step < keep), w_pos[worker], local_tid, stride), other
+    sel = np.flatnonzero((op_step >= lo) & (op_step < hi))
+    return meta, _chunks(result, timelines, sel, w_pos[worker], local_tid, stride), other
+
+
+def step_window(events_per_step: np.ndarray, budget: int, around: int) -> tuple[int, int]:
+    """The steps [lo, hi) kept under ``budget`` events: ``around`` and its neighbours, one step
+    later then one earlier while they fit (at least ``around`` itself)."""
+    n = len(events_per_step)
+    if n == 0:
+        return 0, 0
+    lo, hi = around, around + 1
+    used = int(events_per_step[around])
+    while True:
+        grew = False
+        for side in (1, -1):
+            k = hi if side == 1 else lo - 1
+            if 0 <= k < n and used + int(events_per_step[k]) <= budget:
+                used += int(events_per_step[k])
+                lo, hi = (lo, hi + 1) if side == 1 else (lo - 1, hi)
+                grew = True
+        if not grew:
+            return lo, hi
 
 
 def _spans(result: Analysis, timeline: str) -> tuple[np.ndarray, np.ndarray]:
