@@ -157,3 +157,46 @@ def test_unique_inverse_equals_numpy(values):
     nu, ninv = np.unique(values, return_inverse=True)
     assert np.array_equal(u, nu) and u.dtype == nu.dtype
     assert np.array_equal(inv, ninv.ravel()) and inv.dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_modal_size_and_fwd_bwd_partner_match_a_plain_count(seed):
+    """The lookup-table paths (``graph.modal_size``, ``spikes.fwd_bwd_partner``) and their sorting
+    fallbacks against dictionaries counted by hand."""
+    from collections import Counter
+
+    from laggard.graph import modal_size
+    from laggard.spikes import fwd_bwd_partner
+
+    rng = np.random.default_rng(seed)
+    label = rng.integers(0, 6, 300)
+    size = rng.integers(1, 5, 300)
+    want = np.zeros(7, dtype=np.int64)
+    for lab in range(7):
+        c = Counter(size[label == lab].tolist())
+        if c:
+            top = max(c.values())
+            want[lab] = min(s for s, k in c.items() if k == top)
+    assert np.array_equal(modal_size(label, size, 7), want)  # table
+    big = 10**6  # wide sizes: the sorting path
+    assert np.array_equal(modal_size(label, size * big, 7), want * big)
+
+    names = ["forward", "backward", "other"]
+    n = 400
+    name_code = rng.integers(0, 3, n)
+    compute = rng.random(n) < 0.9
+    mb = rng.integers(-1, 4, n)
+    step = rng.integers(0, 3, n)
+    for rank_scale in (1, 10**7):  # small keys: the table; huge rank ids: the sorting path
+        rank = rng.integers(0, 3, n) * rank_scale
+        got = fwd_bwd_partner(names, name_code, compute, rank, step, mb)
+        key = list(zip(rank.tolist(), step.tolist(), mb.tolist(), strict=True))
+        fw = [i for i in range(n) if name_code[i] == 0 and compute[i] and mb[i] >= 0]
+        bw = [i for i in range(n) if name_code[i] == 1 and compute[i] and mb[i] >= 0]
+        cf, cb = Counter(key[i] for i in fw), Counter(key[i] for i in bw)
+        exp = np.full(n, -1)
+        by_key = {key[i]: i for i in bw}
+        for i in fw:
+            if cf[key[i]] == 1 and cb[key[i]] == 1:
+                exp[i] = by_key[key[i]]
+        assert np.array_equal(got, exp)

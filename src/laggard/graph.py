@@ -165,13 +165,7 @@ def group_sizes_check(job: Job, graph: Graph) -> np.ndarray:
     sizes = np.diff(graph.group_ptr)
     first = graph.group_ops[graph.group_ptr[:-1]]
     glabel = gcode[first]
-    # modal size per label: the (label, size) pair seen most often for each label
-    pairs, pair_count = np.unique(np.stack([glabel, sizes], axis=1), axis=0, return_counts=True)
-    best = np.lexsort((-pair_count, pairs[:, 0]))
-    first_of_label = np.ones(len(best), dtype=bool)
-    first_of_label[1:] = pairs[best[1:], 0] != pairs[best[:-1], 0]
-    expected = np.zeros(len(labels), dtype=np.int64)
-    expected[pairs[best[first_of_label], 0]] = pairs[best[first_of_label], 1]
+    expected = modal_size(glabel.astype(np.int64), sizes, len(labels))
     short = sizes < expected[glabel]
     if not short.any():
         return np.zeros(0, dtype=np.int64)
@@ -185,6 +179,21 @@ def group_sizes_check(job: Job, graph: Graph) -> np.ndarray:
         stacklevel=2,
     )
     return graph.steps[bad_steps]
+
+
+def modal_size(label: np.ndarray, size: np.ndarray, num_labels: int) -> np.ndarray:
+    """Per label, the size seen most often with it (the smallest of those tied; 0 if never seen)."""
+    width = int(size.max(initial=0)) + 1
+    key = label * width + size
+    if num_labels * width <= 4 * len(key) + 1024:  # a table of counts, no sort
+        counts = np.bincount(key, minlength=num_labels * width).reshape(num_labels, width)
+        return np.where(counts.any(axis=1), counts.argmax(axis=1), 0)
+    pairs, pair_count = np.unique(key, return_counts=True)
+    best = np.lexsort((-pair_count, pairs // width))
+    first_of_label = np.r_[True, (pairs[best[1:]] // width) != (pairs[best[:-1]] // width)]
+    out = np.zeros(num_labels, dtype=np.int64)
+    out[pairs[best[first_of_label]] // width] = pairs[best[first_of_label]] % width
+    return out
 
 
 def build_graph(job: Job) -> Graph:

@@ -53,6 +53,15 @@ def fwd_bwd_partner(names: list[str], name_code: np.ndarray, compute: np.ndarray
     ns = int(step.max()) + 1
     key = (rank.astype(np.int64) * ns + step) * nm + microbatch + 1
     fk, bk = key[fwd], key[bwd]
+    num_keys = int(key.max()) + 1
+    if num_keys <= 4 * len(key) + 1024:  # a table per key, no sort
+        f_count, b_count = np.bincount(fk, minlength=num_keys), np.bincount(bk, minlength=num_keys)
+        b_row = np.zeros(num_keys, dtype=np.int64)
+        b_row[bk] = np.flatnonzero(bwd)
+        frows = np.flatnonzero(fwd)
+        ok = (f_count[fk] == 1) & (b_count[fk] == 1)
+        out[frows[ok]] = b_row[fk[ok]]
+        return out
     uf, cf = np.unique(fk, return_counts=True)
     ub, cb = np.unique(bk, return_counts=True)
     once = np.intersect1d(uf[cf == 1], ub[cb == 1])

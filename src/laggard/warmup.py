@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from laggard.errors import LaggardError
-from laggard.ops import COMM_KINDS, Job
+from laggard.ops import COMM_KINDS, Job, unique_inverse
 
 
 @dataclass(kw_only=True, slots=True)
@@ -35,11 +35,10 @@ def typical_compute_s(job: Job) -> tuple[np.ndarray, np.ndarray]:
     code, labels = job.codes("kind")
     comm = np.isin(code, [i for i, k in enumerate(labels) if k in COMM_KINDS])
     use = ~comm if (~comm).any() else np.ones(len(step), dtype=bool)
-    steps = np.unique(step)
-    ranks, rinv = np.unique(rank, return_inverse=True)
-    sinv = np.searchsorted(steps, step)
-    busy = np.zeros((len(steps), len(ranks)))
-    np.add.at(busy, (sinv[use], rinv[use]), dur[use])
+    steps, sinv = unique_inverse(step)
+    ranks, rinv = unique_inverse(rank)
+    cell = sinv[use] * len(ranks) + rinv[use]
+    busy = np.bincount(cell, weights=dur[use], minlength=len(steps) * len(ranks)).reshape(len(steps), len(ranks))
     return steps, np.median(busy, axis=1) * 1e-9
 
 

@@ -115,7 +115,7 @@ def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.nd
     if not comm_name.any():
         return mean[name_code]
     rows = np.flatnonzero(comm_name[name_code])
-    order = rows[np.lexsort((measured[rows], name_code[rows]))]
+    order = rows[np.argsort(name_code[rows], kind="stable")]  # by op type; np.median needs no order within
     bounds = np.searchsorted(name_code[order], np.arange(num_names + 1))
     median = mean.copy()
     for c in np.flatnonzero(comm_name):
