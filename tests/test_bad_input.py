@@ -226,13 +226,25 @@ def test_ndtimeline_worker_missing_from_every_step(capsys, tmp_path):
     assert "layout dp=2 x pp=4 from meta-X.yaml expects 8 workers (7 found)" in line
 
 
-def test_profiler_pipeline_rank_missing(capsys, tmp_path):
+def test_profiler_pipeline_rank_missing_leaves_its_pipeline_out(capsys, tmp_path):
+    """A stage's trace is missing: its pipeline cannot be replayed; the complete one is analysed."""
     assert run_cli("dessim", tmp_path / "sim", "--dp", "2", "--pp", "4", "--steps", "2", "--kineto") == 0
     capsys.readouterr()
     (tmp_path / "sim" / "kineto" / "rank2.json").unlink()
+    d, err = _analyze_ok(capsys, tmp_path, tmp_path / "sim" / "kineto")
+    assert "the job has 8 ranks but 7 trace(s) were given: no trace for rank(s) 2" in err
+    assert "traced rank(s) 0, 1, 3 share a pipeline with them" in err and "1->2" in err and "2->3" in err
+    assert d["num_workers"] == 4 and sorted(d["by_stage"]) == ["0", "1", "2", "3"]
+    assert sorted(d["meta"]["layout"]["ranks"]) == ["4", "5", "6", "7"]
+
+
+def test_profiler_pipeline_rank_missing_without_a_complete_pipeline(capsys, tmp_path):
+    assert run_cli("dessim", tmp_path / "sim", "--dp", "1", "--pp", "4", "--steps", "2", "--kineto") == 0
+    capsys.readouterr()
+    (tmp_path / "sim" / "kineto" / "rank2.json").unlink()
     line = _one_line_error(capsys, "analyze", tmp_path / "sim" / "kineto")
-    assert "the job has 8 ranks but 7 trace(s) were given: no trace for rank(s) 2" in line
-    assert "1->2" in line and "2->3" in line
+    assert "the job has 4 ranks but 3 trace(s) were given: no trace for rank(s) 2" in line
+    assert "1->2" in line and "2->3" in line and "pass every rank's trace" in line
 
 
 def test_profiler_dp_rank_missing_is_a_warning_naming_it(capsys, tmp_path):

@@ -208,9 +208,10 @@ def read_kineto(
     for w in unify_steps(ranks):
         warnings.warn(w, LaggardWarning, stacklevel=2)
     _check_same_job(ranks)
-    missing = missing_ranks(ranks)
+    missing, left_out = missing_ranks(ranks)
     if missing:
         warnings.warn(missing, LaggardWarning, stacklevel=2)
+    ranks = [r for r in ranks if int(r.rank) not in left_out]  # type: ignore[arg-type]
     lay, lay_warnings = resolve_layout(ranks, spec=layout, rank_map=rank_map)
     for w in lay_warnings:
         warnings.warn(w, LaggardWarning, stacklevel=2)
