@@ -69,7 +69,7 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     fidelity = res.replay_fidelity
     note = "good" if abs(fidelity - 1) < 0.05 else ("untraced gaps (CPU launch delay, data loading?)" if fidelity > 1
                                                    else "the replay is slower than the job")
-    con.print(f"replay fidelity: wall-clock/replayed step time (steps back to back) = {fidelity:.3f} ({note})")
+    con.print(f"replay fidelity {fidelity:.3f}: wall clock / steps replayed back to back ({note})")
     gaps = d.get("untraced_gaps") or {}
     if gaps.get("num_positions"):
         per = gaps["modelled_per_rank_s_per_step"]
