@@ -96,3 +96,17 @@ def test_every_replica_of_a_stage_slow_scores_as_its_stage():
     d.findings[0].stages = [0]
     s = score_job(truth, d)
     assert s.missed and s.wrong
+
+
+def test_pure_pipeline_heavy_stage_is_named():
+    """One worker per stage (dp 1): a heavy stage used to give no finding at all (a heavy stage and a
+    slow GPU look the same there); now the stage is named, its gain is the simulator's, and the
+    evidence says a slow GPU would look the same. A clean pure pipeline stays healthy."""
+    truth, d = _job(["heavy-stage:stage=3,factor=1.5"], dp=1, pp=4, seed=0)
+    _all_named(truth, d)
+    top = d.findings[0]
+    assert top.cause == "stage-imbalance" and top.stages == [3]
+    assert top.gain == pytest.approx(truth.causes[0].gain, rel=0.05), (top.gain, truth.causes[0].gain)
+    assert "a slow GPU on rank 3 would look the same" in top.evidence
+    _, clean = _job([], dp=1, pp=4, seed=0)
+    assert clean.verdict == "healthy" and not clean.findings

@@ -25,9 +25,8 @@ def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_wor
     """Rows of the heatmap that are hot (most workers hot in S_w) or heavy (most workers compute
     ``heavy_row_ratio`` x the other stages' median worker); the slow workers (``worker``) are left
     out of their row when some of it is left, so that most of a stage's replicas being slow GPUs
-    does not make the stage heavy."""
-    if ctx.num_dp <= 1:  # one worker per stage: a heavy stage and a slow worker look the same
-        return []
+    does not make the stage heavy. With one worker per stage (a pure pipeline) a heavy stage and a
+    slow GPU look the same: the row is its one worker, and the finding says so."""
     hot = hot_workers(ctx, cfg)
     by_stage = _rows(ctx, slow_workers)
     out = []
@@ -103,6 +102,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
                 f"stage {s} sets the pace: S_stage={res.by_stage[s]:.3f} vs {np.median(list(res.by_stage.values())):.3f} "
                 f"(median); its compute is {ratio:.2f}x the other stages'; {num_heavy} of its "
                 f"{len(rs)} DP replicas compute over {cfg.heavy_row_ratio:.2f}x what the other stages' workers do"
+                + (f" (one worker per stage: a slow GPU on rank {rs[0]} would look the same; if the stage's "
+                   "layers do not explain it, check that GPU)" if ctx.num_dp == 1 else "")
             ),
             fix=(
                 f"rebalance the pipeline: move about {100 * max(share, 0):.0f}% of stage {s}'s compute "
