@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from laggard.errors import GraphCycleError
-from laggard.ops import Job, LaggardError, LaggardWarning, to_numpy, unique_inverse, valid_mask
+from laggard.ops import Job, LaggardError, LaggardWarning, fits_table, to_numpy, unique_inverse, valid_mask
 
 
 @dataclass(kw_only=True, slots=True)
@@ -185,7 +185,7 @@ def modal_size(label: np.ndarray, size: np.ndarray, num_labels: int) -> np.ndarr
     """Per label, the size seen most often with it (the smallest of those tied; 0 if never seen)."""
     width = int(size.max(initial=0)) + 1
     key = label * width + size
-    if num_labels * width <= 4 * len(key) + 1024:  # a table of counts, no sort
+    if fits_table(num_labels * width, len(key)):  # a table of counts, no sort
         counts = np.bincount(key, minlength=num_labels * width).reshape(num_labels, width)
         return np.where(counts.any(axis=1), counts.argmax(axis=1), 0)
     pairs, pair_count = np.unique(key, return_counts=True)

@@ -338,22 +338,27 @@ def valid_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
+def fits_table(num_keys: int, num_values: int) -> bool:
+    """Whether counting ``num_values`` integer keys in a table of ``num_keys`` slots beats sorting
+    them: the table costs O(num_keys) memory and time, a sort O(n log n); up to 4 slots per value
+    (plus a small floor) the table is both cheaper and bounded by the column it replaces."""
+    return num_keys <= 4 * num_values + 1024
+
+
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` for integer columns (ranks, steps): a lookup
-    table over their range instead of a sort where the range is not much wider than the column."""
+    table over their range instead of a sort where the range fits one (``fits_table``)."""
     values = np.asarray(values)
-    if len(values) == 0 or values.dtype.kind not in "iu":
-        u, inv = np.unique(values, return_inverse=True)
-        return u, inv.ravel().astype(np.int64, copy=False)
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 4 * len(values) + 1024:
-        u, inv = np.unique(values, return_inverse=True)
-        return u, inv.ravel().astype(np.int64, copy=False)
-    rel = values.astype(np.int64) - lo
-    present = np.zeros(hi - lo + 1, dtype=bool)
-    present[rel] = True
-    code = np.cumsum(present, dtype=np.int64) - 1
-    return (np.flatnonzero(present) + lo).astype(values.dtype, copy=False), code[rel]
+    if len(values) and values.dtype.kind in "iu":
+        lo, hi = int(values.min()), int(values.max())
+        if fits_table(hi - lo + 1, len(values)):
+            rel = values.astype(np.int64) - lo
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[rel] = True
+            code = np.cumsum(present, dtype=np.int64) - 1
+            return (np.flatnonzero(present) + lo).astype(values.dtype, copy=False), code[rel]
+    u, inv = np.unique(values, return_inverse=True)
+    return u, inv.ravel().astype(np.int64, copy=False)
 
 
 def _indices(arr: pa.DictionaryArray) -> np.ndarray:

@@ -75,3 +75,14 @@ def op_starts(graph: Graph, ends: np.ndarray) -> np.ndarray:
     if len(owner):
         np.maximum.at(starts, owner, ends[graph.dep_idx])
     return starts
+
+
+def wall_step_times(steps: np.ndarray, step_end_s: np.ndarray, span_s: np.ndarray) -> np.ndarray:
+    """Wall-clock time of each step: from the previous step's last end to its own (they sum to the
+    job's time). A rank that finishes a step late starts the next late, so first-start-to-last-end
+    spans overlap and count that lateness twice; the first step (or one after a gap in the step
+    numbers) keeps its span."""
+    wall = span_s.copy()
+    follows = np.flatnonzero(np.diff(steps) == 1) + 1
+    wall[follows] = step_end_s[follows] - step_end_s[follows - 1]
+    return wall

@@ -31,7 +31,7 @@ import numpy as np
 
 from laggard.graph import Graph
 from laggard.ops import unique_inverse
-from laggard.replay import replay_nodes
+from laggard.replay import replay_nodes, wall_step_times
 
 # Floors that moved by less than this between passes have converged: 1 ns is below the clock
 # resolution of every trace format laggard reads, and float rounding of second-scale sums is ~1e-15 s.
@@ -162,7 +162,7 @@ def _floors(plan: ChainPlan, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def chained_wall_step_times(graph: Graph, plan: ChainPlan, weights: np.ndarray) -> tuple[np.ndarray, int]:
     """Replayed wall-clock time of each step (from the previous step's last end to its own; from
-    t=0 where a chain starts), the replay's counterpart of ``whatif.wall_step_times``; and the
+    t=0 where a chain starts), the replay's counterpart of ``replay.wall_step_times``; and the
     number of passes it took."""
     floor = None
     passes = 0
@@ -174,8 +174,6 @@ def chained_wall_step_times(graph: Graph, plan: ChainPlan, weights: np.ndarray) 
         floor = new
         if done or passes > plan.num_steps:  # pass p is exact for the first p steps
             break
+    # each step's frame starts ``shift`` into the previous one's (0 where a chain starts)
     step_end = np.maximum.reduceat(ends[graph.step_order], graph.step_bounds[:-1])
-    wall = step_end.copy()
-    f = np.flatnonzero(plan.follows)
-    wall[f] = shift[f] + step_end[f] - step_end[f - 1]
-    return wall, passes
+    return wall_step_times(graph.steps, step_end, step_end) + shift, passes

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from laggard.ops import fits_table
+
 
 @dataclass(kw_only=True, slots=True)
 class SpikeConfig:
@@ -54,7 +56,7 @@ def fwd_bwd_partner(names: list[str], name_code: np.ndarray, compute: np.ndarray
     key = (rank.astype(np.int64) * ns + step) * nm + microbatch + 1
     fk, bk = key[fwd], key[bwd]
     num_keys = int(key.max()) + 1
-    if num_keys <= 4 * len(key) + 1024:  # a table per key, no sort
+    if fits_table(num_keys, len(key)):  # a table per key, no sort
         f_count, b_count = np.bincount(fk, minlength=num_keys), np.bincount(bk, minlength=num_keys)
         b_row = np.zeros(num_keys, dtype=np.int64)
         b_row[bk] = np.flatnonzero(bwd)

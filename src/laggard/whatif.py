@@ -23,7 +23,7 @@ from laggard.errors import GraphCycleError
 from laggard.gaps import HOST_KIND, GapConfig, GapSummary, host_attribution_type, insert_host_gaps
 from laggard.graph import Graph, build_graph, group_sizes_check
 from laggard.ops import COMM_KINDS, Job, JobMeta, LaggardError, LaggardWarning, is_gc_name
-from laggard.replay import replay, replay_steps
+from laggard.replay import replay, replay_steps, wall_step_times
 from laggard.replay_chain import chained_wall_step_times, plan_chain
 
 if TYPE_CHECKING:
@@ -77,6 +77,11 @@ class Baseline:
     def is_comm(self) -> np.ndarray:
         comm = np.array([k in COMM_KINDS for k in self.kinds], dtype=bool)
         return comm[self.kind_code] if len(comm) else np.zeros(len(self.kind_code), dtype=bool)
+
+    def is_host(self) -> np.ndarray:
+        """Host ops: untraced time modelled as ops of its rank (``laggard.gaps``)."""
+        host = np.array([k == HOST_KIND for k in self.kinds], dtype=bool)
+        return host[self.kind_code] if len(host) else np.zeros(len(self.kind_code), dtype=bool)
 
 
 def attribution_type(name: str, kind: str) -> str:
@@ -200,17 +205,6 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
         gaps=gap_summary,
         traced=traced,
     )
-
-
-def wall_step_times(steps: np.ndarray, step_end_s: np.ndarray, span_s: np.ndarray) -> np.ndarray:
-    """Wall-clock time of each step: from the previous step's last end to its own (they sum to the
-    job's time). A rank that finishes a step late starts the next late, so first-start-to-last-end
-    spans overlap and count that lateness twice; the first step (or one after a gap in the step
-    numbers) keeps its span."""
-    wall = span_s.copy()
-    follows = np.flatnonzero(np.diff(steps) == 1) + 1
-    wall[follows] = step_end_s[follows] - step_end_s[follows - 1]
-    return wall
 
 
 def replay_mixed(
@@ -520,9 +514,7 @@ def _analyze(base: Baseline) -> Analysis:
 def replayed_wall_step_times(base: Baseline) -> np.ndarray:
     """Per step, the wall-clock time of the measured job replayed with its steps back to back."""
     stream, _ = base.job.codes("stream")
-    host = np.array([k == HOST_KIND for k in base.kinds], dtype=bool)
-    is_host = host[base.kind_code] if len(host) else np.zeros(len(base.kind_code), dtype=bool)
-    plan = plan_chain(base.graph, base.rank, stream.astype(np.int64), is_host, base.start_s)
+    plan = plan_chain(base.graph, base.rank, stream.astype(np.int64), base.is_host(), base.start_s)
     return chained_wall_step_times(base.graph, plan, base.measured)[0]
 
 

@@ -155,9 +155,8 @@ def _build(
     ops_per_step = np.bincount(op_step, minlength=num_steps)
     spans_per_step = np.bincount(np.unique(op_step * num_w + worker) // num_w, minlength=num_steps)
     per_step = (ops_per_step + spans_per_step) * len(timelines)
-    sim, ideal = np.asarray(result.step_simulated_s, dtype=float), np.asarray(result.step_ideal_s, dtype=float)
-    per_step_s = np.divide(sim, ideal, out=np.zeros_like(sim), where=ideal > 0)
-    worst = int(np.argmax(per_step_s)) if num_steps else 0
+    per_step_s = np.array(list(result.per_step.values()), dtype=float)  # S per step, in step order
+    worst = int(np.argmax(np.where(np.isfinite(per_step_s), per_step_s, 0.0))) if num_steps else 0
     lo, hi = step_window(per_step, max_events - len(meta), worst)
     if hi - lo < num_steps:
         warnings.warn(
