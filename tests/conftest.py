@@ -52,3 +52,31 @@ def run_cli(*args: str) -> int:
     from laggard.cli import main
 
     return main([str(a) for a in args])
+
+
+def job_from_rows(rows: list[tuple], streams: bool = False):  # -> laggard.ops.Job
+    """A 2-DP-rank job from rows (rank, step, name, kind, start_ms, dur_ms, group, seq); ``streams``:
+    compute and communication on streams of their own, a communication op waiting for the rank's
+    previous row of the step."""
+    import numpy as np
+
+    from laggard.ops import Job, JobMeta, make_table
+
+    cols = list(zip(*rows, strict=True))
+    extra = {}
+    if streams:
+        extra["stream"] = ["compute" if k == "compute" else "comm" for k in cols[3]]
+        prev: dict[tuple, int] = {}
+        deps = []
+        for i, (rank, step, _, kind, *_rest) in enumerate(rows):
+            deps.append([prev[rank, step]] if kind != "compute" and (rank, step) in prev else None)
+            prev[rank, step] = i
+        extra["deps"] = deps
+    return Job(
+        table=make_table({
+            "rank": np.array(cols[0]), "step": np.array(cols[1]), "name": list(cols[2]), "kind": list(cols[3]),
+            "start_ns": (np.array(cols[4]) * 1e6).astype(np.int64), "dur_ns": (np.array(cols[5]) * 1e6).astype(np.int64),
+            "group": list(cols[6]), "seq": np.array(cols[7]), **extra,
+        }),
+        meta=JobMeta(dp_size=2),
+    )

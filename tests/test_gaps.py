@@ -13,14 +13,13 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from laggard.analysis import analyze
 from laggard.errors import LaggardWarning
 from laggard.gaps import GapConfig, insert_host_gaps
-from laggard.ops import Job, JobMeta, make_table
-from tests.conftest import run_cli
+from laggard.ops import Job
+from tests.conftest import job_from_rows, run_cli
 
 HERE = Path(__file__).parent
 STALL_MS = 30.0
@@ -90,19 +89,6 @@ def test_without_host_ops_the_same_job_is_misread(stall_dir: Path) -> None:
     assert res.by_worker[0]["rank"] != SLOW or res.by_worker[0]["slowdown"] < 1.3 * res.by_worker[1]["slowdown"]
 
 
-def _job(rows: list[tuple], **meta) -> Job:
-    """rows: (rank, step, name, kind, start_ms, dur_ms, group, seq)."""
-    cols = list(zip(*rows, strict=True))
-    return Job(
-        table=make_table({
-            "rank": np.array(cols[0]), "step": np.array(cols[1]), "name": list(cols[2]), "kind": list(cols[3]),
-            "start_ns": (np.array(cols[4]) * 1e6).astype(np.int64), "dur_ns": (np.array(cols[5]) * 1e6).astype(np.int64),
-            "group": list(cols[6]), "seq": np.array(cols[7]),
-        }),
-        meta=JobMeta(dp_size=2, **meta),
-    )
-
-
 def test_gap_rules_on_a_known_job() -> None:
     # rank 0 stalls 20 ms before its compute and 5 ms before the all-reduce, which rank 1 waits
     # for inside the op (no gap); between the steps rank 0 idles 55 ms, rank 1 35 ms
@@ -114,7 +100,7 @@ def test_gap_rules_on_a_known_job() -> None:
             (1, step, "fwd", "compute", t0, 30, None, -1),
             (1, step, "ar", "collective", t0 + 30, 35, "dp", step),  # waits 25 ms for rank 0
         ]
-    job = _job(rows)
+    job = job_from_rows(rows)
     out, summary = insert_host_gaps(job, GapConfig(min_share_of_step=0.02))
     per = dict(zip(summary.ranks.tolist(), (summary.idle_s / 2).tolist(), strict=True))
     # rank 0: 20 ms before fwd in step 0 (the step began on rank 1), 55 ms between the steps,
@@ -139,7 +125,7 @@ def test_waiting_for_a_late_peer_is_not_host_time() -> None:
         (1, 0, "recv", "p2p_recv", 50, 1, "p", 0),
         (1, 0, "fwd", "compute", 51, 50, None, -1),
     ]
-    job = _job(rows)
+    job = job_from_rows(rows)
     _, summary = insert_host_gaps(job)
     assert summary.idle_s.tolist() == [0.0, 0.0]
 
@@ -156,7 +142,7 @@ def test_ungrouped_comm_is_not_blamed() -> None:
         (0, 0, "tp-ar", "collective", 40, 1, None, -1),  # 30 ms idle before an unmatched collective
         (1, 0, "fwd", "compute", 0, 41, None, -1),
     ]
-    _, summary = insert_host_gaps(_job(rows))
+    _, summary = insert_host_gaps(job_from_rows(rows))
     assert summary.idle_s.tolist() == [0.0, 0.0]
 
 

@@ -13,34 +13,12 @@ import pytest
 from laggard.analysis import analyze
 from laggard.errors import LaggardWarning
 from laggard.gaps import HOST_KIND
-from laggard.ops import Job, JobMeta, make_table
+from laggard.ops import Job
 from laggard.replay_chain import chained_wall_step_times, plan_chain
 from laggard.whatif import Baseline, prepare
+from tests.conftest import job_from_rows
 
 DATA = Path(__file__).parent / "data"
-
-
-def _job(rows: list[tuple], streams: bool = False) -> Job:
-    """rows: (rank, step, name, kind, start_ms, dur_ms, group, seq); ``streams``: compute and
-    communication on streams of their own, a collective waiting for the rank's previous row."""
-    cols = list(zip(*rows, strict=True))
-    extra = {}
-    if streams:
-        extra["stream"] = ["compute" if k == "compute" else "comm" for k in cols[3]]
-        prev: dict[tuple, int] = {}
-        deps = []
-        for i, (rank, step, _, kind, *_rest) in enumerate(rows):
-            deps.append([prev[rank, step]] if kind != "compute" and (rank, step) in prev else None)
-            prev[rank, step] = i
-        extra["deps"] = deps
-    return Job(
-        table=make_table({
-            "rank": np.array(cols[0]), "step": np.array(cols[1]), "name": list(cols[2]), "kind": list(cols[3]),
-            "start_ns": (np.array(cols[4]) * 1e6).astype(np.int64), "dur_ns": (np.array(cols[5]) * 1e6).astype(np.int64),
-            "group": list(cols[6]), "seq": np.array(cols[7]), **extra,
-        }),
-        meta=JobMeta(dp_size=2),
-    )
 
 
 def _staggered_job() -> tuple[Job, list[float]]:
@@ -60,7 +38,7 @@ def _staggered_job() -> tuple[Job, list[float]]:
             (1, step, "ar", "collective", r1 + 20, ar + 5 - (r1 + 20), "dp", step),
         ]
         r0, r1 = ar + 15, ar + 5
-    return _job(rows), [0.035, 0.025, 0.025]
+    return job_from_rows(rows), [0.035, 0.025, 0.025]
 
 
 def test_staggered_step_starts_replay_to_the_wall_clock() -> None:
@@ -166,7 +144,7 @@ def test_host_ops_wait_for_the_whole_rank() -> None:
             (1, step, "fwd", "compute", t0, 30, None, -1),
             (1, step, "ar", "collective", t0 + 30, 20, "dp", step),
         ]
-    job = _job(rows, streams=True)
+    job = job_from_rows(rows, streams=True)
     res = analyze(job, diagnose=False)
     base = res.base
     assert base is not None and base.gaps.num_ops > 0
