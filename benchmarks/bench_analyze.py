@@ -73,7 +73,7 @@ def _ar_figures() -> list[dict]:
     ours = statistics.median(times)
 
     from laggard.io import load_job
-    from laggard.whatif import prepare
+    from laggard.engine.baseline import prepare
 
     base = prepare(load_job(AR))
     dps, stages = np.unique(base.dp_rank), np.unique(base.pp_rank)
@@ -103,8 +103,8 @@ _SCALE_SCRIPT = r"""
 import json, resource, sys, time
 import numpy as np
 from laggard.io import load_job
-from laggard.analysis import analyze
-from laggard.whatif import by_dp_rank_step_times, prepare
+from laggard.analysis.pipeline import analyze
+from laggard.whatif.core import by_dp_rank_step_times, prepare
 t0 = time.perf_counter()
 job = load_job(sys.argv[1])
 res = analyze(job)
@@ -115,11 +115,11 @@ sample = np.unique(base.dp_rank)[:4]
 t1 = time.perf_counter()
 by_dp_rank_step_times(base, sample)
 full_per_rank = (time.perf_counter() - t1) / len(sample)
-from laggard.gaps import GapConfig, insert_host_gaps
+from laggard.engine.gaps import GapConfig, insert_host_gaps
 gap_s = []
 for _ in range(3):
     t2 = time.perf_counter(); insert_host_gaps(job, GapConfig()); gap_s.append(time.perf_counter() - t2)
-from laggard.whatif import replayed_wall_step_times
+from laggard.whatif.core import replayed_wall_step_times
 chain_s = []
 for _ in range(3):
     t3 = time.perf_counter(); replayed_wall_step_times(base); chain_s.append(time.perf_counter() - t3)
@@ -133,9 +133,9 @@ print(json.dumps({"replayed_wall_s": sorted(chain_s)[1], "replay_fidelity": res.
 _GAPS_SCRIPT = r"""
 import json, statistics, sys, time
 import numpy as np
-import laggard.whatif as W
-from laggard.analysis import analyze
-from laggard.gaps import GapConfig, GapSummary, insert_host_gaps
+import laggard.whatif.core as W
+from laggard.analysis.pipeline import analyze
+from laggard.engine.gaps import GapConfig, GapSummary, insert_host_gaps
 from laggard.io import load_job
 path, reps = sys.argv[1], int(sys.argv[2])
 OFF = "off"
@@ -197,7 +197,7 @@ def _gap_figures() -> list[dict]:
 
 
 def _chain_figure(chain_s: float, analysis_s: float, label: str) -> dict:
-    """Replay fidelity replays the steps back to back (laggard.replay_chain): its share of the analysis."""
+    """Replay fidelity replays the steps back to back (laggard.engine.replay_chain): its share of the analysis."""
     return {
         "name": f"replay fidelity's back-to-back replay (plan + passes), share of analyze ({label})",
         "value": 100 * chain_s / analysis_s,
@@ -213,7 +213,7 @@ def _chain_figure(chain_s: float, analysis_s: float, label: str) -> dict:
 def _scale_figures() -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         gen = (
-            "from laggard.synth import SynthConfig, synthesize; from laggard.ops import write_native; "
+            "from laggard.groundtruth.synth import SynthConfig, synthesize; from laggard.optable.ops import write_native; "
             f"write_native(synthesize(SynthConfig(**{SCALE!r})), {tmp!r} + '/job')"
         )
         t_gen = time.perf_counter()

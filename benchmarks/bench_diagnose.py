@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from laggard.evaluate import FLOORS, confusion, scenarios
-from laggard.evaluate import run as run_scenario
+from laggard.groundtruth.evaluate import FLOORS, confusion, scenarios
+from laggard.groundtruth.evaluate import run as run_scenario
 
 NUM_SCENARIOS = 140
 

@@ -1,4 +1,4 @@
-"""Diagnosis against an independent simulator (laggard.dessim): a mixture sweep of jobs with 0-4
+"""Diagnosis against an independent simulator (laggard.groundtruth.dessim): a mixture sweep of jobs with 0-4
 simultaneous causes (baseline in the same run: the single-cause diagnosis on the same jobs), and the
 single-cause sweep on the simulator beside the one on `laggard synth` (bench_diagnose)."""
 
@@ -8,7 +8,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from laggard.evaluate_mixed import FLOORS, by_kind, mixed_scenarios, run_mixed, summary
+from laggard.groundtruth.evaluate_mixed import FLOORS, by_kind, mixed_scenarios, run_mixed, summary
 
 NUM_JOBS = int(os.environ.get("LAGGARD_BENCH_MIX_JOBS", "200"))
 PROCS = int(os.environ.get("LAGGARD_BENCH_PROCS", str(min(os.cpu_count() or 1, 4))))

@@ -42,7 +42,7 @@ _FLOOR = f"""
 import json, multiprocessing as mp, sys, time
 from laggard.startup import lean_process
 lean_process()
-from laggard.cli import main
+from laggard.cli.base import main
 from fleet_floor import analyze_to_json, init
 mode, jobs_file, out = sys.argv[1:4]
 jobs = open(jobs_file).read().split()

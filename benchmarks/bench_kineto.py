@@ -101,12 +101,12 @@ def make_trace_set(out: Path, num_ranks: int = NUM_RANKS, num_steps: int = NUM_S
     return out, sum(f.stat().st_size for f in files)
 
 
-# laggard as its console script (``laggard = laggard.cli:entry``; the entry also keeps pandas, unused,
+# laggard as its console script (``laggard = laggard.cli.base:entry``; the entry also keeps pandas, unused,
 # from being imported). Run from a script file, as the installed command is: worker processes see
 # the same main module as a user's do.
 _LAGGARD_SIDE = r"""
 import sys
-from laggard.cli import entry
+from laggard.cli.base import entry
 if __name__ == "__main__":
     sys.argv[0] = "laggard"
     entry()
@@ -116,9 +116,9 @@ if __name__ == "__main__":
 # decoder's efficiency without several processes sharing the machine's cores (a detail figure)
 _LAGGARD_ONE_PROCESS = r"""
 import functools, sys
-import laggard.io.kineto as kineto
+import laggard.io.kineto.load as kineto
 kineto.read_kineto = functools.partial(kineto.read_kineto, workers=1)
-from laggard.cli import entry
+from laggard.cli.base import entry
 if __name__ == "__main__":
     sys.argv[0] = "laggard"
     entry()

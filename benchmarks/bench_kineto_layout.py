@@ -21,7 +21,7 @@ SIM_CASES = ((2, "heavy-stage:stage=1,factor=2"), (4, "heavy-stage:stage=3,facto
 
 
 def _analyse(path: Path):  # noqa: ANN202
-    from laggard.analysis import analyze
+    from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
 
     with warnings.catch_warnings():
@@ -30,8 +30,8 @@ def _analyse(path: Path):  # noqa: ANN202
 
 
 def _cpu_runs() -> list[dict]:
-    from laggard.inject import parse_injections
-    from laggard.tracer.launch import JobConfig, run_job
+    from laggard.groundtruth.inject import parse_injections
+    from laggard.demo.launch import JobConfig, run_job
 
     rows = []
     for i in range(RUNS):
@@ -54,8 +54,8 @@ def _cpu_runs() -> list[dict]:
 
 
 def _sim_cases() -> list[dict]:
-    from laggard.analysis import analyze
-    from laggard.dessim import SimConfig, parse_cause, simulate, to_job, write_kineto
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.dessim import SimConfig, parse_cause, simulate, to_job, write_kineto
     from laggard.io import load_job
 
     rows = []

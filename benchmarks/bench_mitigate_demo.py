@@ -34,8 +34,8 @@ HEAVY_SPEC, HEAVY_LAYERS = "heavy-last-stage:factor=4", 6
 
 
 def _cfg(trace: Path, spec: str, **kw: Any):  # noqa: ANN202
-    from laggard.inject import parse_injections
-    from laggard.tracer.launch import JobConfig
+    from laggard.groundtruth.inject import parse_injections
+    from laggard.demo.launch import JobConfig
 
     # dp 1 x pp 2: one core per rank on this 2-core machine (4 ranks on 2 cores hide what a fix moves)
     kw = {"dp": 1, "pp": 2, **kw}
@@ -54,7 +54,7 @@ def _cpu_ms(res: Any) -> list[float]:
 
 
 def _gain(job: Any, cause: str) -> tuple[float | None, list[str]]:
-    from laggard.analysis import analyze
+    from laggard.analysis.pipeline import analyze
 
     d = analyze(job).diagnosis
     found = [f"{f.cause} (gain {f.gain:.3f})" for f in d.findings]
@@ -65,7 +65,7 @@ def _gain(job: Any, cause: str) -> tuple[float | None, list[str]]:
 def _partition(job: Any, num_layers: int) -> dict[str, Any]:
     """`laggard partition TRACE` on the unfixed trace: the split and its what-if."""
     try:  # the command moved out of the package (laggard.mitigate imports no analysis code)
-        from laggard.cli_mitigate import replay_scaled, stage_compute_s
+        from laggard.cli.mitigate import replay_scaled, stage_compute_s
     except ImportError:
         from laggard.mitigate.cli import replay_scaled, stage_compute_s
     from laggard.mitigate.partition import describe_split, even_counts, layer_costs_from_stages, split_stages
@@ -108,7 +108,7 @@ def _figure(name: str, before: Any, after: Any, predicted: float | None, detail:
 
 def run() -> list[dict]:
     from laggard.io import load_job
-    from laggard.tracer.launch import run_jobs
+    from laggard.demo.launch import run_jobs
 
     with tempfile.TemporaryDirectory(prefix="bench-mitigate-demo-") as tmp:
         base = Path(tmp)

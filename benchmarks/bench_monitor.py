@@ -37,7 +37,7 @@ def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0):
     """One rank's ops for ``num_steps`` steps of a data-parallel job (the load generators' batches)."""
     import numpy as np
 
-    from laggard.ops import make_table
+    from laggard.optable.ops import make_table
 
     rng = np.random.default_rng(seed * 100_003 + rank)
     per = 2 * MB + 1
@@ -59,7 +59,7 @@ def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0):
 
 
 def meta_json() -> dict:
-    from laggard.ops import JobMeta
+    from laggard.optable.ops import JobMeta
 
     return JobMeta(name="bench", world_size=NUM_RANKS, dp_size=NUM_RANKS, source="bench").to_json()
 
@@ -70,8 +70,8 @@ def generator(url: str, ranks: list[int], duration_s: float, threads: int, out: 
 
     import pyarrow as pa
 
-    from laggard.monitor.client import Client
-    from laggard.monitor.ingest import encode_batch
+    from laggard.wire.client import Client
+    from laggard.wire.batch import encode_batch
 
     meta = meta_json()
     bases = {r: rank_table(r, 0, STEPS_PER_BATCH) for r in ranks}
@@ -150,7 +150,7 @@ def _ingest(tmp: Path) -> dict:
 def _in_process(tmp: Path) -> dict:
     """Baseline: the same batches through Collector.ingest, no HTTP; and one 1,024-worker window refresh."""
     from laggard.monitor.config import MonitorConfig
-    from laggard.monitor.ingest import encode_batch
+    from laggard.wire.batch import encode_batch
     from laggard.monitor.service import Collector
     from laggard.monitor.store import Store
 

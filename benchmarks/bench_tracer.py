@@ -97,7 +97,7 @@ def _step_overhead() -> dict[str, object]:
     """Every other step traced (``record_every=2``), compared with the untraced step after it on the
     same rank, on the rank's own CPU time (other processes' load bursts hit wall time far more).
     An A/A run (nothing traced, same pairing) in the same processes gives the noise floor."""
-    from laggard.tracer.launch import JobConfig, run_jobs
+    from laggard.demo.launch import JobConfig, run_jobs
 
     steps = int(os.environ.get("LAGGARD_BENCH_TRACER_STEPS", 40))
     with tempfile.TemporaryDirectory() as d:

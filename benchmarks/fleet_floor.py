@@ -12,7 +12,7 @@ def init() -> None:
 
 
 def analyze_to_json(args: tuple[str, str]) -> None:
-    from laggard.analysis import analyze
+    from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
     from laggard.report.jsonout import write_json
 

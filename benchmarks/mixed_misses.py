@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from laggard.evaluate_mixed import (
+from laggard.groundtruth.evaluate_mixed import (
     MixOutcome,
     MixScenario,
     by_kind,
@@ -41,7 +41,7 @@ CACHE = Path(os.environ.get("LAGGARD_MIX_CACHE", "/tmp/laggard-mix-cache"))
 
 
 def _truth(seed: int, idx: int, sc: MixScenario):
-    from laggard.dessim import simulate_with_truth
+    from laggard.groundtruth.dessim import simulate_with_truth
     from laggard.diagnose import DiagnoseConfig
 
     key = hashlib.sha1(repr((sc.cfg, [c.spec() for c in sc.causes])).encode()).hexdigest()[:12]
@@ -58,8 +58,8 @@ def _truth(seed: int, idx: int, sc: MixScenario):
 
 def one(args: tuple[int, int, MixScenario, bool]) -> tuple[int, MixOutcome, str]:
     """Diagnose one job (its truth from the cache); returns (index, outcome, a report when wrong)."""
-    from laggard.analysis import analyze
-    from laggard.dessim import to_job
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.dessim import to_job
     from laggard.diagnose import DiagnoseConfig, diagnose
 
     seed, idx, sc, verbose = args

@@ -17,7 +17,7 @@ def nd_dir() -> Path:
 @pytest.fixture(scope="session")
 def analyses():
     """Analyses of the two published traces, computed once."""
-    from laggard.analysis import analyze
+    from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
 
     return {n: analyze(load_job(ND / f"trace-{n}.parquet")) for n in ("ST", "AR")}
@@ -49,18 +49,18 @@ def expected():
 
 
 def run_cli(*args: str) -> int:
-    from laggard.cli import main
+    from laggard.cli.base import main
 
     return main([str(a) for a in args])
 
 
-def job_from_rows(rows: list[tuple], streams: bool = False):  # -> laggard.ops.Job
+def job_from_rows(rows: list[tuple], streams: bool = False):  # -> laggard.optable.ops.Job
     """A 2-DP-rank job from rows (rank, step, name, kind, start_ms, dur_ms, group, seq); ``streams``:
     compute and communication on streams of their own, a communication op waiting for the rank's
     previous row of the step."""
     import numpy as np
 
-    from laggard.ops import Job, JobMeta, make_table
+    from laggard.optable.ops import Job, JobMeta, make_table
 
     cols = list(zip(*rows, strict=True))
     extra = {}

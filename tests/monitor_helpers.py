@@ -39,7 +39,7 @@ class Server:
         self.log = tmp / f"server-{self.port}.log"
 
     def start(self, timeout_s: float = 60.0) -> Server:
-        cmd = [sys.executable, "-m", "laggard.cli", "monitor", "serve", "--db", self.db, "--port", str(self.port),
+        cmd = [sys.executable, "-m", "laggard.cli.base", "monitor", "serve", "--db", self.db, "--port", str(self.port),
                *self.extra]
         if self.token is not None:
             cmd += ["--token", self.token]

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from laggard.ops import Job
+from laggard.optable.ops import Job
 
 
 def to_ndtimeline(job: Job, out_dir: Path, name: str = "SYN") -> Path:

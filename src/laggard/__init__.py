@@ -6,7 +6,11 @@ first use)::
     job = laggard.load_job("trace-AR.parquet")
     res = laggard.analyze(job)              # slowdown, attributions, diagnosis
     res.to_json()["findings"]
+    laggard.write_report(res, "report.html")
     laggard.custom_whatif(job, laggard.parse_changes(["worker=dp0:pp0"], [], []))
+
+The package is laid out by layer (see docs/DESIGN.md); modules that moved keep their old import
+path with a ``DeprecationWarning`` (``laggard.util.moved``).
 """
 
 from __future__ import annotations
@@ -14,42 +18,28 @@ from __future__ import annotations
 import sys as _sys
 import types as _types
 
+from laggard.util import moved as _moved
+from laggard.util.lazy import lazy_exports as _lazy_exports
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Job": "laggard.ops",
-    "JobMeta": "laggard.ops",
-    "LaggardError": "laggard.ops",
-    "LaggardWarning": "laggard.ops",
-    "make_table": "laggard.ops",
-    "write_native": "laggard.ops",
+    **dict.fromkeys(("Job", "JobMeta", "make_table", "write_native"), "laggard.optable.ops"),
+    **dict.fromkeys(("LaggardError", "LaggardWarning"), "laggard.errors"),
     "load_job": "laggard.io",
-    "analyze": "laggard.analysis",
-    "Analysis": "laggard.whatif",
-    "custom_whatif": "laggard.whatif_custom",
-    "parse_changes": "laggard.whatif_custom",
+    "analyze": "laggard.analysis.pipeline",
+    "Analysis": "laggard.results.analysis",
+    "Finding": "laggard.results.diagnosis",
+    "write_report": "laggard.report.html",
+    **dict.fromkeys(("custom_whatif", "parse_changes"), "laggard.whatif.custom"),
     "diagnose": "laggard.diagnose",
-    "Finding": "laggard.diagnose",
-    "DiagnoseConfig": "laggard.diagnose",
-    "SynthConfig": "laggard.synth",
-    "synthesize": "laggard.synth",
-    "synthesize_with_truth": "laggard.synth",
-    "parse_injection": "laggard.inject",
-    "Tracer": "laggard.tracer",
+    "DiagnoseConfig": "laggard.diagnose.config",
+    **dict.fromkeys(("SynthConfig", "synthesize", "synthesize_with_truth"), "laggard.groundtruth.synth"),
+    "parse_injection": "laggard.groundtruth.inject",
+    "Tracer": "laggard.tracer.core",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'laggard' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, _dir, __all__ = _lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:
@@ -68,3 +58,4 @@ class _Package(_types.ModuleType):
 
 
 _sys.modules[__name__].__class__ = _Package
+_moved.install()

@@ -14,22 +14,10 @@ is loaded on first use.
 
 from __future__ import annotations
 
-from typing import Any
+from laggard.util.lazy import lazy_exports
 
-__all__ = ["AdaptiveAllReduce", "ring_allreduce", "stragglar_allreduce"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "stragglar_allreduce":
-        from laggard.collectives.stragglar import stragglar_allreduce
-
-        return stragglar_allreduce
-    if name == "ring_allreduce":
-        from laggard.collectives.ring import ring_allreduce
-
-        return ring_allreduce
-    if name == "AdaptiveAllReduce":
-        from laggard.collectives.adaptive import AdaptiveAllReduce
-
-        return AdaptiveAllReduce
-    raise AttributeError(f"module 'laggard.collectives' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "stragglar_allreduce": "laggard.collectives.stragglar",
+    "ring_allreduce": "laggard.collectives.ring",
+    "AdaptiveAllReduce": "laggard.collectives.adaptive",
+})

@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from laggard.ops import LaggardError
+from laggard.optable.ops import LaggardError
 
 ALGORITHMS = ("stragglar", "ring", "torch")
 MAX_BENCH_RANKS = 64

@@ -36,7 +36,7 @@ from laggard.collectives.schedule import (
     stragglar_rounds,
     stragglar_schedule,
 )
-from laggard.ops import LaggardError
+from laggard.optable.ops import LaggardError
 
 ALGORITHMS = ("ring", "rhd", "stragglar")
 

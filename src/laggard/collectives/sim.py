@@ -26,7 +26,7 @@ import numpy as np
 from laggard.collectives import cost
 from laggard.collectives.schedule import check_num_ranks
 from laggard.errors import check_seed
-from laggard.ops import LaggardError
+from laggard.optable.ops import LaggardError
 
 SIM_ALGORITHMS = ("ring", "rhd", "stragglar_eager", "stragglar_previous", "adaptive", "adaptive_eager")
 

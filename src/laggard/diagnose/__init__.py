@@ -18,10 +18,11 @@ from laggard.diagnose import comm, gc, launch, sequence, stage, worker
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.explain import attribute, ranked
-from laggard.diagnose.findings import Candidate, Diagnosis, Finding
+from laggard.diagnose.findings import Candidate
+from laggard.results.diagnosis import Diagnosis, Finding
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis
+    from laggard.results.analysis import Analysis
 
 DEFAULT_THRESHOLD = DiagnoseConfig().threshold
 

@@ -8,8 +8,9 @@ import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, existing, group_median, peer_median, weights_of
-from laggard.diagnose.findings import Candidate, Finding
-from laggard.whatif_custom import Change
+from laggard.diagnose.findings import Candidate
+from laggard.results.diagnosis import Finding
+from laggard.whatif.custom import Change
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:

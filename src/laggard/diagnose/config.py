@@ -50,7 +50,7 @@ class DiagnoseConfig:
     comm_stands_out: float = 2.0  # a bad link's excess is 2x its op type's other links' median
     comm_everywhere: float = 0.5  # slow on more than half the links: not one link's fault
 
-    # -- untraced host time (host ops, laggard.gaps)
+    # -- untraced host time (host ops, laggard.engine.gaps)
     host_min_share: float = 0.02  # a rank's host time above its peers' must be 2% of the ideal step
     # (smaller excesses are the noise of a shared host)
     host_hot_share: float = 0.5  # ranks with half the worst rank's excess are named with it

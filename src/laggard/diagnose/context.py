@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from laggard.spikes import group_median  # noqa: F401  (re-exported for the detectors)
+from laggard.engine.spikes import group_median  # noqa: F401  (re-exported for the detectors)
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis, Baseline
+    from laggard.engine.baseline import Baseline
+    from laggard.results.analysis import Analysis
 
 
 class Ctx:
@@ -34,7 +35,7 @@ class Ctx:
         self.step = base.graph.op_step
         self.mb = job.column("microbatch").astype(np.int64)
         self.peer = job.column("peer").astype(np.int64)
-        from laggard.spikes import fwd_bwd_partner
+        from laggard.engine.spikes import fwd_bwd_partner
 
         # each forward pass's backward (same rank, step, microbatch), -1 elsewhere
         self.partner = fwd_bwd_partner(base.names, self.name, self.kind == "compute", base.rank,
@@ -121,7 +122,7 @@ def fast_peer_ref(values: np.ndarray, groups: np.ndarray, within: float) -> np.n
 def existing(ctx: Ctx, selectors: list[str]) -> list[str]:
     """The selectors that name at least one op of the job (a what-if rejects one that names none)."""
     from laggard.errors import LaggardError
-    from laggard.whatif_custom import select_ops
+    from laggard.whatif.custom import select_ops
 
     out = []
     for s in selectors:
@@ -134,7 +135,7 @@ def existing(ctx: Ctx, selectors: list[str]) -> list[str]:
 
 
 def weights_of(ctx: Ctx, changes: list) -> np.ndarray:
-    """The measured durations with these ``laggard.whatif_custom`` changes applied."""
-    from laggard.whatif_custom import apply_changes
+    """The measured durations with these ``laggard.whatif.custom`` changes applied."""
+    from laggard.whatif.custom import apply_changes
 
     return apply_changes(ctx.base, changes)[0]

@@ -22,9 +22,10 @@ import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
-from laggard.diagnose.findings import Candidate, Diagnosis, Finding
+from laggard.diagnose.findings import Candidate
+from laggard.results.diagnosis import Diagnosis, Finding
 from laggard.errors import LaggardError
-from laggard.replay import replay_steps
+from laggard.engine.replay import replay_steps
 
 _BATCH = 32  # subsets replayed per pass (weights: ops x 32 float64)
 
@@ -107,7 +108,7 @@ def _joint(ctx: Ctx, fixes: list[Candidate]) -> np.ndarray:
     and a worker fix of that row then sets the worker to its rescaled peers; a balance of the
     microbatches and a worker fix compose the same way (as factors on the measured durations, two
     fixes that both set a value would multiply into nonsense)."""
-    from laggard.whatif_custom import apply_changes
+    from laggard.whatif.custom import apply_changes
 
     changes = sorted((c for f in fixes for c in f.changes), key=lambda c: _ACTION_ORDER[c.action])
     return apply_changes(ctx.base, changes)[0]
@@ -126,8 +127,8 @@ def _strength(v: np.ndarray, alive: list[int], phi: dict[int, float]) -> dict[in
 def score_alone(ctx: Ctx, cand: Candidate) -> None:
     """A candidate whose what-if models untraced gaps anew (``gap_share``): replayed on its own job
     model; its score is the time it removes over the job's gap (wall clock - ideal), at most 1."""
-    from laggard.whatif import prepare
-    from laggard.whatif_custom import apply_changes, gap_config
+    from laggard.engine.baseline import prepare
+    from laggard.whatif.custom import apply_changes, gap_config
 
     job = ctx.base.traced if ctx.base.traced is not None else ctx.base.job
     base = prepare(job, gap_config(cand.gap_share))

@@ -7,14 +7,15 @@ import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
-from laggard.diagnose.findings import Candidate, Finding
-from laggard.ops import is_gc_name
-from laggard.spikes import SpikeConfig, spikes
-from laggard.whatif_custom import Change
+from laggard.diagnose.findings import Candidate
+from laggard.results.diagnosis import Finding
+from laggard.optable.ops import is_gc_name
+from laggard.engine.spikes import SpikeConfig, spikes
+from laggard.whatif.custom import Change
 
 
 def robust_outliers(ctx: Ctx, mask: np.ndarray, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Ops in ``mask`` far above what they should take (``laggard.spikes``: the median of their
+    """Ops in ``mask`` far above what they should take (``laggard.engine.spikes``: the median of their
     (rank, op type); a forward pass against its own backward); returns (outlier mask, expected)."""
     key = ctx.rank * (len(ctx.names) + 1) + ctx.name
     return spikes(ctx.w, key, mask, SpikeConfig(mad=cfg.gc_mad, rel=cfg.gc_rel), partner=ctx.partner)

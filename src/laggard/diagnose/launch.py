@@ -1,4 +1,4 @@
-"""``launch-delay``: untraced host time (``laggard.gaps``).
+"""``launch-delay``: untraced host time (``laggard.engine.gaps``).
 
 Two signatures: ranks whose host ops take far more than their peers' (a slow data loader, Python
 overhead, CPU contention on their host), fixed by a what-if that gives their host ops the typical
@@ -14,9 +14,10 @@ import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
-from laggard.diagnose.findings import Candidate, Finding
-from laggard.gaps import HOST_KIND
-from laggard.whatif_custom import Change
+from laggard.diagnose.findings import Candidate
+from laggard.results.diagnosis import Finding
+from laggard.engine.gaps import HOST_KIND
+from laggard.whatif.custom import Change
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:

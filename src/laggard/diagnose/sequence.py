@@ -7,8 +7,9 @@ import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
-from laggard.diagnose.findings import Candidate, Finding
-from laggard.whatif_custom import Change
+from laggard.diagnose.findings import Candidate
+from laggard.results.diagnosis import Finding
+from laggard.whatif.custom import Change
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig, slow_workers: list[int] | None = None) -> list[Candidate]:
@@ -85,7 +86,7 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 def seq_features(ctx: Ctx, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(rows, sum of len^2, sum of len) of the ops in ``mask`` that carry sequence lengths (None
     when fewer than 8 do)."""
-    from laggard.ops import to_numpy, valid_mask
+    from laggard.optable.ops import to_numpy, valid_mask
 
     col = ctx.base.job.table.column("seq_lens")
     if col.null_count == len(col):

@@ -11,7 +11,8 @@ import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
-from laggard.diagnose.findings import Candidate, Finding
+from laggard.diagnose.findings import Candidate
+from laggard.results.diagnosis import Finding
 
 
 def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[int]:
@@ -92,7 +93,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
     if not ok[on].any():
         return []
     from laggard.diagnose.context import existing, weights_of
-    from laggard.whatif_custom import Change
+    from laggard.whatif.custom import Change
 
     # each slow worker's compute set to its stage peers' mean, op type by op type
     changes = [Change(action="peer", selector=s)

@@ -8,19 +8,14 @@ the fleet's numbers, which ``report`` and ``terminal`` present.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from laggard.util.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from laggard.fleet.config import FleetConfig
     from laggard.fleet.runner import FleetRun, run_fleet
 
 # loaded on first use: `laggard`'s start-up imports this package for its CLI and must stay light
-_LAZY = {"FleetConfig": "laggard.fleet.config", "FleetRun": "laggard.fleet.runner", "run_fleet": "laggard.fleet.runner"}
-__all__ = ["FleetConfig", "FleetRun", "run_fleet"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "FleetConfig": "laggard.fleet.config", "FleetRun": "laggard.fleet.runner", "run_fleet": "laggard.fleet.runner"})

@@ -32,8 +32,8 @@ from laggard.fleet.writer import analyse_and_write
 
 ENGINES = ("local", "ray")
 # imported once in the fork server, so that no worker pays for them on its first job
-PRELOAD = ("laggard.fleet.task", "laggard.fleet.writer", "laggard.startup", "laggard.io", "laggard.io.native", "laggard.io.ndtimeline", "laggard.whatif",
-           "laggard.diagnose", "laggard.arrivals", "laggard.report.html", "laggard.report.jsonout")
+PRELOAD = ("laggard.fleet.task", "laggard.fleet.writer", "laggard.startup", "laggard.io", "laggard.io.native", "laggard.io.ndtimeline.load", "laggard.whatif.core",
+           "laggard.diagnose", "laggard.engine.arrivals", "laggard.report.html", "laggard.report.jsonout")
 DIED = "the worker process died analysing this job (out of memory, or a crash in native code)"
 
 

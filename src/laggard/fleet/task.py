@@ -1,5 +1,5 @@
 """The per-job task: the same pipeline as ``laggard analyze`` (``laggard.io.load_job`` then
-``laggard.analysis.analyze``: what-if and diagnosis), turned into a fleet row and the ``--json`` document.
+``laggard.analysis.pipeline.analyze``: what-if and diagnosis), turned into a fleet row and the ``--json`` document.
 
 Runs wherever the engine puts it (a pool process, a Ray worker): a remote job is fetched there, into
 a temporary directory. Nothing a job does stops the run: every failure becomes a row with a reason.
@@ -65,7 +65,7 @@ def run_job(spec: JobSpec, cfg: FleetConfig) -> JobResult:
 
 
 def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
-    from laggard.analysis import analyze
+    from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
     from laggard.report.html import replay_error
     from laggard.report.jsonout import dumps

@@ -6,9 +6,10 @@ laggard's tracer recorded, ``verdict`` decides; ``analyze_hang`` is the front do
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from laggard.util.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from laggard.hang.verdict import HangConfig, HangReport, diagnose
@@ -16,11 +17,9 @@ if TYPE_CHECKING:
 __all__ = ["HangConfig", "HangReport", "analyze_hang", "diagnose"]
 
 
-def __getattr__(name: str) -> Any:
-    # loaded on first use: `laggard`'s start-up imports this package for its CLI
-    if name in ("HangConfig", "HangReport", "diagnose"):
-        return getattr(importlib.import_module("laggard.hang.verdict"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# loaded on first use: `laggard`'s start-up imports this package for its CLI
+__getattr__, __dir__, _ = lazy_exports(__name__, dict.fromkeys(("HangConfig", "HangReport", "diagnose"),
+                                                               "laggard.hang.verdict"))
 
 
 def analyze_hang(paths: list[str | Path], config: HangConfig | None = None) -> HangReport:

@@ -1,4 +1,4 @@
-"""Importers and writers. ``load_job`` reads any supported trace into a :class:`laggard.ops.Job`."""
+"""Importers and writers. ``load_job`` reads any supported trace into a :class:`laggard.optable.ops.Job`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from laggard.errors import LaggardError, LaggardWarning
 
 if TYPE_CHECKING:
-    from laggard.ops import Job
+    from laggard.optable.ops import Job
 
-# laggard.ops (and so pyarrow) is imported inside the functions: Kineto traces are decoded in
-# worker processes forked before pyarrow is loaded (see laggard.io.kineto.decode_all)
+# laggard.optable.ops (and so pyarrow) is imported inside the functions: Kineto traces are decoded in
+# worker processes forked before pyarrow is loaded (see laggard.io.kineto.load.decode_all)
 
 
 FORMATS = ("auto", "native", "ndtimeline", "kineto")
@@ -94,7 +94,7 @@ def _check_several(paths: Sequence[str | Path]) -> None:
             what = "an NDTimeline parquet" if p.suffix == ".parquet" else "a native job.json"
             raise LaggardError(f"{several}; {p} is not one: {what} is passed alone")
         elif not p.name.endswith((".json", ".json.gz")) and p.stat().st_size > 0:
-            from laggard.io.kineto import looks_like_kineto
+            from laggard.io.kineto.load import looks_like_kineto
 
             if not looks_like_kineto(p):
                 raise LaggardError(f"{several}; {p} is not one (no traceEvents in its first bytes)")
@@ -102,13 +102,13 @@ def _check_several(paths: Sequence[str | Path]) -> None:
 
 def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None, steps: str | None,
                  layout: str | None = None, rank_map: str | Path | None = None) -> Job:
-    from laggard.io.kineto import read_kineto
+    from laggard.io.kineto.load import read_kineto
 
     if meta is not None:
         raise LaggardError("--meta is for NDTimeline traces; give a profiler trace's layout with --layout or --rank-map")
     job = read_kineto(paths, layout=layout, rank_map=rank_map)
     if steps is not None:
-        from laggard.ops import select_steps
+        from laggard.optable.ops import select_steps
 
         job = select_steps(job, steps)
     return job
@@ -137,7 +137,7 @@ def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None, layout:
             raise LaggardError("--meta is for NDTimeline traces; a native trace carries its metadata in job.json")
         job = read_native(p.parent if p.name == "job.json" else p)
     else:
-        from laggard.io.ndtimeline import read_ndtimeline
+        from laggard.io.ndtimeline.load import read_ndtimeline
 
         if p.is_dir():
             found = sorted(p.glob("trace*.parquet"))
@@ -146,7 +146,7 @@ def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None, layout:
             p = found[0]
         job = read_ndtimeline(p, meta=Path(meta) if meta is not None else None)
     if steps is not None:
-        from laggard.ops import select_steps
+        from laggard.optable.ops import select_steps
 
         job = select_steps(job, steps)
     return job

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from laggard.ops import Job, JobMeta, LaggardError, LaggardWarning, conform
+from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, conform
 
 
 def read_native(path: Path) -> Job:
@@ -51,7 +51,7 @@ def _missing_ranks(path: Path, job: Job) -> list[str]:
     """Ranks the job should have but that wrote nothing (or died): the tracer's heartbeat files
     say so precisely; otherwise compare with the world size in job.json."""
     if list(path.glob("rank*.state.json")):
-        from laggard.tracer.state import check_trace
+        from laggard.optable.tracedir import check_trace
 
         return [f"{path}: {line}" for line in check_trace(path)]
     meta = job.meta

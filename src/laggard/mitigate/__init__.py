@@ -14,8 +14,7 @@ analysis stack), so a training loop can use it without loading pyarrow or the re
 
 from __future__ import annotations
 
-from typing import Any
-
+from laggard.util.lazy import lazy_exports
 from laggard.mitigate.balance import Plan, WLBPacker, balance, imbalance
 from laggard.mitigate.cost import CostFit, CostModel, fit_cost
 from laggard.mitigate.cp import AttentionCostModel, CPShard, cp_shard
@@ -29,9 +28,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("BalancedBatchSampler", "exchange_sequences", "pack_collate", "Exchange"):
-        from laggard.mitigate import data
-
-        return getattr(data, name)
-    raise AttributeError(f"module 'laggard.mitigate' has no attribute {name!r}")
+# torch.distributed helpers, loaded on first use (they import torch)
+__getattr__, __dir__, _ = lazy_exports(__name__, dict.fromkeys(
+    ("BalancedBatchSampler", "exchange_sequences", "pack_collate", "Exchange"), "laggard.mitigate.data"))

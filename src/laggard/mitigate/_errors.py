@@ -1,6 +1,6 @@
 """User errors and warnings for ``laggard.mitigate`` without loading the analysis stack at import.
 
-``laggard.ops`` (where ``LaggardError`` and ``LaggardWarning`` live) imports pyarrow; a training loop
+``laggard.optable.ops`` (where ``LaggardError`` and ``LaggardWarning`` live) imports pyarrow; a training loop
 that only balances batches should not pay for that. The classes are imported on first use.
 """
 
@@ -12,15 +12,15 @@ import numpy as np
 
 
 def error(msg: str) -> Exception:
-    """A ``laggard.ops.LaggardError`` with ``msg`` (raise it: ``raise error("...")``)."""
-    from laggard.ops import LaggardError
+    """A ``laggard.optable.ops.LaggardError`` with ``msg`` (raise it: ``raise error("...")``)."""
+    from laggard.optable.ops import LaggardError
 
     return LaggardError(msg)
 
 
 def warn(msg: str, *, stacklevel: int = 3) -> None:
-    """Issue ``msg`` as a ``laggard.ops.LaggardWarning``."""
-    from laggard.ops import LaggardWarning
+    """Issue ``msg`` as a ``laggard.optable.ops.LaggardWarning``."""
+    from laggard.optable.ops import LaggardWarning
 
     warnings.warn(msg, LaggardWarning, stacklevel=stacklevel)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from laggard.ops import JobMeta
+from laggard.optable.ops import JobMeta
 
 log = logging.getLogger("laggard.monitor")
 

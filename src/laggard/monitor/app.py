@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from laggard.errors import LaggardError
 from laggard.monitor import auth
-from laggard.monitor.ingest import BadBatch
+from laggard.wire.batch import BadBatch
 from laggard.monitor.service import Collector, UnknownJob
 
 COOKIE = "laggard_token"

@@ -1,6 +1,6 @@
 """Detection quality of the live monitor on synthetic running jobs (tests and ``make bench``).
 
-A job comes from ``laggard.synth`` (1F1B, dp x pp) with heavy-tailed noise added to its compute
+A job comes from ``laggard.groundtruth.synth`` (1F1B, dp x pp) with heavy-tailed noise added to its compute
 ops (lognormal jitter plus Pareto spikes on a fraction of them); optionally one worker's compute
 ops are slowed by ``factor`` from ``start_step`` on. Its ops are fed to a ``Collector`` step by
 step, exactly as tracers would send them (one Arrow IPC batch per rank and step, through
@@ -19,12 +19,12 @@ import pyarrow as pa
 
 from laggard.monitor.alerts import Rule, RuleState, default_rules, evaluate_window
 from laggard.monitor.config import MonitorConfig
-from laggard.monitor.ingest import encode_batch
+from laggard.wire.batch import encode_batch
 from laggard.monitor.push import step_batches
 from laggard.monitor.service import Collector
 from laggard.monitor.store import Store
 from laggard.monitor.window import JobWindow, analyse_window, load_ratios
-from laggard.ops import Job, to_numpy
+from laggard.optable.ops import Job, to_numpy
 
 
 @dataclass(kw_only=True, slots=True)
@@ -34,7 +34,7 @@ class NoisyJob:
     microbatches: int = 4
     steps: int = 60
     seed: int = 0
-    jitter: float = 0.05  # lognormal sigma of every op (laggard.synth)
+    jitter: float = 0.05  # lognormal sigma of every op (laggard.groundtruth.synth)
     spike_prob: float = 0.01  # share of compute ops hit by a Pareto-distributed stall ...
     spike_alpha: float = 2.5  # ... of (1 + Pareto(alpha)) x their duration: heavy-tailed
     slow_rank: int | None = None
@@ -43,7 +43,7 @@ class NoisyJob:
 
 
 def make_job(spec: NoisyJob) -> Job:
-    from laggard.synth import SynthConfig, synthesize
+    from laggard.groundtruth.synth import SynthConfig, synthesize
 
     job = synthesize(SynthConfig(dp=spec.dp, pp=spec.pp, microbatches=spec.microbatches, steps=spec.steps,
                                  seed=spec.seed, jitter=spec.jitter, name=f"noisy-{spec.seed}"))

@@ -37,7 +37,7 @@ class LocalCollector:
 def start_local_collector(db: Path, port: int, *, log: Path, timeout_s: float = 60.0) -> LocalCollector:
     token = secrets.token_urlsafe(24)
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "laggard.cli", "monitor", "serve", "--db", str(db), "--port", str(port),
+    cmd = [sys.executable, "-m", "laggard.cli.base", "monitor", "serve", "--db", str(db), "--port", str(port),
            "--token", token]
     with open(log, "ab") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=f, env={**os.environ, "PYTHONUNBUFFERED": "1"})

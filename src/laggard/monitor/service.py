@@ -23,11 +23,11 @@ from laggard.monitor.alerts import (
 )
 from laggard.monitor.analyser import AnalysisProcess, analyse
 from laggard.monitor.config import MonitorConfig
-from laggard.monitor.ingest import Batch, decode_batch
+from laggard.wire.batch import Batch, decode_batch
 from laggard.monitor.metrics import Metrics
 from laggard.monitor.store import BatchRow, Store
 from laggard.monitor.window import JobWindow
-from laggard.ops import JobMeta
+from laggard.optable.ops import JobMeta
 
 log = logging.getLogger("laggard.monitor")
 
@@ -57,7 +57,7 @@ class Collector:
     # ------------------------------------------------------------------ start-up
     def _load(self) -> None:
         """Rebuild each job's windows from the stored batches (a restart loses nothing)."""
-        from laggard.monitor.ingest import decode_batch
+        from laggard.wire.batch import decode_batch
 
         for job_id, meta, tracing in self.store.jobs():
             win = self._window(job_id, meta)
@@ -90,7 +90,7 @@ class Collector:
             win = self.windows.get(b.job_id)
             if win is None:
                 if b.meta is None:
-                    from laggard.monitor.ingest import BadBatch
+                    from laggard.wire.batch import BadBatch
 
                     raise BadBatch(f"job {b.job_id!r} is new: its first batch must carry laggard.meta")
                 self.store.add_job(b.job_id, b.meta)

@@ -1,4 +1,4 @@
-"""Sliding-window analysis of one running job: the same ``laggard.whatif.analyze`` as ``laggard analyze``.
+"""Sliding-window analysis of one running job: the same ``laggard.whatif.core.analyze`` as ``laggard analyze``.
 
 A job's batches arrive per rank, in any order. A step is *complete* when every rank of the job has
 reported ops of a later step. After each ``refresh_every_steps`` completed steps the last
@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from laggard.errors import LaggardError, LaggardWarning
 from laggard.monitor.config import MonitorConfig
-from laggard.ops import Job, JobMeta, to_numpy
+from laggard.optable.ops import Job, JobMeta, to_numpy
 
 
 @dataclass(kw_only=True, slots=True)
@@ -56,7 +56,7 @@ class WindowResult:
 
 def analyse_window(table: pa.Table, meta: JobMeta) -> tuple[dict[str, Any] | None, str | None]:
     """``laggard analyze`` of one window's ops: (the --json document, None) or (None, why it failed)."""
-    from laggard.analysis import analyze
+    from laggard.analysis.pipeline import analyze
 
     try:
         with warnings.catch_warnings():

@@ -10,7 +10,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from laggard.whatif import Analysis
+    from laggard.results.analysis import Analysis
 
 PATTERN = {
     "worker": "one hot cell in the DP x PP heatmap",

@@ -18,7 +18,7 @@ from laggard.report import plots
 from laggard.report.page import NOISE, section
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis
+    from laggard.results.analysis import Analysis
 
 MAX_ROWS = 64  # heatmap rows (DP ranks) before neighbouring ranks are merged into one row
 MAX_COLS = 48  # heatmap columns (stages) before neighbouring stages are merged

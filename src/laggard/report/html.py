@@ -1,6 +1,6 @@
 """The HTML report: one self-contained file (inline CSS and SVG; no script, no external loads).
 
-``write_report(result, path)`` writes the report of a :class:`laggard.whatif.Analysis` and, unless
+``write_report(result, path)`` writes the report of a :class:`laggard.whatif.core.Analysis` and, unless
 given one, the Perfetto trace it links to beside it; ``write_html`` writes only the page. Later
 work adds its own sections without touching this module: ``top_sections`` go right under the
 headline numbers (e.g. findings), ``extra_sections`` after the built-in charts; each is an HTML
@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from laggard.ops import LaggardError
+from laggard.optable.ops import LaggardError
 from laggard.report import plots
 from laggard.report.heatmap import HeatGrid, heatmap_section, worker_grid
 from laggard.report.page import (
@@ -44,7 +44,7 @@ from laggard.report.tables import arrivals_section, method_section, warnings_sec
 from laggard.report.timeline import timeline_section, worst_step
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis
+    from laggard.results.analysis import Analysis
 
 FIDELITY_WARN = 0.10  # replay error above which the report says to treat attributions with care
 # the Perfetto trace written beside a report holds at most this many events (whole steps, first
@@ -67,7 +67,7 @@ def write_report(result: Analysis, path: str | Path, *, perfetto: str | Path | N
     paths (the trace None when the analysis carries no op table)."""
     trace: Path | None = Path(perfetto) if perfetto is not None else None
     if trace is None and result.base is not None:
-        from laggard.io.perfetto import write_perfetto
+        from laggard.report.perfetto import write_perfetto
 
         trace = write_perfetto(result, perfetto_beside(path), max_events=BESIDE_MAX_EVENTS)
     return write_html(result, path, perfetto=trace), trace
@@ -309,7 +309,7 @@ def _comm_types(res: Analysis) -> set[str]:
     b = res.base
     if b is None or not len(b.attr_code):
         return set()
-    from laggard.ops import COMM_KINDS
+    from laggard.optable.ops import COMM_KINDS
 
     comm_kind = np.array([k in COMM_KINDS for k in b.kinds], dtype=bool)
     is_comm = comm_kind[b.kind_code]

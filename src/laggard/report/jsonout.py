@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from laggard.ops import LaggardError
+from laggard.optable.ops import LaggardError
 
 
 def dumps(obj: Any) -> bytes:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from laggard.ops import LaggardError
+from laggard.optable.ops import LaggardError
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap

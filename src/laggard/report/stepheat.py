@@ -25,7 +25,7 @@ from laggard.report.heatmap import top_outline
 from laggard.report.page import section
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis
+    from laggard.results.analysis import Analysis
 
 MAX_ROWS = 64  # workers drawn at most (the outlined ones, then the worst); a row per worker stays readable
 MAX_COLS = 160  # step columns before neighbouring steps are merged (each column shows its bin's maximum)

@@ -10,7 +10,7 @@ from laggard.report import plots
 from laggard.report.page import GLOSSARY, fmt, section, tip
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis
+    from laggard.results.analysis import Analysis
 
 TOP_WORKERS = 12  # rows shown open; the rest of the workers are in a collapsed <details>
 

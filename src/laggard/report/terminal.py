@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis
-    from laggard.whatif_custom import WhatIfResult
+    from laggard.results.analysis import Analysis
+    from laggard.whatif.custom import WhatIfResult
 
 
 def _s(x: float | None) -> str:

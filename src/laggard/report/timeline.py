@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from laggard.gaps import HOST_KIND
-from laggard.ops import COMM_KINDS, is_gc_name
+from laggard.engine.gaps import HOST_KIND
+from laggard.optable.ops import COMM_KINDS, is_gc_name
 from laggard.report import plots
 from laggard.report.heatmap import top_outline
 from laggard.report.page import secs, section
 
 if TYPE_CHECKING:
-    from laggard.whatif import Analysis
+    from laggard.results.analysis import Analysis
 
 MAX_LANES = 32  # workers drawn; more lanes stop being readable in a page-wide figure
 LABEL_W = 112  # px for the lane labels
@@ -146,7 +146,7 @@ def step_ops(res: Analysis, step_index: int, ranks: list[int]) -> tuple[StepOps,
     # a member's transfer ends it; before the transfer it waited for the other participants
     m_busy = np.where(member, np.maximum(m_end - b.measured[sel], m_start), m_start)
     _, ideal_end = res.timelines()
-    from laggard.replay import op_starts
+    from laggard.engine.replay import op_starts
 
     i_start_all = op_starts(g, ideal_end)
     i_start, i_end = i_start_all[sel], ideal_end[sel]

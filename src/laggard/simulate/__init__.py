@@ -10,10 +10,9 @@ Importing this package is cheap: names are loaded from their modules on first us
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from laggard.util.lazy import lazy_exports
 
-_EXPORTS = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {name: f"laggard.simulate.{module}" for name, module in {
     "Distribution": "base",
     "parse_dist": "dists",
     "tail_at_scale": "tail",
@@ -23,13 +22,4 @@ _EXPORTS = {
     "PolicyResult": "policies",
     "EmpiricalTrace": "empirical",
     "trace_distribution": "empirical",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'laggard.simulate' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"laggard.simulate.{module}"), name)
+}.items()})

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from laggard.ops import LaggardError, LaggardWarning
+from laggard.optable.ops import LaggardError, LaggardWarning
 from laggard.simulate.base import MIN_TIME, Distribution, harmonic
 from laggard.simulate.parametric import Constant, Exponential, Gaussian, LogNormal, Mixture, Pareto, Uniform
 

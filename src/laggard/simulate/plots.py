@@ -11,7 +11,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from laggard.ops import LaggardError
+from laggard.optable.ops import LaggardError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -5,22 +5,12 @@ Importing this package does not import torch; the torch.distributed wrappers imp
 
 from __future__ import annotations
 
-from typing import Any
+from laggard.util.lazy import lazy_exports
 
-__all__ = ["ClockSync", "Tracer", "TracedWork", "check_trace", "offsets_from_samples"]
-
-_EXPORTS = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "Tracer": "laggard.tracer.core",
     "TracedWork": "laggard.tracer.comm",
     "ClockSync": "laggard.tracer.clock",
     "offsets_from_samples": "laggard.tracer.clock",
-    "check_trace": "laggard.tracer.state",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'laggard.tracer' has no attribute {name!r}")
+    "check_trace": "laggard.optable.tracedir",
+})

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import Any
 
-from laggard.ops import LaggardError
+from laggard.optable.ops import LaggardError
 from laggard.tracer._page import RECORD_BYTES
 
-if TYPE_CHECKING:
-    from laggard.tracer.core import Tracer
+# the Tracer of laggard.tracer.core, which imports this module (so it is not imported back here)
+Tracer = Any
 
 
 class _NullCtx:

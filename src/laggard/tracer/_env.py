@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from laggard.ops import JobMeta
+from laggard.optable.ops import JobMeta
 from laggard.tracer.clock import ClockSync
 
 
@@ -60,7 +60,7 @@ def _job_meta(name: str, layouts: list[tuple[int, ...]], world_size: int, sync: 
 
 def check_args(*, record_every: Any, page_ops: int, num_pages: int, align: str | None, timing: str) -> None:
     """The Tracer's arguments, checked before any collective call."""
-    from laggard.ops import LaggardError
+    from laggard.optable.ops import LaggardError
     from laggard.tracer.clock import METHODS
 
     if not isinstance(record_every, int) or record_every < 1:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from laggard.ops import make_table
+from laggard.optable.ops import make_table
 
 # one record per op, packed by the training thread with one struct.pack_into call; the fields
 # communication ops add go to a second ("aux") record; the step is stored once per run of rows
@@ -100,7 +100,7 @@ def _lists(counts: np.ndarray, values: np.ndarray, valid: np.ndarray | None, val
 
 def page_table(page: FullPage, *, rank: int, layout: tuple[int, int, int, int], offset_ns: int, chain: Chain,
                ) -> pa.Table:
-    """The op table of one page (schema ``laggard.ops.OP_SCHEMA``); updates ``chain``."""
+    """The op table of one page (schema ``laggard.optable.ops.OP_SCHEMA``); updates ``chain``."""
     rec = page.records
     n = len(rec)
     first_id = op_id_base(rank) + page.first_op

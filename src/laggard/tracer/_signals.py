@@ -14,10 +14,10 @@ import atexit
 import os
 import signal
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from laggard.tracer.core import Tracer
+# the Tracer of laggard.tracer.core, which imports this module (so it is not imported back here)
+Tracer = Any
 
 GRACE_S = 2.0
 

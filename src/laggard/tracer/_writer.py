@@ -2,7 +2,7 @@
 
 Shards are written to a temporary name and renamed, so a crash never leaves a torn shard. After
 every shard the rank's ``rank{R}.state.json`` heartbeat records how many ops were recorded, written
-and dropped and the last step written; ``laggard.tracer.state.check_trace`` reads it to report a
+and dropped and the last step written; ``laggard.optable.tracedir.check_trace`` reads it to report a
 rank that died (and the tail it lost). An I/O error (full disk, directory gone) disables the writer
 with one warning; the training goes on.
 """
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from laggard.ops import LaggardWarning
+from laggard.optable.ops import LaggardWarning
 from laggard.tracer._page import Chain, FullPage, page_table
 
 

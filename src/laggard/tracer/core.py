@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from laggard.ops import LaggardError, LaggardWarning
+from laggard.optable.ops import LaggardError, LaggardWarning
 from laggard.tracer import _signals, flight
-from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx  # noqa: F401 - _OpCtx used by cuda.py
+from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
 from laggard.tracer._env import _cuda_in_use, _dist_if_initialized, _job_meta, check_args, prepare_dir
 from laggard.tracer._gc import GcMixin
 from laggard.tracer._page import (

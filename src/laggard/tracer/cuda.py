@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from laggard.tracer.core import _OpCtx
+from laggard.tracer._contexts import _OpCtx
 
 
 @dataclass(kw_only=True, slots=True)

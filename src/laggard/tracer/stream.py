@@ -2,7 +2,7 @@
 
 The shard writer hands each page's op table to ``MonitorStream.submit`` (from its own thread: the
 training thread never waits, and nothing here calls a collective). The table is numbered at once
-with the rank's next batch sequence number and encoded (Arrow IPC, ``laggard.monitor.ingest``), so
+with the rank's next batch sequence number and encoded (Arrow IPC, ``laggard.wire.batch``), so
 a batch keeps its (rank, seq) identity through retries: the collector stores it once. A background
 thread posts the batches in order; while the collector is unreachable they go to a spool directory
 on disk (``<trace>/monitor-spool/``), retried with back-off, oldest first, and the queue in memory
@@ -36,8 +36,8 @@ _IDLE_POLL_S = 5.0
 class MonitorStream:
     def __init__(self, url: str, token: str | None, *, job_id: str, rank: int, meta: dict[str, Any],
                  spool_dir: Path) -> None:
-        from laggard.monitor.client import Client
-        from laggard.monitor.ingest import valid_job_id
+        from laggard.wire.client import Client
+        from laggard.wire.batch import valid_job_id
 
         self.job_id = valid_job_id(job_id)
         self.rank = rank
@@ -63,7 +63,7 @@ class MonitorStream:
     # ------------------------------------------------------------------ the writer thread's side
     def submit(self, table: Any) -> None:
         """Number, encode and queue one page of ops; never blocks (a full queue spools to disk)."""
-        from laggard.monitor.ingest import encode_batch
+        from laggard.wire.batch import encode_batch
 
         if self.paused:
             self.num_dropped += 1
@@ -145,7 +145,7 @@ class MonitorStream:
 
     def _send(self, body: bytes) -> bool:
         """True when the collector answered (stored, duplicate, refused or paused); False when down."""
-        from laggard.monitor.client import CollectorDown
+        from laggard.wire.client import CollectorDown
 
         try:
             ans = self._client.post_batch(body)
@@ -194,7 +194,7 @@ class MonitorStream:
 
     def _poll_job(self) -> None:
         """The job's state at the collector: tracing back on; a new dump request."""
-        from laggard.monitor.client import CollectorDown
+        from laggard.wire.client import CollectorDown
 
         self._last_poll_s = time.monotonic()
         try:

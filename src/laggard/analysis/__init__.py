@@ -1,0 +1,10 @@
+"""The full analysis of a job, composed: warm-up steps skipped, the what-if analysis, then its
+diagnosis (``pipeline.analyze``), under one nested ``AnalysisConfig`` (``config``)."""
+
+from __future__ import annotations
+
+from laggard.util.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    **dict.fromkeys(("analyze", "partition_hint"), "laggard.analysis.pipeline"),
+})

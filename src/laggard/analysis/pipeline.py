@@ -1,0 +1,70 @@
+"""The full analysis of a job: the what-if analysis (``laggard.whatif.core``) and then its diagnosis
+(``laggard.diagnose``). Composed here, one level above both, so the what-if module never imports
+the diagnosis; the CLI and ``laggard.analyze`` call this."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+from laggard.errors import check_healthy_threshold
+from laggard.optable.ops import LaggardWarning
+
+if TYPE_CHECKING:
+    from laggard.diagnose import DiagnoseConfig
+    from laggard.engine.gaps import GapConfig
+    from laggard.optable.ops import Job
+    from laggard.results.analysis import Analysis
+
+
+def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
+            config: DiagnoseConfig | None = None, gaps: GapConfig | None = None,
+            skip_steps: int | None = None) -> Analysis:
+    """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job. Warm-up steps
+    are skipped first (``skip_steps``: how many leading steps; None: detected, ``laggard.engine.warmup``).
+
+    ``gaps`` configures the host ops for untraced time (``laggard.engine.gaps.GapConfig``)."""
+    from laggard.engine.warmup import skip_warmup
+    from laggard.whatif.core import analyze as whatif_analyze
+
+    check_healthy_threshold(healthy_threshold)
+    job, skipped = skip_warmup(job, skip_steps)
+    note = None
+    if skipped:
+        how = "as asked (--skip-steps)" if skip_steps is not None else "detected: they ran well above the settled step time; --skip-steps 0 keeps them"
+        note = f"skipped {len(skipped)} warm-up step(s) ({', '.join(map(str, skipped[:8]))}{' ...' if len(skipped) > 8 else ''}), {how}"
+        warnings.warn(note, LaggardWarning, stacklevel=2)
+    res = whatif_analyze(job, gaps=gaps)
+    res.extras["warmup_steps_skipped"] = skipped
+    if note is not None and note not in res.warnings:
+        res.warnings.append(note)
+    if diagnose:
+        from laggard.diagnose import diagnose as run_diagnosis
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LaggardWarning)
+            res.diagnosis = run_diagnosis(res, threshold=healthy_threshold, config=config)
+        from laggard.whatif.custom import whatif_command
+
+        for f in res.diagnosis.findings:
+            if f.whatif:
+                f.command = whatif_command(job.load_args, f.whatif)
+            if f.fix_tool == "partition":
+                f.fix_command = partition_hint(job)
+        for w in caught:
+            if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
+                res.warnings.append(str(w.message))
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return res
+
+
+def partition_hint(job: Job) -> str:
+    """The `laggard partition` command for this trace, asking for what the trace does not record."""
+    from laggard.whatif.custom import whatif_command
+
+    known = job.meta.extra.get("num_layers") is not None or job.meta.extra.get("layers_per_stage")
+    cmd = whatif_command(job.load_args, [] if known else ["--num-layers", "N"], command="partition")
+    return f"`{cmd}` proposes the split" + ("" if known else " (N: the model's decoder layers; the trace does not record it)")
+
+
+__all__ = ["analyze"]

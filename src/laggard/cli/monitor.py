@@ -1,0 +1,94 @@
+"""``laggard monitor serve|push``: the collector service and replaying a trace into it. Light at import."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+# Replaying a trace 1000x slower than it ran already turns a 1 s step into 17 minutes; slower is a
+# typo (and 1e-300 overflows the sleep).
+MIN_SPEED = 1e-3
+
+app = typer.Typer(help="Live monitor: a collector service with a dashboard, alerts and Prometheus metrics.",
+                  no_args_is_help=True)
+
+
+def _need_extra() -> None:
+    from laggard.errors import LaggardError
+
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise LaggardError(f"the monitor needs {e.name}: pip install 'laggard[monitor]'") from None
+
+
+@app.command()
+def serve(
+    db: Annotated[str, typer.Option("--db", help="SQLite file, or a postgresql://user@host/db URL.")] = "laggard-monitor.db",
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8765,
+    token: Annotated[str | None, typer.Option("--token", help="Bearer token (default: LAGGARD_TOKEN, else the stored one, else a new one printed once).")] = None,
+    window_steps: Annotated[int, typer.Option("--window-steps", help="Steps per analysis window (re-analysed every window/2 steps).")] = 6,
+    webhook: Annotated[list[str] | None, typer.Option("--webhook", help="POST each alert as JSON to this URL (repeatable).")] = None,
+    metrics_top_k: Annotated[int, typer.Option("--metrics-top-k", help="Export laggard_worker_slowdown for this many workers per job.")] = 10,
+    hang_after_s: Annotated[float, typer.Option("--hang-after-s", help="A rank silent this long while others advance is a suspected hang.")] = 30.0,
+) -> None:
+    """Run the collector: ingest API, sliding-window analysis, alerts, /metrics and the dashboard at /."""
+    _need_extra()
+    import logging
+
+    import uvicorn
+
+    from laggard.monitor import auth
+    from laggard.monitor.app import create_app
+    from laggard.monitor.config import MonitorConfig
+    from laggard.monitor.service import Collector
+    from laggard.monitor.store import Store
+
+    cfg = MonitorConfig(window_steps=window_steps, refresh_every_steps=max(1, window_steps // 2),
+                        metrics_top_k=metrics_top_k, hang_after_s=hang_after_s)
+    tok, created = auth.load_or_create(auth.default_token_path(db), token or os.environ.get("LAGGARD_TOKEN") or None)
+    collector = Collector(Store(db), cfg, webhooks=webhook or [])
+    if created:
+        typer.echo(f"token: {tok}")
+    typer.echo(f"dashboard: http://{host}:{port}/?token=<TOKEN>   (API: http://{host}:{port}/api/v1/)", err=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    collector.start()
+    try:
+        uvicorn.run(create_app(collector, tok), host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        collector.stop()
+
+
+@app.command()
+def push(
+    trace: Annotated[Path, typer.Argument(help="Trace to stream (any format laggard reads).")],
+    url: Annotated[str, typer.Option("--url", help="Collector address, e.g. http://127.0.0.1:8765.")] = "http://127.0.0.1:8765",
+    token: Annotated[str | None, typer.Option("--token", help="Bearer token (default: LAGGARD_TOKEN).")] = None,
+    speed: Annotated[float, typer.Option("--speed", help="Replay speed: 1 = the trace's own step times, 10 = ten times faster, 0 = as fast as possible.")] = 1.0,
+    job_id: Annotated[str | None, typer.Option("--job", help="Job id at the collector (default: the trace's job name).")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="Trace format: auto, native, ndtimeline, kineto.")] = "auto",
+) -> None:
+    """Stream an existing trace into a collector as if the job were running now."""
+    from laggard.errors import LaggardError
+    from laggard.io import load_job
+    from laggard.wire.client import Client, CollectorDown
+    from laggard.wire.batch import valid_job_id
+    from laggard.monitor.push import push_job
+
+    if not (speed == 0 or MIN_SPEED <= speed < float("inf")):
+        raise LaggardError(f"--speed must be 0 (as fast as possible) or a finite number >= {MIN_SPEED:g} (got {speed})")
+    job = load_job(trace, fmt=fmt)
+    jid = valid_job_id(job_id or job.meta.name)
+    client = Client(url, token or os.environ.get("LAGGARD_TOKEN"))
+    try:
+        res = push_job(job, client, job_id=jid, speed=speed)
+    except CollectorDown as e:
+        raise LaggardError(f"cannot reach the collector at {url} ({e})") from None
+    typer.echo(f"pushed {res.num_ops:,} ops in {res.num_batches} batches to job {jid} in {res.wall_s:.1f} s"
+               + (f" ({res.num_duplicates} batches were already there)" if res.num_duplicates else ""))

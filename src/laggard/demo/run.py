@@ -1,0 +1,148 @@
+"""`laggard demo`: train the real demo job traced, analyse the trace, write the reports.
+
+No printing here (the CLI prints). What each injected cause should look like in the analysis is
+spelled out in ``expectations``, so the demo can say whether the analysis found it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from laggard.groundtruth.inject import Injection
+from laggard.optable.ops import LaggardError
+from laggard.demo.launch import JobConfig, JobResult, run_job
+
+if TYPE_CHECKING:
+    from laggard.results.analysis import Analysis
+
+
+@dataclass(kw_only=True, slots=True)
+class DemoOutput:
+    analysis: Analysis
+    paths: dict[str, Path]
+    job: JobResult | None = None
+    config: JobConfig | None = None
+    trace_warnings: list[str] = field(default_factory=list)
+
+
+def clear_trace_dir(trace_dir: Path) -> None:
+    """Remove what a previous run left (only files the tracer writes)."""
+    if not trace_dir.is_dir():
+        return
+    for pattern in ("ops-rank*.parquet", "ops-rank*.parquet.tmp", "rank*.state.json", "job.json"):
+        for p in trace_dir.glob(pattern):
+            p.unlink()
+
+
+def run_traced_job(cfg: JobConfig, *, on_progress: Callable[[int, int, float | None], None] | None = None
+                   ) -> JobResult:
+    """Run the demo job with tracing into ``cfg.trace_dir`` (emptied first)."""
+    if cfg.trace_dir is None:
+        raise LaggardError("run_traced_job: the config has no trace_dir")
+    trace_dir = Path(cfg.trace_dir)
+    try:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        clear_trace_dir(trace_dir)
+    except OSError as e:
+        raise LaggardError(f"{trace_dir}: cannot use as the trace directory ({e.strerror or e})") from None
+    return run_job(cfg, on_progress=on_progress)
+
+
+def analyse_and_report(trace: Path, out_dir: Path) -> tuple[Analysis, dict[str, Path], list[str]]:
+    """Analyse a trace (warning about missing ranks and lost tails) and write JSON, HTML, Perfetto."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.io import load_job
+    from laggard.report.perfetto import write_perfetto
+    from laggard.report.html import write_report
+    from laggard.report.jsonout import dump_json
+    from laggard.optable.tracedir import warn_trace
+
+    trace_warnings = warn_trace(trace)
+    result = analyze(load_job(trace))
+    for w in trace_warnings:  # the report shows them too
+        if w not in result.warnings:
+            result.warnings.append(w)
+    paths = {
+        "json": out_dir / "analysis.json",
+        "html": out_dir / "report.html",
+        "perfetto": out_dir / "timeline.perfetto.json",
+    }
+    dump_json(result, paths["json"])
+    write_perfetto(result, paths["perfetto"])
+    write_report(result, paths["html"], perfetto=paths["perfetto"])
+    return result, paths, trace_warnings
+
+
+def report_screenshot(html: Path) -> tuple[Path | None, str]:
+    """A full-page PNG of the report beside it (report.png) in headless Chromium: (path, "") or
+    (None, why not) when no browser can be had or it fails."""
+    from laggard.report.browser import find_chromium, screenshot
+
+    exe, why = find_chromium()
+    if exe is None:
+        return None, why
+    try:
+        return screenshot(html, html.with_suffix(".png")), ""
+    except Exception as e:  # noqa: BLE001 - a screenshot is a convenience; any browser failure is one line
+        return None, f"the browser failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+
+
+def expectations(result: Analysis, injections: list[Injection]) -> list[tuple[str, bool | None]]:
+    """For each injected cause: where the analysis should show it, and whether it does (None: no check)."""
+    out: list[tuple[str, bool | None]] = []
+    workers = result.by_worker
+    top_rank = workers[0]["rank"] if workers else None
+    stages = result.by_stage
+    top_stage = max(stages, key=lambda k: stages[k]) if stages else None
+    last_stage = max(stages) if stages else None
+    for inj in injections:
+        p = inj.params
+        if inj.cause == "slow-worker":
+            r = int(p["rank"])
+            out.append((f"slow-worker on rank {r}: rank {r} should have the highest S_w (it is rank {top_rank})",
+                        top_rank == r))
+        elif inj.cause == "heavy-last-stage":
+            out.append((f"heavy-last-stage: the last stage (pp{last_stage}) should have the highest S_stage "
+                        f"(it is pp{top_stage})", top_stage == last_stage))
+        elif inj.cause == "seqlen-imbalance":
+            s = max(result.by_optype.get("forward-compute", 1.0), result.by_optype.get("backward-compute", 1.0))
+            out.append((f"seqlen-imbalance: compute S_t should rise (forward/backward-compute S_t {s:.3f}); "
+                        "the steps' S varies with their microbatch lengths", s > 1.05))
+        elif inj.cause == "gc-pauses":
+            s = result.by_optype.get("gc", 1.0)
+            out.append((f"gc-pauses: the gc op type should have S_t above 1 (it is {s:.3f})", s > 1.02))
+        elif inj.cause == "slow-link":
+            s = max((v for k, v in result.by_optype.items() if k.endswith("-pp-comm")), default=1.0)
+            out.append((f"slow-link {int(p['src'])}->{int(p['dst'])}: pipeline transfers should have S_t above 1 "
+                        f"(the worst is {s:.3f})", s > 1.02))
+        elif inj.cause == "launch-delay":
+            out.append((f"launch-delay: untraced CPU time between ops shows as replay fidelity above 1 "
+                        f"(measured/replayed {result.launch_slowdown:.3f})", result.launch_slowdown > 1.03))
+    return out
+
+
+def summary_lines(out: DemoOutput) -> list[str]:
+    """Plain-text lines the CLI prints after the analysis summary."""
+    lines: list[str] = []
+    if out.job is not None and out.config is not None:
+        steps = [s for r in out.job.ranks.values() for s in r.get("step_s", [])]
+        mean = sum(steps) / len(steps) if steps else float("nan")
+        loss = next((r["loss"] for r in out.job.ranks.values() if r.get("loss") is not None), None)
+        lines.append(f"demo job: dp={out.config.dp} x pp={out.config.pp}, {out.config.steps} traced steps of "
+                     f"{mean:.3f} s, {out.job.wall_s:.1f} s in all" + (f", final loss {loss:.3f}" if loss else ""))
+        for text, ok in expectations(out.analysis, out.config.injections):
+            mark = "found" if ok else ("NOT found" if ok is not None else "check")
+            lines.append(f"  [{mark}] {text}")
+    return lines
+
+
+def demo_config(*, quick: bool, dp: int, pp: int, steps: int | None, microbatches: int, seed: int,
+                injections: list[Injection], trace_dir: Path) -> JobConfig:
+    kw: dict[str, Any] = {"dp": dp, "pp": pp, "microbatches": microbatches, "seed": seed,
+                          "injections": injections, "trace_dir": str(trace_dir)}
+    if steps is not None:
+        kw["steps"] = steps
+    return JobConfig.quick(**kw) if quick else JobConfig(**kw)

@@ -1,0 +1,254 @@
+"""The measured job made ready for replays (``prepare``): host ops for untraced gaps, the dependency
+graph, measured and ideal durations per op, op labels; and ``replay_mixed``, which replays many
+what-if scenarios (weight columns) in batches under a memory bound.
+
+Ideal durations follow Lin et al. (OSDI '25): the mean (compute) or the median (communication
+transfer) of an op type, pooled over all workers, steps and microbatches; traced GC pauses 0.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from laggard.engine.gaps import HOST_KIND, GapConfig, GapSummary, host_attribution_type, insert_host_gaps
+from laggard.engine.graph import Graph, build_graph, group_sizes_check
+from laggard.engine.replay import replay_steps, wall_step_times
+from laggard.errors import GraphCycleError
+from laggard.optable.ops import COMM_KINDS, Job, LaggardError, LaggardWarning, is_gc_name
+
+_NS = 1e-9
+
+
+# Scenarios replayed together in one pass (weights + node values, float64): at least 16 (rows
+# of whole cache lines per node), more while a pass stays within _PASS_BYTES (a pass costs a
+# Python step per graph segment, whatever its width: small graphs with many what-ifs, e.g. a
+# Kineto job with hundreds of op types, replay them all in a few passes), never more than
+# _MAX_BATCH_BYTES.
+_MAX_BATCH_BYTES = 1536 * 2**20
+
+
+_PASS_BYTES = 64 * 2**20
+
+
+_MIN_BATCH = 16
+
+
+def _batch_size(num_ops: int, num_nodes: int, num_scenarios: int) -> int:
+    per_scenario = max(8 * (num_ops + 2 * num_nodes), 1)
+    wide = max(_MIN_BATCH, _PASS_BYTES // per_scenario)
+    return max(1, min(num_scenarios, wide, _MAX_BATCH_BYTES // per_scenario))
+
+
+@dataclass(kw_only=True, slots=True)
+class Baseline:
+    """The measured job, ready for replays: graph, measured and ideal weights, op labels."""
+
+    job: Job
+    graph: Graph
+    start_s: np.ndarray
+    end_s: np.ndarray
+    measured: np.ndarray  # replay weight per op: duration, or transfer duration for group members
+    ideal: np.ndarray
+    name_code: np.ndarray
+    names: list[str]
+    kind_code: np.ndarray
+    kinds: list[str]
+    attr_code: np.ndarray  # op type for attribution (p2p send/recv pairs merged)
+    attr_names: list[str]
+    rank: np.ndarray
+    dp_rank: np.ndarray
+    pp_rank: np.ndarray
+    measured_step_s: np.ndarray  # per step: last end - first start, as traced
+    wall_step_s: np.ndarray  # per step: last end - the previous step's last end (wall clock)
+    gaps: GapSummary  # untraced host time per rank, and what of it became host ops
+    traced: Job | None = None  # the job as loaded, before host ops (a what-if may model gaps anew)
+
+    def is_comm(self) -> np.ndarray:
+        comm = np.array([k in COMM_KINDS for k in self.kinds], dtype=bool)
+        return comm[self.kind_code] if len(comm) else np.zeros(len(self.kind_code), dtype=bool)
+
+    def is_host(self) -> np.ndarray:
+        """Host ops: untraced time modelled as ops of its rank (``laggard.engine.gaps``)."""
+        host = np.array([k == HOST_KIND for k in self.kinds], dtype=bool)
+        return host[self.kind_code] if len(host) else np.zeros(len(self.kind_code), dtype=bool)
+
+
+def attribution_type(name: str, kind: str) -> str:
+    """The op type an attribution reports: the two ends of a p2p transfer count as one type."""
+    if kind == HOST_KIND:
+        return host_attribution_type(name)
+    if kind in ("p2p_send", "p2p_recv"):
+        for suffix in ("-send", "-recv"):
+            if name.endswith(suffix):
+                return name.removesuffix(suffix) + "-pp-comm"
+        return "p2p"
+    return name
+
+
+def transfer_durations(graph: Graph, start_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
+    """Per group member: observed end minus the latest start among the group's participants.
+
+    Negative values (a send that completed before its peer arrived, or clock skew) become 0.
+    """
+    td = end_s - start_s
+    if graph.num_groups:
+        members = graph.group_ops
+        gmax = np.maximum.reduceat(start_s[members], graph.group_ptr[:-1])
+        owner = np.repeat(np.arange(graph.num_groups), np.diff(graph.group_ptr))
+        td[members] = np.maximum(end_s[members] - gmax[owner], 0.0)
+    return td
+
+
+def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.ndarray, num_names: int) -> np.ndarray:
+    """Mean per op type for compute, median per op type for communication (and ``is_comm_op``'s
+    other ops: untraced host time)."""
+    counts = np.bincount(name_code, minlength=num_names)
+    mean = np.bincount(name_code, weights=measured, minlength=num_names) / np.maximum(counts, 1)
+    comm_name = np.zeros(num_names, dtype=bool)
+    comm_name[name_code[is_comm_op]] = True
+    if not comm_name.any():
+        return mean[name_code]
+    rows = np.flatnonzero(comm_name[name_code])
+    order = rows[np.argsort(name_code[rows], kind="stable")]  # by op type; np.median needs no order within
+    bounds = np.searchsorted(name_code[order], np.arange(num_names + 1))
+    median = mean.copy()
+    for c in np.flatnonzero(comm_name):
+        median[c] = np.median(measured[order[bounds[c] : bounds[c + 1]]])
+    return np.where(comm_name, median, mean)[name_code]
+
+
+def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
+    """Add host ops for untraced gaps, build the graph, drop steps the replay cannot model,
+    compute measured and ideal weights."""
+    gap_cfg = gaps or GapConfig()
+    traced = job
+    with_gaps, gap_summary = insert_host_gaps(job, gap_cfg)
+    try:
+        graph = build_graph(with_gaps)
+    except GraphCycleError:
+        if with_gaps is job or not gap_cfg.wait_for_busy:
+            raise
+        gap_cfg = dataclasses.replace(gap_cfg, wait_for_busy=False)
+        with_gaps, gap_summary = insert_host_gaps(job, gap_cfg)
+        graph = build_graph(with_gaps)
+    job = with_gaps
+    bad = group_sizes_check(job, graph)
+    if len(bad):
+        import pyarrow as pa
+
+        if len(bad) == len(graph.steps):
+            raise LaggardError("every step has a collective with missing participants; nothing to analyse")
+        keep = pa.array(~np.isin(job.column("step"), bad))
+        job = Job(table=job.table.filter(keep), meta=job.meta, warnings=job.warnings)
+        graph = build_graph(job)
+    start_ns = job.column("start_ns")
+    dur_ns = job.column("dur_ns")
+    if (dur_ns < 0).any():
+        raise LaggardError(f"{int((dur_ns < 0).sum())} op(s) have negative durations")
+    start_s = (start_ns - start_ns.min()) * _NS
+    end_s = start_s + dur_ns * _NS
+    name_code, names = job.codes("name")
+    kind_code, kinds = job.codes("kind")
+    comm_kind = np.array([k in COMM_KINDS for k in kinds], dtype=bool)
+    td = transfer_durations(graph, start_s, end_s)
+    measured = np.where(graph.op_group >= 0, td, dur_ns * _NS)
+    # untraced host time is idealised to its peers' median, like communication (sporadic stalls)
+    median_kind = comm_kind | np.array([k == HOST_KIND for k in kinds], dtype=bool)
+    ideal = ideal_weights(measured, name_code, median_kind[kind_code], len(names))
+    # GC pauses traced as their own ops occur on some workers in some steps; at their mean they
+    # would stay in the ideal run exactly where they stalled the job. The ideal job does not stop
+    # the world mid-step (planned GC moves collections out of the step): they are idealised to 0.
+    gc_name = np.array([is_gc_name(n) for n in names], dtype=bool)
+    if gc_name.any():
+        ideal = np.where(gc_name[name_code], 0.0, ideal)
+    # attribution types
+    pair_kind = {}
+    for c, nm in enumerate(names):
+        ks = np.unique(kind_code[name_code == c])
+        pair_kind[c] = attribution_type(nm, kinds[int(ks[0])]) if len(ks) else nm
+    attr_names = sorted(set(pair_kind.values()))
+    lut = np.array([attr_names.index(pair_kind[c]) for c in range(len(names))], dtype=np.int64)
+    attr_code = lut[name_code]
+    so = graph.step_order
+    sb = graph.step_bounds[:-1]
+    step_end = np.maximum.reduceat(end_s[so], sb)
+    measured_step = step_end - np.minimum.reduceat(start_s[so], sb)
+    return Baseline(
+        job=job,
+        graph=graph,
+        start_s=start_s,
+        end_s=end_s,
+        measured=measured,
+        ideal=ideal,
+        name_code=name_code.astype(np.int64),
+        names=names,
+        kind_code=kind_code.astype(np.int64),
+        kinds=kinds,
+        attr_code=attr_code,
+        attr_names=attr_names,
+        rank=job.column("rank").astype(np.int64),
+        dp_rank=job.column("dp_rank").astype(np.int64),
+        pp_rank=job.column("pp_rank").astype(np.int64),
+        measured_step_s=measured_step,
+        wall_step_s=wall_step_times(graph.steps, step_end, measured_step),
+        gaps=gap_summary,
+        traced=traced,
+    )
+
+
+def replay_mixed(
+    base: Baseline, *blocks: tuple[np.ndarray, np.ndarray], keep_measured: bool = True
+) -> list[np.ndarray]:
+    """Replay scenarios in as few passes as memory allows.
+
+    Each block ``(labels, values)`` asks for one scenario per value v: ops with ``labels == v``
+    measured and the rest ideal (``keep_measured=False``: the reverse). A block's ``labels`` may
+    also be None for the all-measured (v=1) / all-ideal (v=0) runs. Returns, per block, the step
+    times of shape (num_steps, len(values)).
+    """
+    scen = [(bi, labels, v) for bi, (labels, values) in enumerate(blocks) for v in np.asarray(values).tolist()]
+    batch = _batch_size(base.graph.num_ops, base.graph.num_nodes, len(scen))
+    cols = np.empty((len(base.graph.steps), len(scen)), dtype=np.float64)
+    a_w, b_w = (base.measured, base.ideal) if keep_measured else (base.ideal, base.measured)
+    for i in range(0, len(scen), batch):
+        part = scen[i : i + batch]
+        w = np.empty((base.graph.num_ops, len(part)), dtype=np.float64)
+        j = 0
+        while j < len(part):  # runs of scenarios from one block are built in one vectorised call
+            bi, labels = part[j][0], part[j][1]
+            e = j
+            while e < len(part) and part[e][0] == bi:
+                e += 1
+            vs = np.array([p[2] for p in part[j:e]])
+            if labels is None:
+                w[:, j:e] = np.where(vs[None, :] != 0, a_w[:, None], b_w[:, None])
+            else:
+                _fill_block(w[:, j:e], labels, vs, a_w, b_w)
+            j = e
+        cols[:, i : i + len(part)] = replay_steps(base.graph, w)
+    out, k = [], 0
+    for _, values in blocks:
+        m = len(np.asarray(values))
+        out.append(cols[:, k : k + m])
+        k += m
+    return out
+
+
+def _fill_block(w: np.ndarray, labels: np.ndarray, vs: np.ndarray, a_w: np.ndarray, b_w: np.ndarray) -> None:
+    """``w[:, c] = a_w where labels == vs[c] else b_w``, writing each op's ``a_w`` once (an op
+    has one label) instead of comparing every op with every scenario."""
+    order = np.argsort(vs, kind="stable")
+    sv = vs[order]
+    if len(sv) <= 8 or (sv[1:] == sv[:-1]).any():  # few scenarios (or a value asked twice): compare
+        w[:] = np.where(labels[:, None] == vs[None, :], a_w[:, None], b_w[:, None])
+        return
+    w[:] = b_w[:, None]
+    pos = np.minimum(np.searchsorted(sv, labels), len(sv) - 1)
+    rows = np.flatnonzero(sv[pos] == labels)
+    w[rows, order[pos[rows]]] = a_w[rows]
+
+
+__all__ = ["Baseline", "prepare", "replay_mixed"]

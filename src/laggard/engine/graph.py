@@ -1,0 +1,445 @@
+"""The job's dependency graph, built once from the op table and reused by every replay.
+
+An op starts when all its dependencies have ended. Ops that share ``(step, group, seq)`` are the
+participants of one collective (or the two ends of one p2p transfer): each ends at the latest
+start among them plus its own transfer duration. For the replay the graph becomes a DAG over
+*nodes*: one node per op and one per communication group. A group node waits for the
+dependencies of all its members; a member waits only for its group node. Nodes are numbered in
+topological level order so a replay is one vectorised pass per level.
+
+Steps are replayed independently, each from its own t=0: dependencies across steps are dropped
+(``laggard.engine.replay_chain`` carries each rank from one step into the next for the fidelity check).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from laggard.errors import GraphCycleError
+from laggard.optable.ops import Job, LaggardError, LaggardWarning, fits_table, to_numpy, unique_inverse, valid_mask
+
+
+@dataclass(kw_only=True, slots=True)
+class Graph:
+    num_ops: int
+    num_groups: int
+    steps: np.ndarray  # distinct step numbers, sorted
+    op_step: np.ndarray  # index into ``steps`` per op
+    # op -> its dependencies (op indices), CSR
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+    # communication groups: group id per op (-1: none) and members per group (CSR)
+    op_group: np.ndarray
+    group_ptr: np.ndarray
+    group_ops: np.ndarray
+    # replay plan: nodes numbered by (level, in-degree bucket); position num_nodes is a sentinel
+    # that always holds 0. Segment i covers positions seg_start[i]:seg_end[i], all of one level
+    # with in-degree <= seg_k[i]; their predecessors form a dense (m, k) matrix at
+    # seg_pred[seg_off[i] : seg_off[i] + m * k] (padded with the sentinel).
+    op_pos: np.ndarray
+    group_pos: np.ndarray  # replay position of each group node
+    num_levels: int
+    seg_start: np.ndarray
+    seg_end: np.ndarray
+    seg_k: np.ndarray
+    seg_off: np.ndarray
+    seg_pred: np.ndarray
+    # ops sorted by step, with step boundaries (for per-step reductions)
+    step_order: np.ndarray
+    step_bounds: np.ndarray
+    # the sinks (ops nothing waits for) of each step, by replay position: a step ends with them
+    sink_pos: np.ndarray
+    sink_bounds: np.ndarray
+    # when every step has the same ops in the same row order: ops per step (else 0)
+    ops_per_step: int = 0
+
+    @property
+    def num_nodes(self) -> int:
+        return self.num_ops + self.num_groups
+
+
+
+def csr_gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate CSR rows ``rows``: returns (values, row-of-each-value as position in ``rows``)."""
+    lens = ptr[rows + 1] - ptr[rows]
+    total = int(lens.sum())
+    if total == 0:
+        return idx[:0], np.zeros(0, dtype=np.int64)
+    owner = np.repeat(np.arange(len(rows)), lens)
+    first = np.repeat(ptr[rows] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+    return idx[first + np.arange(total)], owner
+
+
+def _to_csr(dst: np.ndarray, src: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(dst, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
+    return ptr, src[order]
+
+
+def dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Explicit ``deps`` where given; otherwise the previous op on the same (rank, step, stream)."""
+    n = job.num_ops
+    t = job.table
+    deps_col = t.column("deps").combine_chunks()
+    op_id = job.column("op_id")
+    has_list = valid_mask(deps_col)
+    dst_parts, src_parts = [], []
+    if has_list.any():
+        offsets = to_numpy(deps_col.offsets)
+        values = to_numpy(deps_col.values)
+        lens = np.diff(offsets)
+        lens = np.where(has_list, lens, 0)
+        owner = np.repeat(np.arange(n), np.diff(offsets))
+        keep_v = np.repeat(has_list, np.diff(offsets))
+        vals, owner = values[keep_v], owner[keep_v]
+        if np.array_equal(op_id, np.arange(n)):
+            src = vals
+            found = (src >= 0) & (src < n)
+        else:
+            order = np.argsort(op_id)
+            pos = np.searchsorted(op_id, vals, sorter=order)
+            pos = np.minimum(pos, n - 1)
+            src = order[pos]
+            found = op_id[src] == vals
+        if not found.all():
+            warnings.warn(
+                f"ignored {int((~found).sum())} dependency reference(s) to ops not in the trace",
+                LaggardWarning,
+                stacklevel=3,
+            )
+        src, owner = src[found], owner[found]
+        dst_parts.append(owner)
+        src_parts.append(src)
+    if (~has_list).any():
+        rows = np.flatnonzero(~has_list)
+        rank = job.column("rank")[rows]
+        stream, _ = job.codes("stream")
+        key_order = np.lexsort((job.column("start_ns")[rows], stream[rows], op_step[rows], rank))
+        r = rows[key_order]
+        same = (rank[key_order][1:] == rank[key_order][:-1]) & (stream[r][1:] == stream[r][:-1]) & (
+            op_step[r][1:] == op_step[r][:-1]
+        )
+        dst_parts.append(r[1:][same])
+        src_parts.append(r[:-1][same])
+    dst = np.concatenate(dst_parts) if dst_parts else np.zeros(0, dtype=np.int64)
+    src = np.concatenate(src_parts) if src_parts else np.zeros(0, dtype=np.int64)
+    cross = op_step[dst] != op_step[src]
+    self_dep = dst == src
+    if cross.any():
+        warnings.warn(
+            f"ignored {int(cross.sum())} dependency(ies) across steps (steps are replayed independently)",
+            LaggardWarning,
+            stacklevel=3,
+        )
+    ok = ~cross & ~self_dep
+    return _to_csr(dst[ok].astype(np.int64), src[ok].astype(np.int64), n)
+
+
+def _groups(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = job.num_ops
+    gcode, _ = job.codes("group")
+    rows = np.flatnonzero(gcode >= 0)
+    op_group = np.full(n, -1, dtype=np.int64)
+    if len(rows) == 0:
+        return op_group, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    seq = job.column("seq")[rows]
+    order = np.lexsort((seq, gcode[rows], op_step[rows]))
+    r = rows[order]
+    new = np.ones(len(r), dtype=bool)
+    new[1:] = (op_step[r][1:] != op_step[r][:-1]) | (gcode[r][1:] != gcode[r][:-1]) | (seq[order][1:] != seq[order][:-1])
+    gid = np.cumsum(new) - 1
+    op_group[r] = gid
+    group_ptr = np.concatenate([np.flatnonzero(new), [len(r)]]).astype(np.int64)
+    return op_group, group_ptr, r.astype(np.int64)
+
+
+def group_sizes_check(job: Job, graph: Graph) -> np.ndarray:
+    """Steps that hold a collective with fewer participants than the same group has elsewhere."""
+    if graph.num_groups == 0:
+        return np.zeros(0, dtype=np.int64)
+    gcode, labels = job.codes("group")
+    sizes = np.diff(graph.group_ptr)
+    first = graph.group_ops[graph.group_ptr[:-1]]
+    glabel = gcode[first]
+    expected = modal_size(glabel.astype(np.int64), sizes, len(labels))
+    short = sizes < expected[glabel]
+    if not short.any():
+        return np.zeros(0, dtype=np.int64)
+    bad_steps = np.unique(graph.op_step[first[short]])
+    g = int(np.flatnonzero(short)[0])
+    warnings.warn(
+        f"skipped {len(bad_steps)} step(s) with collectives missing participants (e.g. group "
+        f"{labels[glabel[g]]!r} seq {int(job.column('seq')[first[g]])} in step "
+        f"{int(graph.steps[graph.op_step[first[g]]])}: {int(sizes[g])} of {int(expected[glabel[g]])} ranks)",
+        LaggardWarning,
+        stacklevel=2,
+    )
+    return graph.steps[bad_steps]
+
+
+def modal_size(label: np.ndarray, size: np.ndarray, num_labels: int) -> np.ndarray:
+    """Per label, the size seen most often with it (the smallest of those tied; 0 if never seen)."""
+    width = int(size.max(initial=0)) + 1
+    key = label * width + size
+    if fits_table(num_labels * width, len(key)):  # a table of counts, no sort
+        counts = np.bincount(key, minlength=num_labels * width).reshape(num_labels, width)
+        return np.where(counts.any(axis=1), counts.argmax(axis=1), 0)
+    pairs, pair_count = np.unique(key, return_counts=True)
+    best = np.lexsort((-pair_count, pairs // width))
+    first_of_label = np.r_[True, (pairs[best[1:]] // width) != (pairs[best[:-1]] // width)]
+    out = np.zeros(num_labels, dtype=np.int64)
+    out[pairs[best[first_of_label]] // width] = pairs[best[first_of_label]] % width
+    return out
+
+
+def build_graph(job: Job) -> Graph:
+    n = job.num_ops
+    if n == 0:
+        raise LaggardError("the trace has no ops")
+    steps, op_step = unique_inverse(job.column("step"))
+    op_step = op_step.astype(np.int64)
+    if len(steps) > 1:
+        tiled = _build_tiled(job, steps, op_step)
+        if tiled is not None:
+            return tiled
+    return _build(job, steps, op_step)
+
+
+def _repeated_steps(job: Job, op_step: np.ndarray, num_steps: int) -> int:
+    """Ops per step when every step repeats step 0 exactly (same rows in the same order, same
+    explicit dependencies, same communication groups); 0 otherwise."""
+    n = job.num_ops
+    if n % num_steps or (np.diff(op_step) < 0).any():
+        return 0
+    m = n // num_steps
+    deps = job.table.column("deps")
+    if deps.null_count:
+        return 0
+    if not np.array_equal(job.column("op_id"), np.arange(n)):
+        return 0
+    for name in ("rank", "pp_rank", "microbatch", "seq"):
+        c = job.column(name).reshape(num_steps, m)
+        if (c != c[0]).any():
+            return 0
+    for name in ("name", "group", "stream"):
+        c = job.codes(name)[0].reshape(num_steps, m)
+        if (c != c[0]).any():
+            return 0
+    d = deps.combine_chunks()
+    offsets = to_numpy(d.offsets)
+    lens = np.diff(offsets).reshape(num_steps, m)
+    if (lens != lens[0]).any():
+        return 0
+    e = int(lens[0].sum())
+    rel = to_numpy(d.values)[offsets[0] : offsets[-1]].reshape(num_steps, e) - (np.arange(num_steps) * m)[:, None]
+    if (rel != rel[0]).any():
+        return 0
+    return m
+
+
+def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | None:
+    """Build the graph of step 0 and repeat it for every step (exact when steps repeat)."""
+    k_steps = len(steps)
+    m = _repeated_steps(job, op_step, k_steps)
+    if not m:
+        return None
+    g0 = _build(Job(table=job.table.slice(0, m), meta=job.meta), steps[:1], op_step[:m])
+    n0, gr0 = g0.num_ops, g0.num_groups
+    nn0 = n0 + gr0
+    lvl0 = int(g0.seg_start[0]) if len(g0.seg_start) else nn0
+    size = g0.seg_end - g0.seg_start
+    full_start = k_steps * lvl0 + np.concatenate([[0], np.cumsum(size * k_steps)[:-1]]).astype(np.int64)
+    # position p0 of step 0 -> position in step k: a segment's rows are laid out step after step
+    seg_of = np.full(nn0 + 1, -1, dtype=np.int64)
+    for i, (a, b) in enumerate(zip(g0.seg_start.tolist(), g0.seg_end.tolist(), strict=True)):
+        seg_of[a:b] = i
+    num_nodes = k_steps * nn0
+
+    def map_pos(p0: np.ndarray, k: np.ndarray) -> np.ndarray:
+        p0 = p0.astype(np.int64)
+        sg = seg_of[p0]
+        inseg = sg >= 0
+        out = k * lvl0 + p0
+        s = sg[inseg]
+        out[inseg] = full_start[s] + k[inseg] * size[s] + (p0[inseg] - g0.seg_start[s])
+        out[p0 == nn0] = num_nodes  # the sentinel
+        return out
+
+    ks = np.arange(k_steps, dtype=np.int64)
+    parts, offs = [], []
+    off = 0
+    for i, (a, b, kk, o) in enumerate(
+        zip(g0.seg_start.tolist(), g0.seg_end.tolist(), g0.seg_k.tolist(), g0.seg_off.tolist(), strict=True)
+    ):
+        flat = g0.seg_pred[o : o + (b - a) * kk]
+        parts.append(map_pos(np.tile(flat, k_steps), np.repeat(ks, len(flat))))
+        offs.append(off)
+        off += len(flat) * k_steps
+        del i
+    idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
+    seg_pred = np.concatenate(parts).astype(idx_t) if parts else np.zeros(0, dtype=idx_t)
+    step_rep = np.repeat(ks, n0)
+    num_dep0 = len(g0.dep_idx)
+    group_rep = np.repeat(ks, len(g0.group_ops))
+    op_group = np.tile(g0.op_group, k_steps)
+    op_group = np.where(op_group >= 0, op_group + step_rep * gr0, -1)
+    sinks0 = g0.sink_pos.astype(np.int64)
+    return Graph(
+        num_ops=k_steps * n0,
+        num_groups=k_steps * gr0,
+        steps=steps,
+        op_step=op_step,
+        dep_ptr=np.concatenate([np.tile(g0.dep_ptr[:-1], k_steps) + np.repeat(ks * num_dep0, n0), [k_steps * num_dep0]]),
+        dep_idx=np.tile(g0.dep_idx, k_steps) + np.repeat(ks * n0, num_dep0),
+        op_group=op_group,
+        group_ptr=np.concatenate(
+            [np.tile(g0.group_ptr[:-1], k_steps) + np.repeat(ks * len(g0.group_ops), gr0), [k_steps * len(g0.group_ops)]]
+        ),
+        group_ops=np.tile(g0.group_ops, k_steps) + group_rep * n0,
+        op_pos=map_pos(np.tile(g0.op_pos, k_steps), step_rep).astype(idx_t),
+        group_pos=map_pos(np.tile(g0.group_pos, k_steps), np.repeat(ks, gr0)).astype(idx_t),
+        num_levels=g0.num_levels,
+        seg_start=full_start,
+        seg_end=full_start + size * k_steps,
+        seg_k=g0.seg_k,
+        seg_off=np.array(offs, dtype=np.int64),
+        seg_pred=seg_pred,
+        step_order=np.arange(k_steps * n0),
+        step_bounds=np.arange(k_steps + 1, dtype=np.int64) * n0,
+        sink_pos=map_pos(np.tile(sinks0, k_steps), np.repeat(ks, len(sinks0))).astype(idx_t),
+        sink_bounds=np.arange(k_steps + 1, dtype=np.int64) * len(sinks0),
+        ops_per_step=n0,
+    )
+
+
+def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
+    n = job.num_ops
+    dep_ptr, dep_idx = dependencies(job, op_step)
+    op_group, group_ptr, group_ops = _groups(job, op_step)
+    num_groups = len(group_ptr) - 1
+    num_nodes = n + num_groups
+    src, dst = _node_edges(dep_ptr, dep_idx, op_group, n)
+    pptr, pidx = _to_csr(dst, src, num_nodes)
+    level = _levels(job, steps, op_step, pptr, src, dst)
+    deg = np.diff(pptr)
+    pos, seg_start, seg_end, seg_k, seg_off, seg_pred = _segments(level, deg, pptr, pidx)
+    step_order = np.argsort(op_step, kind="stable")
+    step_bounds = np.searchsorted(op_step[step_order], np.arange(len(steps) + 1)).astype(np.int64)
+    sinks, sink_bounds = _sinks(src, op_step, n, num_nodes, len(steps))
+    # int32 indices halve the memory and the bytes every replay gathers
+    idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
+    return Graph(
+        num_ops=n,
+        num_groups=num_groups,
+        steps=steps,
+        op_step=op_step,
+        dep_ptr=dep_ptr,
+        dep_idx=dep_idx,
+        op_group=op_group,
+        group_ptr=group_ptr,
+        group_ops=group_ops,
+        op_pos=pos[:n].astype(idx_t),
+        group_pos=pos[n:].astype(idx_t),
+        num_levels=int(level.max()) + 1,
+        seg_start=seg_start,
+        seg_end=seg_end,
+        seg_k=seg_k,
+        seg_off=seg_off,
+        seg_pred=seg_pred.astype(idx_t),
+        step_order=step_order,
+        step_bounds=step_bounds,
+        sink_pos=pos[sinks].astype(idx_t),
+        sink_bounds=sink_bounds,
+    )
+
+
+def _node_edges(dep_ptr: np.ndarray, dep_idx: np.ndarray, op_group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Node-level edges (src -> dst): unsynced op <- its deps; group <- deps of all members;
+    member <- group (group nodes are n + group index)."""
+    synced = op_group >= 0
+    dep_owner = np.repeat(np.arange(n), np.diff(dep_ptr))
+    from_synced = synced[dep_owner]
+    dst = np.concatenate(
+        [dep_owner[~from_synced], n + op_group[dep_owner[from_synced]], np.flatnonzero(synced)]
+    )
+    src = np.concatenate([dep_idx[~from_synced], dep_idx[from_synced], n + op_group[synced]])
+    return src, dst
+
+
+def _levels(job: Job, steps: np.ndarray, op_step: np.ndarray, pptr: np.ndarray, src: np.ndarray,
+            dst: np.ndarray) -> np.ndarray:
+    """Each node's level by Kahn's algorithm, one frontier at a time; GraphCycleError on a cycle."""
+    n = job.num_ops
+    num_nodes = len(pptr) - 1
+    sptr, sidx = _to_csr(src, dst, num_nodes)
+    level = np.full(num_nodes, -1, dtype=np.int64)
+    frontier = np.flatnonzero(np.diff(pptr) == 0)
+    remaining = np.diff(pptr)
+    lv = 0
+    while len(frontier):
+        level[frontier] = lv
+        succ, _ = csr_gather(sptr, sidx, frontier)
+        if len(succ) == 0:
+            break
+        u, c = np.unique(succ, return_counts=True)
+        remaining[u] -= c
+        frontier = u[remaining[u] == 0]
+        lv += 1
+    if (level < 0).any():
+        stuck = np.flatnonzero(level[:n] < 0)
+        ex = int(stuck[0]) if len(stuck) else 0
+        names, labels = job.codes("name")
+        raise GraphCycleError(
+            f"the dependency graph has a cycle through {int((level < 0).sum())} op(s)/collective(s), "
+            f"e.g. {labels[names[ex]]} on rank {int(job.column('rank')[ex])} in step {int(steps[op_step[ex]])}"
+        )
+    return level
+
+
+def _segments(level: np.ndarray, deg: np.ndarray, pptr: np.ndarray, pidx: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Nodes ordered by (level, in-degree bucket); per segment of equal (level, bucket) a dense
+    (rows x bucket) matrix of predecessor positions, padded with num_nodes. Returns (pos,
+    seg_start, seg_end, seg_k, seg_off, seg_pred)."""
+    num_nodes = len(level)
+    bucket = np.where(deg <= 4, deg, 1 << np.ceil(np.log2(np.maximum(deg, 1))).astype(np.int64))
+    order = np.lexsort((bucket, level))
+    pos = np.empty(num_nodes, dtype=np.int64)
+    pos[order] = np.arange(num_nodes)
+    lv_o, bk_o = level[order], bucket[order]
+    new_seg = np.ones(num_nodes, dtype=bool)
+    new_seg[1:] = (lv_o[1:] != lv_o[:-1]) | (bk_o[1:] != bk_o[:-1])
+    seg_start = np.flatnonzero(new_seg)
+    seg_end = np.append(seg_start[1:], num_nodes)
+    keep = lv_o[seg_start] > 0  # level 0 has no predecessors: nothing to replay
+    seg_start, seg_end = seg_start[keep], seg_end[keep]
+    seg_k = bk_o[seg_start]
+    sizes = (seg_end - seg_start) * seg_k
+    seg_off = (np.cumsum(sizes) - sizes).astype(np.int64)
+    seg_pred = np.full(int(sizes.sum()), num_nodes, dtype=np.int64)
+    # scatter every node's predecessors into its row of its segment's matrix
+    seg_of = np.full(num_nodes, -1, dtype=np.int64)
+    seg_id = np.repeat(np.arange(len(seg_start)), seg_end - seg_start)
+    seg_of[np.concatenate([np.arange(a, b) for a, b in zip(seg_start, seg_end, strict=True)]) if len(seg_start) else []] = seg_id
+    vals, owner = csr_gather(pptr, pidx, order)  # owner: position of the node
+    if len(vals):
+        first = np.concatenate([[0], np.cumsum(deg[order])[:-1]])
+        slot = np.arange(len(vals)) - first[owner]
+        sg = seg_of[owner]
+        row = owner - seg_start[sg]
+        seg_pred[seg_off[sg] + row * seg_k[sg] + slot] = pos[vals]
+    return pos, seg_start, seg_end, seg_k, seg_off, seg_pred
+
+
+def _sinks(src: np.ndarray, op_step: np.ndarray, n: int, num_nodes: int, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ops no node waits for, sorted by step, and each step's bounds among them (members of a
+    group feed only their group's successors through the group node, so they count as sinks only
+    if the group has none)."""
+    has_succ = np.zeros(num_nodes, dtype=bool)
+    has_succ[src] = True
+    sinks = np.flatnonzero(~has_succ[:n])
+    sinks = sinks[np.argsort(op_step[sinks], kind="stable")]
+    return sinks, np.searchsorted(op_step[sinks], np.arange(num_steps + 1)).astype(np.int64)

@@ -1,0 +1,77 @@
+"""Warm-up steps: the first steps of a job run slower (allocator, compilation, caches, data-loader
+start-up) and are not the steady state a straggler analysis is about. Detected from step-time
+settling: the leading steps in which the typical rank computes far longer than in the rest are
+skipped. Warm-up slows every rank; a straggler in the first steps (a GC pause, one slow worker)
+slows one rank and stretches the others' collectives, so neither the step's span nor comm time
+is the measure: the median over ranks of each rank's compute time in the step is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from laggard.errors import LaggardError
+from laggard.optable.ops import COMM_KINDS, Job, unique_inverse
+
+
+@dataclass(kw_only=True, slots=True)
+class WarmupConfig:
+    # a leading step is warm-up while its typical rank computes 1.5x as long as in the median step
+    # after it: steady-state steps of the published traces and the demo job vary by under 10%; first
+    # steps of a real job (allocator, compilation) by 2-30x
+    settle_ratio: float = 1.5
+    # never skip more than half the steps, and keep at least 3 (a verdict needs steps to compare)
+    max_share: float = 0.5
+    min_left: int = 3
+
+
+def typical_compute_s(job: Job) -> tuple[np.ndarray, np.ndarray]:
+    """(steps in order, the median over ranks of each rank's non-communication time in the step;
+    every op's time where the trace has no other op)."""
+    step = job.column("step").astype(np.int64)
+    rank = job.column("rank").astype(np.int64)
+    dur = job.column("dur_ns").astype(np.float64)
+    code, labels = job.codes("kind")
+    comm = np.isin(code, [i for i, k in enumerate(labels) if k in COMM_KINDS])
+    use = ~comm if (~comm).any() else np.ones(len(step), dtype=bool)
+    steps, sinv = unique_inverse(step)
+    ranks, rinv = unique_inverse(rank)
+    cell = sinv[use] * len(ranks) + rinv[use]
+    busy = np.bincount(cell, weights=dur[use], minlength=len(steps) * len(ranks)).reshape(len(steps), len(ranks))
+    return steps, np.median(busy, axis=1) * 1e-9
+
+
+def detect_warmup(job: Job, cfg: WarmupConfig | None = None) -> int:
+    """How many leading steps are warm-up (0 when the steps are settled from the start)."""
+    cfg = cfg or WarmupConfig()
+    steps, span = typical_compute_s(job)
+    limit = min(int(len(steps) * cfg.max_share), len(steps) - cfg.min_left)
+    n = 0
+    while n < limit and span[n] > cfg.settle_ratio * float(np.median(span[n + 1:])):
+        n += 1
+    return n
+
+
+def skip_warmup(job: Job, skip_steps: int | None = None, cfg: WarmupConfig | None = None) -> tuple[Job, list[int]]:
+    """The job without its first ``skip_steps`` steps (None: detected); returns (job, skipped steps)."""
+    if skip_steps is not None and skip_steps < 0:
+        raise LaggardError(f"--skip-steps must be >= 0 (got {skip_steps})")
+    steps = np.unique(job.column("step"))
+    n = detect_warmup(job, cfg) if skip_steps is None else skip_steps
+    if n == 0:
+        return job, []
+    if n >= len(steps):
+        raise LaggardError(f"--skip-steps {n}: the trace has only {len(steps)} step(s) ({steps[0]} to {steps[-1]})")
+
+    import pyarrow as pa
+
+    keep = np.isin(job.column("step"), steps[n:])
+    out = Job(table=job.table.filter(pa.array(keep)), meta=job.meta, warnings=list(job.warnings),
+              load_args=dict(job.load_args))
+    # a finding's command must replay the same steps
+    out.load_args["steps"] = ",".join(str(int(s)) for s in steps[n:]) if len(steps) - n <= 8 else f"{steps[n]}-{steps[-1]}"
+    return out, [int(s) for s in steps[:n]]
+
+
+__all__ = ["WarmupConfig", "detect_warmup", "skip_warmup", "typical_compute_s"]

@@ -1,0 +1,11 @@
+"""PyTorch-profiler (Kineto) traces, one file per rank: ``load`` reads them into the op table.
+Decoding (``events``), collectives and p2p (``comm``), work units and streams (``segments``),
+one rank's ops (``rank``), ProfilerStep alignment (``steps``), collectives matched across ranks
+and clock offsets (``match``), and the parallel layout (``layout``)."""
+
+from __future__ import annotations
+
+from laggard.util.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, dict.fromkeys(
+    ("decode_all", "looks_like_kineto", "read_kineto", "trace_files"), "laggard.io.kineto.load"))

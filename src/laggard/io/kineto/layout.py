@@ -1,0 +1,497 @@
+"""The parallel layout of a profiler-traced job: each rank's DP rank, pipeline stage and TP rank.
+
+A PyTorch-profiler trace says nothing about the layout directly; it is read from what the trace
+does say, strongest evidence first:
+
+1. **process groups described by their role** (``pg_desc`` in ``distributedInfo.pg_config`` or in
+   the collectives' metadata): Megatron's ``PIPELINE_MODEL_PARALLEL_GROUP`` / ``DATA_PARALLEL_GROUP``
+   / ``TENSOR_MODEL_PARALLEL_GROUP``, torchtitan's ``mesh_pp`` / ``mesh_dp_*`` / ``mesh_tp``. A
+   pipeline group lists its ranks by stage; a TP group by TP rank.
+2. **point-to-point transfers** (send/recv peers from the collective metadata or the ``c10d::send``
+   / ``c10d::recv_`` calls): ranks joined by transfers form one pipeline, a chain of stages; stage 0
+   is the end whose first transfer of a step is a send (the forward activations).
+3. **transfers without peers** and undescribed process groups that split the ranks into equal
+   parts (e.g. ``dist.new_group`` per stage for the gradient all-reduce): each part is one stage,
+   ordered by its lowest rank, and a rank's DP rank is its place in its group.
+
+No transfer at all: a data-parallel job (every rank its own DP rank). Transfers whose structure
+cannot be read: the same, with a warning that says why. ``--layout dp=D,pp=P[,tp=T]`` (dimensions
+outermost first, as ranks are numbered) and a rank map file override the inference; both are
+checked against the trace (transfers join neighbouring stages of one pipeline; role groups hold
+ranks that differ only in their own dimension).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from laggard.errors import LaggardError
+from laggard.io.kineto.comm import KIND_RECV, KIND_SEND
+from laggard.io.kineto.rank import RankOps
+
+DIMS = ("dp", "pp", "tp")
+_ROLE_WORDS = {"pp": ("pipeline",), "dp": ("data",), "tp": ("tensor",)}
+# descriptions naming these are combined or other groups (cp, ep, embeddings, tp x dp): no role
+_NOT_A_ROLE = {"cp", "ep", "context", "expert", "embedding", "position", "and", "with", "amax"}
+
+
+@dataclass(kw_only=True, slots=True)
+class Layout:
+    """Each traced rank's coordinates and how they were found."""
+
+    dp_size: int
+    pp_size: int
+    tp_size: int
+    coords: dict[int, tuple[int, int, int]]  # rank -> (dp, pp, tp)
+    how: str  # where the layout comes from, for the user
+    inferred: bool = True
+
+    def line(self) -> str:
+        dims = [f"dp {self.dp_size}", f"pp {self.pp_size}"] + ([f"tp {self.tp_size}"] if self.tp_size > 1 else [])
+        return f"{' x '.join(dims)} ({self.how})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dp": self.dp_size, "pp": self.pp_size, "tp": self.tp_size, "how": self.how,
+                "inferred": self.inferred, "ranks": {str(r): list(c) for r, c in sorted(self.coords.items())}}
+
+
+@dataclass(kw_only=True, slots=True)
+class Evidence:
+    """What the traces say about the layout."""
+
+    ranks: list[int]
+    groups: dict[str, dict[str, Any]]  # pg name -> {"desc", "ranks"} (union over the ranks' traces)
+    edges: set[tuple[int, int]]  # (src, dst) of every p2p transfer with known ends
+    p2p_ranks: set[int]  # ranks with any send/recv (ends known or not)
+    first_send: dict[int, bool]  # rank -> its first transfer of its first step is a send
+    role_groups: dict[str, list[list[int]]] = field(default_factory=dict)
+
+
+def is_p2p_name(name: str) -> str | None:
+    """'send' / 'recv' for a p2p op name ('gloo:send', 'nccl:recv'), else None."""
+    tail = name.rsplit(":", 1)[-1]
+    return tail if tail in ("send", "recv") else None
+
+
+def evidence(ranks: list[RankOps]) -> Evidence:
+    groups: dict[str, dict[str, Any]] = {}
+    seen_in: dict[str, str] = {}
+    for r in ranks:
+        entries = [(str(p.get("pg_name")), p.get("pg_desc"), p.get("ranks")) for p in r.pg_config]
+        entries += [(g, inf.get("desc"), inf.get("ranks")) for g, inf in r.group_info.items() if g != "?"]
+        for name, desc, members in entries:
+            if not isinstance(members, list) or not all(isinstance(x, int) for x in members):
+                continue
+            old = groups.get(name)
+            if old is not None and old["ranks"] != list(members):
+                raise LaggardError(
+                    f"process groups overlap inconsistently: group {name!r} has ranks {old['ranks']} in "
+                    f"{seen_in[name]} and {list(members)} in {r.path}")
+            if old is None:
+                groups[name] = {"desc": desc, "ranks": list(members)}
+                seen_in[name] = r.path
+            elif desc and not old["desc"]:
+                old["desc"] = desc
+    edges: set[tuple[int, int]] = set()
+    p2p_ranks: set[int] = set()
+    first_send: dict[int, bool] = {}
+    for r in ranks:
+        me = int(r.rank)  # type: ignore[arg-type]
+        kind = r.kind
+        send, recv = kind == KIND_SEND, kind == KIND_RECV
+        for p in np.unique(r.peer[send]).tolist():
+            edges.add((me, int(p)))
+        for p in np.unique(r.peer[recv]).tolist():
+            edges.add((int(p), me))
+        p2p_of_name = np.array([is_p2p_name(n) or "" for n in r.names] + [""], dtype=object)
+        what = p2p_of_name[r.name]
+        rows = np.flatnonzero(what != "")
+        if len(rows):
+            p2p_ranks.add(me)
+            first_step = r.step[rows].min()
+            rows = rows[r.step[rows] == first_step]
+            first_send[me] = what[rows[np.argmin(r.start_ns[rows])]] == "send"
+    return Evidence(ranks=[int(r.rank) for r in ranks], groups=groups, edges=edges,  # type: ignore[arg-type]
+                    p2p_ranks=p2p_ranks, first_send=first_send, role_groups=_role_groups(groups))
+
+
+def role_of(desc: str | None) -> str | None:
+    """'pp', 'dp', 'tp' for a process-group description that names exactly one role, else None."""
+    if not desc:
+        return None
+    low = desc.lower()
+    words = set(re.split(r"[^a-z0-9]+", low))
+    if words & _NOT_A_ROLE:
+        return None
+    found = {role for role, keys in _ROLE_WORDS.items() if role in words or any(k in low for k in keys)}
+    return found.pop() if len(found) == 1 else None
+
+
+def _role_groups(groups: dict[str, dict[str, Any]]) -> dict[str, list[list[int]]]:
+    """Groups by role; those of one role must be disjoint or equal, and a pipeline group shares at
+    most one rank with a DP or TP group."""
+    out: dict[str, list[list[int]]] = {}
+    names: dict[tuple[str, tuple[int, ...]], str] = {}
+    for name, g in groups.items():
+        role = role_of(g.get("desc"))
+        if role is None or len(g["ranks"]) < 2:
+            continue
+        key = tuple(g["ranks"])
+        if key in {tuple(x) for x in out.get(role, [])}:
+            continue
+        for other in out.get(role, []):
+            if set(other) & set(key) and role == "dp":  # e.g. HSDP's replicate and shard groups cross
+                out["dp-crossing"] = []
+            elif set(other) & set(key):
+                raise LaggardError(
+                    f"process groups overlap inconsistently: {role} groups {names[(role, tuple(other))]!r} "
+                    f"(ranks {other}) and {name!r} (ranks {list(key)}) share rank(s) "
+                    f"{sorted(set(other) & set(key))} but differ")
+        out.setdefault(role, []).append(list(key))
+        names[(role, key)] = name
+    if "dp-crossing" in out:  # DP groups of two kinds: no single DP group per rank to check against
+        del out["dp-crossing"]
+        out.pop("dp", None)
+    for other_role in ("dp", "tp"):
+        for a in out.get("pp", []):
+            for b in out.get(other_role, []):
+                both = set(a) & set(b)
+                if len(both) > 1:
+                    raise LaggardError(
+                        f"process groups overlap inconsistently: ranks {sorted(both)} are in one pipeline group "
+                        f"({a}) and one {other_role} group ({b}); ranks of one pipeline are on different stages")
+    return out
+
+
+# ---------------------------------------------------------------- inference
+
+
+def infer_layout(ev: Evidence) -> tuple[Layout, str | None]:
+    """The layout the trace shows, and a warning when it falls back to flat DP (why)."""
+    ranks = ev.ranks
+    pipes: list[list[int]] | None = None
+    how = ""
+    if ev.role_groups.get("pp"):
+        # (the pipelines of ranks left out for a missing stage hold none of the ranks analysed)
+        pipes = [list(p) for p in ev.role_groups["pp"] if set(p) & set(ranks)]
+        how = "from process groups described as pipeline groups: " + ", ".join(map(str, pipes[:4]))
+        missing = sorted(set(ranks) - {r for p in pipes for r in p})
+        pipes += [[r] for r in missing]
+    elif ev.edges:
+        pipes, why = _chains(ev)
+        if pipes is None:
+            return flat(ranks, f"point-to-point transfers do not form pipelines ({why})"), (
+                f"cannot infer the pipeline layout: {why}; every rank is analysed as its own DP rank "
+                "(give --layout or --rank-map)")
+        how = "from point-to-point transfers: pipelines " + ", ".join(map(str, pipes[:4]))
+    elif ev.p2p_ranks:
+        stages = _stage_groups(ev)
+        if stages is None:
+            why = ("the traces' send/recv carry no peer ranks and no process group splits the ranks into "
+                   "equal parts")
+            return flat(ranks, "send/recv without peers"), (
+                f"cannot infer the pipeline layout: {why}; every rank is analysed as its own DP rank "
+                "(give --layout or --rank-map)")
+        pipes = [[st[d] for st in stages] for d in range(len(stages[0]))]
+        how = ("from per-stage process groups " + ", ".join(map(str, stages[:4]))
+               + " (send/recv without peers; stages ordered by lowest rank)")
+    else:
+        return flat(ranks, "no point-to-point transfers: data parallel"), None
+    if pipes is not None and (len({len(p) for p in pipes}) != 1):
+        lens = sorted({len(p) for p in pipes})
+        return flat(ranks, "pipelines of unequal length"), (
+            f"cannot infer the pipeline layout: the pipelines have {lens} stages; every rank is analysed as its own "
+            "DP rank (give --layout or --rank-map)")
+    return _from_pipelines(pipes, ev, how), None
+
+
+def flat(ranks: Sequence[int], how: str) -> Layout:
+    # the DP rank of a rank is its number (as before layouts were inferred; gaps for missing ranks)
+    return Layout(dp_size=len(ranks), pp_size=1, tp_size=1, coords={r: (r, 0, 0) for r in ranks},
+                  how=how)
+
+
+def _chains(ev: Evidence) -> tuple[list[list[int]] | None, str]:
+    """Connected components of the transfer graph, each a chain ordered from stage 0."""
+    nbrs: dict[int, set[int]] = {r: set() for r in ev.ranks}
+    for a, b in ev.edges:
+        if a == b or a not in nbrs or b not in nbrs:
+            continue
+        nbrs[a].add(b)
+        nbrs[b].add(a)
+    seen: set[int] = set()
+    pipes: list[list[int]] = []
+    for r in ev.ranks:
+        if r in seen:
+            continue
+        comp, todo = [], [r]
+        seen.add(r)
+        while todo:
+            x = todo.pop()
+            comp.append(x)
+            for y in nbrs[x] - seen:
+                seen.add(y)
+                todo.append(y)
+        ends = sorted(x for x in comp if len(nbrs[x]) <= 1)
+        edges = sum(len(nbrs[x]) for x in comp) // 2
+        if len(comp) > 1 and (len(ends) != 2 or edges != len(comp) - 1):
+            return None, f"ranks {sorted(comp)} exchange transfers but not as a chain of stages"
+        start = ends[0]
+        if len(comp) > 1 and not ev.first_send.get(start, True) and ev.first_send.get(ends[1], False):
+            start = ends[1]  # stage 0 sends first (its forward activations)
+        chain, prev = [start], None
+        while len(chain) < len(comp):
+            nxt = next(iter(nbrs[chain[-1]] - {prev} - set(chain)))
+            prev = chain[-1]
+            chain.append(nxt)
+        pipes.append(chain)
+    return pipes, ""
+
+
+def _stage_groups(ev: Evidence) -> list[list[int]] | None:
+    """Undescribed (or DP-described) process groups splitting the ranks into equal parts of 2+."""
+    n = len(ev.ranks)
+    traced = set(ev.ranks)
+    cands = {tuple(sorted(g["ranks"])) for g in ev.groups.values() if 1 < len(g["ranks"]) < n}
+    for size in sorted({len(c) for c in cands}):
+        parts = sorted((list(c) for c in cands if len(c) == size), key=min)
+        if len(parts) * size == n and {r for p in parts for r in p} == traced:
+            return parts
+    return None
+
+
+def _from_pipelines(pipes: list[list[int]], ev: Evidence, how: str) -> Layout:
+    """DP/TP coordinates of the pipelines: TP from groups described as tensor parallel, else one
+    DP rank per pipeline, in the order of their first-stage ranks."""
+    pipes = sorted(pipes, key=lambda p: p[0])
+    tp_of: dict[int, tuple[int, int]] = {}  # rank -> (tp group index, tp rank)
+    for gi, g in enumerate(ev.role_groups.get("tp", [])):
+        for t, r in enumerate(g):
+            tp_of[r] = (gi, t)
+    tp_size = 1
+    if tp_of and all(p[0] in tp_of for p in pipes):
+        sizes = {len(g) for g in ev.role_groups["tp"]}
+        tp_size = sizes.pop() if len(sizes) == 1 else 1
+    coords: dict[int, tuple[int, int, int]] = {}
+    if tp_size > 1:
+        dp_of_group = {gi: d for d, gi in enumerate(dict.fromkeys(tp_of[p[0]][0] for p in pipes))}
+        for p in pipes:
+            gi, t = tp_of[p[0]]
+            for s, r in enumerate(p):
+                coords[r] = (dp_of_group[gi], s, t)
+        how += "; tensor parallel from groups described as such"
+    else:
+        for d, p in enumerate(pipes):
+            for s, r in enumerate(p):
+                coords[r] = (d, s, 0)
+    return Layout(dp_size=len(pipes) // tp_size, pp_size=len(pipes[0]), tp_size=tp_size, coords=coords, how=how)
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def parse_layout(spec: str, ranks: Sequence[int]) -> Layout:
+    """``dp=2,pp=2[,tp=T]``: sizes, outermost dimension first (rank = ((dp * P) + pp) * T + tp)."""
+    dims: list[tuple[str, int]] = []
+    for part in spec.split(","):
+        key, _, val = part.strip().partition("=")
+        key = key.strip().lower()
+        if key not in DIMS or not val.strip().isdigit() or int(val) < 1:
+            raise LaggardError(f"--layout {spec!r}: expected dp=D,pp=P[,tp=T] with positive integers, got {part.strip()!r}")
+        if key in dict(dims):
+            raise LaggardError(f"--layout {spec!r}: {key} is given twice")
+        dims.append((key, int(val)))
+    sizes = dict(dims)
+    total = int(np.prod([v for _, v in dims]))
+    if total != len(ranks):
+        raise LaggardError(f"--layout {spec!r}: {' x '.join(str(v) for _, v in dims)} = {total} ranks, but the "
+                           f"traces hold {len(ranks)} rank(s)")
+    coords: dict[int, tuple[int, int, int]] = {}
+    for i, r in enumerate(sorted(ranks)):
+        c: dict[str, int] = {}
+        rest = i
+        for key, size in reversed(dims):
+            rest, c[key] = divmod(rest, size)
+        coords[r] = (c.get("dp", 0), c.get("pp", 0), c.get("tp", 0))
+    return Layout(dp_size=sizes.get("dp", 1), pp_size=sizes.get("pp", 1), tp_size=sizes.get("tp", 1), coords=coords,
+                  how=f"from --layout {spec}", inferred=False)
+
+
+def read_rank_map(path: str | Path, ranks: Sequence[int]) -> Layout:
+    """A YAML/JSON mapping rank -> {dp, pp[, tp]} (optionally under a ``ranks:`` key)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise LaggardError(f"{p}: cannot read the rank map ({e.strerror or e})") from None
+    try:
+        if p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except (ValueError, Exception) as e:  # yaml.YAMLError and json errors: one line
+        raise LaggardError(f"{p}: not a valid rank map ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if isinstance(data, dict) and isinstance(data.get("ranks"), dict):
+        data = data["ranks"]
+    if not isinstance(data, dict) or not data:
+        raise LaggardError(f"{p}: a rank map is a mapping rank -> {{dp: D, pp: P[, tp: T]}}")
+    coords: dict[int, tuple[int, int, int]] = {}
+    for k, v in data.items():
+        try:
+            r = int(k)
+        except (TypeError, ValueError):
+            raise LaggardError(f"{p}: {k!r} is not a rank number") from None
+        if not isinstance(v, dict) or not {"dp", "pp"} <= set(v) or set(v) - set(DIMS) or not all(
+                isinstance(v[d], int) and not isinstance(v[d], bool) and v[d] >= 0 for d in v):
+            raise LaggardError(f"{p}: rank {r}: expected {{dp: D, pp: P[, tp: T]}} with non-negative integers, got {v!r}")
+        coords[r] = (v["dp"], v["pp"], v.get("tp", 0))
+    extra, missing = sorted(set(coords) - set(ranks)), sorted(set(ranks) - set(coords))
+    if extra:
+        raise LaggardError(f"{p}: the rank map contradicts the trace: rank(s) {extra[:8]} are not in the traces "
+                           f"(ranks {sorted(ranks)[:8]}{' ...' if len(ranks) > 8 else ''})")
+    if missing:
+        raise LaggardError(f"{p}: the rank map has no entry for traced rank(s) {missing[:8]}")
+    sizes = [max(c[i] for c in coords.values()) + 1 for i in range(3)]
+    seen: dict[tuple[int, int, int], int] = {}
+    for r, c in sorted(coords.items()):
+        if c in seen:
+            raise LaggardError(f"{p}: ranks {seen[c]} and {r} are both at dp{c[0]}/pp{c[1]}/tp{c[2]}")
+        seen[c] = r
+    if int(np.prod(sizes)) != len(ranks):
+        raise LaggardError(f"{p}: the map spans dp {sizes[0]} x pp {sizes[1]} x tp {sizes[2]} = {int(np.prod(sizes))} "
+                           f"places but the traces hold {len(ranks)} rank(s)")
+    return Layout(dp_size=sizes[0], pp_size=sizes[1], tp_size=sizes[2], coords=coords, how=f"from rank map {p.name}",
+                  inferred=False)
+
+
+def check_layout(layout: Layout, ev: Evidence) -> None:
+    """A given layout must agree with the trace: transfers join neighbouring stages of one pipeline
+    (same DP and TP rank), and a role group's ranks differ only in that role's dimension."""
+    c = layout.coords
+    source = layout.how.removeprefix("from ")
+    for a, b in sorted(ev.edges):
+        if a in c and b in c and (c[a][0] != c[b][0] or c[a][2] != c[b][2] or abs(c[a][1] - c[b][1]) != 1):
+            raise LaggardError(
+                f"{source} contradicts the trace: rank {a} sends to rank {b}, but the layout puts them at "
+                f"{_where(c[a])} and {_where(c[b])} (point-to-point transfers join neighbouring stages of one pipeline)")
+    keep = {"pp": (0, 2), "dp": (1, 2), "tp": (0, 1)}  # coordinates a role group's ranks share
+    for role, groups in ev.role_groups.items():
+        for g in groups:
+            shared = {tuple(c[r][i] for i in keep[role]) for r in g if r in c}
+            if len(shared) > 1:
+                raise LaggardError(
+                    f"{source} contradicts the trace: ranks {g} form a {role} group, but the layout puts them at "
+                    + ", ".join(_where(c[r]) for r in g if r in c))
+
+
+def _where(c: tuple[int, int, int]) -> str:
+    return f"dp{c[0]}/pp{c[1]}" + (f"/tp{c[2]}" if c[2] else "")
+
+
+def missing_ranks(ranks: list[RankOps]) -> tuple[str | None, set[int]]:
+    """Ranks of the job that have no trace: a warning naming them, and the given ranks to leave
+    out. A pipeline cannot be replayed without one of its stages: the given ranks that share a
+    pipeline with a missing rank (joined to it by send/recv or a pipeline process group) are left
+    out and the complete pipelines analysed; an error when none is complete. Collectives are then
+    replayed among the ranks analysed only."""
+    present = {int(r.rank) for r in ranks}  # type: ignore[arg-type]
+    declared = next((r.world_size for r in ranks if r.world_size is not None), None)
+    if declared is None or declared <= len(present):
+        return None, set()
+    missing = sorted(set(range(declared)) - present)
+    if not missing:
+        return None, set()
+    what = f"the job has {declared} ranks but {len(present)} trace(s) were given: no trace for rank(s) {_few(missing)}"
+    ev = evidence(ranks)
+    talk = sorted({(a, b) for a, b in ev.edges if (a in present) != (b in present)})
+    if len(present) <= 1 or not talk:
+        return f"{what}; collectives are replayed among the given ranks only", set()
+    pairs = ", ".join(f"{a}->{b}" for a, b in talk[:6]) + (" ..." if len(talk) > 6 else "")
+    drop = _pipeline_of(set(missing), ev) & present
+    if drop == present:
+        raise LaggardError(f"{what}; the traced ranks exchange send/recv with them ({pairs}), so the pipeline "
+                           "cannot be replayed without them: pass every rank's trace")
+    return (f"{what}; traced rank(s) {_few(sorted(drop))} share a pipeline with them (send/recv {pairs}) and are "
+            "left out: "
+            f"the analysis covers the complete pipelines (ranks {_few(sorted(present - drop))}) and replays "
+            "their collectives among them only"), drop
+
+
+def _few(xs: list[int]) -> str:
+    return ", ".join(map(str, xs[:8])) + (" ..." if len(xs) > 8 else "")
+
+
+def _pipeline_of(seed: set[int], ev: Evidence) -> set[int]:
+    """Every rank joined to ``seed`` by send/recv or by a pipeline process group."""
+    nbrs: dict[int, set[int]] = {}
+    links = list(ev.edges) + [(g[0], r) for g in ev.role_groups.get("pp", []) if g for r in g[1:]]
+    for a, b in links:
+        nbrs.setdefault(a, set()).add(b)
+        nbrs.setdefault(b, set()).add(a)
+    out, todo = set(seed), list(seed)
+    while todo:
+        for b in nbrs.get(todo.pop(), ()):
+            if b not in out:
+                out.add(b)
+                todo.append(b)
+    return out
+
+
+def resolve_layout(ranks: list[RankOps], *, spec: str | None = None, rank_map: str | Path | None = None
+                   ) -> tuple[Layout, list[str]]:
+    """The layout to use (given, else inferred) and the warnings to issue."""
+    if spec is not None and rank_map is not None:
+        raise LaggardError("give --layout or --rank-map, not both")
+    ev = evidence(ranks)
+    if spec is not None or rank_map is not None:
+        layout = parse_layout(spec, ev.ranks) if spec is not None else read_rank_map(rank_map, ev.ranks)  # type: ignore[arg-type]
+        check_layout(layout, ev)
+        return layout, []
+    layout, warn = infer_layout(ev)
+    if layout.pp_size > 1 or layout.tp_size > 1:
+        try:
+            check_layout(layout, ev)
+        except LaggardError as e:
+            return flat(ev.ranks, "inconsistent evidence"), [
+                f"cannot infer the pipeline layout: {str(e).split('contradicts the trace: ', 1)[-1]}; every rank is "
+                "analysed as its own DP rank (give --layout or --rank-map)"]
+    return layout, [warn] if warn else []
+
+
+def assign_peers(ranks: list[RankOps], layout: Layout) -> int:
+    """Send/recv without peer ranks on a rank with one pipeline neighbour: that neighbour is the peer
+    (matched across ranks by order within the (src, dst) pair). Returns how many were assigned."""
+    by_coord = {c: r for r, c in layout.coords.items()}
+    done = 0
+    for r in ranks:
+        me = int(r.rank)  # type: ignore[arg-type]
+        d, s, t = layout.coords[me]
+        nbrs = [by_coord[(d, x, t)] for x in (s - 1, s + 1) if (d, x, t) in by_coord]
+        if len(nbrs) != 1:
+            continue
+        peer = nbrs[0]
+        what = np.array([is_p2p_name(n) or "" for n in r.names] + [""], dtype=object)[r.name]
+        rows = np.flatnonzero((what != "") & (r.group < 0))
+        if not len(rows):
+            continue
+        for w, kind_code in (("send", KIND_SEND), ("recv", KIND_RECV)):
+            sel = rows[what[rows] == w]
+            if not len(sel):
+                continue
+            label = f"p2p:{me}>{peer}" if w == "send" else f"p2p:{peer}>{me}"
+            if label not in r.groups:
+                r.groups.append(label)
+            r.group[sel] = r.groups.index(label)
+            r.kind[sel] = kind_code
+            r.peer[sel] = peer
+            done += len(sel)
+    return done

@@ -1,0 +1,278 @@
+"""One rank's compute in a Kineto trace: work units, streams, and segments cut at collectives.
+
+The work units are the GPU kernels, copies and memsets of each stream (GPU ranks), or the
+top-level CPU ops of each thread (CPU-only ranks). Each stream is cut into segments at every
+collective: before its launch (the collective depends on the segment that ended last before it
+started) and after its end (the first segment after it depends on it when the stream sat idle
+until the collective ended, i.e. was waiting for it). Segments are named by how many collectives
+of the step were launched and finished before them, so the same work has the same name on every
+rank. A GPU segment lasts the sum of its kernels (launch gaps removed); a CPU segment its span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from laggard.io.kineto.events import RankEvents
+
+# a stream "waited" for a collective when it sat idle until shortly after the collective ended
+_WAIT_TOL_NS = 100_000
+_WAIT_SHARE = 0.25
+_COMM_STREAM = 2**40  # stream key offset of a CPU thread's collectives (beside its compute)
+_PID_MUL = 1_000_003  # GPU stream key: pid * _PID_MUL + tid
+# what a segment mostly does, read from its units' names: the training phase (pipeline layouts
+# name segments by it, so the same phase on different stages is one op type, as in the tracer)
+PHASES = ("", "forward", "backward", "optimizer", "glue")
+_GLUE = PHASES.index("glue")
+# pipeline stages: a segment under this share of its stream's typical segment of the same phase is
+# glue between two transfers (a receive buffer's allocation, bookkeeping), not a unit of the
+# phase's work; 2% sits far below any real microbatch's compute and far above allocation calls
+_GLUE_SHARE = 0.02
+
+
+def unit_phases(names: list[str]) -> np.ndarray:
+    """Per event name (plus a trailing 'none'): 2 backward (autograd engine, *Backward kernels),
+    3 optimizer (``Optimizer.step#...``), 1 forward (any other op), as int8 codes into PHASES."""
+    def phase(s: str) -> int:
+        if s.startswith("autograd::engine") or "Backward" in s or "backward" in s:
+            return 2
+        if s.startswith(("Optimizer.", "optimizer")):
+            return 3
+        return 1
+    return np.array([phase(s) for s in names] + [0], dtype=np.int8)
+
+
+@dataclass(kw_only=True, slots=True)
+class Streams:
+    """The compute units of a rank and the streams (keys) they and the collectives run on."""
+
+    unit: np.ndarray  # event indices of the work units
+    u_key: np.ndarray  # stream key of each unit
+    c_key: np.ndarray  # stream key of each collective
+    keys: np.ndarray  # the units' distinct stream keys (sorted)
+    sid: np.ndarray  # each unit's index into keys
+    lane: list[str]  # per stream: what its segments' names start with (equal across ranks)
+
+
+@dataclass(kw_only=True, slots=True)
+class Segments:
+    """The segments of every compute stream and the links between them and the collectives."""
+
+    sid: np.ndarray  # stream index
+    step: np.ndarray
+    start_us: np.ndarray
+    dur_us: np.ndarray
+    phase: np.ndarray  # int8 code into PHASES: what most of the segment's busy time is
+    launched: np.ndarray  # collectives of the step launched before the segment
+    finished: np.ndarray  # ... and finished before it
+    launch_dst: np.ndarray  # collective index <- segment index (the collective's launch)
+    launch_src: np.ndarray
+    wait_dst: np.ndarray  # segment index <- collective index (the segment waited for it)
+    wait_src: np.ndarray
+
+    @property
+    def num(self) -> int:
+        return len(self.sid)
+
+    def names(self, lane: list[str]) -> list[str]:
+        return [f"{lane[int(a)]}-compute#{int(b)}.{int(c)}"
+                for a, b, c in zip(self.sid, self.launched, self.finished, strict=True)]
+
+
+def work_units(ev: RankEvents, *, device: str, cpu: np.ndarray, gpu: np.ndarray, is_wrapper: np.ndarray,
+               is_nccl_kernel: np.ndarray, coll: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unit event indices, their stream keys, the collectives' stream keys)."""
+    nm = ev.name
+    if device == "gpu":
+        unit = np.flatnonzero(gpu & ~is_nccl_kernel[nm])
+        u_key = ev.pid[unit].astype(np.int64) * _PID_MUL + ev.tid[unit]
+        c_key = ev.pid[coll].astype(np.int64) * _PID_MUL + ev.tid[coll]
+        return unit, u_key, c_key
+    cand = np.flatnonzero(cpu & ~is_wrapper[nm] & ~np.isin(np.arange(len(ev.ts_us)), coll))
+    unit = top_level(cand, ev.tid[cand], ev.ts_us[cand], ev.dur_us[cand])
+    u_key = ev.tid[unit].astype(np.int64)
+    c_key = ev.tid[coll].astype(np.int64)
+    # a collective on a thread that also runs compute gets its own stream beside it
+    c_key = np.where(np.isin(c_key, u_key), c_key + _COMM_STREAM, c_key)
+    return unit, u_key, c_key
+
+
+def streams(ev: RankEvents, unit: np.ndarray, u_key: np.ndarray, c_key: np.ndarray, *, device: str,
+            main_tid: int | None) -> Streams:
+    """Lanes: streams ordered by busy time (the main thread first on CPU ranks)."""
+    keys, sid = np.unique(u_key, return_inverse=True)
+    busy = np.bincount(sid, weights=ev.dur_us[unit], minlength=len(keys))
+    order = np.argsort(-busy, kind="stable")
+    if main_tid is not None and main_tid in keys:
+        m = int(np.flatnonzero(keys == main_tid)[0])
+        order = np.concatenate([[m], order[order != m]])
+    lane = [""] * len(keys)
+    for pos, s in enumerate(order.tolist()):
+        lane[s] = ("gpu" if device == "gpu" else "cpu") + (f"-{pos}" if pos else "")
+    return Streams(unit=unit, u_key=u_key, c_key=c_key, keys=keys, sid=sid, lane=lane)
+
+
+def stream_label(ev: RankEvents, key: int, device: str) -> str:
+    if device == "gpu":
+        pid, tid = divmod(int(key), _PID_MUL)
+        return f"gpu{ev.pids[pid]}:stream{ev.tids[tid]}"
+    comm = key >= _COMM_STREAM
+    return f"cpu:thread{ev.tids[int(key) - (_COMM_STREAM if comm else 0)]}" + (":comm" if comm else "")
+
+
+def cut_segments(ev: RankEvents, st: Streams, u_step: np.ndarray, coll: np.ndarray, c_step: np.ndarray, *,
+                 device: str, u_phase: np.ndarray, split_phases: bool = False) -> Segments:
+    """Cut every compute stream at each collective's launch and end (see the module docstring).
+
+    ``split_phases`` (pipeline stages): also cut where the training phase changes. A stage runs one
+    microbatch's backward and another's forward with no transfer between them; cut there, the
+    segments are the same units of work (one microbatch's forward or backward) on every stage, so
+    each phase's ideal is the mean over the stages of like with like. Segments too short to be a
+    microbatch's work (see ``_GLUE_SHARE``) are phase ``glue``."""
+    ts, dur = ev.ts_us, ev.dur_us
+    unit = st.unit
+    u_start, u_end = ts[unit], ts[unit] + dur[unit]
+    c_start, c_end = ts[coll], ts[coll] + dur[coll]
+    parts: list[tuple[np.ndarray, ...]] = []
+    links: list[tuple[np.ndarray, ...]] = []
+    num_seg = 0
+    for s in range(len(st.keys)):
+        us = np.flatnonzero(st.sid == s)
+        us = us[np.lexsort((u_start[us], u_step[us]))]
+        if not len(us):
+            continue
+        part, link = _cut_stream(u_start[us], u_end[us], u_step[us], c_start, c_end, c_step, s, num_seg,
+                                 gpu=device == "gpu", phase=u_phase[us], split_phases=split_phases)
+        parts.append(part)
+        links.append(link)
+        num_seg += len(part[0])
+    if parts:
+        sid, step, start, d, launched, finished, phase = (np.concatenate(x) for x in zip(*parts, strict=True))
+        ld, ls, wd, ws = (np.concatenate(x) for x in zip(*links, strict=True))
+    else:
+        sid = step = launched = finished = phase = np.zeros(0, np.int64)
+        start = d = np.zeros(0)
+        ld = ls = wd = ws = np.zeros(0, np.int64)
+    return Segments(sid=sid, step=step, start_us=start, dur_us=d, launched=launched, finished=finished,
+                    phase=phase.astype(np.int8),
+                    launch_dst=ld, launch_src=ls, wait_dst=wd, wait_src=ws)
+
+
+def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndarray, c_end: np.ndarray,
+                c_step: np.ndarray, s: int, num_seg: int, *, gpu: bool, phase: np.ndarray,
+                split_phases: bool = False) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """One stream's units (sorted by step, start) -> its segments and links (global segment ids)."""
+    n = len(st)
+    tol_us = _WAIT_TOL_NS / 1000.0
+    cum_end = np.maximum.accumulate(en)
+    new = np.ones(n, dtype=bool)
+    new[1:] = sp[1:] != sp[:-1]
+    if split_phases:
+        new[1:] |= phase[1:] != phase[:-1]
+    # launch: the last unit of the collective's step ending before it starts
+    step_lo = np.searchsorted(sp, c_step, side="left")
+    step_hi = np.searchsorted(sp, c_step, side="right")
+    j = _search_in_runs(cum_end, step_lo, step_hi, c_start, side="right") - 1
+    ok_l = j >= step_lo
+    nxt = j + 1
+    cut_l = ok_l & (nxt < step_hi)
+    new[nxt[cut_l]] = True
+    # end: the first unit of the step starting after the collective ends
+    k = _search_in_runs(st, step_lo, step_hi, c_end - 1e-3, side="left")
+    ok_w = k < step_hi
+    new[k[ok_w]] = True
+    seg = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    # waited: idle from before the collective ended until shortly after it
+    kk = np.minimum(k, max(n - 1, 0))
+    prev_end = np.where(kk > step_lo, cum_end[np.maximum(kk - 1, 0)], -np.inf)
+    gap = st[kk] - prev_end
+    late = st[kk] - c_end
+    waited = ok_w & (prev_end <= c_end + 1e-3) & (late <= np.maximum(tol_us, _WAIT_SHARE * np.where(np.isfinite(gap), gap, 0)))
+    link = (np.flatnonzero(ok_l), num_seg + seg[j[ok_l]], num_seg + seg[kk[waited]], np.flatnonzero(waited))
+    # how many of the step's collectives were launched / had ended before each segment,
+    # counted by cut position (unit index) so both sides of a cut get different names
+    has_units = step_hi > step_lo
+    p_l = np.where(has_units, np.where(nxt < step_hi, np.maximum(nxt, step_lo), step_hi - 0.5), np.inf)
+    p_w = np.where(has_units, np.where(ok_w, k, step_hi - 0.5), np.inf)
+    f_lo = np.searchsorted(sp, sp[first], side="left")
+    launched = _rank_count(p_l, first, f_lo)
+    finished = _rank_count(p_w, first, f_lo)
+    fs = st[first]
+    seg_busy = np.add.reduceat(en - st, first)
+    seg_span = np.maximum.reduceat(en, first) - fs
+    # the phase holding most of the segment's busy time
+    busy = np.stack([np.add.reduceat((en - st) * (phase == k), first) for k in range(len(PHASES))], axis=1)
+    seg_phase = np.argmax(busy, axis=1)
+    if split_phases:
+        seg_phase = _glue(_tail(seg_phase, sp[first], fs), seg_busy)
+    part = (np.full(len(first), s), sp[first], fs, seg_busy if gpu else seg_span, launched, finished, seg_phase)
+    return part, link
+
+
+def _tail(seg_phase: np.ndarray, seg_step: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
+    """Forward-looking segments after a step's last backward segment are the optimizer's (gradient
+    clipping, norms, the update between the gradient collectives): phase ``optimizer``."""
+    fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
+    b = seg_phase == bwd
+    if not b.any():
+        return seg_phase
+    steps, inv = np.unique(seg_step, return_inverse=True)
+    last_b = np.full(len(steps), np.inf)  # steps without a backward segment keep their forward
+    last_b[np.unique(inv[b])] = -np.inf
+    np.maximum.at(last_b, inv[b], seg_start[b])
+    out = seg_phase.copy()
+    out[(seg_phase == fwd) & (seg_start > last_b[inv])] = PHASES.index("optimizer")
+    return out
+
+
+def _glue(seg_phase: np.ndarray, seg_busy: np.ndarray) -> np.ndarray:
+    """Forward and backward segments under ``_GLUE_SHARE`` of their phase's typical segment (the
+    busy-weighted median: the size of the segments holding the phase's time) -> glue."""
+    out = seg_phase.copy()
+    for k in (PHASES.index("forward"), PHASES.index("backward")):
+        m = seg_phase == k
+        if not m.any() or seg_busy[m].sum() <= 0:
+            continue
+        b = np.sort(seg_busy[m])
+        typical = float(b[np.searchsorted(np.cumsum(b), 0.5 * b.sum())])
+        out[m & (seg_busy < _GLUE_SHARE * typical)] = _GLUE
+    return out
+
+
+def top_level(idx: np.ndarray, tid: np.ndarray, t: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The events of ``idx`` not nested in an earlier event of the same thread."""
+    if len(idx) == 0:
+        return idx
+    o = np.lexsort((-d, t, tid))
+    tid_o, t_o, e_o = tid[o], t[o], t[o] + d[o]
+    t0 = t_o.min()
+    span = float((e_o - t0).max()) + 1.0
+    _, grp = np.unique(tid_o, return_inverse=True)
+    # running max of ends within each thread: offset threads so the max never crosses them
+    off = grp * span * 2.0
+    run = np.maximum.accumulate(e_o - t0 + off)
+    prev = np.concatenate([[-np.inf], run[:-1]])
+    new_thread = np.ones(len(o), bool)
+    new_thread[1:] = grp[1:] != grp[:-1]
+    top = new_thread | (t_o - t0 + off >= prev)
+    return np.sort(idx[o[top]])
+
+
+def _search_in_runs(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, v: np.ndarray, *, side: str) -> np.ndarray:
+    """searchsorted of each ``v[i]`` within the sorted slice ``a[lo[i]:hi[i]]`` (absolute index)."""
+    out = lo.copy()
+    if len(a) == 0 or len(v) == 0:
+        return out
+    for a_lo, a_hi in {(int(x), int(y)) for x, y in zip(lo.tolist(), hi.tolist(), strict=True)}:  # one per step
+        m = (lo == a_lo) & (hi == a_hi)
+        out[m] = a_lo + np.searchsorted(a[a_lo:a_hi], v[m], side=side)
+    return out
+
+
+def _rank_count(p: np.ndarray, f: np.ndarray, f_lo: np.ndarray) -> np.ndarray:
+    """#{p <= f} - #{p < f_lo} for each (f, f_lo)."""
+    ps = np.sort(p)
+    return np.searchsorted(ps, f, side="right") - np.searchsorted(ps, f_lo, side="left")

@@ -1,0 +1,89 @@
+"""What a tracer-written trace is missing: ranks without ops, ranks that died, lost tails, dropped ops.
+
+Each rank keeps ``rank{R}.state.json`` up to date (status, ops recorded/written/dropped, last step
+written). A rank that was killed or crashed leaves ``status: running`` and the counts of its last
+flush: everything it recorded after that is lost, and this module says so. No torch, no pyarrow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from laggard.optable.ops import LaggardWarning
+
+_SHARD = re.compile(r"^ops-rank(\d+)-\d+\.parquet$")
+_STATE = re.compile(r"^rank(\d+)\.state\.json$")
+
+
+def read_states(path: Path) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for p in path.glob("rank*.state.json"):
+        m = _STATE.match(p.name)
+        if not m:
+            continue
+        try:
+            out[int(m.group(1))] = json.loads(p.read_text())
+        except (OSError, ValueError):
+            out[int(m.group(1))] = {"status": "unreadable"}
+    return out
+
+
+def _ranks(rs: list[int]) -> str:
+    return ", ".join(str(r) for r in rs[:8]) + (f" and {len(rs) - 8} more" if len(rs) > 8 else "")
+
+
+def check_trace(path: str | Path) -> list[str]:
+    """One line per problem with a trace written by ``laggard.tracer.Tracer`` (empty: complete)."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    states = read_states(path)
+    world: int | None = None
+    try:
+        world = json.loads((path / "job.json").read_text()).get("world_size")
+    except (OSError, ValueError, AttributeError):
+        pass
+    if not states and world is None:
+        return []
+    shard_ranks = {int(m.group(1)) for p in path.glob("ops-rank*.parquet") if (m := _SHARD.match(p.name))}
+    expected = set(range(world)) if isinstance(world, int) else set(states) | shard_ranks
+    msgs: list[str] = []
+    missing = sorted(expected - shard_ranks)
+    if missing:
+        msgs.append(f"{path}: no ops from rank(s) {_ranks(missing)} of {len(expected)} (died before their "
+                    "first flush, or could not write); the analysis covers the other ranks only")
+    last_steps = {r: s.get("last_step_written") for r, s in states.items() if s.get("last_step_written") is not None}
+    top = max(last_steps.values()) if last_steps else None
+    for r in sorted(states):
+        st = states[r]
+        status = str(st.get("status", "?"))
+        written = st.get("num_ops_written", 0)
+        last = st.get("last_step_written")
+        where = f"step {last}" if last is not None else "before any step"
+        if status == "running":
+            msgs.append(f"rank {r} did not close its trace (killed or crashed): its last flush wrote {written} ops "
+                        f"up to {where}; ops recorded after that are lost")
+        elif status == "incomplete":
+            msgs.append(f"rank {r}: the trace writer did not finish; {written} ops written up to {where}")
+        elif status.startswith("failed") or status == "terminated":
+            msgs.append(f"rank {r} stopped ({status}) at {where}; its trace was flushed ({written} ops)")
+        elif status == "unreadable":
+            msgs.append(f"rank {r}: unreadable state file")
+        dropped = int(st.get("num_ops_dropped", 0) or 0)
+        if dropped:
+            msgs.append(f"rank {r} dropped {dropped} op(s): its trace writer fell behind")
+        if top is not None and last is not None and last < top and status not in ("closed",):
+            msgs.append(f"rank {r} has no ops after step {last} (other ranks reach step {top})")
+    return msgs
+
+
+def warn_trace(path: str | Path) -> list[str]:
+    """``check_trace`` with each line issued as a ``LaggardWarning``."""
+    msgs = check_trace(path)
+    for m in msgs:
+        warnings.warn(m, LaggardWarning, stacklevel=2)
+    return msgs

@@ -1,0 +1,175 @@
+"""What-if analysis: replay the job with parts of it idealised and measure what each part costs.
+
+Following Lin et al., "Understanding Stragglers in Large Model Training Using What-if Analysis"
+(OSDI '25): the *ideal* duration of an op is the mean (compute) or the median (communication
+transfer) of its op type, pooled over all workers, steps and microbatches. The straggler slowdown
+is S = T / T_ideal, where T is the replayed step time with measured durations (launch gaps
+removed) and T_ideal the replayed step time with every op idealised. Attributions keep one part
+(an op type, a DP rank, a stage) as measured and everything else ideal.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from laggard.engine.baseline import Baseline, _batch_size, prepare, replay_mixed
+from laggard.engine.gaps import GapConfig
+from laggard.engine.replay import replay_steps
+from laggard.engine.replay_chain import chained_wall_step_times, plan_chain
+from laggard.optable.ops import Job, LaggardWarning
+from laggard.results.analysis import Analysis, Explained
+
+if TYPE_CHECKING:
+    from laggard.engine.symmetry import DPReduction
+
+TOP_WORKER_SHARE = 0.03
+
+
+# above this many DP ranks, per-DP-rank what-ifs replay a two-rank equivalent job (laggard.engine.symmetry)
+DP_REDUCTION_MIN = 8
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return num.mean(axis=0) / den.mean(axis=0)
+
+
+def _explain(base: Baseline, mask: np.ndarray, T: float, T_ideal: float) -> Explained:
+    # removal: these ops ideal, the rest measured; addition: these ops measured, the rest ideal
+    st_rem, st_add = replay_mixed(base, (mask, [False]), (mask, [True]))
+    return _explained(float(st_rem.mean()), float(st_add.mean()), T, T_ideal)
+
+
+def _explained(t_rem: float, t_add: float, T: float, T_ideal: float) -> Explained:
+    gap = T - T_ideal
+    return Explained(
+        removed=(T - t_rem) / gap if gap > 0 else float("nan"),
+        added=(t_add - T_ideal) / gap if gap > 0 else float("nan"),
+        T_rem_s=t_rem,
+        T_add_s=t_add,
+    )
+
+
+def analyze(job: Job, *, gaps: GapConfig | None = None) -> Analysis:
+    """The what-if analysis of a job (see the module docstring); its diagnosis is added one level
+    up, by ``laggard.analysis.pipeline.analyze``. ``gaps``: when untraced host time becomes host ops
+    (``GapConfig(enabled=False)``: the published method, gaps left out)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LaggardWarning)
+        base = prepare(job, gaps)
+        res = _analyze(base)
+        from laggard.engine.arrivals import job_extras
+
+        res.extras.update(job_extras(base.job))
+        res.extras["untraced_gaps"] = base.gaps.to_json()
+    for w in caught:
+        if issubclass(w.category, LaggardWarning):
+            res.warnings.append(str(w.message))
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    res.warnings = list(job.warnings) + [w for w in res.warnings if w not in job.warnings]
+    return res
+
+
+def _analyze(base: Baseline) -> Analysis:
+    g = base.graph
+    # measured and ideal runs; then op types and stages with only that part measured
+    dps, stages = np.unique(base.dp_rank), np.unique(base.pp_rank)
+    attr_vals = np.arange(len(base.attr_names))
+    reduction = _dp_reduction(base) if len(dps) > DP_REDUCTION_MIN else None
+    last_stage = base.pp_rank == stages.max()
+    blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages), (last_stage, [False, True]),
+              (base.is_comm(), [False, True])]
+    if reduction is None:
+        blocks.append((base.dp_rank, dps))
+    st_base, st_type, st_pp, st_ms, st_kind, *rest = replay_mixed(base, *blocks)
+    st_meas, st_ideal = st_base[:, 0], st_base[:, 1]
+    T, T_ideal = float(st_meas.mean()), float(st_ideal.mean())
+    slowdown = T / T_ideal
+    by_optype = dict(zip(base.attr_names, _ratio(st_type, st_ideal[:, None]).tolist(), strict=True))
+    by_opkind = dict(zip(("compute", "comm"), _ratio(st_kind, st_ideal[:, None]).tolist(), strict=True))
+    st_dp = rest[0] if reduction is None else by_dp_rank_step_times(base, dps, reduction)
+    by_dp = dict(zip(dps.tolist(), _ratio(st_dp, st_ideal[:, None]).tolist(), strict=True))
+    by_stage = dict(zip(stages.tolist(), _ratio(st_pp, st_ideal[:, None]).tolist(), strict=True))
+    # workers: S_w = min(S_dp, S_stage); M_W fixes the top 3% of them
+    ranks, first = np.unique(base.rank, return_index=True)
+    w_dp, w_pp = base.dp_rank[first], base.pp_rank[first]
+    s_w = np.minimum([by_dp[int(d)] for d in w_dp], [by_stage[int(p)] for p in w_pp])
+    order = np.lexsort((ranks, -s_w))
+    by_worker = [
+        {"dp_rank": int(w_dp[i]), "stage": int(w_pp[i]), "rank": int(ranks[i]), "slowdown": float(s_w[i])}
+        for i in order
+    ]
+    num_fix = max(1, math.ceil(len(ranks) * TOP_WORKER_SHARE))
+    fixed = ranks[order[:num_fix]]
+    mw = _explain(base, np.isin(base.rank, fixed), T, T_ideal)
+    ms = _explained(float(st_ms[:, 0].mean()), float(st_ms[:, 1].mean()), T, T_ideal)
+    per_step = dict(zip(g.steps.tolist(), (st_meas / st_ideal).tolist(), strict=True))
+    replayed_wall = replayed_wall_step_times(base)
+    return Analysis(
+        meta=base.job.meta,
+        T_s=T,
+        T_ideal_s=T_ideal,
+        slowdown=slowdown,
+        launch_slowdown=float(base.measured_step_s.mean()) / T,
+        replay_fidelity=float(base.wall_step_s.mean() / replayed_wall.mean()),
+        steps=g.steps.tolist(),
+        step_measured_s=base.measured_step_s.tolist(),
+        step_simulated_s=st_meas.tolist(),
+        step_ideal_s=st_ideal.tolist(),
+        step_wall_s=base.wall_step_s.tolist(),
+        step_replayed_wall_s=replayed_wall.tolist(),
+        by_optype=by_optype,
+        by_opkind=by_opkind,
+        by_dp_rank=by_dp,
+        by_stage=by_stage,
+        by_worker=by_worker,
+        per_step=per_step,
+        M_W=mw.removed,
+        M_S=ms.removed,
+        M_W_detail=mw,
+        M_S_detail=ms,
+        fixed_workers=[int(r) for r in fixed],
+        num_workers=len(ranks),
+        num_ops=g.num_ops,
+        base=base,
+        step_by_dp_s=np.asarray(st_dp, dtype=np.float64),
+        step_by_stage_s=np.asarray(st_pp, dtype=np.float64),
+    )
+
+
+def replayed_wall_step_times(base: Baseline) -> np.ndarray:
+    """Per step, the wall-clock time of the measured job replayed with its steps back to back."""
+    stream, _ = base.job.codes("stream")
+    plan = plan_chain(base.graph, base.rank, stream.astype(np.int64), base.is_host(), base.start_s)
+    return chained_wall_step_times(base.graph, plan, base.measured)[0]
+
+
+def _dp_reduction(base: Baseline) -> DPReduction | None:
+    from laggard.engine.symmetry import reduce_dp
+
+    return reduce_dp(base.job, base.graph)
+
+
+def by_dp_rank_step_times(base: Baseline, dps: np.ndarray, reduction: DPReduction | None = None) -> np.ndarray:
+    """Step times with one DP rank measured and every other op ideal, for each DP rank.
+
+    With a ``reduction`` (DP ranks interchangeable, see ``laggard.engine.symmetry``) each what-if replays a
+    two-DP-rank job instead of the whole job; the result is the same.
+    """
+    if reduction is None:
+        return replay_mixed(base, (base.dp_rank, dps))[0]
+    from laggard.engine.symmetry import per_dp_weights
+
+    rows = np.searchsorted(reduction.dp_values, dps)
+    batch = _batch_size(reduction.graph.num_ops, reduction.graph.num_nodes, len(rows))
+    out = np.empty((len(base.graph.steps), len(dps)), dtype=np.float64)
+    for i in range(0, len(rows), batch):
+        w = per_dp_weights(reduction, base.measured, base.ideal, rows[i : i + batch])
+        out[:, i : i + batch] = replay_steps(reduction.graph, w)
+    return out
+
+
+__all__ = ["Analysis", "Baseline", "analyze", "by_dp_rank_step_times", "prepare"]

@@ -1,0 +1,69 @@
+"""Posting op batches to a collector (stdlib ``http.client``, one kept-alive connection)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from typing import Any
+
+from laggard.errors import LaggardError
+from laggard.wire.batch import CONTENT_TYPE
+
+
+class CollectorDown(OSError):
+    """The collector cannot be reached or answered 5xx: worth retrying later."""
+
+
+class Client:
+    def __init__(self, url: str, token: str | None, timeout_s: float = 10.0) -> None:
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise LaggardError(f"--url {url!r}: expected http://HOST:PORT")
+        self._https = u.scheme == "https"
+        self._host, self._port = u.hostname, u.port or (443 if self._https else 80)
+        self._prefix = u.path.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            self._conn = cls(self._host, self._port, timeout=self.timeout_s)
+        return self._conn
+
+    def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
+                ) -> Any:
+        headers = {"Content-Type": content_type}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
+            conn = self._connection()
+            try:
+                conn.request(method, self._prefix + path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                break
+            except (http.client.HTTPException, OSError) as e:
+                self.close()
+                if attempt:
+                    raise CollectorDown(f"{self._host}:{self._port}: {e}") from None
+        if resp.status >= 500:
+            raise CollectorDown(f"collector answered {resp.status}")
+        try:
+            doc = json.loads(data) if data else None
+        except ValueError:
+            doc = None
+        if resp.status >= 400:
+            why = doc.get("detail") if isinstance(doc, dict) else data[:200].decode(errors="replace")
+            raise LaggardError(f"collector refused {method} {path}: {resp.status} {why}")
+        return doc
+
+    def post_batch(self, body: bytes) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/ops", body, CONTENT_TYPE)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

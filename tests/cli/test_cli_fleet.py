@@ -1,0 +1,75 @@
+"""`laggard fleet`: discovery (manifests, file:// and fsspec URLs) and bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import ND, run_cli
+
+
+@pytest.fixture(scope="module")
+def two_jobs(tmp_path_factory) -> Path:
+    from laggard.optable.ops import write_native
+    from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
+
+    root = tmp_path_factory.mktemp("two")
+    for i in range(2):
+        write_native(synthesize_with_truth(SynthConfig(dp=2, pp=2, microbatches=4, steps=4, seed=i), []).job,
+                     root / f"j{i}")
+    return root
+
+
+def _jobs(out: Path) -> list[str]:
+    return sorted(pq.read_table(out / "fleet.parquet", columns=["job"]).column(0).to_pylist())
+
+
+def test_manifest_and_file_url(two_jobs, tmp_path):
+    manifest = tmp_path / "jobs.txt"
+    manifest.write_text(f"# two jobs\n{two_jobs / 'j0'}\n\nfile://{ND / 'trace-ST.parquet'}  # published\n")
+    assert run_cli("fleet", manifest, "--out", tmp_path / "o", "--workers", "0", "-q") == 0
+    assert _jobs(tmp_path / "o") == sorted([str(two_jobs / "j0"), str(ND / "trace-ST.parquet")])
+
+
+def test_fsspec_memory_url(two_jobs, tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    from laggard.fleet import run_fleet
+
+    fs = fsspec.filesystem("memory")
+    fs.put(str(two_jobs / "j1"), "/fleet-test/j1", recursive=True)
+    fs.put(str(ND / "trace-ST.parquet"), "/fleet-test/nd/trace-ST.parquet")
+    fs.put(str(ND / "meta-ST.yaml"), "/fleet-test/nd/meta-ST.yaml")
+    run = run_fleet(["memory://fleet-test"], tmp_path, workers=0)  # the memory filesystem is per process
+    rows = {r["job"]: r for r in pq.read_table(run.parquet).to_pylist()}
+    assert set(rows) == {"memory:///fleet-test/j1", "memory:///fleet-test/nd/trace-ST.parquet"}
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    # the metadata came along: no warning about a layout guessed without meta-*.yaml
+    assert rows["memory:///fleet-test/nd/trace-ST.parquet"]["num_warnings"] == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["/no/such/dir"], "no such file or directory"),
+    (["{jobs}", "--engine", "spark"], "--engine 'spark'"),
+    (["{jobs}", "--ray-address", "auto"], "--ray-address is for --engine ray"),
+    (["{jobs}", "--workers", "-1"], "--workers must be in 0..4096"),
+    (["{empty}"], "no jobs found"),
+    (["{bad_manifest}"], "jobs.txt:2: "),
+])
+def test_bad_input_one_line_exit_2(two_jobs, tmp_path, capsys, args, message):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "jobs.txt").write_text(f"{two_jobs / 'j0'}\n/missing/job\n")
+    fill = {"jobs": str(two_jobs), "empty": str(tmp_path / "empty"), "bad_manifest": str(tmp_path / "jobs.txt")}
+    code = run_cli("fleet", *[a.format(**fill) for a in args], "--out", tmp_path / "out", "-q")
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_earlier_results_need_resume(two_jobs, tmp_path, capsys):
+    assert run_cli("fleet", two_jobs, "--out", tmp_path, "--workers", "0", "-q") == 0
+    assert run_cli("fleet", two_jobs, "--out", tmp_path, "--workers", "0", "-q") == 2
+    assert "pass --resume" in capsys.readouterr().err
+    (tmp_path / "fleet.parquet").write_bytes(b"garbage")
+    assert run_cli("fleet", two_jobs, "--out", tmp_path, "--resume", "-q") == 2
+    assert "cannot read earlier fleet results" in capsys.readouterr().err

@@ -1,0 +1,106 @@
+"""The synthetic generator: every injected cause shows up where it should."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from laggard.analysis.pipeline import analyze
+from laggard.groundtruth.inject import parse_injection, parse_injections
+from laggard.optable.ops import LaggardError
+from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
+from tests.conftest import run_cli
+
+CFG = dict(dp=4, pp=4, microbatches=8, steps=6, seed=11)
+
+
+def _run(*specs: str):
+    res = synthesize_with_truth(SynthConfig(**CFG), parse_injections(list(specs)))
+    return analyze(res.job), res.truth
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return _run()[0]
+
+
+def test_clean_job_is_nearly_ideal(clean):
+    assert 1.0 <= clean.slowdown < 1.05
+    assert clean.launch_slowdown == pytest.approx(1.0, abs=1e-6)
+
+
+def test_slow_worker(clean):
+    r, truth = _run("slow-worker:rank=6,factor=2")
+    assert r.by_worker[0]["rank"] == 6
+    assert r.slowdown > clean.slowdown + 0.2
+    assert truth["injections"][0]["workers"] == [{"rank": 6, "dp_rank": 1, "stage": 2}]
+
+
+def test_heavy_last_stage(clean):
+    r, truth = _run("heavy-last-stage:factor=2")
+    assert max(r.by_stage, key=r.by_stage.get) == 3
+    assert r.by_stage[3] > max(r.by_stage[s] for s in range(3)) + 0.2
+    assert r.M_S > 0.5 and truth["injections"][0]["stages"] == [3]
+
+
+def test_seqlen_imbalance(clean):
+    r, truth = _run("seqlen-imbalance:sigma=0.5")
+    assert r.slowdown > clean.slowdown + 0.1
+    top = sorted(r.by_optype, key=r.by_optype.get)[-2:]
+    assert set(top) == {"forward-compute", "backward-compute"}
+    assert truth["injections"][0]["imbalance"] > 1.1
+    toks = r.base.job.column("num_tokens")
+    assert toks.max() > toks[toks > 0].min()  # the trace carries the varying token counts
+
+
+def test_gc_pauses(clean):
+    r, truth = _run("gc-pauses:prob=0.05,pause_ms=40")
+    assert r.slowdown > clean.slowdown + 0.05
+    assert r.by_optype["forward-compute"] > r.by_optype["backward-compute"] + 0.03
+    assert truth["injections"][0]["num_pauses"] > 0
+
+
+def test_slow_link(clean):
+    r, _ = _run("slow-link:src=1,dst=2,delay_ms=10")
+    assert r.slowdown > clean.slowdown + 0.1
+    assert r.by_optype["forward-pp-comm"] > 1.05
+    assert max(r.by_stage, key=r.by_stage.get) == 2
+
+
+def test_launch_delay(clean):
+    r, _ = _run("launch-delay:ms=3")
+    assert r.launch_slowdown > 1.05  # untraced gaps: measured steps longer than the replay
+    assert r.slowdown == pytest.approx(clean.slowdown, rel=0.01)
+
+
+def test_interleaved_and_tp():
+    res = synthesize_with_truth(SynthConfig(dp=2, pp=2, vpp=2, tp=4, microbatches=4, steps=3), [])
+    r = analyze(res.job)
+    assert r.meta.num_gpus == 16 and r.launch_slowdown == pytest.approx(1.0, abs=1e-6)
+    assert sorted({w["rank"] for w in r.by_worker}) == [0, 4, 8, 12]
+
+
+def test_bad_injections():
+    with pytest.raises(LaggardError, match="unknown cause"):
+        parse_injection("slow-gpu")
+    with pytest.raises(LaggardError, match="not one of"):
+        parse_injection("slow-worker:speed=3")
+    with pytest.raises(LaggardError, match="factor must be >= 1"):
+        parse_injection("slow-worker:factor=0.5")
+    with pytest.raises(LaggardError, match="no worker has global rank"):
+        synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["slow-worker:rank=99"]))
+    with pytest.raises(LaggardError, match="exchange no p2p"):
+        synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["slow-link:src=0,dst=3"]))
+
+
+def test_cli_writes_trace_and_truth(tmp_path, capsys):
+    out = tmp_path / "syn"
+    assert run_cli("synth", "--dp", 2, "--pp", 2, "--steps", 3, "--inject", "slow-worker:rank=1,factor=3", "--out", out) == 0
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["injections"][0]["cause"] == "slow-worker"
+    assert run_cli("analyze", out, "--json", tmp_path / "a.json", "-q") == 0
+    d = json.loads((tmp_path / "a.json").read_text())
+    assert d["by_worker"][0]["rank"] == 1
+    assert run_cli("synth", "--out", out, "--inject", "gc-pauses:prob=2") == 2
+    assert "prob must be between 0 and 1" in capsys.readouterr().err

@@ -1,0 +1,132 @@
+"""The collector's store under concurrent ingest (group commit) and the analysis child process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("prometheus_client", reason="the monitor extra is not installed")
+
+from laggard.monitor.config import MonitorConfig  # noqa: E402
+from laggard.wire.batch import encode_batch  # noqa: E402
+from laggard.monitor.push import step_batches  # noqa: E402
+from laggard.monitor.service import Collector  # noqa: E402
+from laggard.monitor.store import BatchRow, Store  # noqa: E402
+from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
+
+NUM_THREADS = 8
+NUM_KEYS = 40
+
+
+def _row(key: int) -> BatchRow:
+    return BatchRow(job_id="j", rank=key % 4, seq=key, min_step=key, max_step=key, num_ops=1,
+                    body=f"body-{key}".encode())
+
+
+def _hammer(store: Store) -> list[list[tuple[int, bool]]]:
+    """NUM_THREADS threads each store every key once (in their own order): every key NUM_THREADS times."""
+    out: list[list[tuple[int, bool]]] = [[] for _ in range(NUM_THREADS)]
+    start = threading.Barrier(NUM_THREADS)
+
+    def run(i: int) -> None:
+        start.wait()
+        for k in sorted(range(NUM_KEYS), key=lambda k: (k * (i + 3)) % NUM_KEYS):
+            out[i].append((k, store.add_batch(_row(k))))
+
+    ths = [threading.Thread(target=run, args=(i,)) for i in range(NUM_THREADS)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(60)
+    return out
+
+
+def test_group_commit_stores_each_batch_once_and_answers_each_caller(tmp_path, monkeypatch):
+    store = Store(tmp_path / "m.db")
+    groups: list[int] = []
+    real = store._insert_batches
+    first = threading.Event()
+
+    def insert(rows):
+        groups.append(len(rows))
+        if not first.is_set():  # hold the first transaction until every other thread queued a batch
+            first.set()
+            deadline = time.monotonic() + 30
+            while len(store._queue) < NUM_THREADS - 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return real(rows)
+
+    monkeypatch.setattr(store, "_insert_batches", insert)
+    out = _hammer(store)
+    new = [k for res in out for k, n in res if n]
+    assert sum(len(r) for r in out) == NUM_THREADS * NUM_KEYS
+    assert sorted(new) == list(range(NUM_KEYS))  # each key acknowledged as new exactly once
+    assert max(groups) >= NUM_THREADS - 1  # the batches queued behind a commit went in one transaction
+    store.close()
+    with sqlite3.connect(tmp_path / "m.db") as c:  # what a restarted collector would read
+        rows = c.execute("SELECT seq, body FROM batches ORDER BY seq").fetchall()
+    assert rows == [(k, f"body-{k}".encode()) for k in range(NUM_KEYS)]
+
+
+def test_a_failed_group_commit_fails_every_batch_in_it(tmp_path, monkeypatch):
+    store = Store(tmp_path / "m.db")
+    monkeypatch.setattr(store, "_insert_batches", lambda rows: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error")))
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            store.add_batch(_row(k))
+        except sqlite3.OperationalError as e:
+            errors.append(e)
+
+    ths = [threading.Thread(target=run, args=(k,)) for k in range(NUM_THREADS)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(30)
+    assert len(errors) == NUM_THREADS  # none acknowledged
+    monkeypatch.undo()
+    assert store.add_batch(_row(0)) is True  # the store goes on after a failed transaction
+    store.close()
+
+
+def test_window_analysis_runs_in_a_child_that_is_replaced_when_killed(tmp_path):
+    job = synthesize(SynthConfig(dp=2, pp=2, microbatches=2, steps=12, seed=5, name="childjob"))
+    col = Collector(Store(tmp_path / "m.db"), MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=0.05))
+    col.start()
+    meta = job.meta.to_json()
+    seqs: dict[int, int] = {}
+
+    def feed(lo: int, hi: int) -> None:
+        for s, r, t in step_batches(job):
+            if lo <= s < hi:
+                seqs[r] = seqs.get(r, -1) + 1
+                col.ingest(encode_batch(t, job_id="childjob", rank=r, seq=seqs[r], meta=meta))
+
+    def wait_window(last: int) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            res = col.windows["childjob"].result
+            if res is not None and res.steps[1] >= last:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"no window through step {last}: {col.windows['childjob'].error}")
+
+    try:
+        feed(0, 6)
+        wait_window(4)
+        pid = col._analyser.pid() if col._analyser else None
+        assert pid is not None and pid != os.getpid()
+        os.kill(pid, signal.SIGKILL)
+        feed(6, 12)
+        wait_window(10)  # analysed by a new child
+        assert col._analyser.pid() not in (None, pid)
+        assert col.windows["childjob"].result.doc["num_ops"] > 0
+    finally:
+        col.stop()
+
