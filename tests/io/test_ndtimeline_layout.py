@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import ND, run_cli
-from tests.test_bad_input import _one_line_error
+from tests.cli.test_bad_input import _one_line_error
 
 
 def _variant(tmp_path, name: str, **changes) -> tuple:

@@ -32,8 +32,9 @@ from laggard.fleet.writer import analyse_and_write
 
 ENGINES = ("local", "ray")
 # imported once in the fork server, so that no worker pays for them on its first job
-PRELOAD = ("laggard.fleet.task", "laggard.fleet.writer", "laggard.startup", "laggard.io", "laggard.io.native", "laggard.io.ndtimeline.load", "laggard.whatif.core",
-           "laggard.diagnose", "laggard.engine.arrivals", "laggard.report.html", "laggard.report.jsonout")
+PRELOAD = ("laggard.fleet.task", "laggard.fleet.writer", "laggard.startup", "laggard.io", "laggard.io.native",
+           "laggard.io.ndtimeline.load", "laggard.whatif.core", "laggard.diagnose", "laggard.engine.arrivals",
+           "laggard.report.html", "laggard.report.jsonout")
 DIED = "the worker process died analysing this job (out of memory, or a crash in native code)"
 
 
@@ -147,9 +148,8 @@ def ray_runtime_env(address: str | None, ship_code: bool) -> dict[str, Any] | No
     workers run on this machine, with this environment), this package as ``py_modules`` on a cluster."""
     if address is None or not ship_code:
         return None
-    import laggard
-
-    return {"py_modules": [os.path.dirname(os.path.abspath(laggard.__file__))]}
+    # the laggard package directory (this file is laggard/fleet/engines.py)
+    return {"py_modules": [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]}
 
 
 class RayEngine:
