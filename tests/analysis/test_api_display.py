@@ -1,5 +1,5 @@
 """The public API: names never shadowed by submodules, a clean dir(), a short repr, notebook HTML,
-Analysis.to_html."""
+the report written by laggard.write_report (results render nothing themselves)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,13 @@ def test_public_names_survive_submodule_imports():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_repr_html_and_to_html(ar, tmp_path):
+def test_repr_html_and_write_report(ar, tmp_path):
     r = repr(ar)
     assert len(r) < 200 and "S=1.9" in r and "straggling" in r and "worker" in r
     html = ar._repr_html_()
     assert "S = 1.9" in html and "<ol>" in html and len(html) < 5000
-    out = ar.to_html(tmp_path / "r.html")
-    assert out.exists() and "<html" in out.read_text()[:500].lower()
+    import laggard
+
+    out, perfetto = laggard.write_report(ar, tmp_path / "r.html")
+    assert out.exists() and "<html" in out.read_text()[:500].lower() and perfetto is not None and perfetto.exists()
+    assert not hasattr(ar, "to_html")  # a result type does not render itself
