@@ -8,6 +8,7 @@ transfer) of an op type, pooled over all workers, steps and microbatches; traced
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 

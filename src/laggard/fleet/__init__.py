@@ -8,13 +8,7 @@ the fleet's numbers, which ``report`` and ``terminal`` present.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from laggard.util.lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from laggard.fleet.config import FleetConfig
-    from laggard.fleet.runner import FleetRun, run_fleet
 
 # loaded on first use: `laggard`'s start-up imports this package for its CLI and must stay light
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {

@@ -8,15 +8,7 @@ SimPy is imported only here (``laggard[sim]``); the analysis stack never imports
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from laggard.util.lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from laggard.groundtruth.dessim.causes import DIAGNOSIS_CAUSE, KINDS, Cause, parse_cause
-    from laggard.groundtruth.dessim.engine import SimConfig, SimOps, simulate
-    from laggard.groundtruth.dessim.export import to_job, write_kineto
-    from laggard.groundtruth.dessim.truth import CauseTruth, SimTruth, simulate_with_truth
 
 # loaded on first use: `laggard`'s start-up imports this package for its CLI and must stay light
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
