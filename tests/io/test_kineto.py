@@ -348,7 +348,7 @@ def test_workers_are_forked_when_the_process_is_single_threaded(tmp_path):
     script = tmp_path / "fork.py"
     script.write_text(
         "import multiprocessing as mp, sys\n"
-        "from laggard.io import kineto\n"
+        "from laggard.io.kineto import load as kineto\n"
         "print(kineto._worker_context(mp).get_start_method(), 'pyarrow' in sys.modules)\n"
         f"a = kineto.read_kineto({str(DDP)!r}, workers=2)\n"
         f"b = kineto.read_kineto({str(DDP)!r}, workers=1)\n"
