@@ -28,6 +28,7 @@ _EXPORTS = {
     **dict.fromkeys(("LaggardError", "LaggardWarning"), "laggard.errors"),
     "load_job": "laggard.io",
     "analyze": "laggard.analysis.pipeline",
+    "AnalysisConfig": "laggard.analysis.config",
     "Analysis": "laggard.results.analysis",
     "Finding": "laggard.results.diagnosis",
     "write_report": "laggard.report.html",

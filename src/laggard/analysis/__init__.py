@@ -7,4 +7,5 @@ from laggard.util.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     **dict.fromkeys(("analyze", "partition_hint"), "laggard.analysis.pipeline"),
+    **dict.fromkeys(("AnalysisConfig", "HEALTHY_THRESHOLD", "resolve_config"), "laggard.analysis.config"),
 })

@@ -7,43 +7,50 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from laggard.errors import check_healthy_threshold
-from laggard.optable.ops import LaggardWarning
+from laggard.analysis.config import AnalysisConfig, resolve_config
+from laggard.errors import LaggardWarning
 
 if TYPE_CHECKING:
-    from laggard.diagnose import DiagnoseConfig
+    from laggard.diagnose.config import DiagnoseConfig
     from laggard.engine.gaps import GapConfig
+    from laggard.engine.warmup import WarmupConfig
     from laggard.optable.ops import Job
     from laggard.results.analysis import Analysis
 
 
-def analyze(job: Job, *, healthy_threshold: float = 1.05, diagnose: bool = True,
-            config: DiagnoseConfig | None = None, gaps: GapConfig | None = None,
-            skip_steps: int | None = None) -> Analysis:
+def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, healthy_threshold: float | None = None,
+            diagnose: bool | None = None, gaps: GapConfig | None = None, skip_steps: int | None = None,
+            warmup: WarmupConfig | None = None) -> Analysis:
     """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job. Warm-up steps
     are skipped first (``skip_steps``: how many leading steps; None: detected, ``laggard.engine.warmup``).
 
-    ``gaps`` configures the host ops for untraced time (``laggard.engine.gaps.GapConfig``)."""
+    Settings come in one ``AnalysisConfig`` (``config``; a ``DiagnoseConfig`` is taken as its
+    ``diagnosis``); each keyword is the field of the same name (None: not given). A keyword fills a
+    field the config leaves at its default; a keyword and a config field that disagree, or a healthy
+    threshold set both in ``healthy_threshold`` and in ``DiagnoseConfig.threshold`` to different
+    values, raise ``LaggardError`` (laggard.analysis.config)."""
     from laggard.engine.warmup import skip_warmup
     from laggard.whatif.core import analyze as whatif_analyze
 
-    check_healthy_threshold(healthy_threshold)
-    job, skipped = skip_warmup(job, skip_steps)
+    cfg = resolve_config(config, healthy_threshold=healthy_threshold, diagnose=diagnose, gaps=gaps,
+                         skip_steps=skip_steps, warmup=warmup)
+    diagnosis_cfg = cfg.resolved_diagnosis()
+    job, skipped = skip_warmup(job, cfg.skip_steps, cfg.warmup)
     note = None
     if skipped:
-        how = "as asked (--skip-steps)" if skip_steps is not None else "detected: they ran well above the settled step time; --skip-steps 0 keeps them"
+        how = "as asked (--skip-steps)" if cfg.skip_steps is not None else "detected: they ran well above the settled step time; --skip-steps 0 keeps them"
         note = f"skipped {len(skipped)} warm-up step(s) ({', '.join(map(str, skipped[:8]))}{' ...' if len(skipped) > 8 else ''}), {how}"
         warnings.warn(note, LaggardWarning, stacklevel=2)
-    res = whatif_analyze(job, gaps=gaps)
+    res = whatif_analyze(job, gaps=cfg.gaps)
     res.extras["warmup_steps_skipped"] = skipped
     if note is not None and note not in res.warnings:
         res.warnings.append(note)
-    if diagnose:
-        from laggard.diagnose import diagnose as run_diagnosis
+    if cfg.diagnose:
+        from laggard.diagnose.run import diagnose as run_diagnosis
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LaggardWarning)
-            res.diagnosis = run_diagnosis(res, threshold=healthy_threshold, config=config)
+            res.diagnosis = run_diagnosis(res, config=diagnosis_cfg)
         from laggard.whatif.custom import whatif_command
 
         for f in res.diagnosis.findings:

@@ -300,3 +300,8 @@ def bench_allreduce(
         typer.echo(f"  phase 1 done before the straggler arrived in {res['phase1_hidden_fraction']:.0%} of repeats")
     if not res["correct"]:
         raise typer.Exit(1)
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="collectives")
+    parent.add_typer(bench_app, name="bench")

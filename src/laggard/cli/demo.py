@@ -8,80 +8,78 @@ from typing import Annotated
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("demo")
-    def demo(
-        quick: Annotated[bool, typer.Option("--quick", help="A shorter run (under a minute): fewer steps, a smaller model.")] = False,
-        inject: Annotated[list[str] | None, typer.Option("--inject", help="Inject a straggler cause, CAUSE[:key=value,...] (repeatable): slow-worker:rank=R,factor=F, heavy-last-stage:factor=F, seqlen-imbalance:sigma=S, gc-pauses:prob=P,pause_ms=M, slow-link:src=A,dst=B,delay_ms=D, launch-delay:ms=D.")] = None,
-        out: Annotated[Path, typer.Option("--out", help="Directory for the trace (OUT/trace) and the reports.")] = Path("out/demo"),
-        dp: Annotated[int, typer.Option("--dp", help="Data-parallel replicas.")] = 2,
-        pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (one process per dp x pp rank).")] = 2,
-        steps: Annotated[int | None, typer.Option("--steps", help="Traced training steps (default 200, 24 with --quick; 3 untraced warm-up steps come first).")] = None,
-        microbatches: Annotated[int, typer.Option("--microbatches", help="Microbatches per step (1F1B schedule).")] = 4,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of the model, the data order and the injected randomness.")] = 0,
-        trace: Annotated[Path | None, typer.Option("--trace", help="Analyse this existing trace instead of running the job (e.g. tests/data/ndtimeline/trace-AR.parquet).")] = None,
-        monitor: Annotated[bool, typer.Option("--monitor", help="Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address.")] = False,
-        monitor_port: Annotated[int, typer.Option("--monitor-port", help="Port of the local collector (--monitor).")] = 8765,
-        monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the collector up this long after the job (default: until Ctrl-C).")] = None,
-        shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help="Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed.")] = True,
-    ) -> None:
-        """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
-        from laggard.groundtruth.inject import parse_injections
-        from laggard.optable.ops import LaggardError
-        from laggard.report.terminal import print_summary
-        from laggard.demo.run import (
-            DemoOutput,
-            analyse_and_report,
-            demo_config,
-            run_traced_job,
-            summary_lines,
-        )
+def demo(
+    quick: Annotated[bool, typer.Option("--quick", help="A shorter run (under a minute): fewer steps, a smaller model.")] = False,
+    inject: Annotated[list[str] | None, typer.Option("--inject", help="Inject a straggler cause, CAUSE[:key=value,...] (repeatable): slow-worker:rank=R,factor=F, heavy-last-stage:factor=F, seqlen-imbalance:sigma=S, gc-pauses:prob=P,pause_ms=M, slow-link:src=A,dst=B,delay_ms=D, launch-delay:ms=D.")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Directory for the trace (OUT/trace) and the reports.")] = Path("out/demo"),
+    dp: Annotated[int, typer.Option("--dp", help="Data-parallel replicas.")] = 2,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (one process per dp x pp rank).")] = 2,
+    steps: Annotated[int | None, typer.Option("--steps", help="Traced training steps (default 200, 24 with --quick; 3 untraced warm-up steps come first).")] = None,
+    microbatches: Annotated[int, typer.Option("--microbatches", help="Microbatches per step (1F1B schedule).")] = 4,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the model, the data order and the injected randomness.")] = 0,
+    trace: Annotated[Path | None, typer.Option("--trace", help="Analyse this existing trace instead of running the job (e.g. tests/data/ndtimeline/trace-AR.parquet).")] = None,
+    monitor: Annotated[bool, typer.Option("--monitor", help="Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address.")] = False,
+    monitor_port: Annotated[int, typer.Option("--monitor-port", help="Port of the local collector (--monitor).")] = 8765,
+    monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the collector up this long after the job (default: until Ctrl-C).")] = None,
+    shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help="Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed.")] = True,
+) -> None:
+    """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
+    from laggard.groundtruth.inject import parse_injections
+    from laggard.optable.ops import LaggardError
+    from laggard.report.terminal import print_summary
+    from laggard.demo.run import (
+        DemoOutput,
+        analyse_and_report,
+        demo_config,
+        run_traced_job,
+        summary_lines,
+    )
 
-        injections = parse_injections(inject)
-        if trace is not None:
-            if injections:
-                raise LaggardError("--inject applies to the demo job; with --trace nothing is run")
-            result, paths, _ = analyse_and_report(trace, out)
-            print_summary(result)
-            for kind, p in paths.items():
-                typer.echo(f"wrote {kind}: {p}")
-            _report_lines(paths["html"], shot)
-            return
-        cfg = demo_config(quick=quick, dp=dp, pp=pp, steps=steps, microbatches=microbatches, seed=seed,
-                          injections=injections, trace_dir=out / "trace")
-        typer.echo(
-            f"training the demo GPT: dp={cfg.dp} x pp={cfg.pp} = {cfg.world_size} processes (gloo, CPU), "
-            f"{cfg.steps} steps of {cfg.microbatches} microbatches"
-            + (f"; injected: {', '.join(i.spec() for i in injections)}" if injections else "")
-        )
-        collector = None
-        if monitor:
-            from laggard.monitor.local import start_local_collector
-
-            collector = start_local_collector(out / "monitor.db", monitor_port, log=out / "monitor.log")
-            cfg.monitor_url, cfg.monitor_token = collector.url, collector.token
-            cfg.monitor_job = f"demo-{__import__('time').strftime('%Y%m%d-%H%M%S')}"
-            typer.echo(f"live dashboard: {collector.dashboard}")
-        try:
-            job = _run_with_progress(cfg, run_traced_job)
-        except BaseException:
-            if collector is not None:
-                collector.stop()
-            raise
-        for rank, why in sorted(job.failures.items()):
-            typer.echo(f"laggard: warning: demo job rank {rank}: {why}", err=True)
-        if not (Path(cfg.trace_dir or "") / "job.json").exists():
-            raise LaggardError("the demo job wrote no trace" + (" (it failed)" if job.failures else ""))
-        result, paths, _ = analyse_and_report(Path(cfg.trace_dir or ""), out)
+    injections = parse_injections(inject)
+    if trace is not None:
+        if injections:
+            raise LaggardError("--inject applies to the demo job; with --trace nothing is run")
+        result, paths, _ = analyse_and_report(trace, out)
         print_summary(result)
-        for line in summary_lines(DemoOutput(analysis=result, paths=paths, job=job, config=cfg)):
-            typer.echo(line)
-        typer.echo(f"trace: {cfg.trace_dir}")
         for kind, p in paths.items():
             typer.echo(f"wrote {kind}: {p}")
         _report_lines(paths["html"], shot)
+        return
+    cfg = demo_config(quick=quick, dp=dp, pp=pp, steps=steps, microbatches=microbatches, seed=seed,
+                      injections=injections, trace_dir=out / "trace")
+    typer.echo(
+        f"training the demo GPT: dp={cfg.dp} x pp={cfg.pp} = {cfg.world_size} processes (gloo, CPU), "
+        f"{cfg.steps} steps of {cfg.microbatches} microbatches"
+        + (f"; injected: {', '.join(i.spec() for i in injections)}" if injections else "")
+    )
+    collector = None
+    if monitor:
+        from laggard.monitor.local import start_local_collector
+
+        collector = start_local_collector(out / "monitor.db", monitor_port, log=out / "monitor.log")
+        cfg.monitor_url, cfg.monitor_token = collector.url, collector.token
+        cfg.monitor_job = f"demo-{__import__('time').strftime('%Y%m%d-%H%M%S')}"
+        typer.echo(f"live dashboard: {collector.dashboard}")
+    try:
+        job = _run_with_progress(cfg, run_traced_job)
+    except BaseException:
         if collector is not None:
-            _linger(collector, monitor_linger_s)
+            collector.stop()
+        raise
+    for rank, why in sorted(job.failures.items()):
+        typer.echo(f"laggard: warning: demo job rank {rank}: {why}", err=True)
+    if not (Path(cfg.trace_dir or "") / "job.json").exists():
+        raise LaggardError("the demo job wrote no trace" + (" (it failed)" if job.failures else ""))
+    result, paths, _ = analyse_and_report(Path(cfg.trace_dir or ""), out)
+    print_summary(result)
+    for line in summary_lines(DemoOutput(analysis=result, paths=paths, job=job, config=cfg)):
+        typer.echo(line)
+    typer.echo(f"trace: {cfg.trace_dir}")
+    for kind, p in paths.items():
+        typer.echo(f"wrote {kind}: {p}")
+    _report_lines(paths["html"], shot)
+    if collector is not None:
+        _linger(collector, monitor_linger_s)
 
 
 def _report_lines(html: Path, shot: bool) -> None:
@@ -125,3 +123,7 @@ def _run_with_progress(cfg, run):  # noqa: ANN001, ANN202 - thin CLI glue
             bar.update(task, completed=done, description=f"training (loss {loss:.3f})" if loss else "training")
 
         return run(cfg, on_progress=progress)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)

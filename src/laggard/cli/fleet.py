@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from laggard.cli.options import HealthyOpt
+
 
 def fleet(
     paths: Annotated[list[str], typer.Argument(help="Directories to search for jobs (native job.json dirs, NDTimeline trace*.parquet + meta yaml, profiler *.json dirs), manifest files listing job paths, or fsspec URLs.")],
@@ -16,7 +18,7 @@ def fleet(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for fleet.parquet, fleet.html and jobs/*.json.")] = Path("fleet-out"),
     resume: Annotated[bool, typer.Option("--resume", help="Continue an earlier run in --out: skip the jobs it already has rows for.")] = False,
     workers: Annotated[int | None, typer.Option("--workers", "-w", help="Worker processes (default: one per CPU; 0: analyse in this process).")] = None,
-    healthy_threshold: Annotated[float, typer.Option("--healthy-threshold", help="Call a job healthy (no findings) below this slowdown, as in analyze.")] = 1.05,
+    healthy_threshold: HealthyOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
 ) -> None:
     """Analyse many jobs (the `analyze` pipeline on each): one row per job and a fleet report."""
@@ -35,7 +37,9 @@ def fleet(
     from laggard.fleet.stats import fleet_stats
     from laggard.report.jsonout import dump_json
 
-    cfg = FleetConfig(healthy_threshold=healthy_threshold)
+    from laggard.analysis.config import AnalysisConfig
+
+    cfg = FleetConfig(analysis=AnalysisConfig(healthy_threshold=healthy_threshold))
     console = Console(stderr=True, highlight=False)
     progress = Progress(TextColumn("analysing jobs"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),

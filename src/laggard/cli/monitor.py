@@ -92,3 +92,7 @@ def push(
         raise LaggardError(f"cannot reach the collector at {url} ({e})") from None
     typer.echo(f"pushed {res.num_ops:,} ops in {res.num_batches} batches to job {jid} in {res.wall_s:.1f} s"
                + (f" ({res.num_duplicates} batches were already there)" if res.num_duplicates else ""))
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="monitor")

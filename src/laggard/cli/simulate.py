@@ -269,3 +269,7 @@ def _print_policies(result: Any) -> None:
     _print_lines(console, *(f"  {r.policy:<{width}}  {r.verdict}" for r in result.rows if r.verdict != "baseline"))
     _print_lines(console, f"{result.num_trials} trials, seed {result.seed}; ssp/async: wall-clock per step over runs of "
                  f"{result.num_steps} steps", *_trace_notes(result.source))
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="simulate")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from laggard.diagnose.config import HEALTHY_THRESHOLD
 from laggard.groundtruth.inject import Injection
 from laggard.optable.ops import LaggardError
 from laggard.demo.launch import JobConfig, JobResult, run_job
@@ -110,7 +111,7 @@ def expectations(result: Analysis, injections: list[Injection]) -> list[tuple[st
         elif inj.cause == "seqlen-imbalance":
             s = max(result.by_optype.get("forward-compute", 1.0), result.by_optype.get("backward-compute", 1.0))
             out.append((f"seqlen-imbalance: compute S_t should rise (forward/backward-compute S_t {s:.3f}); "
-                        "the steps' S varies with their microbatch lengths", s > 1.05))
+                        "the steps' S varies with their microbatch lengths", s > HEALTHY_THRESHOLD))
         elif inj.cause == "gc-pauses":
             s = result.by_optype.get("gc", 1.0)
             out.append((f"gc-pauses: the gc op type should have S_t above 1 (it is {s:.3f})", s > 1.02))

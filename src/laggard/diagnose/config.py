@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from laggard.errors import LaggardError, check_healthy_threshold
+
+# The one home of the default healthy threshold: a job is healthy below 5% slowdown (the paper's
+# jobs read 1.0-1.1 when healthy; run-to-run noise on a shared host is a few %). The CLI, the
+# analysis, the fleet and the report's colour bands all take it from here.
+HEALTHY_THRESHOLD = 1.05
+DEFAULT_THRESHOLD = HEALTHY_THRESHOLD  # its name before the layered layout
 
 
 @dataclass(kw_only=True, slots=True)
 class DiagnoseConfig:
     # -- verdict and reporting
-    threshold: float = 1.05  # a job is healthy below 5% slowdown (the paper's jobs: 1.0-1.1 when healthy)
+    # healthy below this slowdown; None: the analysis's (``AnalysisConfig.healthy_threshold``, by
+    # default HEALTHY_THRESHOLD). Set here or there, not both to different values.
+    threshold: float | None = None
     min_share: float = 0.05  # a finding must explain 5% of the slowdown: less is within run-to-run noise
     # explain several causes at once (Shapley values over the candidate fixes): 2^n replays
     max_joint: int = 7  # 128 subsets in one batched replay; more candidates are cut by their own scores
@@ -60,5 +70,21 @@ class DiagnoseConfig:
     # (ST) and 0.02% (AR)); other causes may hide most of it, and it is what they leave once fixed
 
     def __post_init__(self) -> None:
-        if not self.threshold >= 1.0:
-            raise ValueError(f"threshold must be >= 1 (got {self.threshold})")
+        if self.threshold is not None:
+            check_healthy_threshold(self.threshold, "DiagnoseConfig.threshold")
+
+    @property
+    def healthy_threshold(self) -> float:
+        """The threshold in force: this config's, else the default."""
+        return HEALTHY_THRESHOLD if self.threshold is None else self.threshold
+
+    def with_threshold(self, threshold: float | None, where: str = "threshold") -> DiagnoseConfig:
+        """This config with the healthy threshold resolved: ``threshold`` (given elsewhere) when this
+        config sets none or the same; a clear error when both are set and differ."""
+        if threshold is None:
+            return replace(self, threshold=self.healthy_threshold)
+        check_healthy_threshold(threshold, where)
+        if self.threshold is not None and self.threshold != threshold:
+            raise LaggardError(f"the healthy threshold is given twice: {where}={threshold:g} and "
+                               f"DiagnoseConfig.threshold={self.threshold:g}; give it once")
+        return replace(self, threshold=float(threshold))

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from laggard.errors import LaggardError, check_healthy_threshold
+from laggard.analysis.config import AnalysisConfig
+from laggard.errors import LaggardError
 
 
 @dataclass(kw_only=True, slots=True)
 class FleetConfig:
-    # the same default as `laggard analyze --healthy-threshold`: a fleet row is that command's result
-    healthy_threshold: float = 1.05
+    # how each job is analysed: the same settings as `laggard analyze` (a fleet row is that command's result)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     # the fleet study's headline: a job straggles when its slowdown is at least 10%
     straggling_slowdown: float = 1.1
     # fewer steps than this and the ideal durations (means/medians over the trace) and the per-step
@@ -34,7 +35,8 @@ class FleetConfig:
     inflight_per_worker: int = 2
 
     def __post_init__(self) -> None:
-        check_healthy_threshold(self.healthy_threshold)
+        if not isinstance(self.analysis, AnalysisConfig):
+            raise LaggardError(f"FleetConfig.analysis must be an AnalysisConfig, got {type(self.analysis).__name__}")
         if self.min_steps < 1:
             raise LaggardError(f"min_steps must be >= 1 (got {self.min_steps})")
         if not 0 < self.min_fidelity <= 1 <= self.max_fidelity:

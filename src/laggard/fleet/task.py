@@ -78,7 +78,7 @@ def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
         row.update(status="rejected", num_steps=num_steps, num_ops=job.num_ops, wall_s=time.perf_counter() - t0,
                    error=f"too few steps: {num_steps} < {cfg.min_steps}")
         return JobResult(row=row, doc=None)
-    res = analyze(job, healthy_threshold=cfg.healthy_threshold)
+    res = analyze(job, config=cfg.analysis)
     del job
     doc = res.to_json()
     mean_err, _ = replay_error(res)

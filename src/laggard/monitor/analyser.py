@@ -18,11 +18,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from laggard.optable.ops import JobMeta
+
+if TYPE_CHECKING:
+    from laggard.analysis.config import AnalysisConfig
 
 log = logging.getLogger("laggard.monitor")
 
@@ -35,12 +38,12 @@ class WindowAnalysis:
     refresh_s: float  # wall time of the analysis itself (in whichever process ran it)
 
 
-def analyse(table: pa.Table, meta: JobMeta) -> WindowAnalysis:
+def analyse(table: pa.Table, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
     """The window's analysis document (or why it failed) and its load ratios, in this process."""
     from laggard.monitor.window import analyse_window, load_ratios
 
     t0 = time.perf_counter()
-    doc, err = analyse_window(table, meta)
+    doc, err = analyse_window(table, meta, config)
     loads = load_ratios(table)
     return WindowAnalysis(doc=doc, error=err, load_ratio=loads, refresh_s=time.perf_counter() - t0)
 
@@ -52,9 +55,9 @@ def _to_ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _child_analyse(body: bytes, meta: JobMeta) -> WindowAnalysis:
+def _child_analyse(body: bytes, meta: JobMeta, config: AnalysisConfig | None) -> WindowAnalysis:
     table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
-    return analyse(table, meta)
+    return analyse(table, meta, config)
 
 
 # how often the analysis child checks that the collector is still there
@@ -96,13 +99,13 @@ class AnalysisProcess:
         procs = getattr(self._pool, "_processes", None) or {}
         return next(iter(procs), None)
 
-    def run(self, table: pa.Table, meta: JobMeta) -> WindowAnalysis:
+    def run(self, table: pa.Table, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
         """The child's analysis of ``table``; a child that died (killed, out of memory) is replaced
         and the window analysed again once."""
         body = _to_ipc(table)
         for attempt in (0, 1):
             try:
-                return self._executor().submit(_child_analyse, body, meta).result()
+                return self._executor().submit(_child_analyse, body, meta, config).result()
             except BrokenProcessPool:
                 log.warning("the analysis process died; starting a new one")
                 self._pool = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from laggard.analysis.config import AnalysisConfig
 
 
 @dataclass(kw_only=True, slots=True)
@@ -47,6 +49,9 @@ class MonitorConfig:
     analysis_nice: int = 0
     # how often the background analyser looks for work
     tick_s: float = 0.2
+    # how each window is analysed: the same settings as `laggard analyze` (warm-up detection is
+    # per window: a window of a running job has no warm-up to skip once the job settled)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
 
     def __post_init__(self) -> None:
         from laggard.errors import LaggardError

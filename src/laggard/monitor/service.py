@@ -121,7 +121,8 @@ class Collector:
         if cut is None:
             return False
         last, table = cut
-        res = self._analyser.run(table, win.meta) if self._analyser is not None else analyse(table, win.meta)
+        acfg = self.cfg.analysis
+        res = self._analyser.run(table, win.meta, acfg) if self._analyser is not None else analyse(table, win.meta, acfg)
         doc = res.doc
         with self._lock:
             win.apply(last, doc, res.error, res.refresh_s, res.load_ratio)

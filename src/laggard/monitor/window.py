@@ -15,7 +15,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,9 @@ import pyarrow as pa
 from laggard.errors import LaggardError, LaggardWarning
 from laggard.monitor.config import MonitorConfig
 from laggard.optable.ops import Job, JobMeta, to_numpy
+
+if TYPE_CHECKING:
+    from laggard.analysis.config import AnalysisConfig
 
 
 @dataclass(kw_only=True, slots=True)
@@ -54,14 +57,15 @@ class WindowResult:
     refresh_s: float
 
 
-def analyse_window(table: pa.Table, meta: JobMeta) -> tuple[dict[str, Any] | None, str | None]:
-    """``laggard analyze`` of one window's ops: (the --json document, None) or (None, why it failed)."""
+def analyse_window(table: pa.Table, meta: JobMeta, config: AnalysisConfig | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """``laggard analyze`` of one window's ops (under ``config``, the collector's ``MonitorConfig.analysis``):
+    (the --json document, None) or (None, why it failed)."""
     from laggard.analysis.pipeline import analyze
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", LaggardWarning)  # they are kept in the document's "warnings"
-            return analyze(Job(table=table, meta=meta)).to_json(), None
+            return analyze(Job(table=table, meta=meta), config=config).to_json(), None
     except LaggardError as e:
         return None, str(e)
 
