@@ -256,6 +256,12 @@ def conform(table: pa.Table, where: str) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise LaggardError(f"{where}: column {fld.name} has type {col.type}, expected {fld.type} ({e})") from None
     out = make_table(data, num_rows=table.num_rows)
+    dur = to_numpy(out.column("dur_ns"))
+    if out.num_rows and dur.min() < 0:
+        neg = np.flatnonzero(dur < 0)
+        row = out.slice(int(neg[0]), 1).select(["rank", "step", "name"]).to_pylist()[0]
+        raise LaggardError(f"{where}: column dur_ns has {len(neg)} negative duration(s), e.g. {row['name']} on rank "
+                           f"{row['rank']} in step {row['step']} ({int(dur[neg[0]])} ns)")
     kind_code, kind_labels = Job(table=out, meta=JobMeta()).codes("kind")
     kinds = {kind_labels[c] for c in np.unique(kind_code)} if out.num_rows else set()
     bad = kinds - set(KINDS)
