@@ -3,9 +3,7 @@ each command imports what it needs)."""
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -46,31 +44,13 @@ def parse_ranks(spec: str, *, maximum: int = 4096) -> list[int]:
     return sorted(out)
 
 
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def write_json(obj: Any, out: Path) -> None:
-    """JSON to a file or stdout ('-'); infinities become null."""
-    text = json.dumps(_finite(obj), indent=2) + "\n"
-    if str(out) == "-":
-        sys.stdout.write(text)
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-
-
 def _json_to_stdout(obj: Any, out: Path | None) -> bool:
     """Write ``obj`` as JSON if --json was given; True when it went to stdout (then print nothing else)."""
     if out is None:
         return False
-    write_json(obj, out)
+    from laggard.report.jsonout import dump_json
+
+    dump_json(obj, out, flag="--json")
     return str(out) == "-"
 
 
