@@ -378,6 +378,8 @@ def write_native(job: Job, out_dir: str | Path, *, rows_per_shard: int = 4_000_0
     """Write the native format: ``job.json`` and ``ops-00000.parquet`` ... in ``out_dir``."""
     import pyarrow.parquet as pq
 
+    from laggard.optable.tracedir import JOB_FILE
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("ops-*.parquet"):
@@ -385,7 +387,7 @@ def write_native(job: Job, out_dir: str | Path, *, rows_per_shard: int = 4_000_0
     n = job.table.num_rows
     for i, start in enumerate(range(0, max(n, 1), rows_per_shard)):
         pq.write_table(job.table.slice(start, rows_per_shard), out / f"ops-{i:05d}.parquet", compression="zstd")
-    (out / "job.json").write_text(json.dumps(job.meta.to_json(), indent=2) + "\n")
+    (out / JOB_FILE).write_text(json.dumps(job.meta.to_json(), indent=2) + "\n")
     return out
 
 
