@@ -4,9 +4,12 @@ report's cards and of the terminal summary. The values are fixed colour bands, n
 
 from __future__ import annotations
 
-# 5% slower than with no stragglers (waste 1 - 1/S ~ 5% of the GPU time): the default
-# --healthy-threshold, so a job is yellow from where laggard starts calling it unhealthy.
-WARN_AT = 1.05
+from laggard.diagnose.config import HEALTHY_THRESHOLD
+
+# 5% slower than with no stragglers (waste 1 - 1/S ~ 5% of the GPU time): the default healthy
+# threshold (1.05, its reason in laggard.diagnose.config), so a job turns yellow where laggard, by
+# default, starts calling it unhealthy.
+WARN_AT = HEALTHY_THRESHOLD
 # 20% slower (a sixth of the GPU time wasted): well above the 1.0-1.1 that healthy jobs show, so red.
 BAD_AT = 1.2
 
