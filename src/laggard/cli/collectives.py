@@ -3,9 +3,7 @@ each command imports what it needs)."""
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,54 +29,28 @@ CalRanksOpt = Annotated[int, typer.Option("--calibrate-ranks", help="Processes f
 
 def parse_ranks(spec: str, *, maximum: int = 4096) -> list[int]:
     """``8``, ``4-64`` or ``4,8,16`` (combinable: ``4-8,16``) -> sorted distinct rank counts."""
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
+    from laggard.util.ranges import expand, parse_spans
 
-    out: set[int] = set()
-    for part in str(spec).replace(" ", "").split(","):
-        try:
-            if "-" in part:
-                lo_s, hi_s = part.split("-", 1)
-                lo, hi = int(lo_s), int(hi_s)
-                if lo > hi:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise LaggardError(f"--ranks: expected N, A-B or a comma list of them, got {spec!r}") from None
-    bad = [n for n in out if not 2 <= n <= maximum]
-    if bad:
-        raise LaggardError(f"--ranks: rank counts must be in 2..{maximum}, got {min(bad) if min(bad) < 2 else max(bad)}")
+    spans = parse_spans(spec, flag="--ranks", example="4-8,16")
+    if not spans:
+        raise LaggardError("--ranks: no rank count given")
+    lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+    if lo < 2 or hi > maximum:  # checked before expanding, so a huge range fails at once
+        raise LaggardError(f"--ranks: rank counts must be in 2..{maximum}, got {lo if lo < 2 else hi}")
+    out = expand(spans)
     if len(out) > 1024:
         raise LaggardError(f"--ranks: at most 1024 rank counts at once, got {len(out)}")
     return sorted(out)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def write_json(obj: Any, out: Path) -> None:
-    """JSON to a file or stdout ('-'); infinities become null."""
-    text = json.dumps(_finite(obj), indent=2) + "\n"
-    if str(out) == "-":
-        sys.stdout.write(text)
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
 
 
 def _json_to_stdout(obj: Any, out: Path | None) -> bool:
     """Write ``obj`` as JSON if --json was given; True when it went to stdout (then print nothing else)."""
     if out is None:
         return False
-    write_json(obj, out)
+    from laggard.report.jsonout import dump_json
+
+    dump_json(obj, out, flag="--json")
     return str(out) == "-"
 
 

@@ -24,9 +24,6 @@ def demo(
     shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help="Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed.")] = True,
 ) -> None:
     """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
-    from laggard.groundtruth.inject import parse_injections
-    from laggard.optable.ops import LaggardError
-    from laggard.report.terminal import print_summary
     from laggard.demo.run import (
         DemoOutput,
         analyse_and_report,
@@ -34,6 +31,10 @@ def demo(
         run_traced_job,
         summary_lines,
     )
+    from laggard.groundtruth.inject import parse_injections
+    from laggard.optable.ops import LaggardError
+    from laggard.optable.tracedir import JOB_FILE
+    from laggard.report.terminal import print_summary
 
     injections = parse_injections(inject)
     if trace is not None:
@@ -68,7 +69,7 @@ def demo(
         raise
     for rank, why in sorted(job.failures.items()):
         typer.echo(f"laggard: warning: demo job rank {rank}: {why}", err=True)
-    if not (Path(cfg.trace_dir or "") / "job.json").exists():
+    if not (Path(cfg.trace_dir or "") / JOB_FILE).exists():
         raise LaggardError("the demo job wrote no trace" + (" (it failed)" if job.failures else ""))
     result, paths, _ = analyse_and_report(Path(cfg.trace_dir or ""), out)
     print_summary(result)

@@ -90,20 +90,6 @@ def parse_workers(text: str, reference: int | None, *, where: str = "--workers")
     return out
 
 
-def _write_json(data: dict[str, Any], target: Path) -> None:
-    import json
-    import sys
-
-    text = json.dumps(data, indent=2, allow_nan=False, default=float) + "\n"
-    if str(target) == "-":
-        sys.stdout.write(text)
-        return
-    try:
-        target.write_text(text)
-    except OSError as e:
-        raise _error(f"--json {target}: cannot write ({e.strerror})") from None
-
-
 def _finish(result: Any, d: Distribution, figure: Callable[[Any], Figure], plot: Path | None, json_out: Path | None,
             show: Callable[[Any], None]) -> None:
     """Note the trace the result came from, then write the plot, the JSON and (unless the JSON went to
@@ -117,7 +103,9 @@ def _finish(result: Any, d: Distribution, figure: Callable[[Any], Figure], plot:
 
         save_figure(figure(result), plot)
     if json_out is not None:
-        _write_json(result.to_json(), json_out)
+        from laggard.report.jsonout import dump_json
+
+        dump_json(result.to_json(), json_out, flag="--json")
         if str(json_out) == "-":
             return
     show(result)

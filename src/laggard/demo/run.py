@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from laggard.demo.launch import JobConfig, JobResult, run_job
 from laggard.diagnose.config import HEALTHY_THRESHOLD
 from laggard.groundtruth.inject import Injection
 from laggard.optable.ops import LaggardError
-from laggard.demo.launch import JobConfig, JobResult, run_job
+from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, shard_glob
 
 if TYPE_CHECKING:
     from laggard.results.analysis import Analysis
@@ -33,7 +34,7 @@ def clear_trace_dir(trace_dir: Path) -> None:
     """Remove what a previous run left (only files the tracer writes)."""
     if not trace_dir.is_dir():
         return
-    for pattern in ("ops-rank*.parquet", "ops-rank*.parquet.tmp", "rank*.state.json", "job.json"):
+    for pattern in (shard_glob(), shard_glob() + ".tmp", STATE_GLOB, JOB_FILE):
         for p in trace_dir.glob(pattern):
             p.unlink()
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from laggard.engine.spikes import group_median  # noqa: F401  (re-exported for the detectors)
+from laggard.engine.spikes import group_mean, group_median  # noqa: F401  (group_median: re-exported for the detectors)
 
 if TYPE_CHECKING:
     from laggard.engine.baseline import Baseline
@@ -53,15 +53,7 @@ class Ctx:
 
     def group_mean(self, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Mean of ``w`` over ``mask_ref`` ops per key tuple; returns (per-op mean, has-reference)."""
-        key = np.zeros(len(self.w), dtype=np.int64)
-        for k in keys:
-            k = k.astype(np.int64)
-            key = key * (int(k.max()) + 2) + (k + 1)
-        uniq, inv = np.unique(key, return_inverse=True)
-        sums = np.bincount(inv, weights=np.where(mask_ref, self.w, 0.0), minlength=len(uniq))
-        cnt = np.bincount(inv, weights=mask_ref.astype(float), minlength=len(uniq))
-        mean = sums / np.maximum(cnt, 1)
-        return mean[inv], (cnt > 0)[inv]
+        return group_mean(self.w, mask_ref, keys)
 
     def steps_of(self, mask: np.ndarray, limit: int = 12) -> list[int]:
         s = np.unique(self.base.graph.steps[self.step[mask]])

@@ -7,7 +7,8 @@ stage (which move both passes alike) neither hide stalls nor pass for them.
 
 Shared by the GC detector (``laggard.diagnose.gc``: stalled forward passes) and the ``--despike``
 and ``--even`` what-ifs (``laggard.whatif.custom``), so that the diagnosis's GC fix is a what-if a
-user can run.
+user can run. So are the grouped statistics (``group_median``, ``group_mean``) the what-ifs and the
+detectors both use.
 """
 
 from __future__ import annotations
@@ -36,6 +37,18 @@ def group_median(values: np.ndarray, groups: np.ndarray, num_groups: int) -> np.
     lo = order[np.where(nonempty, starts + (lens - 1) // 2, 0)]
     hi = order[np.where(nonempty, starts + lens // 2, 0)]
     return np.where(nonempty, 0.5 * (values[lo] + values[hi]), 0.0)
+
+
+def group_mean(w: np.ndarray, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of ``w`` over ``mask_ref`` per key tuple, for every op; and whether its key has any."""
+    key = np.zeros(len(w), dtype=np.int64)
+    for k in keys:
+        k = k.astype(np.int64)
+        key = key * (int(k.max()) + 2) + (k + 1)
+    uniq, inv = np.unique(key, return_inverse=True)
+    sums = np.bincount(inv, weights=np.where(mask_ref, w, 0.0), minlength=len(uniq))
+    cnt = np.bincount(inv, weights=mask_ref.astype(float), minlength=len(uniq))
+    return (sums / np.maximum(cnt, 1))[inv], (cnt > 0)[inv]
 
 
 def fwd_bwd_partner(names: list[str], name_code: np.ndarray, compute: np.ndarray, rank: np.ndarray,

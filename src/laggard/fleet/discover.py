@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from laggard.errors import LaggardError
+from laggard.optable.tracedir import JOB_FILE
 
 MANIFEST_SUFFIXES = (".txt", ".lst", ".list")
 KINETO_SUFFIXES = (".json", ".json.gz")
 # files that sit beside traces but are not rank traces (laggard's own outputs, synth's truth)
-NOT_TRACES = {"job.json", "truth.json"}
+NOT_TRACES = {JOB_FILE, "truth.json"}
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -76,7 +77,7 @@ def _discover_one(p: str, exclude: Path | None) -> Iterator[JobSpec]:
 
 def _local_file(path: Path, exclude: Path | None) -> Iterator[JobSpec]:
     name = path.name
-    if name == "job.json":
+    if name == JOB_FILE:
         yield _local_spec(path.parent, "native")
     elif name.endswith(".parquet"):
         yield _local_spec(path, "ndtimeline")
@@ -132,7 +133,7 @@ def _walk_local(root: Path, exclude: Path | None) -> Iterator[JobSpec]:
 
 def _classify(filenames: list[str]) -> tuple[str | None, list[str]]:
     """What a directory holds, from its file names: native, ndtimeline (the trace files), kineto."""
-    if "job.json" in filenames:
+    if JOB_FILE in filenames:
         return "native", []
     traces = sorted(f for f in filenames if f.startswith("trace") and f.endswith(".parquet"))
     if traces:
@@ -180,7 +181,7 @@ def _remote_spec(fs: Any, proto: str, path: str, fmt: str, size: int, extra: tup
 def _remote_file(fs: Any, proto: str, path: str) -> Iterator[JobSpec]:
     name = path.rstrip("/").rsplit("/", 1)[-1]
     parent = path.rstrip("/").rsplit("/", 1)[0]
-    if name == "job.json":
+    if name == JOB_FILE:
         yield from _walk_remote(fs, proto, parent)
     elif name.endswith(".parquet"):
         metas = tuple(sorted(f for f in fs.ls(parent, detail=False) if f.rsplit("/", 1)[-1].startswith("meta")))

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from laggard.errors import LaggardError, LaggardWarning
+from laggard.optable.tracedir import FLIGHT_DUMP_KEY, FLIGHT_REQUEST_FILE, JOB_FILE, STATE_SUFFIX
 
-DUMP_KEY = "laggard"  # laggard.tracer.flight.DUMP_KEY (not imported: that package's __init__ is cheap, but keep the layers apart)
+DUMP_KEY = FLIGHT_DUMP_KEY  # the key laggard.tracer.flight adds to its dumps
 _RANK_IN_NAME = re.compile(r"(\d+)(?!.*\d)")
-_SKIP_NAMES = re.compile(r"^(job\.json|truth\.json|.*\.state\.json|.*\.parquet|.*\.tmp.*|flight-dump-request)$")
+_SKIP_NAMES = re.compile(rf"^({re.escape(JOB_FILE)}|truth\.json|.*{re.escape(STATE_SUFFIX)}|.*\.parquet|.*\.tmp.*"
+                         rf"|{re.escape(FLIGHT_REQUEST_FILE)})$")
 
 
 @dataclass(slots=True)

@@ -9,12 +9,10 @@ last op comes from the rank's newest shard (pyarrow is imported only when there 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
-_STATE = re.compile(r"^rank(\d+)\.state\.json$")
-_SHARD = re.compile(r"^ops-rank(\d+)-(\d+)\.parquet$")
+from laggard.optable.tracedir import SHARD_RE, STATE_GLOB, STATE_RE, shard_glob
 
 
 def _last_op(shard: Path) -> dict[str, Any] | None:
@@ -41,12 +39,12 @@ def read_tracer_states(dirs: list[Path]) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     for d in dirs:
         shards: dict[int, Path] = {}
-        for p in d.rglob("ops-rank*-*.parquet"):
-            m = _SHARD.match(p.name)
+        for p in d.rglob(shard_glob()):
+            m = SHARD_RE.match(p.name)
             if m and (int(m.group(1)) not in shards or p.name > shards[int(m.group(1))].name):
                 shards[int(m.group(1))] = p
-        for p in d.rglob("rank*.state.json"):
-            m = _STATE.match(p.name)
+        for p in d.rglob(STATE_GLOB):
+            m = STATE_RE.match(p.name)
             if not m:
                 continue
             rank = int(m.group(1))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from laggard.errors import LaggardError, LaggardWarning
+from laggard.optable.tracedir import JOB_FILE
 
 if TYPE_CHECKING:
     from laggard.optable.ops import Job
@@ -28,7 +29,7 @@ def detect_format(path: Path) -> str:
     if _is_glob(path):
         return "kineto"
     if path.is_dir():
-        if (path / "job.json").exists():
+        if (path / JOB_FILE).exists():
             return "native"
         if list(path.glob("trace*.parquet")):
             return "ndtimeline"
@@ -37,7 +38,7 @@ def detect_format(path: Path) -> str:
         raise LaggardError(f"{path}: a directory without job.json, trace*.parquet or *.json traces; cannot tell its format")
     if path.suffix == ".parquet":
         return "ndtimeline"
-    if path.name == "job.json":
+    if path.name == JOB_FILE:
         return "native"
     if path.name.endswith((".json", ".json.gz")):
         return "kineto"
@@ -88,9 +89,9 @@ def _check_several(paths: Sequence[str | Path]) -> None:
         if _is_glob(p) or not p.exists():
             continue
         if p.is_dir():
-            if (p / "job.json").exists() or list(p.glob("trace*.parquet")):
+            if (p / JOB_FILE).exists() or list(p.glob("trace*.parquet")):
                 raise LaggardError(f"{several}; {p} is not one: it is a {detect_format(p)} trace, pass it alone")
-        elif p.suffix == ".parquet" or p.name == "job.json":
+        elif p.suffix == ".parquet" or p.name == JOB_FILE:
             what = "an NDTimeline parquet" if p.suffix == ".parquet" else "a native job.json"
             raise LaggardError(f"{several}; {p} is not one: {what} is passed alone")
         elif not p.name.endswith((".json", ".json.gz")) and p.stat().st_size > 0:
@@ -135,7 +136,7 @@ def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None, layout:
 
         if meta is not None:
             raise LaggardError("--meta is for NDTimeline traces; a native trace carries its metadata in job.json")
-        job = read_native(p.parent if p.name == "job.json" else p)
+        job = read_native(p.parent if p.name == JOB_FILE else p)
     else:
         from laggard.io.ndtimeline.load import read_ndtimeline
 

@@ -10,10 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, conform
+from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, check_trace
 
 
 def read_native(path: Path) -> Job:
-    meta_path = path / "job.json"
+    meta_path = path / JOB_FILE
     try:
         meta_obj = json.loads(meta_path.read_text())
     except FileNotFoundError:
@@ -50,9 +51,7 @@ def read_native(path: Path) -> Job:
 def _missing_ranks(path: Path, job: Job) -> list[str]:
     """Ranks the job should have but that wrote nothing (or died): the tracer's heartbeat files
     say so precisely; otherwise compare with the world size in job.json."""
-    if list(path.glob("rank*.state.json")):
-        from laggard.optable.tracedir import check_trace
-
+    if list(path.glob(STATE_GLOB)):
         return [f"{path}: {line}" for line in check_trace(path)]
     meta = job.meta
     if meta.world_size is None:

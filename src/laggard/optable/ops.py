@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from laggard.errors import LaggardError, LaggardWarning  # noqa: F401  (re-exported: laggard.optable.ops is where callers import them)
+from laggard.util.ranges import parse_ranges
 
 SCHEMA_VERSION = 1
 
@@ -383,6 +384,8 @@ def write_native(job: Job, out_dir: str | Path, *, rows_per_shard: int = 4_000_0
     """Write the native format: ``job.json`` and ``ops-00000.parquet`` ... in ``out_dir``."""
     import pyarrow.parquet as pq
 
+    from laggard.optable.tracedir import JOB_FILE
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("ops-*.parquet"):
@@ -390,28 +393,13 @@ def write_native(job: Job, out_dir: str | Path, *, rows_per_shard: int = 4_000_0
     n = job.table.num_rows
     for i, start in enumerate(range(0, max(n, 1), rows_per_shard)):
         pq.write_table(job.table.slice(start, rows_per_shard), out / f"ops-{i:05d}.parquet", compression="zstd")
-    (out / "job.json").write_text(json.dumps(job.meta.to_json(), indent=2) + "\n")
+    (out / JOB_FILE).write_text(json.dumps(job.meta.to_json(), indent=2) + "\n")
     return out
 
 
 def parse_steps(spec: str) -> set[int]:
-    """'10-20,25' -> {10, ..., 20, 25}."""
-    out: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if "-" in part[1:]:
-                a, b = part.split("-", 1) if not part.startswith("-") else ("-" + part[1:].split("-", 1)[0], part[1:].split("-", 1)[1])
-                lo, hi = int(a), int(b)
-                if hi < lo:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise LaggardError(f"--steps: cannot read {part!r} (use e.g. '10-20,25')") from None
+    """'10-20,25' -> {10, ..., 20, 25} (the syntax: ``laggard.util.ranges``)."""
+    out = parse_ranges(spec, flag="--steps", example="10-20,25")
     if not out:
         raise LaggardError("--steps: no step given")
     return out

@@ -1,4 +1,5 @@
-"""What a tracer-written trace is missing: ranks without ops, ranks that died, lost tails, dropped ops.
+"""The tracer's directory format: the names of its files, and what a tracer-written trace is missing
+(ranks without ops, ranks that died, lost tails, dropped ops).
 
 Each rank keeps ``rank{R}.state.json`` up to date (status, ops recorded/written/dropped, last step
 written). A rank that was killed or crashed leaves ``status: running`` and the counts of its last
@@ -13,16 +14,49 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from laggard.optable.ops import LaggardWarning
+from laggard.errors import LaggardWarning
 
-_SHARD = re.compile(r"^ops-rank(\d+)-\d+\.parquet$")
-_STATE = re.compile(r"^rank(\d+)\.state\.json$")
+# The files of a trace directory; every module that writes, reads, cleans or skips them names them from here.
+JOB_FILE = "job.json"  # the job's metadata (rank 0 writes it); also the native format's
+STATE_SUFFIX = ".state.json"
+STATE_GLOB = "rank*" + STATE_SUFFIX  # each rank's state file (its heartbeat): ``state_name``
+SHARD_RE = re.compile(r"^ops-rank(\d+)-(\d+)\.parquet$")  # groups: rank, shard number
+STATE_RE = re.compile(r"^rank(\d+)\.state\.json$")  # group: rank
+FLIGHT_REQUEST_FILE = "flight-dump-request"  # created to ask the job's ranks for a Flight Recorder dump
+FLIGHT_DUMP_KEY = "laggard"  # the extra key of a laggard-written Flight Recorder dump (torch's readers ignore it)
+SPOOL_DIR = "monitor-spool"  # batches for the monitor's collector that could not be sent yet
+
+
+def shard_name(rank: int, k: int) -> str:
+    """The ``k``-th op shard of ``rank``: ``ops-rank{R}-{k:05d}.parquet``."""
+    return f"ops-rank{rank}-{k:05d}.parquet"
+
+
+def shard_glob(rank: int | None = None) -> str:
+    """A glob for the op shards of ``rank`` (None: of every rank)."""
+    return f"ops-rank{'*' if rank is None else rank}-*.parquet"
+
+
+def state_name(rank: int) -> str:
+    """The state file of ``rank``: ``rank{R}.state.json``."""
+    return f"rank{rank}{STATE_SUFFIX}"
+
+
+def flight_name(rank: int, fmt: str) -> str:
+    """The Flight Recorder dump of ``rank``: ``flight-rank{R}.json`` for fmt 'json', else ``.pkl``."""
+    return f"flight-rank{rank}.{'json' if fmt == 'json' else 'pkl'}"
+
+
+def rank_of(name: str) -> int | None:
+    """The rank in the name of an op shard or a state file; None for any other name."""
+    m = SHARD_RE.match(name) or STATE_RE.match(name)
+    return int(m.group(1)) if m else None
 
 
 def read_states(path: Path) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
-    for p in path.glob("rank*.state.json"):
-        m = _STATE.match(p.name)
+    for p in path.glob(STATE_GLOB):
+        m = STATE_RE.match(p.name)
         if not m:
             continue
         try:
@@ -44,12 +78,12 @@ def check_trace(path: str | Path) -> list[str]:
     states = read_states(path)
     world: int | None = None
     try:
-        world = json.loads((path / "job.json").read_text()).get("world_size")
+        world = json.loads((path / JOB_FILE).read_text()).get("world_size")
     except (OSError, ValueError, AttributeError):
         pass
     if not states and world is None:
         return []
-    shard_ranks = {int(m.group(1)) for p in path.glob("ops-rank*.parquet") if (m := _SHARD.match(p.name))}
+    shard_ranks = {int(m.group(1)) for p in path.glob(shard_glob()) if (m := SHARD_RE.match(p.name))}
     expected = set(range(world)) if isinstance(world, int) else set(states) | shard_ranks
     msgs: list[str] = []
     missing = sorted(expected - shard_ranks)

@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from laggard.report.bands import band
+
 NOISE = 0.02  # slowdowns within 1 + NOISE are not called out
 
 # Plain-language meaning of each number the report shows, used for tooltips (title attributes) and
@@ -105,7 +107,7 @@ def secs(x: float | None) -> str:
 def level(s: float) -> str:
     if not finite(s):
         return "neutral"
-    return "bad" if s >= 1.2 else "warn" if s >= 1.05 else "good"
+    return band(s)
 
 
 def ranks_text(ranks: Sequence[int], limit: int = 6) -> str:

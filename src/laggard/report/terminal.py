@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from laggard.report.bands import band
+
 if TYPE_CHECKING:
     from laggard.results.analysis import Analysis
     from laggard.whatif.custom import WhatIfResult
@@ -34,12 +36,11 @@ def _fixing(what: str, share: float | None, label: str) -> str:
     return f"fixing {what} removes {_pct(share)} of the slowdown ({label})"
 
 
+_HEAT = {"bad": "bold red", "warn": "yellow", "good": "green"}  # rich styles of the health bands
+
+
 def _heat(s: float) -> str:
-    if s >= 1.2:
-        return "bold red"
-    if s >= 1.05:
-        return "yellow"
-    return "green"
+    return _HEAT[band(s)]
 
 
 def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6) -> None:

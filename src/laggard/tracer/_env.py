@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from laggard.optable.ops import JobMeta
+from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, rank_of, shard_glob, state_name
 from laggard.tracer.clock import ClockSync
 
 
@@ -79,12 +80,12 @@ def prepare_dir(out_dir: Path, rank: int, world_size: int, state: dict[str, Any]
     from laggard.tracer._writer import write_json_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob(f"ops-rank{rank}-*.parquet"):
+    for old in out_dir.glob(shard_glob(rank)):
         old.unlink()
-    write_json_atomic(out_dir / f"rank{rank}.state.json", state)
+    write_json_atomic(out_dir / state_name(rank), state)
     if rank == 0:
-        for old in [*out_dir.glob("ops-rank*-*.parquet"), *out_dir.glob("rank*.state.json")]:
-            r = old.name.removeprefix("ops-rank").removeprefix("rank").split("-", 1)[0].split(".", 1)[0]
-            if r.isdigit() and int(r) >= world_size:  # a previous, larger job's ranks
+        for old in [*out_dir.glob(shard_glob()), *out_dir.glob(STATE_GLOB)]:
+            r = rank_of(old.name)
+            if r is not None and r >= world_size:  # a previous, larger job's ranks
                 old.unlink()
-        write_json_atomic(out_dir / "job.json", meta)
+        write_json_atomic(out_dir / JOB_FILE, meta)

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from laggard.optable.ops import LaggardWarning
+from laggard.optable.tracedir import shard_name, state_name
 from laggard.tracer._page import Chain, FullPage, page_table
 
 
 def state_path(out_dir: Path, rank: int) -> Path:
-    return out_dir / f"rank{rank}.state.json"
+    return out_dir / state_name(rank)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -100,7 +101,7 @@ class ShardWriter:
                                    chain=self._chain)
                 if self.on_table is not None:
                     self.on_table(table)
-                final = self.out_dir / f"ops-rank{self.rank}-{self.num_shards:05d}.parquet"
+                final = self.out_dir / shard_name(self.rank, self.num_shards)
                 tmp = final.with_name(final.name + ".tmp")
                 pq.write_table(table, tmp, compression="zstd")
                 os.replace(tmp, final)

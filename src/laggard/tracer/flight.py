@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from laggard.errors import LaggardWarning
+from laggard.optable.tracedir import FLIGHT_DUMP_KEY, FLIGHT_REQUEST_FILE, flight_name
 
 ENV_BUFFER = "TORCH_FR_BUFFER_SIZE"
 ENV_BUFFER_OLD = "TORCH_NCCL_TRACE_BUFFER_SIZE"
-DUMP_KEY = "laggard"  # the extra key of a laggard-written dump (torch's readers ignore it)
+DUMP_KEY = FLIGHT_DUMP_KEY  # the extra key of a laggard-written dump (torch's readers ignore it)
 DUMP_FORMAT = 1
-REQUEST_FILE = "flight-dump-request"
+REQUEST_FILE = FLIGHT_REQUEST_FILE
 _COLLECTIVES = {"all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                 "reduce_scatter_tensor", "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                 "barrier", "all_gather_object", "broadcast_object_list", "monitored_barrier"}
@@ -178,7 +179,7 @@ class FlightDumper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.num_dumps = 0
-        self.path = self.out_dir / f"flight-rank{self.rank}.{'json' if self.config.fmt == 'json' else 'pkl'}"
+        self.path = self.out_dir / flight_name(self.rank, self.config.fmt)
 
     def dump(self, reason: str = "request") -> Path | None:
         """Write the buffer now; None (with one warning) when it cannot be read or written."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from laggard.errors import LaggardError, LaggardWarning
+from laggard.optable.tracedir import FLIGHT_REQUEST_FILE, SPOOL_DIR
 
 _MAX_QUEUE = 64  # batches in memory before new ones go straight to the spool (a page is <= 8192 ops)
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0)  # retry delays while the collector is down
@@ -215,11 +216,9 @@ class MonitorStream:
         self.dump_request_seen = req
         if not new:
             return
-        from laggard.tracer.flight import REQUEST_FILE
-
         self.num_dump_requests += 1
         try:
-            (self.spool_dir.parent / REQUEST_FILE).touch()
+            (self.spool_dir.parent / FLIGHT_REQUEST_FILE).touch()
         except OSError:
             pass
 
@@ -227,7 +226,7 @@ class MonitorStream:
 def attach(writer: Any, url: str, token: str | None, *, job_id: str, rank: int, meta: dict[str, Any],
            trace_dir: Path) -> MonitorStream:
     """Stream every page the shard writer builds (the tracer's hook)."""
-    stream = MonitorStream(url, token, job_id=job_id, rank=rank, meta=meta, spool_dir=trace_dir / "monitor-spool")
+    stream = MonitorStream(url, token, job_id=job_id, rank=rank, meta=meta, spool_dir=trace_dir / SPOOL_DIR)
     writer.on_table = stream.submit
     return stream
 

@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from laggard.engine.baseline import Baseline, prepare
+from laggard.engine.replay import replay_steps
+from laggard.engine.spikes import group_mean
 from laggard.errors import LaggardError
 from laggard.optable.ops import Job
-from laggard.engine.replay import replay_steps
-from laggard.engine.baseline import Baseline, prepare
 from laggard.results.diagnosis import finite as _num
 
 _SELECTOR = re.compile(r"^(?P<key>[a-z_]+)(?P<neg>!?)=(?P<val>.+)$")
@@ -199,7 +200,7 @@ def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np
         elif c.action == "scale":
             w[mask] = w[mask] * c.factor
         elif c.action == "peer":
-            ref, ok = _group_mean(w, ~peers, [base.name_code, base.pp_rank])
+            ref, ok = group_mean(w, ~peers, [base.name_code, base.pp_rank])
             sel = mask & ok
             w[sel] = ref[sel]
         elif c.action == "even":
@@ -207,7 +208,7 @@ def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np
             # the mean, and its excess kept (without a partner, a long microbatch looks the same)
             # (judged on the measured times: an earlier --even may have evened out the backward)
             hit, expect = _spikes_of(base, base.measured, mask, paired_only=True)
-            ref, ok = _group_mean(w, mask & ~hit, [base.graph.op_step, base.pp_rank, base.name_code])
+            ref, ok = group_mean(w, mask & ~hit, [base.graph.op_step, base.pp_rank, base.name_code])
             sel = mask & ok
             w[sel] = ref[sel] + np.where(hit[sel], np.maximum(w[sel] - expect[sel], 0.0), 0.0)  # (0 once despiked)
         else:  # despike
@@ -230,18 +231,6 @@ def _spikes_of(base: Baseline, w: np.ndarray, mask: np.ndarray, *,
     if paired_only:
         mask = mask & (partner >= 0)
     return spikes(w, key, mask, partner=partner)
-
-
-def _group_mean(w: np.ndarray, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean of ``w`` over ``mask_ref`` per key tuple, for every op; and whether its key has any."""
-    key = np.zeros(len(w), dtype=np.int64)
-    for k in keys:
-        k = k.astype(np.int64)
-        key = key * (int(k.max()) + 2) + (k + 1)
-    uniq, inv = np.unique(key, return_inverse=True)
-    sums = np.bincount(inv, weights=np.where(mask_ref, w, 0.0), minlength=len(uniq))
-    cnt = np.bincount(inv, weights=mask_ref.astype(float), minlength=len(uniq))
-    return (sums / np.maximum(cnt, 1))[inv], (cnt > 0)[inv]
 
 
 def custom_whatif(job: Job, changes: list[Change], *, gap_share: float | None = None) -> WhatIfResult:
