@@ -72,8 +72,8 @@ def _ar_figures() -> list[dict]:
             assert p.returncode == 0, p.stderr
     ours = statistics.median(times)
 
-    from laggard.io import load_job
     from laggard.engine.baseline import prepare
+    from laggard.io import load_job
 
     base = prepare(load_job(AR))
     dps, stages = np.unique(base.dp_rank), np.unique(base.pp_rank)

@@ -30,8 +30,8 @@ def _analyse(path: Path):  # noqa: ANN202
 
 
 def _cpu_runs() -> list[dict]:
-    from laggard.groundtruth.inject import parse_injections
     from laggard.demo.launch import JobConfig, run_job
+    from laggard.groundtruth.inject import parse_injections
 
     rows = []
     for i in range(RUNS):

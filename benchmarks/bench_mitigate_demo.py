@@ -34,8 +34,8 @@ HEAVY_SPEC, HEAVY_LAYERS = "heavy-last-stage:factor=4", 6
 
 
 def _cfg(trace: Path, spec: str, **kw: Any):  # noqa: ANN202
-    from laggard.groundtruth.inject import parse_injections
     from laggard.demo.launch import JobConfig
+    from laggard.groundtruth.inject import parse_injections
 
     # dp 1 x pp 2: one core per rank on this 2-core machine (4 ranks on 2 cores hide what a fix moves)
     kw = {"dp": 1, "pp": 2, **kw}
@@ -107,8 +107,8 @@ def _figure(name: str, before: Any, after: Any, predicted: float | None, detail:
 
 
 def run() -> list[dict]:
-    from laggard.io import load_job
     from laggard.demo.launch import run_jobs
+    from laggard.io import load_job
 
     with tempfile.TemporaryDirectory(prefix="bench-mitigate-demo-") as tmp:
         base = Path(tmp)

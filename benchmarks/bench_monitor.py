@@ -70,8 +70,8 @@ def generator(url: str, ranks: list[int], duration_s: float, threads: int, out: 
 
     import pyarrow as pa
 
-    from laggard.wire.client import Client
     from laggard.wire.batch import encode_batch
+    from laggard.wire.client import Client
 
     meta = meta_json()
     bases = {r: rank_table(r, 0, STEPS_PER_BATCH) for r in ranks}
@@ -150,9 +150,9 @@ def _ingest(tmp: Path) -> dict:
 def _in_process(tmp: Path) -> dict:
     """Baseline: the same batches through Collector.ingest, no HTTP; and one 1,024-worker window refresh."""
     from laggard.monitor.config import MonitorConfig
-    from laggard.wire.batch import encode_batch
     from laggard.monitor.service import Collector
     from laggard.monitor.store import Store
+    from laggard.wire.batch import encode_batch
 
     meta = meta_json()
     col = Collector(Store(tmp / "inproc.db"), MonitorConfig())

@@ -41,8 +41,8 @@ CACHE = Path(os.environ.get("LAGGARD_MIX_CACHE", "/tmp/laggard-mix-cache"))
 
 
 def _truth(seed: int, idx: int, sc: MixScenario):
-    from laggard.groundtruth.dessim import simulate_with_truth
     from laggard.diagnose import DiagnoseConfig
+    from laggard.groundtruth.dessim import simulate_with_truth
 
     key = hashlib.sha1(repr((sc.cfg, [c.spec() for c in sc.causes])).encode()).hexdigest()[:12]
     path = CACHE / f"s{seed}-{idx}-{key}.pkl"
@@ -59,8 +59,8 @@ def _truth(seed: int, idx: int, sc: MixScenario):
 def one(args: tuple[int, int, MixScenario, bool]) -> tuple[int, MixOutcome, str]:
     """Diagnose one job (its truth from the cache); returns (index, outcome, a report when wrong)."""
     from laggard.analysis.pipeline import analyze
-    from laggard.groundtruth.dessim import to_job
     from laggard.diagnose import DiagnoseConfig, diagnose
+    from laggard.groundtruth.dessim import to_job
 
     seed, idx, sc, verbose = args
     truth = _truth(seed, idx, sc)

@@ -445,8 +445,8 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
 if __name__ == "__main__":
     import argparse
 
-    from laggard.groundtruth.inject import parse_injections
     from laggard.demo.launch import JobConfig, run_job
+    from laggard.groundtruth.inject import parse_injections
 
     ap = argparse.ArgumentParser(description="Train the demo GPT on dp x pp CPU processes, traced.")
     ap.add_argument("--dp", type=int, default=2)

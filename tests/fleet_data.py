@@ -27,9 +27,9 @@ SIZES = ((2, 2), (4, 2), (2, 4), (8, 2), (4, 4))  # (dp, pp)
 def make_synthetic(root: Path, num_jobs: int, *, seed: int = 0, steps: tuple[int, int] = (4, 6)) -> dict[str, str]:
     """``num_jobs`` native jobs under ``root``; returns job dir -> expected top cause ('healthy' if clean)."""
     from laggard.groundtruth.inject import parse_injection
+    from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
     from laggard.optable.ops import write_native
     from laggard.report.jsonout import dump_json
-    from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
 
     rng = np.random.default_rng(seed)
     truth: dict[str, str] = {}
@@ -61,8 +61,8 @@ def make_broken(root: Path, nd_dir: Path, kineto_dir: Path) -> dict[str, str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from laggard.optable.ops import write_native
     from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
+    from laggard.optable.ops import write_native
 
     out: dict[str, str] = {}
     good = synthesize_with_truth(SynthConfig(dp=2, pp=2, microbatches=4, steps=4, seed=7), []).job

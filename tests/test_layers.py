@@ -15,10 +15,9 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "laggard"
 
-# below every layer (layer -1): the exceptions and input checks, and process start-up; util imports them too
-BOTTOM = {"errors", "startup"}
 # lowest first; "laggard" is the public facade (laggard/__init__.py)
 LAYERS: list[set[str]] = [
+    {"errors", "startup"},  # the exceptions and input checks; process start-up
     {"util"},  # lazy exports, moved paths, the A-B,C range syntax (it raises errors.LaggardError)
     {"optable"},  # the op table: the one model
     {"io", "engine", "wire", "hang", "mitigate"},  # importers; replay engine; what travels to the collector
@@ -38,8 +37,6 @@ LAYERS: list[set[str]] = [
 def layer_of(module: str) -> int:
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else "laggard"
-    if top in BOTTOM:
-        return -1
     for i, names in enumerate(LAYERS):
         if top in names:
             return i
@@ -171,7 +168,7 @@ def test_the_check_fails_on_a_wrong_import(tmp_path, wrong):
                             "report/__init__.py": "", "report/html.py": "", "diagnose/__init__.py": "",
                             "analysis/__init__.py": "", "analysis/pipeline.py": ""})
     bad = upward(imports(src))
-    assert len(bad) == 1 and bad[0].startswith("laggard.engine.graph (layer 2) imports"), bad
+    assert len(bad) == 1 and bad[0].startswith("laggard.engine.graph (layer 3) imports"), bad
 
 
 def test_the_check_finds_a_circle(tmp_path):
@@ -184,4 +181,4 @@ def test_the_check_finds_a_circle(tmp_path):
 def test_the_check_reads_relative_imports(tmp_path):
     src = _write(tmp_path, {"__init__.py": "", "engine/__init__.py": "", "report/__init__.py": "",
                             "report/html.py": "", "engine/graph.py": "from ..report import html\n"})
-    assert upward(imports(src)) == ["laggard.engine.graph (layer 2) imports laggard.report.html (layer 7)"]
+    assert upward(imports(src)) == ["laggard.engine.graph (layer 3) imports laggard.report.html (layer 8)"]

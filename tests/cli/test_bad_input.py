@@ -197,8 +197,8 @@ def test_wrong_flags(capsys):
 
 
 def test_native_missing_rank_is_reported(capsys, tmp_path):
-    from laggard.optable.ops import Job, write_native
     from laggard.groundtruth.synth import SynthConfig, synthesize
+    from laggard.optable.ops import Job, write_native
 
     job = synthesize(SynthConfig(dp=2, pp=2, steps=3))
     keep = job.column("rank") != 2

@@ -12,8 +12,8 @@ from tests.conftest import ND, run_cli
 
 @pytest.fixture(scope="module")
 def two_jobs(tmp_path_factory) -> Path:
-    from laggard.optable.ops import write_native
     from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
+    from laggard.optable.ops import write_native
 
     root = tmp_path_factory.mktemp("two")
     for i in range(2):

@@ -57,8 +57,8 @@ INPUT_PARAMS = {"path", "paths", "trace", "from_trace", "meta", "rank_map"}
 
 
 def _make_files(root: Path) -> dict[str, str]:
-    from laggard.optable.ops import write_native
     from laggard.groundtruth.synth import SynthConfig, synthesize
+    from laggard.optable.ops import write_native
 
     st_bytes = (ND / "trace-ST.parquet").read_bytes()
     (root / "dir").mkdir()

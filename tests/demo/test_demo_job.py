@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from laggard.demo.launch import JobConfig, run_jobs
 from laggard.groundtruth.inject import parse_injections
 from laggard.tracer import check_trace
-from laggard.demo.launch import JobConfig, run_jobs
 
 pytestmark = pytest.mark.timeout(300)
 

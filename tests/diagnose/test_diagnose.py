@@ -153,8 +153,8 @@ def _with_comm_tail(on_link: tuple[int, int] | None):
     import numpy as np
     import pyarrow as pa
 
-    from laggard.optable.ops import Job
     from laggard.groundtruth.synth import SynthConfig, synthesize
+    from laggard.optable.ops import Job
 
     job = synthesize(SynthConfig(dp=4, pp=2, microbatches=8, steps=8, seed=3))
     kinds, labels = job.codes("kind")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from laggard.groundtruth.inject import parse_injections
 from laggard.demo.launch import JobConfig, run_jobs
+from laggard.groundtruth.inject import parse_injections
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import laggard
-from laggard.groundtruth.dessim import SimConfig, parse_cause, simulate, simulate_with_truth, to_job
 from laggard.diagnose import DiagnoseConfig
+from laggard.groundtruth.dessim import SimConfig, parse_cause, simulate, simulate_with_truth, to_job
 
 
 def _diagnose(causes: list[str], dp: int = 8, pp: int = 4, **kw):

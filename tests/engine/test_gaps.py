@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from laggard.analysis.pipeline import analyze
-from laggard.errors import LaggardWarning
 from laggard.engine.gaps import GapConfig, insert_host_gaps
+from laggard.errors import LaggardWarning
 from laggard.optable.ops import Job
 from tests.conftest import job_from_rows, run_cli
 

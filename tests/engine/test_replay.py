@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from laggard.engine.graph import build_graph
-from laggard.optable.ops import Job, JobMeta, LaggardError, make_table
 from laggard.engine.replay import op_starts, replay
 from laggard.groundtruth.synth import SynthConfig, build_1f1b_template, schedule_1f1b, synthesize
+from laggard.optable.ops import Job, JobMeta, LaggardError, make_table
 
 
 def _job(rows: list[dict]) -> Job:
@@ -117,8 +117,8 @@ def test_synthetic_trace_replays_exactly():
 
 def test_dp_symmetry_reduction_is_exact():
     """Per-DP-rank what-ifs on the two-rank equivalent equal full replays."""
-    from laggard.engine.symmetry import reduce_dp
     from laggard.engine.baseline import prepare
+    from laggard.engine.symmetry import reduce_dp
     from laggard.whatif.core import by_dp_rank_step_times
 
     scale = None

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from laggard.analysis.pipeline import analyze
-from laggard.errors import LaggardWarning
-from laggard.engine.gaps import HOST_KIND
-from laggard.optable.ops import Job
-from laggard.engine.replay_chain import chained_wall_step_times, plan_chain
 from laggard.engine.baseline import Baseline, prepare
+from laggard.engine.gaps import HOST_KIND
+from laggard.engine.replay_chain import chained_wall_step_times, plan_chain
+from laggard.errors import LaggardWarning
+from laggard.optable.ops import Job
 from tests.conftest import job_from_rows
 
 DATA = Path(__file__).parents[1] / "data"

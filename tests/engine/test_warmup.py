@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from laggard.optable.ops import Job, write_native
 from laggard.groundtruth.synth import SynthConfig, synthesize
+from laggard.optable.ops import Job, write_native
 from tests.conftest import run_cli
 
 

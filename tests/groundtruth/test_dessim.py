@@ -9,9 +9,16 @@ import pytest
 
 import laggard
 from laggard.cli.base import main
-from laggard.groundtruth.dessim import SimConfig, parse_cause, simulate, simulate_with_truth, to_job, write_kineto
-from laggard.groundtruth.dessim.schedule import stage_order
 from laggard.errors import LaggardError
+from laggard.groundtruth.dessim import (
+    SimConfig,
+    parse_cause,
+    simulate,
+    simulate_with_truth,
+    to_job,
+    write_kineto,
+)
+from laggard.groundtruth.dessim.schedule import stage_order
 
 
 def test_schedule_runs_every_microbatch_once_forward_before_backward():

@@ -8,8 +8,8 @@ import pytest
 
 from laggard.analysis.pipeline import analyze
 from laggard.groundtruth.inject import parse_injection, parse_injections
-from laggard.optable.ops import LaggardError
 from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
+from laggard.optable.ops import LaggardError
 from tests.conftest import run_cli
 
 CFG = dict(dp=4, pp=4, microbatches=8, steps=6, seed=11)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from laggard.demo.launch import JobConfig, run_job
 from laggard.errors import LaggardError
 from laggard.groundtruth.inject import parse_injections
-from laggard.demo.launch import JobConfig, run_job
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.timeout(300)

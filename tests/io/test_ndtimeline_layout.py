@@ -8,8 +8,8 @@ import shutil
 import pytest
 import yaml
 
-from tests.conftest import ND, run_cli
 from tests.cli.test_bad_input import _one_line_error
+from tests.conftest import ND, run_cli
 
 
 def _variant(tmp_path, name: str, **changes) -> tuple:

@@ -16,11 +16,11 @@ import warnings
 import numpy as np
 import pytest
 
+from laggard.engine.baseline import prepare
 from laggard.errors import LaggardWarning
 from laggard.groundtruth.inject import parse_injection
-from laggard.io.ndtimeline.load import read_ndtimeline
 from laggard.groundtruth.synth import SynthConfig, synthesize
-from laggard.engine.baseline import prepare
+from laggard.io.ndtimeline.load import read_ndtimeline
 from laggard.whatif.core import DP_REDUCTION_MIN, analyze, by_dp_rank_step_times
 from tests.ndtimeline_convert import to_ndtimeline
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from laggard.groundtruth.inject import parse_injections
 from laggard.demo.launch import JobConfig, load_example, run_jobs
+from laggard.groundtruth.inject import parse_injections
 
 pytestmark = pytest.mark.timeout(90)
 

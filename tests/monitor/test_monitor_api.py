@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
-from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
-from laggard.monitor.push import step_batches  # noqa: E402
 from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
+from laggard.monitor.push import step_batches  # noqa: E402
+from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
 from tests.monitor_helpers import TOKEN, Postgres, Server  # noqa: E402
 
 STEPS = 8

@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("prometheus_client", reason="the monitor extra is not installed")
 
+from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
 from laggard.monitor.config import MonitorConfig  # noqa: E402
-from laggard.wire.batch import encode_batch  # noqa: E402
 from laggard.monitor.push import step_batches  # noqa: E402
 from laggard.monitor.service import Collector  # noqa: E402
 from laggard.monitor.store import BatchRow, Store  # noqa: E402
-from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
+from laggard.wire.batch import encode_batch  # noqa: E402
 
 NUM_THREADS = 8
 NUM_KEYS = 40

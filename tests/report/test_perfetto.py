@@ -11,8 +11,8 @@ import numpy as np
 import orjson
 import pytest
 
-from laggard.report.perfetto import trace_events, write_perfetto
 from laggard.optable.ops import LaggardError, LaggardWarning
+from laggard.report.perfetto import trace_events, write_perfetto
 from laggard.results.analysis import Analysis
 
 

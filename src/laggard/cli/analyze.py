@@ -37,8 +37,10 @@ def analyze(
 
         check_output(perfetto_beside(html_out), "--html (the Perfetto trace beside it)")
     job = load_trace(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
-    from laggard.analysis.pipeline import analyze as run_analysis  # after loading: see laggard.io.kineto.load.decode_all
     from laggard.analysis.config import AnalysisConfig
+    from laggard.analysis.pipeline import (
+        analyze as run_analysis,  # after loading: see laggard.io.kineto.load.decode_all
+    )
 
     result = run_analysis(job, config=AnalysisConfig(healthy_threshold=healthy_threshold, skip_steps=skip_steps))
     if json_out is not None:
@@ -127,9 +129,9 @@ def synth(
 ) -> None:
     """Write a synthetic 1F1B job with known injected stragglers (native trace + truth.json)."""
     from laggard.groundtruth.inject import parse_injections
+    from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
     from laggard.optable.ops import write_native
     from laggard.report.jsonout import dump_json
-    from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
 
     check_output(out, "--out", directory=True)
     injections = parse_injections(inject)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+
 import typer
 from click import exceptions as click_exc
 

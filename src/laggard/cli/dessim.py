@@ -24,8 +24,15 @@ def dessim(
                                         "real speed-up of fixing it (len(causes) + 2 runs)")] = True,
 ) -> None:
     """Simulate a DP x PP (x vpp) 1F1B job as discrete events (SimPy) and write its traces and ground truth."""
-    from laggard.groundtruth.dessim import SimConfig, parse_cause, simulate, simulate_with_truth, to_job, write_kineto
     from laggard.errors import check_output
+    from laggard.groundtruth.dessim import (
+        SimConfig,
+        parse_cause,
+        simulate,
+        simulate_with_truth,
+        to_job,
+        write_kineto,
+    )
     from laggard.optable.ops import write_native
     from laggard.report.jsonout import dump_json
 

@@ -32,12 +32,11 @@ def fleet(
         TimeRemainingColumn,
     )
 
+    from laggard.analysis.config import AnalysisConfig
     from laggard.fleet import FleetConfig, run_fleet
     from laggard.fleet.report import write_fleet_html
     from laggard.fleet.stats import fleet_stats
     from laggard.report.jsonout import dump_json
-
-    from laggard.analysis.config import AnalysisConfig
 
     cfg = FleetConfig(analysis=AnalysisConfig(healthy_threshold=healthy_threshold))
     console = Console(stderr=True, highlight=False)

@@ -222,8 +222,8 @@ def replay_scaled(job: Job, factors: np.ndarray) -> tuple[float, float]:
     """Measured and what-if mean step time (s) when each stage's per-microbatch compute is scaled."""
     import numpy as np
 
-    from laggard.engine.replay import replay_steps
     from laggard.engine.baseline import prepare
+    from laggard.engine.replay import replay_steps
 
     base = prepare(job)
     sel = _compute_ops(base.job) & (base.job.column("microbatch") >= 0)

@@ -77,9 +77,9 @@ def push(
     """Stream an existing trace into a collector as if the job were running now."""
     from laggard.errors import LaggardError
     from laggard.io import load_job
-    from laggard.wire.client import Client, CollectorDown
-    from laggard.wire.batch import valid_job_id
     from laggard.monitor.push import push_job
+    from laggard.wire.batch import valid_job_id
+    from laggard.wire.client import Client, CollectorDown
 
     if not (speed == 0 or MIN_SPEED <= speed < float("inf")):
         raise LaggardError(f"--speed must be 0 (as fast as possible) or a finite number >= {MIN_SPEED:g} (got {speed})")

@@ -57,10 +57,10 @@ def analyse_and_report(trace: Path, out_dir: Path) -> tuple[Analysis, dict[str, 
     """Analyse a trace (warning about missing ranks and lost tails) and write JSON, HTML, Perfetto."""
     from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
-    from laggard.report.perfetto import write_perfetto
+    from laggard.optable.tracedir import warn_trace
     from laggard.report.html import write_report
     from laggard.report.jsonout import dump_json
-    from laggard.optable.tracedir import warn_trace
+    from laggard.report.perfetto import write_perfetto
 
     trace_warnings = warn_trace(trace)
     result = analyze(load_job(trace))

@@ -23,9 +23,9 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.findings import Candidate
-from laggard.results.diagnosis import Diagnosis, Finding
-from laggard.errors import LaggardError
 from laggard.engine.replay import replay_steps
+from laggard.errors import LaggardError
+from laggard.results.diagnosis import Diagnosis, Finding
 
 _BATCH = 32  # subsets replayed per pass (weights: ops x 32 float64)
 
@@ -156,7 +156,7 @@ def _diagnosis(ctx: Ctx, cfg: DiagnoseConfig, findings: list[Finding], *, t_all:
     t_fixed = ctx.T_meas - removed
     d = Diagnosis(
         verdict="straggling",
-        threshold=cfg.threshold,
+        threshold=cfg.healthy_threshold,
         findings=ranked(findings, cfg),
         combined_share=combined,
         combined_gain=ctx.T_meas / t_fixed if t_fixed > 0 else float("inf"),

@@ -10,6 +10,7 @@ import numpy as np
 from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
 
+
 @dataclass(kw_only=True, slots=True)
 class Candidate:
     """A nominated finding and its targeted what-if (``laggard.whatif.custom`` changes: only what it

@@ -8,9 +8,9 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate
-from laggard.results.diagnosis import Finding
-from laggard.optable.ops import is_gc_name
 from laggard.engine.spikes import SpikeConfig, spikes
+from laggard.optable.ops import is_gc_name
+from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
 
 

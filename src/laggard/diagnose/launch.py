@@ -15,8 +15,8 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate
-from laggard.results.diagnosis import Finding
 from laggard.engine.gaps import HOST_KIND
+from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
 
 
@@ -32,7 +32,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     idle = gaps.idle_s / max(gaps.num_steps, 1)
     idle_med = float(np.median(idle)) if len(idle) else 0.0
     everywhere = idle_med >= cfg.launch_idle_share * ctx.T_ideal
-    if fidelity >= cfg.threshold or everywhere:
+    if fidelity >= cfg.healthy_threshold or everywhere:
         out.append(_unmodelled(ctx, fidelity, idle_med if everywhere else 0.0, hot))
     return out
 

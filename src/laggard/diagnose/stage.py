@@ -17,7 +17,7 @@ def hot_workers(ctx: Ctx, cfg: DiagnoseConfig) -> set[int]:
     """Workers whose S_w excess is at least ``hot_of_top`` of the top one (none on a flat heatmap)."""
     excess = {w["rank"]: w["slowdown"] - 1.0 for w in ctx.res.by_worker}
     top = max(excess.values())
-    if top < (cfg.threshold - 1.0) * 0.5:
+    if top < (cfg.healthy_threshold - 1.0) * 0.5:
         return set()
     return {r for r, e in excess.items() if e >= cfg.hot_of_top * top}
 

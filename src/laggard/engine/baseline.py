@@ -9,7 +9,6 @@ transfer) of an op type, pooled over all workers, steps and microbatches; traced
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +17,7 @@ from laggard.engine.gaps import HOST_KIND, GapConfig, GapSummary, host_attributi
 from laggard.engine.graph import Graph, build_graph, group_sizes_check
 from laggard.engine.replay import replay_steps, wall_step_times
 from laggard.errors import GraphCycleError
-from laggard.optable.ops import COMM_KINDS, Job, LaggardError, LaggardWarning, is_gc_name
+from laggard.optable.ops import COMM_KINDS, Job, LaggardError, is_gc_name
 
 _NS = 1e-9
 

@@ -19,7 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from laggard.errors import GraphCycleError
-from laggard.optable.ops import Job, LaggardError, LaggardWarning, fits_table, to_numpy, unique_inverse, valid_mask
+from laggard.optable.ops import (
+    Job,
+    LaggardError,
+    LaggardWarning,
+    fits_table,
+    to_numpy,
+    unique_inverse,
+    valid_mask,
+)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from laggard.engine.graph import Graph
-from laggard.optable.ops import unique_inverse
 from laggard.engine.replay import replay_nodes, wall_step_times
+from laggard.optable.ops import unique_inverse
 
 # Floors that moved by less than this between passes have converged: 1 ns is below the clock
 # resolution of every trace format laggard reads, and float rounding of second-scale sums is ~1e-15 s.

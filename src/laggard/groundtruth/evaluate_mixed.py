@@ -144,7 +144,7 @@ def required(truth: SimTruth, ct: CauseTruth) -> bool:
     from laggard.diagnose import DiagnoseConfig
 
     floor = DiagnoseConfig()
-    return truth.slowdown >= floor.threshold and ct.effect_share >= floor.min_share
+    return truth.slowdown >= floor.healthy_threshold and ct.effect_share >= floor.min_share
 
 
 def score_job(truth: SimTruth, d: Diagnosis) -> JobScore:

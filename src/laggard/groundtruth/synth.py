@@ -13,8 +13,8 @@ import numpy as np
 
 from laggard.errors import check_job_size, check_seed
 from laggard.groundtruth.inject import Injection
-from laggard.optable.template import Template, template_columns
 from laggard.optable.ops import Job, JobMeta, LaggardError, make_table
+from laggard.optable.template import Template, template_columns
 
 # op type -> (kind, stream, mean duration in ms at the default scale)
 OP_COSTS_MS: dict[str, tuple[str, str, float]] = {

@@ -14,12 +14,12 @@ analysis stack), so a training loop can use it without loading pyarrow or the re
 
 from __future__ import annotations
 
-from laggard.util.lazy import lazy_exports
 from laggard.mitigate.balance import Plan, WLBPacker, balance, imbalance
 from laggard.mitigate.cost import CostFit, CostModel, fit_cost
 from laggard.mitigate.cp import AttentionCostModel, CPShard, cp_shard
 from laggard.mitigate.gc import PlannedGC
 from laggard.mitigate.partition import StageSplit, megatron_layout, partition_stages, split_stages
+from laggard.util.lazy import lazy_exports
 
 __all__ = [
     "AttentionCostModel", "BalancedBatchSampler", "CPShard", "CostFit", "CostModel", "Plan", "PlannedGC",

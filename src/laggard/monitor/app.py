@@ -21,8 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from laggard.errors import LaggardError
 from laggard.monitor import auth
-from laggard.wire.batch import BadBatch
 from laggard.monitor.service import Collector, UnknownJob
+from laggard.wire.batch import BadBatch
 
 COOKIE = "laggard_token"
 

@@ -19,12 +19,12 @@ import pyarrow as pa
 
 from laggard.monitor.alerts import Rule, RuleState, default_rules, evaluate_window
 from laggard.monitor.config import MonitorConfig
-from laggard.wire.batch import encode_batch
 from laggard.monitor.push import step_batches
 from laggard.monitor.service import Collector
 from laggard.monitor.store import Store
 from laggard.monitor.window import JobWindow, analyse_window, load_ratios
 from laggard.optable.ops import Job, to_numpy
+from laggard.wire.batch import encode_batch
 
 
 @dataclass(kw_only=True, slots=True)

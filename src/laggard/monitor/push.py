@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from laggard.wire.client import Client
-from laggard.wire.batch import encode_batch
 from laggard.optable.ops import Job, to_numpy
+from laggard.wire.batch import encode_batch
+from laggard.wire.client import Client
 
 
 @dataclass(kw_only=True, slots=True)

@@ -23,11 +23,11 @@ from laggard.monitor.alerts import (
 )
 from laggard.monitor.analyser import AnalysisProcess, analyse
 from laggard.monitor.config import MonitorConfig
-from laggard.wire.batch import Batch, decode_batch
 from laggard.monitor.metrics import Metrics
 from laggard.monitor.store import BatchRow, Store
 from laggard.monitor.window import JobWindow
 from laggard.optable.ops import JobMeta
+from laggard.wire.batch import Batch, decode_batch
 
 log = logging.getLogger("laggard.monitor")
 

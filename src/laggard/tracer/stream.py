@@ -37,8 +37,8 @@ _IDLE_POLL_S = 5.0
 class MonitorStream:
     def __init__(self, url: str, token: str | None, *, job_id: str, rank: int, meta: dict[str, Any],
                  spool_dir: Path) -> None:
-        from laggard.wire.client import Client
         from laggard.wire.batch import valid_job_id
+        from laggard.wire.client import Client
 
         self.job_id = valid_job_id(job_id)
         self.rank = rank

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import simpy
 
+from laggard.errors import LaggardError, check_job_size, check_seed
 from laggard.groundtruth.dessim.causes import Cause
 from laggard.groundtruth.dessim.schedule import Item, stage_order
-from laggard.errors import LaggardError, check_job_size, check_seed
 
 # op name -> (kind, stream, mean cost in ms at vpp=1); compute costs are per microbatch and stage
 COSTS_MS: dict[str, tuple[str, str, float]] = {

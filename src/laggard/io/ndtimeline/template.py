@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from laggard.optable.template import Template
 from laggard.optable.ops import LaggardError
+from laggard.optable.template import Template
 
 FWD, BWD = "forward-compute", "backward-compute"
 AG, RS, SEP = "params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce"
