@@ -41,7 +41,9 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     d = json.loads(out.read_text())
     assert d["verdict"] == "straggling" and d["healthy_threshold"] == 1.05
     f = d["findings"][0]
-    assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix", "whatif"}
+    assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix", "whatif",
+                      "confidence", "hidden"}
+    assert (f["confidence"], f["hidden"]) == ("high", False)
     assert set(d["combined"]) == {"share", "gain", "interaction", "unexplained", "unexplained_by"}
     # a threshold above the job's slowdown calls it healthy, with no findings
     assert run_cli("analyze", ND / "trace-ST.parquet", "--json", out, "-q", "--healthy-threshold", "1.5") == 0

@@ -18,7 +18,8 @@ from laggard.util.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     **dict.fromkeys(("DiagnoseConfig", "HEALTHY_THRESHOLD"), "laggard.diagnose.config"),
     "DEFAULT_THRESHOLD": "laggard.diagnose.config",
-    **dict.fromkeys(("candidates", "diagnose", "too_little"), "laggard.diagnose.run"),
+    "candidates": "laggard.diagnose.nominate",
+    **dict.fromkeys(("cannot_judge", "diagnose", "too_little"), "laggard.diagnose.run"),
     "ranked": "laggard.diagnose.explain",
     "Candidate": "laggard.diagnose.findings",
     **dict.fromkeys(("Diagnosis", "Finding"), "laggard.results.diagnosis"),

@@ -26,6 +26,23 @@ class DiagnoseConfig:
     unexplained_floor: float = 0.15  # say "unexplained: X%" when the findings leave more than this
     row_tie: float = 0.05  # a stage goes before a worker of it that explains at most this much more
 
+    # -- what the replay can judge (else the verdict is "cannot judge", with the reason)
+    # S below this: the all-ideal replay is >5% slower than the measured one. Pooled means move S by
+    # ~1-3% either way on clean jobs; more means the graph lacks the job's dependencies (a real dp1 x pp4
+    # gloo job whose transfers stayed unmatched read S = 0.78 and was called healthy)
+    min_judged_slowdown: float = 0.95
+    # replay fidelity (wall clock / replay of the steps back to back) below this: the replay takes >10%
+    # longer than the job did, so it invents waits the job did not have (the fleet rejects such rows too)
+    min_judged_fidelity: float = 0.9
+    # point-to-point transfers with no partner on another rank (beyond zero-length ones, which Megatron
+    # records at the ends of a virtual pipeline): above this share of the transfers, the pipeline's
+    # dependencies are missing from the replay
+    max_unmatched_p2p: float = 0.05
+    # -- hidden stragglers: when the findings leave more than ``unexplained_floor`` unexplained, the
+    # detectors run again on the job with the found causes fixed (a weaker straggler behind a stronger
+    # one: a 1.25x worker next to a 1.6x one on a shared stage is within the noise of the first pass)
+    hidden_passes: int = 1
+
     # -- enough to judge
     min_workers: int = 2  # one worker has nobody to wait for: its slow ops are speed, not straggling
     min_steps: int = 3  # fewer steady steps cannot tell a slow worker from a one-off stall

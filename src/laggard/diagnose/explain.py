@@ -30,7 +30,8 @@ from laggard.results.diagnosis import Diagnosis, Finding
 _BATCH = 32  # subsets replayed per pass (weights: ops x 32 float64)
 
 
-def _replay(ctx: Ctx, weights: list[np.ndarray]) -> np.ndarray:
+def replay_mean(ctx: Ctx, weights: list[np.ndarray]) -> np.ndarray:
+    """Mean step time of the job replayed with each of ``weights``."""
     out = np.empty(len(weights))
     for i in range(0, len(weights), _BATCH):
         w = np.stack(weights[i : i + _BATCH], axis=1)
@@ -59,7 +60,7 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     rep = [c for c in cands if c.weights is not None]
     launch = [c for c in cands if c.weights is None]
     if rep:
-        t_alone = _replay(ctx, [c.weights for c in rep])  # type: ignore[misc]
+        t_alone = replay_mean(ctx, [c.weights for c in rep])  # type: ignore[misc]
         for c, t in zip(rep, t_alone.tolist(), strict=True):
             # a fix can beat the pooled ideal (it removes the cause from the ideal too): cap at 1
             c.finding.score = min((T - t) / gap, 1.0)
@@ -70,12 +71,12 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
         best = sorted((c.finding for c in cands if c.finding.score >= cfg.min_share), key=lambda f: (-f.score, -f.gain))[:1]
         for f in best:
             f.share = f.score
-        return _diagnosis(ctx, cfg, best, t_all=T - (best[0].score * gap if best and not _own_model(best[0]) else 0.0))
+        return diagnosis_of(ctx, cfg, best, t_all=T - (best[0].score * gap if best and not _own_model(best[0]) else 0.0))
     # the strongest by their own score when there are too many for 2^n replays
     players = sorted(rep, key=lambda c: -c.finding.score)[: cfg.max_joint]
     n = len(players)
-    subsets = [_joint(ctx, [players[i] for i in range(n) if mask >> i & 1]) for mask in range(1, 1 << n)]
-    t_sub = _replay(ctx, subsets) if n else np.zeros(0)
+    subsets = [joint(ctx, [players[i] for i in range(n) if mask >> i & 1]) for mask in range(1, 1 << n)]
+    t_sub = replay_mean(ctx, subsets) if n else np.zeros(0)
     t = np.concatenate([[T], t_sub])
     v = (T - t) / gap
     alive = list(range(n))
@@ -93,7 +94,7 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
         found.append(players[i].finding)
     with_launch = [c.finding for c in launch if c.finding.share >= cfg.min_share]
     full = sum(1 << i for i in alive)
-    return _diagnosis(ctx, cfg, found + with_launch, t_all=float(t[full]))
+    return diagnosis_of(ctx, cfg, found + with_launch, t_all=float(t[full]))
 
 
 # the order in which the changes of several fixes apply: stalls out first (an --even or --scale of
@@ -102,7 +103,7 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
 _ACTION_ORDER = {"despike": 0, "even": 1, "scale": 2, "peer": 3, "fix": 4, "zero": 5}
 
 
-def _joint(ctx: Ctx, fixes: list[Candidate]) -> np.ndarray:
+def joint(ctx: Ctx, fixes: list[Candidate]) -> np.ndarray:
     """The measured durations with every change of ``fixes`` applied, as ``laggard whatif`` with all
     their flags would, in ``_ACTION_ORDER``: a stage fix scales its row to the other stages' level
     and a worker fix of that row then sets the worker to its rescaled peers; a balance of the
@@ -148,7 +149,7 @@ def _own_model(f: Finding) -> bool:
     return f.whatif[:1] == ["--gap-share"]
 
 
-def _diagnosis(ctx: Ctx, cfg: DiagnoseConfig, findings: list[Finding], *, t_all: float) -> Diagnosis:
+def diagnosis_of(ctx: Ctx, cfg: DiagnoseConfig, findings: list[Finding], *, t_all: float) -> Diagnosis:
     gap = ctx.gap
     # the launch-delay finding on many small gaps removes its own share of the gap (score_alone)
     removed = ctx.T - t_all + sum(f.score * gap for f in findings if _own_model(f))

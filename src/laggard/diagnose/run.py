@@ -5,26 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from laggard.diagnose import comm, gc, launch, sequence, stage, worker
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
-from laggard.diagnose.explain import attribute
-from laggard.diagnose.findings import Candidate
+from laggard.diagnose.explain import attribute, diagnosis_of
+from laggard.diagnose.fallback import fallback
+from laggard.diagnose.hidden import hidden_candidates
+from laggard.diagnose.nominate import candidates
 from laggard.results.diagnosis import Diagnosis
 
 if TYPE_CHECKING:
     from laggard.results.analysis import Analysis
-
-
-def candidates(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
-    """Every detector's nominees (not yet scored)."""
-    loads = ctx.worker_loads()
-    load = {int(r): float(x) for r, x in zip(ctx.ranks, loads, strict=True)}
-    slow = worker.slow_workers(ctx, cfg, load)
-    out = stage.detect(ctx, cfg, load, slow) + worker.detect(ctx, cfg, load, slow) + sequence.detect(ctx, cfg, slow)
-    for det in (gc.detect, comm.detect, launch.detect):
-        out += det(ctx, cfg)
-    return out
 
 
 def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseConfig | None = None) -> Diagnosis:
@@ -39,10 +29,57 @@ def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseC
     if reason:
         return Diagnosis(verdict="not enough to judge", threshold=cfg.threshold, findings=[], reason=reason)
     ctx = Ctx(res)
+    why = cannot_judge(ctx, cfg)
+    if why:
+        return Diagnosis(verdict="cannot judge", threshold=cfg.threshold, findings=[], reason=why)
     total = ctx.T_meas / ctx.T_ideal if ctx.T_ideal > 0 else 1.0
     if max(res.slowdown, res.replay_fidelity, total) < cfg.threshold or ctx.gap <= 0:
         return Diagnosis(verdict="healthy", threshold=cfg.threshold, findings=[])
-    return attribute(ctx, candidates(ctx, cfg), cfg)
+    cands = candidates(ctx, cfg)
+    d = attribute(ctx, cands, cfg)
+    for _ in range(cfg.hidden_passes):
+        if not d.findings or d.unexplained <= cfg.unexplained_floor:
+            break
+        found = [c for c in cands if c.finding in d.findings]
+        more = hidden_candidates(ctx, cands, found, cfg)
+        if not more:
+            break
+        cands = cands + more
+        d = attribute(ctx, cands, cfg)
+    if not d.findings:  # never silent: the largest carrier of the residual, at low confidence
+        extra = fallback(ctx, cfg)
+        if extra is not None:
+            d = diagnosis_of(ctx, cfg, [extra.finding], t_all=ctx.T - extra.finding.score * ctx.gap)
+    return d
+
+
+def cannot_judge(ctx: Ctx, cfg: DiagnoseConfig) -> str:
+    """Why the replay cannot judge this job's slowdown (empty when it can): its dependencies are not
+    modelled, so S and every attribution would be wrong, whichever way."""
+    import numpy as np
+
+    base, res = ctx.base, ctx.res
+    p2p = np.isin(ctx.kind, ["p2p_send", "p2p_recv"]) & (base.measured > 0)
+    if p2p.any():
+        g = base.graph
+        sizes = np.diff(g.group_ptr)
+        members = np.where(g.op_group >= 0, sizes[np.maximum(g.op_group, 0)], 0)
+        alone = p2p & (members < 2)
+        if alone.sum() > cfg.max_unmatched_p2p * p2p.sum():
+            ranks = np.unique(ctx.rank[alone])
+            return (f"{int(alone.sum())} of {int(p2p.sum())} point-to-point transfers have no partner on another rank "
+                    f"(ranks {', '.join(map(str, ranks[:8].tolist()))}{' ...' if len(ranks) > 8 else ''}), so the "
+                    "pipeline's dependencies are missing from the replay; give the layout (--layout dp=D,pp=P) or "
+                    "trace with the Tracer, which records peers")
+    if res.slowdown < cfg.min_judged_slowdown:
+        return (f"the replay with ideal durations is slower than with the measured ones (S = {res.slowdown:.3f} < "
+                f"{cfg.min_judged_slowdown:g}): the graph lacks dependencies the job has (e.g. a layout read as "
+                "independent ranks), so its slowdown cannot be judged")
+    if res.replay_fidelity < cfg.min_judged_fidelity:
+        return (f"the replay of the measured job takes longer than the job did (replay fidelity "
+                f"{res.replay_fidelity:.3f} < {cfg.min_judged_fidelity:g}): it waits where the job did not, so its "
+                "what-ifs cannot be trusted")
+    return ""
 
 
 def too_little(res: Analysis, cfg: DiagnoseConfig) -> str:
@@ -56,4 +93,4 @@ def too_little(res: Analysis, cfg: DiagnoseConfig) -> str:
     return ""
 
 
-__all__ = ["candidates", "diagnose", "too_little"]
+__all__ = ["candidates", "cannot_judge", "diagnose", "too_little"]

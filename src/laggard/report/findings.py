@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from laggard.results.analysis import Analysis
+    from laggard.results.diagnosis import Finding
 
 PATTERN = {
     "worker": "one hot cell in the DP x PP heatmap",
@@ -19,6 +20,7 @@ PATTERN = {
     "gc": "rare forward-only stalls on different ranks at different steps",
     "comm": "slow transfers on one link or group",
     "launch-delay": "measured steps longer than the replay (untraced gaps)",
+    "unexplained": "no known cause's pattern: the largest carrier of the slowdown",
 }
 
 
@@ -58,6 +60,17 @@ def command_lines(command: str, width: int = 80, indent: int = 4) -> list[str]:
     return [ln + " \\" for ln in lines[:-1]] + lines[-1:]
 
 
+def _qualifier(f: Finding) -> str:
+    """What the reader must know before acting on a finding: a guess (low confidence), or a cause that
+    other findings hid (named once they are fixed)."""
+    out = ""
+    if f.confidence != "high":
+        out += f" ({f.confidence} confidence: no known cause's signature fits)"
+    if f.hidden:
+        out += " (hidden behind the findings above: it shows once they are fixed)"
+    return out
+
+
 def print_findings(res: Analysis, console: Console) -> None:
     """The verdict, a table of findings that fits the console, then each finding's command on lines of
     their own (continued with backslashes, so they stay runnable when copied)."""
@@ -70,7 +83,7 @@ def print_findings(res: Analysis, console: Console) -> None:
         console.print(f"[green bold]verdict: healthy[/] (slowdown below {d.threshold:g}); no findings")
         return
     if d.reason:
-        console.print(f"[yellow bold]verdict: not enough to judge[/] ({d.reason}); no findings", highlight=False)
+        console.print(f"[yellow bold]verdict: {d.verdict}[/] ({d.reason}); no findings", highlight=False)
         return
     console.print("[red bold]verdict: straggling[/]")
     t = Table(show_edge=False, pad_edge=False, expand=False, show_lines=True, highlight=False)
@@ -82,6 +95,7 @@ def print_findings(res: Analysis, console: Console) -> None:
         where = _where(f)
         text = Text()
         text.append(f.cause, style="bold")
+        text.append(_qualifier(f))
         text.append((f": {where}" if where else "") + f"\nevidence: {f.evidence}\nfix: {f.fix_text}")
         t.add_row(str(i), text, f"{100 * f.share:.0f}%\n({100 * f.score:.0f}% alone)", f"{f.gain:.2f}x\nfaster")
     console.print(t)
@@ -111,7 +125,7 @@ def findings_html(res: Analysis) -> str | None:
         body = f'<p class="lead">Healthy: the straggler slowdown is below {d.threshold:g}; nothing to fix.</p>'
         return section("Diagnosis", body, id="findings")
     if d.reason:
-        body = f'<p class="lead">Not enough to judge: {escape(d.reason)}. No findings.</p>'
+        body = f'<p class="lead">{escape(d.verdict.capitalize())}: {escape(d.reason)}. No findings.</p>'
         return section("Diagnosis", body, id="findings")
     unexplained = ""
     if d.unexplained_by:
@@ -123,7 +137,7 @@ def findings_html(res: Analysis) -> str | None:
     for i, f in enumerate(d.findings, 1):
         rows.append(
             "<tr>"
-            f"<td>{i}</td><td><strong>{escape(f.cause)}</strong><br><small>{escape(_where(f))}</small></td>"
+            f"<td>{i}</td><td><strong>{escape(f.cause)}</strong>{escape(_qualifier(f))}<br><small>{escape(_where(f))}</small></td>"
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
             f"<td>{escape(f.evidence)}<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
             f"<td>{escape(f.fix_text)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"

@@ -32,6 +32,12 @@ class Finding:
     fix_command: str = ""  # that command for this trace, in words (``analysis.partition_hint``)
     whatif: list[str] = field(default_factory=list)  # the `laggard whatif` flags whose speed-up is `gain`
     command: str = ""  # the whole command, with the trace and the flags it was loaded with
+    # "high": a detector read the cause's signature; "low": no signature fitted and this is the largest
+    # carrier of the residual (its what-if says how much fixing it would give, not why it is slow)
+    confidence: str = "high"
+    # named only when the detectors ran again on the job with the first findings fixed: a straggler
+    # those findings hid (its signature was within their noise)
+    hidden: bool = False
 
     @property
     def fix_text(self) -> str:
@@ -54,15 +60,17 @@ class Finding:
             "gain": finite(self.gain),
             "fix": self.fix_text,
             "whatif": self.command,
+            "confidence": self.confidence,
+            "hidden": self.hidden,
         }
 
 
 @dataclass(kw_only=True, slots=True)
 class Diagnosis:
-    verdict: str  # healthy | straggling | not enough to judge
+    verdict: str  # healthy | straggling | not enough to judge | cannot judge (the replay does not model the job)
     threshold: float
     findings: list[Finding]
-    reason: str = ""  # why a job could not be judged
+    reason: str = ""  # why a job could not be judged (verdicts "not enough to judge" and "cannot judge")
     combined_share: float = 0.0  # the slowdown removed by fixing every finding together
     combined_gain: float = 1.0
     interaction: float = 0.0  # combined share minus the sum of the findings' own scores

@@ -1,0 +1,77 @@
+"""Never silent: a straggling job whose slowdown no detector's signature fits still gets a finding.
+
+The largest carrier of the residual (the op type, stage or rank whose fix removes the most of the
+slowdown) becomes a finding of confidence "low", with its `laggard whatif` command: it says where the
+time goes and what fixing it would give, not why (no known cause's signature fitted).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx, weights_of
+from laggard.diagnose.findings import Candidate
+from laggard.results.diagnosis import Finding
+
+# how many of each kind of carrier are replayed (the largest by their attribution)
+_TOP = 3
+
+
+def _carriers(ctx: Ctx) -> list[tuple[str, str, float, dict]]:
+    """(what, selector, its attribution, finding targets) for the op types, stages and ranks that carry
+    the most slowdown when only they are measured."""
+    res = ctx.res
+    out: list[tuple[str, str, float, dict]] = []
+    for name, s in sorted(res.by_optype.items(), key=lambda kv: -kv[1])[:_TOP]:
+        if s > 1.0:
+            out.append((f"op type {name}", f"optype={name}", s, {}))
+    for st, s in sorted(res.by_stage.items(), key=lambda kv: -kv[1])[:_TOP]:
+        if s > 1.0 and ctx.num_pp > 1:
+            out.append((f"stage {int(st)}", f"stage={int(st)}", s, {"stages": [int(st)]}))
+    for w in res.by_worker[:_TOP]:
+        if w["slowdown"] > 1.0 and len(ctx.ranks) > 1:
+            r = int(w["rank"])
+            out.append((f"rank {r} (dp{w['dp_rank']}/pp{w['stage']})", f"rank={r}", float(w["slowdown"]),
+                        {"workers": [ctx.worker_of[r]], "stages": [int(w["stage"])]}))
+    return out
+
+
+def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
+    """The carrier whose fix (its ops at their ideal durations) removes the most of the slowdown, as a
+    low-confidence candidate; None when nothing carries any (every attribution at or below 1). The
+    narrowest target within ``row_tie`` of the best is named (a rank before its stage, a stage before
+    an op type): on-call acts on what is named, and a whole stage for one slow rank drains healthy ones."""
+    from laggard.diagnose.explain import replay_mean
+    from laggard.whatif.custom import parse_changes
+
+    carriers = _carriers(ctx)
+    if not carriers or ctx.gap <= 0:
+        return None
+    changes = [parse_changes([sel], [], []) for _, sel, _, _ in carriers]
+    t = replay_mean(ctx, [weights_of(ctx, ch) for ch in changes])
+    shares = np.minimum((ctx.T - t) / ctx.gap, 1.0)
+    narrow = {"rank": 0, "stage": 1, "optype": 2}
+    close = np.flatnonzero(shares >= shares.max() - cfg.row_tie)
+    best = int(min(close, key=lambda i: (narrow[carriers[i][1].split("=", 1)[0]], -shares[i])))
+    what, sel, attribution, targets = carriers[best]
+    share = float(shares[best])
+    kind = sel.split("=", 1)[0]
+    measure = {"optype": "S_t", "stage": "S_stage", "rank": "S_w"}[kind]
+    f = Finding(
+        cause="unexplained",
+        confidence="low",
+        evidence=(f"no known cause's signature fits this slowdown; {what} carries the most of it: with only it "
+                  f"measured the job runs {attribution:.3f}x its ideal ({measure}), and at its ideal durations "
+                  f"{100 * share:.0f}% of the slowdown goes"),
+        fix=(f"look at {what}: compare its ops across ranks and steps in the Perfetto trace and profile it; "
+             f"the what-if below measures the gain, not the cause"),
+        **targets,
+    )
+    cand = Candidate(finding=f, changes=changes[best], weights=weights_of(ctx, changes[best]))
+    f.score = f.share = max(share, 0.0)
+    f.gain = ctx.T / float(t[best]) if t[best] > 0 else float("inf")
+    return cand
+
+
+__all__ = ["fallback"]
