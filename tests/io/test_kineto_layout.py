@@ -103,23 +103,33 @@ def test_send_recv_without_peers(job_dirs: dict[str, Path]) -> None:
     lay = job.meta.extra["layout"]
     assert lay["how"].startswith("from per-stage process groups") and lay["ranks"]["3"] == [1, 1, 0]
     kinds = job.table.column("kind").to_pylist()
-    assert kinds.count("p2p_send") == kinds.count("p2p_recv") > 0  # paired by order within (src, dst)
+    assert kinds.count("p2p_send") == kinds.count("p2p_recv") > 0  # matched along the stages
+    assert job.meta.extra["p2p"]["unmatched"] == 0 and lay["source"] == "stage-groups"
     assert a.diagnosis.findings[0].cause == "stage-imbalance" and a.diagnosis.findings[0].stages == [1]
 
 
-def test_inference_that_fails_is_flat_dp_with_a_warning(job_dirs: dict[str, Path]) -> None:
+def test_send_recv_without_peers_or_groups(job_dirs: dict[str, Path]) -> None:
+    """Neither peer ranks nor per-stage groups: the transfers are matched across ranks by order,
+    counts and timing (issue 24; ``tests/io/test_kineto_p2p.py``), and the matched pairs are the
+    pipelines. (Before, this job was read as dp 4 with a warning.)"""
     def no_groups(rank: int, d: dict) -> None:
         _no_peers(rank, d)
         d["distributedInfo"]["pg_config"] = d["distributedInfo"]["pg_config"][:1]  # the world group only
 
     out = job_dirs["base"] / "no-groups"
     _rewrite(job_dirs["prof"], out, no_groups)
-    job, _ = _analyse(out)
-    assert (job.meta.dp_size, job.meta.pp_size) == (4, 1)
-    assert any("cannot infer the pipeline layout" in w and "no peer ranks" in w for w in job.warnings)
-    # the layout given by hand restores the pipeline
+    job, a = _analyse(out)
+    lay = job.meta.extra["layout"]
+    assert (job.meta.dp_size, job.meta.pp_size) == (2, 2) and lay["source"] == "p2p-matched"
+    assert lay["ranks"] == {"0": [0, 0, 0], "1": [0, 1, 0], "2": [1, 0, 0], "3": [1, 1, 0]}
+    st = job.meta.extra["p2p"]
+    assert st["matched"] == st["ops"] == st["peers_inferred"] > 0 and st["unmatched"] == 0
+    assert not [w for w in job.warnings if "cannot infer" in w or "point-to-point" in w]
+    assert a.diagnosis.findings[0].cause == "stage-imbalance" and a.diagnosis.findings[0].stages == [1]
+    # the layout given by hand: the transfers are matched along it
     job, a = _analyse(out, layout="dp=2,pp=2")
     assert job.meta.pp_size == 2 and job.meta.extra["layout"]["how"] == "from --layout dp=2,pp=2"
+    assert job.meta.extra["p2p"]["matched"] == st["ops"]
 
 
 def test_rank_map(job_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -51,6 +51,9 @@ class Collectives:
     kind: np.ndarray  # int8: KIND_COLL, KIND_SEND, KIND_RECV
     group_info: dict[str, dict[str, Any]]
     source: str  # what the collectives were read from (for the job metadata)
+    # when each was issued (us): a transfer's c10d call start (a gloo:send event can begin ms into its
+    # c10d::send call), else its own start: a CPU transfer's op starts there (rank._issued)
+    issue_us: np.ndarray | None = None
 
     def subset(self, keep: np.ndarray) -> Collectives:
         k = keep.tolist()
@@ -58,7 +61,7 @@ class Collectives:
             idx=self.idx[keep], name=[c for c, x in zip(self.name, k, strict=True) if x],
             group=[c for c, x in zip(self.group, k, strict=True) if x], seq=self.seq[keep],
             size_bytes=self.size_bytes[keep], peer=self.peer[keep], kind=self.kind[keep], group_info=self.group_info,
-            source=self.source,
+            source=self.source, issue_us=None if self.issue_us is None else self.issue_us[keep],
         )
 
 
@@ -127,8 +130,7 @@ def read_collectives(
                 grp = f"p2p:{src}>{dst}"
                 c_kind[i] = KIND_SEND if ctype == "send" else KIND_RECV
                 c_peer[i] = dst if ctype == "send" else src
-            else:
-                unpaired_p2p += 1
+            else:  # matched across ranks by order, counts and timing, or named then (kineto/p2p.py)
                 grp = ""
         elif ctype == "send_recv":
             unpaired_p2p += 1
@@ -144,8 +146,8 @@ def read_collectives(
             "ranks by their order among the rank's collectives"
         )
     if unpaired_p2p:
-        warns.append(f"{ev.path}: {unpaired_p2p} point-to-point transfer(s) without source/destination ranks are not "
-                     "matched across ranks")
+        warns.append(f"{ev.path}: {unpaired_p2p} combined send/recv transfer(s) without source/destination ranks are "
+                     "not matched across ranks")
     return Collectives(
         idx=coll, name=c_name, group=c_group, seq=np.array(c_seq, np.int64), size_bytes=np.array(c_size, np.int64),
         peer=np.array(c_peer, np.int64), kind=np.array(c_kind, np.int8), group_info=group_info,

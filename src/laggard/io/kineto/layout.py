@@ -13,12 +13,15 @@ does say, strongest evidence first:
 3. **transfers without peers** and undescribed process groups that split the ranks into equal
    parts (e.g. ``dist.new_group`` per stage for the gradient all-reduce): each part is one stage,
    ordered by its lowest rank, and a rank's DP rank is its place in its group.
+4. **transfers without peers matched across ranks** by order, counts and timing
+   (``laggard.io.kineto.p2p``): the matched pairs form chains, read as in 2.
 
 No transfer at all: a data-parallel job (every rank its own DP rank). Transfers whose structure
-cannot be read: the same, with a warning that says why. ``--layout dp=D,pp=P[,tp=T]`` (dimensions
-outermost first, as ranks are numbered) and a rank map file override the inference; both are
-checked against the trace (transfers join neighbouring stages of one pipeline; role groups hold
-ranks that differ only in their own dimension).
+cannot be read: the same, with a warning that says why and ``source`` "unknown". ``--layout
+dp=D,pp=P[,tp=T]`` (dimensions outermost first, as ranks are numbered) and a rank map file override
+the inference; both are checked against the trace (transfers join neighbouring stages of one
+pipeline; role groups hold ranks that differ only in their own dimension). Transfers without peers
+are then matched along the layout's pipelines (``assign_peers``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import numpy as np
 
 from laggard.errors import LaggardError
 from laggard.io.kineto.comm import KIND_RECV, KIND_SEND
+from laggard.io.kineto.p2p import Peerless, Search, apply_pairs, find_chains, match_pipelines, p2p_kind
 from laggard.io.kineto.rank import RankOps
 
 DIMS = ("dp", "pp", "tp")
@@ -52,13 +56,16 @@ class Layout:
     coords: dict[int, tuple[int, int, int]]  # rank -> (dp, pp, tp)
     how: str  # where the layout comes from, for the user
     inferred: bool = True
+    # where it comes from, for programs: "process-groups", "p2p-peers", "p2p-matched", "stage-groups",
+    # "data-parallel" (no transfer), "given" (--layout, rank map), "unknown" (cannot infer: flat DP)
+    source: str = "unknown"
 
     def line(self) -> str:
         dims = [f"dp {self.dp_size}", f"pp {self.pp_size}"] + ([f"tp {self.tp_size}"] if self.tp_size > 1 else [])
         return f"{' x '.join(dims)} ({self.how})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"dp": self.dp_size, "pp": self.pp_size, "tp": self.tp_size, "how": self.how,
+        return {"dp": self.dp_size, "pp": self.pp_size, "tp": self.tp_size, "how": self.how, "source": self.source,
                 "inferred": self.inferred, "ranks": {str(r): list(c) for r, c in sorted(self.coords.items())}}
 
 
@@ -72,12 +79,11 @@ class Evidence:
     p2p_ranks: set[int]  # ranks with any send/recv (ends known or not)
     first_send: dict[int, bool]  # rank -> its first transfer of its first step is a send
     role_groups: dict[str, list[list[int]]] = field(default_factory=dict)
+    matched: bool = False  # edges come from transfers without peers, matched across ranks
+    unmatched_why: str = ""  # why transfers without peers could not be matched
 
 
-def is_p2p_name(name: str) -> str | None:
-    """'send' / 'recv' for a p2p op name ('gloo:send', 'nccl:recv'), else None."""
-    tail = name.rsplit(":", 1)[-1]
-    return tail if tail in ("send", "recv") else None
+is_p2p_name = p2p_kind
 
 
 def evidence(ranks: list[RankOps]) -> Evidence:
@@ -173,49 +179,54 @@ def _role_groups(groups: dict[str, dict[str, Any]]) -> dict[str, list[list[int]]
 # ---------------------------------------------------------------- inference
 
 
+_GIVE = "every rank is analysed as its own DP rank (give --layout or --rank-map)"
+
+
 def infer_layout(ev: Evidence) -> tuple[Layout, str | None]:
     """The layout the trace shows, and a warning when it falls back to flat DP (why)."""
     ranks = ev.ranks
     pipes: list[list[int]] | None = None
-    how = ""
     if ev.role_groups.get("pp"):
         # (the pipelines of ranks left out for a missing stage hold none of the ranks analysed)
         pipes = [list(p) for p in ev.role_groups["pp"] if set(p) & set(ranks)]
-        how = "from process groups described as pipeline groups: " + ", ".join(map(str, pipes[:4]))
+        how, source = "from process groups described as pipeline groups: " + ", ".join(map(str, pipes[:4])), "process-groups"
         missing = sorted(set(ranks) - {r for p in pipes for r in p})
         pipes += [[r] for r in missing]
     elif ev.edges:
         pipes, why = _chains(ev)
+        what = "matched send/recv" if ev.matched else "point-to-point transfers"
         if pipes is None:
-            return flat(ranks, f"point-to-point transfers do not form pipelines ({why})"), (
-                f"cannot infer the pipeline layout: {why}; every rank is analysed as its own DP rank "
-                "(give --layout or --rank-map)")
-        how = "from point-to-point transfers: pipelines " + ", ".join(map(str, pipes[:4]))
+            return flat(ranks, f"{what} do not form pipelines ({why})"), f"cannot infer the pipeline layout: {why}; {_GIVE}"
+        if ev.matched:
+            how, source = ("from send/recv matched across ranks by order, counts and timing (the trace names no "
+                           "peer ranks): pipelines " + ", ".join(map(str, pipes[:4]))), "p2p-matched"
+        else:
+            how, source = "from point-to-point transfers: pipelines " + ", ".join(map(str, pipes[:4])), "p2p-peers"
     elif ev.p2p_ranks:
         stages = _stage_groups(ev)
         if stages is None:
             why = ("the traces' send/recv carry no peer ranks and no process group splits the ranks into "
-                   "equal parts")
-            return flat(ranks, "send/recv without peers"), (
-                f"cannot infer the pipeline layout: {why}; every rank is analysed as its own DP rank "
-                "(give --layout or --rank-map)")
+                   "equal parts") + (f"; matching them across ranks failed: {ev.unmatched_why}" if ev.unmatched_why else "")
+            return flat(ranks, "send/recv without peers"), f"cannot infer the pipeline layout: {why}; {_GIVE}"
         pipes = [[st[d] for st in stages] for d in range(len(stages[0]))]
-        how = ("from per-stage process groups " + ", ".join(map(str, stages[:4]))
-               + " (send/recv without peers; stages ordered by lowest rank)")
+        how, source = ("from per-stage process groups " + ", ".join(map(str, stages[:4]))
+                       + " (send/recv without peers; stages ordered by lowest rank)"), "stage-groups"
     else:
-        return flat(ranks, "no point-to-point transfers: data parallel"), None
+        return flat(ranks, "no point-to-point transfers: data parallel", source="data-parallel"), None
     if pipes is not None and (len({len(p) for p in pipes}) != 1):
         lens = sorted({len(p) for p in pipes})
         return flat(ranks, "pipelines of unequal length"), (
-            f"cannot infer the pipeline layout: the pipelines have {lens} stages; every rank is analysed as its own "
-            "DP rank (give --layout or --rank-map)")
-    return _from_pipelines(pipes, ev, how), None
+            f"cannot infer the pipeline layout: the pipelines have {lens} stages; {_GIVE}")
+    out = _from_pipelines(pipes, ev, how)
+    out.source = source
+    return out, None
 
 
-def flat(ranks: Sequence[int], how: str) -> Layout:
-    # the DP rank of a rank is its number (as before layouts were inferred; gaps for missing ranks)
+def flat(ranks: Sequence[int], how: str, *, source: str = "unknown") -> Layout:
+    """Every rank its own DP rank (its number: gaps for missing ranks); ``how`` starts with
+    "unknown: " when the layout could not be inferred."""
     return Layout(dp_size=len(ranks), pp_size=1, tp_size=1, coords={r: (r, 0, 0) for r in ranks},
-                  how=how)
+                  how=f"unknown: {how}" if source == "unknown" else how, source=source)
 
 
 def _chains(ev: Evidence) -> tuple[list[list[int]] | None, str]:
@@ -321,7 +332,7 @@ def parse_layout(spec: str, ranks: Sequence[int]) -> Layout:
             rest, c[key] = divmod(rest, size)
         coords[r] = (c.get("dp", 0), c.get("pp", 0), c.get("tp", 0))
     return Layout(dp_size=sizes.get("dp", 1), pp_size=sizes.get("pp", 1), tp_size=sizes.get("tp", 1), coords=coords,
-                  how=f"from --layout {spec}", inferred=False)
+                  how=f"from --layout {spec}", inferred=False, source="given")
 
 
 def read_rank_map(path: str | Path, ranks: Sequence[int]) -> Layout:
@@ -370,7 +381,7 @@ def read_rank_map(path: str | Path, ranks: Sequence[int]) -> Layout:
         raise LaggardError(f"{p}: the map spans dp {sizes[0]} x pp {sizes[1]} x tp {sizes[2]} = {int(np.prod(sizes))} "
                            f"places but the traces hold {len(ranks)} rank(s)")
     return Layout(dp_size=sizes[0], pp_size=sizes[1], tp_size=sizes[2], coords=coords, how=f"from rank map {p.name}",
-                  inferred=False)
+                  inferred=False, source="given")
 
 
 def check_layout(layout: Layout, ev: Evidence) -> None:
@@ -446,52 +457,59 @@ def _pipeline_of(seed: set[int], ev: Evidence) -> set[int]:
     return out
 
 
-def resolve_layout(ranks: list[RankOps], *, spec: str | None = None, rank_map: str | Path | None = None
-                   ) -> tuple[Layout, list[str]]:
-    """The layout to use (given, else inferred) and the warnings to issue."""
+def resolve_layout(ranks: list[RankOps], *, spec: str | None = None, rank_map: str | Path | None = None,
+                   pl: Peerless | None = None) -> tuple[Layout, list[str], Search | None]:
+    """The layout to use (given, else inferred), the warnings to issue, and the chains found by
+    matching transfers without peers (``pl``) when the layout was inferred from them."""
     if spec is not None and rank_map is not None:
         raise LaggardError("give --layout or --rank-map, not both")
     ev = evidence(ranks)
     if spec is not None or rank_map is not None:
         layout = parse_layout(spec, ev.ranks) if spec is not None else read_rank_map(rank_map, ev.ranks)  # type: ignore[arg-type]
         check_layout(layout, ev)
-        return layout, []
+        return layout, [], None
+    search = None
+    if pl is not None and not ev.role_groups.get("pp") and not ev.edges and _stage_groups(ev) is None:
+        search = find_chains(pl)
+        ev.matched, ev.edges, ev.unmatched_why = bool(search.chains), search.edges, search.why
     layout, warn = infer_layout(ev)
     if layout.pp_size > 1 or layout.tp_size > 1:
         try:
             check_layout(layout, ev)
         except LaggardError as e:
             return flat(ev.ranks, "inconsistent evidence"), [
-                f"cannot infer the pipeline layout: {str(e).split('contradicts the trace: ', 1)[-1]}; every rank is "
-                "analysed as its own DP rank (give --layout or --rank-map)"]
-    return layout, [warn] if warn else []
+                f"cannot infer the pipeline layout: {str(e).split('contradicts the trace: ', 1)[-1]}; {_GIVE}"], None
+    return layout, [warn] if warn else [], search
 
 
-def assign_peers(ranks: list[RankOps], layout: Layout) -> int:
-    """Send/recv without peer ranks on a rank with one pipeline neighbour: that neighbour is the peer
-    (matched across ranks by order within the (src, dst) pair). Returns how many were assigned."""
-    by_coord = {c: r for r, c in layout.coords.items()}
-    done = 0
-    for r in ranks:
-        me = int(r.rank)  # type: ignore[arg-type]
-        d, s, t = layout.coords[me]
-        nbrs = [by_coord[(d, x, t)] for x in (s - 1, s + 1) if (d, x, t) in by_coord]
-        if len(nbrs) != 1:
-            continue
-        peer = nbrs[0]
-        what = np.array([is_p2p_name(n) or "" for n in r.names] + [""], dtype=object)[r.name]
-        rows = np.flatnonzero((what != "") & (r.group < 0))
-        if not len(rows):
-            continue
-        for w, kind_code in (("send", KIND_SEND), ("recv", KIND_RECV)):
-            sel = rows[what[rows] == w]
-            if not len(sel):
-                continue
-            label = f"p2p:{me}>{peer}" if w == "send" else f"p2p:{peer}>{me}"
-            if label not in r.groups:
-                r.groups.append(label)
-            r.group[sel] = r.groups.index(label)
-            r.kind[sel] = kind_code
-            r.peer[sel] = peer
-            done += len(sel)
-    return done
+def pipelines(layout: Layout) -> list[list[int]]:
+    """The layout's pipelines, each its ranks by stage (none when pp is 1)."""
+    if layout.pp_size < 2:
+        return []
+    by: dict[tuple[int, int], dict[int, int]] = {}
+    for r, (d, s, t) in layout.coords.items():
+        by.setdefault((d, t), {})[s] = r
+    return [[st[s] for s in sorted(st)] for _, st in sorted(by.items())]
+
+
+def assign_peers(ranks: list[RankOps], layout: Layout, pl: Peerless | None, search: Search | None = None
+                 ) -> tuple[int, list[str]]:
+    """Send/recv without peer ranks, matched along the layout's pipelines by order, counts and
+    timing (``laggard.io.kineto.p2p``) and labelled as if the trace had named the peers. Returns
+    how many ops (transfer ends) were matched, and a warning saying how many were not and why."""
+    if pl is None:
+        return 0, []
+    pairs, why = match_pipelines(pl, pipelines(layout), search)
+    apply_pairs(ranks, pairs)
+    matched = 2 * pairs.num_transfers
+    left = pl.num_ops - matched
+    if not left:
+        return matched, []
+    if why:
+        reason = why[0] + (f" (and {len(why) - 1} more pipeline(s))" if len(why) > 1 else "")
+    elif search is not None and search.why:
+        reason = search.why
+    else:
+        reason = "the layout has no pipeline stages to pair them along (give --layout or --rank-map)"
+    return matched, [f"{left} point-to-point transfer(s) without source/destination ranks are not matched across "
+                     f"ranks: {reason}"]

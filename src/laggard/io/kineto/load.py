@@ -196,6 +196,7 @@ def read_kineto(
     without them it is inferred from the traces (``laggard.io.kineto.layout``).
     """
     from laggard.io.kineto.layout import assign_peers, missing_ranks, resolve_layout
+    from laggard.io.kineto.p2p import peerless
     from laggard.io.kineto.steps import unify_steps
 
     files = trace_files(spec)
@@ -212,12 +213,13 @@ def read_kineto(
     if missing:
         warnings.warn(missing, LaggardWarning, stacklevel=2)
     ranks = [r for r in ranks if int(r.rank) not in left_out]  # type: ignore[arg-type]
-    lay, lay_warnings = resolve_layout(ranks, spec=layout, rank_map=rank_map)
-    for w in lay_warnings:
+    ranks = _common_steps(ranks)  # (transfers are matched step by step: both ends must be traced)
+    pl = peerless(ranks)
+    lay, lay_warnings, search = resolve_layout(ranks, spec=layout, rank_map=rank_map, pl=pl)
+    matched, p2p_warnings = assign_peers(ranks, lay, pl, search)
+    for w in lay_warnings + p2p_warnings:
         warnings.warn(w, LaggardWarning, stacklevel=2)
-    assign_peers(ranks, lay)
-    ranks = _common_steps(ranks)
-    return _build_job(ranks, files, align_clocks=align_clocks, layout=lay)
+    return _build_job(ranks, files, align_clocks=align_clocks, layout=lay, peers_matched=matched)
 
 
 # ---------------------------------------------------------------- ranks and jobs
@@ -325,8 +327,8 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
     np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
     order = np.argsort(dst, kind="stable")
     fields = {}
-    for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "group", "meta_seq", "size_bytes", "peer",
-              "has_deps", "phase"):
+    for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "issue_ns", "group", "meta_seq", "size_bytes",
+              "peer", "has_deps", "phase"):
         fields[f] = getattr(r, f)[keep]
     out = RankOps(**{**{k: getattr(r, k) for k in r.__slots__ if k not in fields}, **fields,
                      "dep_ptr": ptr, "dep_idx": src[order]})  # type: ignore[attr-defined]
@@ -336,7 +338,8 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
 # ---------------------------------------------------------------- the job
 
 
-def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, layout: Layout) -> Job:
+def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, layout: Layout,
+               peers_matched: int = 0) -> Job:
     from laggard.io.kineto.match import check_matches, clock_domains, clock_offsets, match_collectives
     from laggard.optable.ops import Job, make_table
 
@@ -377,6 +380,7 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
     # (a transfer's two ends are a send and a receive: only collectives must agree on their type)
     p2p = np.isin(kind, (KIND_SEND, KIND_RECV))
     check_matches(np.where(p2p, -1, group_c), seq, step, name_c, names, groups, rank_of)
+    p2p_counts = _p2p_counts(p2p, name_c, names, group_c, seq, step, kind, peers_matched)
     domains = clock_domains(ranks)
     offsets_ns = np.zeros(int(domains.max()) + 1 if len(domains) else 1, np.float64)
     if align_clocks and len(offsets_ns) > 1:
@@ -408,8 +412,31 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
     }
     table = make_table(columns, num_rows=n)
     off_by_rank = {str(int(r.rank)): float(offsets_ns[domains[i]] / 1e9) for i, r in enumerate(ranks)}  # type: ignore[arg-type]
-    return Job(table=table, meta=_job_meta(ranks, files, layout, matched_by, clock_offsets_s=off_by_rank,
-                                           num_domains=len(offsets_ns)))
+    meta = _job_meta(ranks, files, layout, matched_by, clock_offsets_s=off_by_rank, num_domains=len(offsets_ns))
+    meta.extra["p2p"] = p2p_counts
+    return Job(table=table, meta=meta)
+
+
+def _p2p_counts(p2p: np.ndarray, name_c: np.ndarray, names: list[str], group_c: np.ndarray, seq: np.ndarray,
+                step: np.ndarray, kind: np.ndarray, peers_matched: int) -> dict[str, int]:
+    """Point-to-point ops (transfer ends: ``p2p``, and unlabelled send/recv events): how many are
+    paired with their other end (a send and a receive sharing (step, group, seq)), how many are
+    not, and how many of the paired ones the trace named no peer for (matched by order, counts
+    and timing)."""
+    from laggard.io.kineto.p2p import p2p_kind
+
+    named = np.array([p2p_kind(x) is not None for x in names] + [False])[name_c]
+    is_p2p = p2p | (named & (group_c < 0))
+    rows = np.flatnonzero(p2p & (group_c >= 0))
+    matched = 0
+    if len(rows):
+        key = np.stack([step[rows], group_c[rows], seq[rows]], axis=1)
+        _, inv, cnt = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+        inv = inv.reshape(-1)
+        sends = np.bincount(inv, weights=kind[rows] == KIND_SEND, minlength=len(cnt))
+        matched = int(((cnt == 2) & (sends == 1))[inv].sum())
+    total = int(is_p2p.sum())
+    return {"ops": total, "matched": matched, "unmatched": total - matched, "peers_inferred": int(peers_matched)}
 
 
 def _deps_column(ranks: list[RankOps], offs: np.ndarray, n: int) -> Any:

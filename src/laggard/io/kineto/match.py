@@ -104,25 +104,44 @@ def clock_domains(ranks: list[RankOps]) -> np.ndarray:
     return np.array([labels[k] for k in key], dtype=np.int64)
 
 
+def _end_matrix(op_dom, group_c, seq, step, end_ns, num_dom: int) -> np.ndarray | None:
+    """Mean end time (ns, from the earliest) per (collective joining 2+ domains, domain), NaN where
+    the domain has no rank in it; None when there is no collective at all."""
+    o, inst = _instances(group_c, seq, step)
+    if len(o) == 0:
+        return None
+    num_inst = int(inst[-1]) + 1
+    e = (end_ns[o] - float(end_ns[o].min())).astype(np.float64)
+    cell = inst * num_dom + op_dom[o]
+    tot = np.bincount(cell, weights=e, minlength=num_inst * num_dom)
+    cnt = np.bincount(cell, minlength=num_inst * num_dom)
+    E = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan).reshape(num_inst, num_dom)
+    return E[np.sum(~np.isnan(E), axis=1) >= 2]
+
+
+def clock_spread(op_dom, group_c, seq, step, end_ns, off: np.ndarray) -> np.ndarray:
+    """Per clock domain: the median distance (ns) of its collective ends from the fit with offsets
+    ``off`` (0 for a domain no collective joins to another): how far its offset may be off."""
+    E = _end_matrix(op_dom, group_c, seq, step, end_ns, len(off))
+    if E is None or len(E) == 0:
+        return np.zeros(len(off))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        R = E - off[None, :] - np.nanmedian(E - off[None, :], axis=1)[:, None]
+        out = np.nanmedian(np.abs(R), axis=0)
+    return np.where(np.isnan(out), 0.0, out)
+
+
 def clock_offsets(op_dom, group_c, seq, step, end_ns, num_dom: int) -> np.ndarray:
     """Per clock domain: its offset (ns) from domain 0, from collective end times.
 
     A collective ends at the same moment on all its ranks, so ``end = T_c + offset_d + noise``.
     Two-way median fit (alternating medians over collectives and domains).
     """
-    o, inst = _instances(group_c, seq, step)
-    if len(o) == 0:
+    E = _end_matrix(op_dom, group_c, seq, step, end_ns, num_dom)
+    if E is None:
         warnings.warn("no collective to align the ranks' clocks with; the traces' own clocks are used", LaggardWarning, stacklevel=4)
         return np.zeros(num_dom)
-    num_inst = int(inst[-1]) + 1
-    ref = float(end_ns[o].min())
-    e = (end_ns[o] - ref).astype(np.float64)
-    # mean end per (instance, domain)
-    cell = inst * num_dom + op_dom[o]
-    tot = np.bincount(cell, weights=e, minlength=num_inst * num_dom)
-    cnt = np.bincount(cell, minlength=num_inst * num_dom)
-    E = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan).reshape(num_inst, num_dom)
-    E = E[np.sum(~np.isnan(E), axis=1) >= 2]
     if len(E) == 0:
         warnings.warn("no collective joins ranks of different hosts; their clocks are not aligned", LaggardWarning, stacklevel=4)
         return np.zeros(num_dom)
@@ -148,4 +167,4 @@ def clock_offsets(op_dom, group_c, seq, step, end_ns, num_dom: int) -> np.ndarra
     return off
 
 
-__all__ = ["check_matches", "clock_domains", "clock_offsets", "match_collectives"]
+__all__ = ["check_matches", "clock_domains", "clock_offsets", "clock_spread", "match_collectives"]

@@ -47,6 +47,8 @@ _CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "cuda_runtime", 
 _RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "cuda_driver"})
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 KIND_LABELS = ("compute", "collective", "p2p_send", "p2p_recv")
+# a transfer launched this soon after its c10d call ended still counts as launched by it (us)
+_ISSUE_SLACK_US = 50.0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -71,6 +73,7 @@ class RankOps:
     kind: np.ndarray  # int8 codes into KIND_LABELS
     start_ns: np.ndarray  # int64
     dur_ns: np.ndarray  # int64
+    issue_ns: np.ndarray  # int64: when the op was issued (a transfer's c10d call start), else start_ns
     group: np.ndarray  # int32 codes into groups, -1 none
     groups: list[str]
     meta_seq: np.ndarray  # int64, -1 when the trace has no sequence number
@@ -273,8 +276,26 @@ def _collectives(ev: RankEvents, lb: _Labels, es: _EventSteps, *, device: str, c
     # gloo p2p: the c10d::send / c10d::recv_ call just before the transfer on its thread names the peer
     c10d = np.flatnonzero(lb.is_name["c10d_p2p"][ev.name] & cpu)
     c10d_holder = _preceding(q_tid, np.nan_to_num(q_ts, nan=-np.inf), ev.tid[c10d], ev.ts_us[c10d])
-    return read_collectives(ev, coll, backend=backend, source=source, device=device, holder=holder, rpc=rpc,
-                            pg_config=pg_config, warns=warns, c10d=c10d, c10d_holder=c10d_holder, rank=rank)
+    co = read_collectives(ev, coll, backend=backend, source=source, device=device, holder=holder, rpc=rpc,
+                          pg_config=pg_config, warns=warns, c10d=c10d, c10d_holder=c10d_holder, rank=rank)
+    co.issue_us = _issued(ev, co, q_ts, c10d, c10d_holder)
+    return co
+
+
+def _issued(ev: RankEvents, co: Collectives, q_ts: np.ndarray, c10d: np.ndarray, c10d_holder: np.ndarray) -> np.ndarray:
+    """When each collective was issued: a transfer's ``c10d::send`` / ``c10d::recv_`` call start
+    when that call holds its launch, else the event's own start. On a busy host ``gloo:send``
+    begins milliseconds into its call, after the data has gone (a receive seen to complete before
+    its send began); the call is the transfer."""
+    ts = ev.ts_us[co.idx]
+    if not len(c10d) or not len(ts):
+        return ts.copy()
+    call = c10d[np.maximum(c10d_holder, 0)]
+    names = np.array(co.name)
+    p2p = np.char.endswith(names, ":send") | np.char.endswith(names, ":recv")
+    # (the call's end may trail the launch a little)
+    inside = p2p & (c10d_holder >= 0) & (q_ts <= ev.ts_us[call] + ev.dur_us[call] + _ISSUE_SLACK_US)
+    return np.where(inside, np.minimum(ev.ts_us[call], ts), ts)
 
 
 def build_rank(ev: RankEvents) -> RankOps:
@@ -306,7 +327,8 @@ def build_rank(ev: RankEvents) -> RankOps:
     # a rank with point-to-point transfers is a pipeline stage: its segments are cut where the phase
     # changes and named by it, so its GPU kernels take their phase from their launchers (other ranks'
     # segments are named by position: their phases are not worth the launchers' lookup)
-    stage = bool(np.isin(co.kind, (KIND_SEND, KIND_RECV)).any())
+    stage = bool(np.isin(co.kind, (KIND_SEND, KIND_RECV)).any()) or any(
+        n.rsplit(":", 1)[-1] in ("send", "recv") for n in set(co.name))  # transfers without peer ranks too
     u_phase = _unit_phases(ev, lb, es, unit, cpu=cpu, gpu=gpu, from_launchers=stage and device == "gpu")
     seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase, split_phases=stage)
     return _assemble(ev, info, device, pg_config, co, c_step, st, seg, warns)
@@ -353,8 +375,11 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
     grp_labels = sorted({g for g in co.group if g})
     gl = {g: i for i, g in enumerate(grp_labels)}
     group_codes = np.concatenate([np.full(num_seg, -1), np.array([gl.get(g, -1) for g in co.group], dtype=np.int64)]).astype(np.int32)
-    start_ns = np.concatenate([ns(seg.start_us), ns(ts[coll])]) if n_ops else np.zeros(0, np.int64)
-    dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll]]) * 1000.0).astype(np.int64)
+    issue = ts[coll] if co.issue_us is None else co.issue_us
+    # a CPU rank's transfer is its whole c10d call (see _issued); a kernel starts when the GPU runs it
+    c_start = issue if device == "cpu" else ts[coll]
+    start_ns = np.concatenate([ns(seg.start_us), ns(c_start)]) if n_ops else np.zeros(0, np.int64)
+    dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start)]) * 1000.0).astype(np.int64)
     steps_all = np.concatenate([seg.step, c_step]).astype(np.int64)
     kind = np.concatenate([np.zeros(num_seg, np.int8), co.kind])
     dep_ptr, dep_idx = _dependencies(seg, num_seg, n_ops, steps_all, stream_codes, start_ns)
@@ -378,6 +403,7 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
         kind=kind,
         start_ns=start_ns.astype(np.int64),
         dur_ns=dur_ns,
+        issue_ns=np.concatenate([ns(seg.start_us), ns(issue)]).astype(np.int64),
         group=group_codes,
         groups=grp_labels,
         meta_seq=np.concatenate([np.full(num_seg, -1), co.seq]).astype(np.int64),
