@@ -69,6 +69,22 @@ class DiagnoseConfig:
     # step: a launch overhead every rank pays (clean simulated jobs: 0.1%; the published traces: 0.5%
     # (ST) and 0.02% (AR)); other causes may hide most of it, and it is what they leave once fixed
 
+    # -- noise: a named rank, stage or link stands out from the job's own step-to-step variation
+    # (``laggard.diagnose.noise``; sigma: the robust spread of the same per-step ratio for the others)
+    noise_floor: float = 0.01  # sigma is at least 1%: timer resolution and clock jitter on a real host;
+    # a jitter-free simulated job would otherwise make any excess significant
+    noise_step_k: float = 1.0  # a step is slow 1 sigma over its reference: a healthy target's step does
+    # so 16% of the time, a 1.2x straggler's on a 2-core host (sigma ~0.12) about 65% of the time
+    noise_consistent_share: float = 0.5  # consistent: slow in at least half the steps (a healthy target
+    # reaches it by chance in 7% of 3-step jobs, 2% at 8 steps, 0.1% at 16)
+    noise_median_k: float = 3.0  # ...and its median ratio 3 sigma over 1: healthy ranks of a busy host
+    # differ steadily by ~1.5 sigma (a real 4-rank DDP job on 2 cores: 1.45x and 1.7x the fastest rank,
+    # sigma 0.32); a 1.35x straggler of the demo job stands at ~4 sigma (sigma 0.09)
+    noise_transient_k: float = 3.0  # transient: steps 3 sigma over 1 (a healthy step does that once in
+    # ~700); only for causes that can come and go (host time, links)
+    noise_transient_p: float = 0.001  # ...more of them than the others' rate of such steps gives by
+    # chance (binomial tail under 0.1%): on gloo every link has them in 10-30% of steps (ratios 0.05-20x)
+
     def __post_init__(self) -> None:
         if self.threshold is not None:
             check_healthy_threshold(self.threshold, "DiagnoseConfig.threshold")
