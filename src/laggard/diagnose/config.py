@@ -77,9 +77,10 @@ class DiagnoseConfig:
     # so 16% of the time, a 1.2x straggler's on a 2-core host (sigma ~0.12) about 65% of the time
     noise_consistent_share: float = 0.5  # consistent: slow in at least half the steps (a healthy target
     # reaches it by chance in 7% of 3-step jobs, 2% at 8 steps, 0.1% at 16)
-    noise_median_k: float = 3.0  # ...and its median ratio 3 sigma over 1: healthy ranks of a busy host
-    # differ steadily by ~1.5 sigma (a real 4-rank DDP job on 2 cores: 1.45x and 1.7x the fastest rank,
-    # sigma 0.32); a 1.35x straggler of the demo job stands at ~4 sigma (sigma 0.09)
+    noise_median_k: float = 2.0  # ...and its median ratio 2 sigma over 1 (sigmas of one step, not
+    # standard errors: healthy ranks of a busy host differ steadily by 1-1.6 sigma, e.g. 1.45x and 1.7x
+    # the fastest of a real 4-rank DDP job on 2 cores; the demo job's 2x slow worker and 4x heavy stage
+    # stand at 2.2-3 sigma there; with 3 steps a healthy rank's median passes in 0.3% of jobs)
     noise_transient_k: float = 3.0  # transient: steps 3 sigma over 1 (a healthy step does that once in
     # ~700); only for causes that can come and go (host time, links)
     noise_transient_p: float = 0.001  # ...more of them than the others' rate of such steps gives by

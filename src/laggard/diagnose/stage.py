@@ -47,7 +47,9 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
     """Per stage (of ``stages``; default all): its consistency (per step, the mean compute of its replicas in ``rows`` over the
     median of the other stages'), then each replica's; ``[]`` when it is not heavier beyond the noise.
     The stage must stand out from the step-to-step spread of the same ratio for the other stages
-    (each over the stages other than it and this one; its own spread in a two-stage pipeline), and
+    (each over the stages other than it and this one; it shares what moves a whole pipeline, such as
+    the sequences drawn); in a two-stage pipeline from one worker's spread (``noise.cell_sigma``) over
+    its replicas and against the other stage's, and
     more than ``row_majority`` of its replicas must be heavy too: computing ``heavy_row_ratio`` x the
     other stages' median worker, or standing out from the workers' noise (``worker.step_ratios``,
     each against its stage peers): one slow replica makes a slow worker, not a heavy stage."""
@@ -71,9 +73,14 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
         ratio = noise.ratios(pw[s], ref)
         peers = [noise.ratios(pw[o], noise.row_median(np.stack([pw[x] for x in others if x != o]))) for o in others
                  if len(others) > 1]
-        job = noise.noise_for(np.stack(peers), None, cfg) if peers else noise.noise_for(ratio[None, :], 0, cfg)
+        pool = (stage_of != s) & ~np.isin(ctx.ranks, slow_workers)
+        if peers:
+            job = noise.noise_for(np.stack(peers), None, cfg)
+        else:  # two stages: one worker's step-to-step spread, over the stage's replicas, against the other's
+            cell = noise.cell_sigma(per, pool if pool.any() else stage_of != s, cfg)
+            job = noise.JobNoise(sigma=noise.ratio_sigma(cell / np.sqrt(len(i)), 1))
         row = noise.judge(f"stage {s}", "compute", ratio, pw[s] - ref, steps, job, cfg)
-        wjob = noise.noise_for(wr, None, cfg, (stage_of != s) & ~np.isin(ctx.ranks, slow_workers))
+        wjob = noise.noise_for(wr, None, cfg, pool)
         reps = [noise.judge(f"rank {int(ctx.ranks[j])}", "compute", noise.ratios(per[j], ref), per[j] - ref, steps,
                             wjob, cfg) for j in i]
         ref_load = float(np.median([load[int(r)] for r in ctx.ranks[stage_of != s]]))
