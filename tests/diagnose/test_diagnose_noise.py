@@ -69,6 +69,10 @@ def test_judge_reads_consistent_transient_and_noise():
     # the same bursts where every target has such steps a third of the time: the tail of a busy host
     assert judge("rank 3", "compute", bursts, np.zeros(24), steps, JobNoise(sigma=0.04, far_rate=0.3),
                  cfg).pattern == "noise"
+    # one step far out is a blip every rank of a busy host has now and then, not a transient straggler
+    blip = np.ones(24)
+    blip[11] = 2.1
+    assert judge("rank 3", "host", blip, np.zeros(24), steps, JobNoise(sigma=0.04), cfg).pattern == "noise"
     # a 1.3x median in a job whose steps vary by 20%: within the noise
     assert judge("rank 3", "compute", steady, np.zeros(24), steps, JobNoise(sigma=0.2, far_rate=0.01),
                  cfg).pattern == "noise"

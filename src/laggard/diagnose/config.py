@@ -85,6 +85,8 @@ class DiagnoseConfig:
     # ~700); only for causes that can come and go (host time, links)
     noise_transient_p: float = 0.001  # ...more of them than the others' rate of such steps gives by
     # chance (binomial tail under 0.1%): on gloo every link has them in 10-30% of steps (ratios 0.05-20x)
+    noise_transient_min_steps: int = 2  # ...and at least 2 of them: one step far out is a blip every rank of
+    # a busy host has now and then (the demo job: 5-20 ms host stalls on random ranks and steps)
 
     def __post_init__(self) -> None:
         if self.threshold is not None:

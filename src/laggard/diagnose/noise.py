@@ -12,7 +12,8 @@ ratio is over 1 + ``noise_step_k`` sigmas. A target is
   ratio is ``noise_median_k`` sigmas over 1 (sigmas of one step, not standard errors of the median:
   on a busy host healthy ranks differ steadily by about the step-to-step noise, and a rank that is
   1.5x the fastest of four on two shared cores is no slow GPU);
-- *transient* when it is not, but has steps ``noise_transient_k`` sigmas over 1, more of them than
+- *transient* when it is not, but has steps ``noise_transient_k`` sigmas over 1 (at least
+  ``noise_transient_min_steps``), more of them than
   the others' rate of such steps gives by chance (binomial tail under ``noise_transient_p``): a
   few steps far outside the noise, bursts of host work, a link that stalls now and then; not the
   tail every link of a busy host has. Its slow steps are those far steps;
@@ -120,7 +121,8 @@ def noise_for(ratio: np.ndarray, i: int | None, cfg: DiagnoseConfig, pool: np.nd
     dev = deviations(ratio)
     others = np.arange(len(ratio)) != (-1 if i is None else i)
     for rows in ([others & pool] if pool is not None else []) + [others]:
-        if np.isfinite(dev[rows]).sum() >= 2:
+        # two targets at least: one alone is a poor yardstick of what the others' steps do
+        if np.isfinite(dev[rows]).any(axis=1).sum() >= min(2, int(others.sum())) and np.isfinite(dev[rows]).sum() >= 2:
             return JobNoise.of(sigma(dev[rows], cfg), ratio[rows], cfg)
     return JobNoise(sigma=sigma(dev[i] if i is not None else dev[:0], cfg))
 
@@ -145,7 +147,8 @@ def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, step
     consistent = n > 0 and slow.sum() >= cfg.noise_consistent_share * n and med >= 1.0 + cfg.noise_median_k * noise
     # transient: steps far outside the noise, more of them than the others' rate of such steps gives by chance
     far = r > 1.0 + cfg.noise_transient_k * noise
-    transient = not consistent and far.any() and binom_tail(int(far.sum()), n, job.far_rate) < cfg.noise_transient_p
+    transient = (not consistent and far.sum() >= cfg.noise_transient_min_steps
+                 and binom_tail(int(far.sum()), n, job.far_rate) < cfg.noise_transient_p)
     pattern = "consistent" if consistent else "transient" if transient else "noise" if n else "unjudged"
     if transient:
         slow = far
