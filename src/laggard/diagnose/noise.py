@@ -1,22 +1,23 @@
 """Noise-aware naming: how consistent a named target's excess is, against the job's own noise.
 
 Per step, a target (a rank, a stage, a link) has a ratio: its time over its reference in that step
-(a worker's compute over its stage peers', a stage's over the other stages', a link's transfers over
-its op type's other links'; for host time, 1 + its excess over the other ranks / the ideal step).
-The job's noise is the step-to-step spread of the same ratio for the other targets: each series
-minus its own median (a target that is steadily a little slower adds nothing), pooled, as a robust
-sigma (1.4826 x the median absolute deviation), at least ``noise_floor``. A step is slow when its
-ratio is over 1 + ``noise_step_k`` sigmas. A target is
+(a worker's compute speed over its fast stage peers', a stage's compute over the other stages', a
+link's transfers over its op type's other links'; for host time, 1 + its excess over the other
+ranks' / the ideal step). The job's noise is the step-to-step spread of the same ratio for the other
+targets: each series minus its own median (a target that is steadily a little slower adds nothing),
+pooled, as a robust sigma (1.4826 x the median absolute deviation), at least ``noise_floor``. For a
+worker it is one rank's spread widened for a reference of few peers (``cell_sigma``,
+``ratio_sigma``), and so for a stage of a two-stage pipeline (there is no third stage to measure it
+on). A step is slow when its ratio is over 1 + ``noise_step_k`` sigmas. A target is
 
 - *consistent* when it is slow in at least ``noise_consistent_share`` of the steps and its median
   ratio is ``noise_median_k`` sigmas over 1 (sigmas of one step, not standard errors of the median:
   on a busy host healthy ranks differ steadily by about the step-to-step noise, and a rank that is
   1.5x the fastest of four on two shared cores is no slow GPU);
-- *transient* when it is not, but has steps ``noise_transient_k`` sigmas over 1 (at least
-  ``noise_transient_min_steps``), more of them than
-  the others' rate of such steps gives by chance (binomial tail under ``noise_transient_p``): a
-  few steps far outside the noise, bursts of host work, a link that stalls now and then; not the
-  tail every link of a busy host has. Its slow steps are those far steps;
+- *transient* when it is not, but has at least ``noise_transient_min_steps`` steps
+  ``noise_transient_k`` sigmas over 1, more of them than the others' rate of such steps gives by
+  chance (binomial tail under ``noise_transient_p``): bursts of host work, a link that stalls now
+  and then; not the tail every link of a busy host has. Its slow steps are those far steps;
 - within the noise otherwise: a detector does not name it (a rank riding along in a multi-rank
   finding is dropped from it);
 - unjudged when it has a reference in no step (the only link of its op type): the detector's rule
