@@ -42,8 +42,13 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     assert d["verdict"] == "straggling" and d["healthy_threshold"] == 1.05
     f = d["findings"][0]
     assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix", "whatif",
-                      "confidence", "hidden"}
+                      "confidence", "hidden",
+                      # how consistent the named worker's excess is (noise-aware naming)
+                      "steps_slow", "steps_total", "ratio", "ratio_spread", "transient_steps", "consistency", "targets"}
     assert (f["confidence"], f["hidden"]) == ("high", False)
+    assert f["steps_slow"] == f["steps_total"] == 44 and f["transient_steps"] == [] and 2.2 < f["ratio"] < 2.5
+    assert [t["target"] for t in f["targets"]] == ["rank 0"] and f["targets"][0]["pattern"] == "consistent"
+    assert "consistency: rank 0: slow in 44 of 44 steps, 2.38x" in " ".join(text.split())
     assert set(d["combined"]) == {"share", "gain", "interaction", "unexplained", "unexplained_by"}
     # a threshold above the job's slowdown calls it healthy, with no findings
     assert run_cli("analyze", ND / "trace-ST.parquet", "--json", out, "-q", "--healthy-threshold", "1.5") == 0
@@ -75,6 +80,7 @@ def test_findings_in_html(tmp_path):
     html = out.read_text()
     assert html.index("Diagnosis") < html.index("worker slowdown by DP rank and stage")
     assert "stage-imbalance" in html
+    assert "consistency: stage 3: slow in 32 of 32 steps, 1.60x ± 0.01; rank 6: slow in 32 of 32 steps" in html
 
 
 @pytest.mark.timeout(300)

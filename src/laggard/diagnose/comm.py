@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, existing, group_median, peer_median, weights_of
 from laggard.diagnose.findings import Candidate
-from laggard.results.diagnosis import Finding
+from laggard.results.diagnosis import Consistency, Finding
 from laggard.whatif.custom import Change
 
 
@@ -41,6 +42,9 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     type_of = uniq % nn
     key_p2p = is_p2p[rows[np.unique(inv, return_index=True)[1]]]
     slow = tail & (excess > cfg.comm_stands_out * peer_median(excess, type_of))
+    # a link is named only when its transfers stand out from the job's noise, steadily or now and then
+    judged = link_consistency(ctx, cfg, rows, inv, uniq, slow)
+    slow &= np.isin(np.arange(len(uniq)), [i for i, c in judged.items() if noise.stands_out(c)])
     if not slow.any() or slow.mean() > cfg.comm_everywhere:
         return _everywhere(ctx, rows, inv, uniq, tail, tmed, is_p2p, key_p2p)
     bad_rows = rows[slow[inv]]
@@ -67,8 +71,38 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
             if is_p2p[rws[0]]
             else f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
         ),
+        targets=[judged[i0]] + [judged[int(i)] for i in np.flatnonzero(slow) if i != i0],
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+
+
+def link_consistency(ctx: Ctx, cfg: DiagnoseConfig, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray,
+                     slow: np.ndarray) -> dict[int, Consistency]:
+    """Per slow (link, op type) key (index into ``uniq``): per step, its mean transfer over the
+    median of the other links of its op type in that step, judged against the step-to-step spread of
+    the same ratio for the links that are not slow (``laggard.diagnose.noise``)."""
+    nn = len(ctx.names) + 1
+    nr = int(ctx.rank.max()) + 2
+    ns = int(ctx.step.max()) + 1
+    cell = inv * ns + ctx.step[rows]
+    tot = np.bincount(cell, weights=ctx.w[rows], minlength=len(uniq) * ns).reshape(len(uniq), ns)
+    cnt = np.bincount(cell, minlength=len(uniq) * ns).reshape(len(uniq), ns)
+    mean = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
+    ref = np.full(mean.shape, np.nan)
+    for s in range(ns):
+        ok = np.isfinite(mean[:, s])
+        if ok.sum() >= 2:
+            pm = peer_median(mean[ok, s], uniq[ok] % nn)
+            ref[ok, s] = np.where(pm > 0, pm, np.nan)
+    ratio = noise.ratios(mean, ref)
+    steps = ctx.step_numbers()[:ns]
+    out = {}
+    for i in np.flatnonzero(slow).tolist():
+        link, name = divmod(int(uniq[i]), nn)
+        label = f"link {link // nr}-{link % nr}" if link >= 0 else f"rank {-link - 1}"
+        job = noise.noise_for(ratio, i, cfg, ~slow)
+        out[i] = noise.judge(f"{label} ({ctx.names[name]})", "transfer", ratio[i], mean[i] - ref[i], steps, job, cfg)
+    return out
 
 
 def _link_fixes(ctx: Ctx, uniq: np.ndarray, chosen: np.ndarray, key_p2p: np.ndarray) -> list[Change]:

@@ -86,6 +86,25 @@ class DiagnoseConfig:
     # step: a launch overhead every rank pays (clean simulated jobs: 0.1%; the published traces: 0.5%
     # (ST) and 0.02% (AR)); other causes may hide most of it, and it is what they leave once fixed
 
+    # -- noise: a named rank, stage or link stands out from the job's own step-to-step variation
+    # (``laggard.diagnose.noise``; sigma: the robust spread of the same per-step ratio for the others)
+    noise_floor: float = 0.01  # sigma is at least 1%: timer resolution and clock jitter on a real host;
+    # a jitter-free simulated job would otherwise make any excess significant
+    noise_step_k: float = 1.0  # a step is slow 1 sigma over its reference: a healthy target's step does
+    # so 16% of the time, a 1.2x straggler's on a 2-core host (sigma ~0.12) about 65% of the time
+    noise_consistent_share: float = 0.5  # consistent: slow in at least half the steps (a healthy target
+    # reaches it by chance in 7% of 3-step jobs, 2% at 8 steps, 0.1% at 16)
+    noise_median_k: float = 2.0  # ...and its median ratio 2 sigma over 1 (sigmas of one step, not
+    # standard errors: healthy ranks of a busy host differ steadily by 1-1.6 sigma, e.g. 1.45x and 1.7x
+    # the fastest of a real 4-rank DDP job on 2 cores; the demo job's 2x slow worker and 4x heavy stage
+    # stand at 2.2-3 sigma there; with 3 steps a healthy rank's median passes in 0.3% of jobs)
+    noise_transient_k: float = 3.0  # transient: steps 3 sigma over 1 (a healthy step does that once in
+    # ~700); only for causes that can come and go (host time, links)
+    noise_transient_p: float = 0.001  # ...more of them than the others' rate of such steps gives by
+    # chance (binomial tail under 0.1%): on gloo every link has them in 10-30% of steps (ratios 0.05-20x)
+    noise_transient_min_steps: int = 2  # ...and at least 2 of them: one step far out is a blip every rank of
+    # a busy host has now and then (the demo job: 5-20 ms host stalls on random ranks and steps)
+
     def __post_init__(self) -> None:
         if self.threshold is not None:
             check_healthy_threshold(self.threshold, "DiagnoseConfig.threshold")

@@ -50,6 +50,7 @@ class Ctx:
                           for r, i in zip(ranks, first, strict=True)}
         self.num_dp = len(np.unique(self.dp))
         self.num_pp = len(np.unique(self.pp))
+        self.memo: dict[str, object] = {}  # what several detectors read, computed once (``worker.step_ratios``)
 
     def group_mean(self, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Mean of ``w`` over ``mask_ref`` ops per key tuple; returns (per-op mean, has-reference)."""
@@ -62,14 +63,24 @@ class Ctx:
     def worker_loads(self) -> np.ndarray:
         """Compute seconds per step of each worker (``ranks`` order): the median over the steps it
         ran, so that a few stalled steps (a noisy neighbour, a descheduled process) do not count."""
+        return np.nanmedian(self.per_rank_step(self.compute), axis=1)
+
+    def per_rank_step(self, mask: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """Seconds of the ``mask`` ops per (rank, step) (or the sum of other per-op ``values``):
+        ``ranks`` order x step index (``step``); NaN where the rank ran no op at all in the step."""
         ri = np.searchsorted(self.ranks, self.rank)
         num_steps = int(self.step.max()) + 1 if len(self.step) else 1
         cell = ri * num_steps + self.step
         size = len(self.ranks) * num_steps
         shape = (len(self.ranks), num_steps)
-        per = np.bincount(cell[self.compute], weights=self.w[self.compute], minlength=size).reshape(shape)
+        w = self.w if values is None else values
+        per = np.bincount(cell[mask], weights=w[mask], minlength=size).reshape(shape)
         ran = np.bincount(cell, minlength=size).reshape(shape) > 0
-        return np.nanmedian(np.where(ran, per, np.nan), axis=1)
+        return np.where(ran, per, np.nan)
+
+    def step_numbers(self) -> np.ndarray:
+        """The job's step number of each step index."""
+        return np.asarray(self.base.graph.steps, dtype=np.int64)
 
     def microbatch_keys(self, mask: np.ndarray) -> np.ndarray:
         """Key (rank, step, microbatch) of each op in ``mask``."""
@@ -100,14 +111,24 @@ def fast_peer_ref(values: np.ndarray, groups: np.ndarray, within: float) -> np.n
     where most DP replicas are slow GPUs would make the slow ones the norm and the healthy ones look
     fast; the fastest cluster is what a healthy worker of that stage computes."""
     out = np.zeros(len(values))
+    for i, peers in enumerate(fast_peers(values, groups, within)):
+        if len(peers):
+            out[i] = float(np.median(values[peers]))
+    return out
+
+
+def fast_peers(values: np.ndarray, groups: np.ndarray, within: float) -> list[np.ndarray]:
+    """For each entry, the indices of its fast peers (``fast_peer_ref``): the other entries of its
+    group at most ``within`` x the fastest of them (none where it is alone)."""
+    out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(values)
     for g in np.unique(groups):
         idx = np.flatnonzero(groups == g)
         if len(idx) < 2:
             continue
         v = values[idx]
         for j, i in enumerate(idx):
-            others = np.delete(v, j)
-            out[i] = float(np.median(others[others <= within * others.min()]))
+            others, ov = np.delete(idx, j), np.delete(v, j)
+            out[i] = others[ov <= within * ov.min()]
     return out
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx, weights_of
+from laggard.diagnose.context import Ctx, peer_median, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.engine.gaps import HOST_KIND
-from laggard.results.diagnosis import Finding
+from laggard.results.diagnosis import Consistency, Finding
 from laggard.whatif.custom import Change
 
 
@@ -48,6 +49,11 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candida
         return []
     hot = np.flatnonzero(excess >= cfg.host_hot_share * top)
     hot = hot[np.argsort(-excess[hot])][: cfg.host_max_ranks]
+    # each named only when its host time stands out from the job's noise, steadily or in bursts
+    judged = host_consistency(ctx, cfg, host, hot)
+    hot = np.array([i for i in hot.tolist() if noise.stands_out(judged[i])], dtype=np.int64)
+    if not len(hot):
+        return []
     ranks = [int(ctx.ranks[i]) for i in hot]
     on = host & np.isin(ctx.rank, ranks)
     r0 = ranks[0]
@@ -71,8 +77,24 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candida
             f"find the host-side work on rank {r0} between its traced ops: a slow data loader (more workers, "
             "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host"
         ),
+        targets=[judged[i] for i in hot.tolist()],
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+
+
+def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.ndarray) -> dict[int, Consistency]:
+    """Per ``hot`` rank (index into ``ranks``): per step, its host time's excess over the median of the
+    other ranks' in that step, as a ratio of the step (1 + excess / ideal step: a reference of zero
+    host time has no ratio of its own), judged against the same ratio of the ranks not hot."""
+    per = np.nan_to_num(ctx.per_rank_step(host))
+    steps = ctx.step_numbers()[: per.shape[1]]
+    n = len(ctx.ranks)
+    ref = np.stack([peer_median(per[:, s], np.zeros(n, dtype=np.int64)) for s in range(per.shape[1])], axis=1)
+    ex = per - ref
+    ratio = 1.0 + ex / max(ctx.T_ideal, 1e-12)
+    pool = ~np.isin(np.arange(n), hot)
+    return {int(i): noise.judge(f"rank {int(ctx.ranks[i])}", "host", ratio[i], ex[i], steps,
+                                noise.noise_for(ratio, int(i), cfg, pool), cfg) for i in hot.tolist()}
 
 
 def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float, hot: list[int]) -> Candidate:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate
-from laggard.results.diagnosis import Finding
+from laggard.results.diagnosis import Consistency, Finding
 from laggard.whatif.custom import Change
 
 
@@ -41,6 +42,62 @@ def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_wor
     return out
 
 
+def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: list[int],
+                rows: dict[int, list[int]], stages: list[int] | None = None) -> dict[int, list[Consistency]]:
+    """Per stage (of ``stages``; default all): its consistency (per step, the mean compute of its replicas in ``rows`` over the
+    median of the other stages'), then each replica's; ``[]`` when it is not heavier beyond the noise.
+    The stage must stand out from the step-to-step spread of the same ratio for the other stages
+    (each over the stages other than it and this one; it shares what moves a whole pipeline, such as
+    the sequences drawn); in a two-stage pipeline from one worker's spread (``noise.cell_sigma``) over
+    its replicas and against the other stage's, and
+    more than ``row_majority`` of its replicas must be heavy too: computing ``heavy_row_ratio`` x the
+    other stages' median worker, or standing out from the workers' noise (``worker.step_ratios``,
+    each against its stage peers): one slow replica makes a slow worker, not a heavy stage."""
+    from laggard.diagnose.worker import step_ratios
+
+    per = ctx.per_rank_step(ctx.compute)
+    idx = {s: np.searchsorted(ctx.ranks, rs) for s, rs in rows.items()}
+    pw = {s: _row_mean(per[i]) for s, i in idx.items()}  # per step: the mean compute of its replicas
+    steps = ctx.step_numbers()[: per.shape[1]]
+    stage_of = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
+    wr = step_ratios(ctx, cfg, load)[0]
+    out: dict[int, list[Consistency]] = {}
+    for s, i in idx.items():
+        if stages is not None and s not in stages:
+            continue
+        others = [o for o in pw if o != s]
+        if not others:
+            out[s] = []
+            continue
+        ref = noise.row_median(np.stack([pw[o] for o in others]))
+        ratio = noise.ratios(pw[s], ref)
+        peers = [noise.ratios(pw[o], noise.row_median(np.stack([pw[x] for x in others if x != o]))) for o in others
+                 if len(others) > 1]
+        pool = (stage_of != s) & ~np.isin(ctx.ranks, slow_workers)
+        if peers:
+            job = noise.noise_for(np.stack(peers), None, cfg)
+        else:  # two stages: one worker's step-to-step spread, over the stage's replicas, against the other's
+            cell = noise.cell_sigma(per, pool if pool.any() else stage_of != s, cfg)
+            job = noise.JobNoise(sigma=noise.ratio_sigma(cell / np.sqrt(len(i)), 1))
+        row = noise.judge(f"stage {s}", "compute", ratio, pw[s] - ref, steps, job, cfg)
+        wjob = noise.noise_for(wr, None, cfg, pool)
+        reps = [noise.judge(f"rank {int(ctx.ranks[j])}", "compute", noise.ratios(per[j], ref), per[j] - ref, steps,
+                            wjob, cfg) for j in i]
+        ref_load = float(np.median([load[int(r)] for r in ctx.ranks[stage_of != s]]))
+        heavy = sum(noise.stands_out(c, transient_ok=False) or load[int(ctx.ranks[j])] >= cfg.heavy_row_ratio * ref_load
+                    for c, j in zip(reps, i, strict=True))
+        ok = noise.stands_out(row, transient_ok=False) and heavy > cfg.row_majority * len(reps)
+        out[s] = [row, *reps] if ok else []
+    return out
+
+
+def _row_mean(m: np.ndarray) -> np.ndarray:
+    """The mean of each column over its rows, NaN ignored (NaN where a column has none)."""
+    ok = np.isfinite(m)
+    with np.errstate(invalid="ignore"):
+        return np.where(ok.any(axis=0), np.where(ok, m, 0.0).sum(axis=0) / ok.sum(axis=0), np.nan)
+
+
 def _rows(ctx: Ctx, slow_workers: list[int]) -> dict[int, list[int]]:
     """Each stage's workers, less its slow workers when some are left."""
     by_stage: dict[int, list[int]] = {}
@@ -64,7 +121,11 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
     workers_per_stage = np.maximum(np.bincount([ctx.worker_of[r]["stage"] for rs in rows.values() for r in rs],
                                                minlength=ctx.num_pp), 1)
     per_worker = per_stage / workers_per_stage
-    for s in heavy_stages(ctx, cfg, load, slow_workers):
+    heavy = heavy_stages(ctx, cfg, load, slow_workers)
+    judged = consistency(ctx, cfg, load, slow_workers, rows, heavy)
+    for s in heavy:
+        if not judged[s]:
+            continue  # its replicas compute within the job's noise of the other stages'
         others = float(np.median(np.delete(per_worker, s)))
         ratio = per_worker[s] / max(others, 1e-12)
         if ratio < cfg.stage_compute_min:
@@ -111,6 +172,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
                 f"({'the loss/logits layer' if s == ctx.num_pp - 1 else 'some layers'}) to other stages"
             ),
             fix_tool="partition",
+            targets=judged[s],
         )
         out.append(Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes)))
     return out

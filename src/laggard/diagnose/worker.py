@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.findings import Candidate
-from laggard.results.diagnosis import Finding
+from laggard.results.diagnosis import Consistency, Finding
 
 
 def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[int]:
@@ -35,40 +36,115 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
         rel = np.minimum(rel, np.array([per_mb.get(r, np.inf) for r in ranks]))
     keep = rel >= cfg.worker_ratio
     order = np.argsort(-rel[keep], kind="stable")
-    return [int(r) for r in np.array(ranks)[keep][order]]
+    flagged = [int(r) for r in np.array(ranks)[keep][order]]
+    # named only when consistently slow beyond the job's noise (a noisy rank of a busy host, whose
+    # median step happens to be 1.25x its fastest peer's, is not a slow GPU)
+    judged = consistency(ctx, cfg, load, flagged)
+    return [r for r in flagged if noise.stands_out(judged[r], transient_ok=False)]
 
 
-def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
-    """Per rank: the median over its forward and backward passes of the op's time over what the same
-    op costs on the other DP ranks: over the fitted cost of its sequences where the trace has their
-    lengths (a*sum(len^2) + b*sum(len) + c per stage and op type), else over the median of the same
-    (step, stage, op type, microbatch) on the other DP ranks. Sequence imbalance moves the second
-    ratio both ways (a DP rank may draw long sequences in most of a short trace's microbatches), and
-    not the first; a slow worker moves both."""
+def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], ranks: list[int]) -> dict[int, Consistency]:
+    """Each of ``ranks``' per-step compute speed over its fast stage peers' in that step
+    (``step_ratios``), judged against the job's noise (``laggard.diagnose.noise``): the step-to-step
+    spread of one rank's speed, pooled over the ranks not in ``ranks`` (every other rank when that
+    leaves none), widened for a reference of few peers (``noise.ratio_sigma``)."""
+    if not ranks:
+        return {}
+    ratio, excess = step_ratios(ctx, cfg, load)
+    speed, num_ref = ctx.memo["worker.speed"]
+    pool = ~np.isin(ctx.ranks, ranks)
+    steps = ctx.step_numbers()[: ratio.shape[1]]
+    out = {}
+    for r in ranks:
+        i = int(np.searchsorted(ctx.ranks, r))
+        others = np.arange(len(ctx.ranks)) != i
+        rows = others & pool if np.isfinite(speed[others & pool]).sum() >= 2 else others
+        sig = noise.ratio_sigma(noise.cell_sigma(speed, rows, cfg), int(num_ref[i]))
+        job = noise.JobNoise.of(sig, ratio[rows], cfg)
+        out[r] = noise.judge(f"rank {r}", "compute", ratio[i], excess[i], steps, job, cfg)
+    return out
+
+
+def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Per (rank, step): its compute speed over its reference's, and the excess in seconds (its
+    compute less what it takes at the reference's speed). Speed: with DP replicas, the step's forward
+    and backward time over what they should cost (``mb_expected``: the sequences drawn move a step's
+    compute by tens of %, not its speed); else, and in traces without microbatches, the step's
+    compute. The reference is the median of the rank's fast stage peers (``context.fast_peers`` on
+    the medians over steps, as ``slow_workers`` compares them) in that step; with one worker per
+    stage, the other ranks'. Computed once per job (``ctx.memo``, with the speeds and each rank's
+    number of reference peers under ``worker.speed``)."""
+    if "worker.step_ratios" in ctx.memo:
+        return ctx.memo["worker.step_ratios"]
+    from laggard.diagnose.context import fast_peers
+
+    per = ctx.per_rank_step(ctx.compute)
+    speed = per
+    mb = mb_expected(ctx) if ctx.num_dp > 1 else None
+    if mb is not None:
+        rows, expected = mb
+        mask = np.zeros(len(ctx.w), dtype=bool)
+        mask[rows] = True
+        spent = ctx.per_rank_step(mask)
+        w_exp = np.zeros(len(ctx.w))
+        w_exp[rows] = expected
+        speed = spent / np.where(spent > 0, ctx.per_rank_step(mask, w_exp), np.nan)
+    n = len(ctx.ranks)
+    if ctx.num_dp > 1:
+        lv = np.array([load[int(r)] for r in ctx.ranks]) if mb is None else np.nanmedian(speed, axis=1)
+        stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
+        peers = fast_peers(np.nan_to_num(lv, nan=np.inf), stage, cfg.worker_ratio)
+    else:
+        peers = [np.delete(np.arange(n), i) for i in range(n)]
+    ref = np.full(per.shape, np.nan)
+    for i, p in enumerate(peers):
+        if len(p):
+            ref[i] = noise.row_median(speed[p])
+    ratio = noise.ratios(speed, ref)
+    ctx.memo["worker.speed"] = speed, np.array([len(p) for p in peers])
+    ctx.memo["worker.step_ratios"] = ratio, per * (1.0 - 1.0 / ratio)
+    return ctx.memo["worker.step_ratios"]
+
+
+def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
+    """The forward and backward passes with a microbatch (op indices) and what each should cost: the
+    fitted cost of its sequences where the trace has their lengths (a*sum(len^2) + b*sum(len) + c
+    per stage and op type), else the median of the same (step, stage, op type, microbatch) on the
+    other DP ranks (passes with no such peer are left out). None when there are none."""
     from laggard.diagnose.context import peer_median
     from laggard.diagnose.sequence import seq_features
 
     on = (ctx.fwd | ctx.bwd) & (ctx.mb >= 0)
     if not on.any():
-        return {}
+        return None
     feats = seq_features(ctx, on)
     if feats is not None and len(feats[0]) == int(on.sum()):
         rows, sq, lin = feats
-        ratio = np.empty(len(rows))
+        expected = np.empty(len(rows))
         group = ctx.pp[rows] * (len(ctx.names) + 1) + ctx.name[rows]
         for g in np.unique(group):
             sel = group == g
             X = np.stack([sq[sel], lin[sel], np.ones(int(sel.sum()))], axis=1)
             coef, *_ = np.linalg.lstsq(X, ctx.w[rows][sel], rcond=None)
-            ratio[sel] = ctx.w[rows][sel] / np.maximum(X @ coef, 1e-12)
-        ranks = ctx.rank[rows]
-    else:
-        keys = np.stack([ctx.step[on], ctx.pp[on], ctx.name[on], ctx.mb[on]], axis=1)
-        _, group = np.unique(keys, axis=0, return_inverse=True)
-        peers = peer_median(ctx.w[on], group.ravel())
-        ok = peers > 0
-        ratio = ctx.w[on][ok] / peers[ok]
-        ranks = ctx.rank[on][ok]
+            expected[sel] = np.maximum(X @ coef, 1e-12)
+        return rows, expected
+    keys = np.stack([ctx.step[on], ctx.pp[on], ctx.name[on], ctx.mb[on]], axis=1)
+    _, group = np.unique(keys, axis=0, return_inverse=True)
+    peers = peer_median(ctx.w[on], group.ravel())
+    ok = peers > 0
+    return np.flatnonzero(on)[ok], peers[ok]
+
+
+def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
+    """Per rank: the median over its forward and backward passes of the op's time over what the same
+    op should cost (``mb_expected``). Sequence imbalance moves the ratio to the other DP ranks' same
+    microbatch both ways (a DP rank may draw long sequences in most of a short trace's
+    microbatches), and not the ratio to the fitted cost; a slow worker moves both."""
+    mb = mb_expected(ctx)
+    if mb is None:
+        return {}
+    rows, expected = mb
+    ratio, ranks = ctx.w[rows] / expected, ctx.rank[rows]
     order = np.argsort(ranks, kind="stable")
     r_sorted, v_sorted = ranks[order], ratio[order]
     bounds = np.flatnonzero(np.diff(r_sorted)) + 1
@@ -117,5 +193,6 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
             f"drain the node of rank {r0}" + (f" (and of {len(cells) - 1} more)" if len(cells) > 1 else "")
             + " and check it (thermal throttling, clocks, ECC errors, noisy neighbours)"
         ),
+        targets=list(consistency(ctx, cfg, load, cells).values()),
     )
     return [Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes))]

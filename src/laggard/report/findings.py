@@ -96,7 +96,10 @@ def print_findings(res: Analysis, console: Console) -> None:
         text = Text()
         text.append(f.cause, style="bold")
         text.append(_qualifier(f))
-        text.append((f": {where}" if where else "") + f"\nevidence: {f.evidence}\nfix: {f.fix_text}")
+        text.append((f": {where}" if where else "") + f"\nevidence: {f.evidence}")
+        if f.consistency_text:
+            text.append(f"\nconsistency: {f.consistency_text}")
+        text.append(f"\nfix: {f.fix_text}")
         t.add_row(str(i), text, f"{100 * f.share:.0f}%\n({100 * f.score:.0f}% alone)", f"{f.gain:.2f}x\nfaster")
     console.print(t)
     width = min(console.width, 120)
@@ -139,7 +142,9 @@ def findings_html(res: Analysis) -> str | None:
             "<tr>"
             f"<td>{i}</td><td><strong>{escape(f.cause)}</strong>{escape(_qualifier(f))}<br><small>{escape(_where(f))}</small></td>"
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
-            f"<td>{escape(f.evidence)}<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
+            f"<td>{escape(f.evidence)}"
+            + (f"<br>consistency: {escape(f.consistency_text)}" if f.consistency_text else "")
+            + f"<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
             f"<td>{escape(f.fix_text)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"
                                       if f.command else "") + "</td>"
             "</tr>"
@@ -161,6 +166,10 @@ def findings_html(res: Analysis) -> str | None:
             "together removes); in brackets, what fixing only this cause removes. Findings are sorted by share.",
             "**fix gives** is the predicted speed-up of the replayed step time: the speed-up of the "
             "`laggard whatif` command under the fix, which prints the same number when you run it.",
+            "**consistency** says, for each rank, stage or link a finding names, in how many steps its time "
+            "exceeds its reference (its stage peers, the other stages, the other links of its op type) beyond the "
+            "job's own step-to-step noise, the median ratio and its spread; a transient straggler lists its slow steps. "
+            "Nothing within the noise is named.",
             "The heatmap below shows the pattern each finding was read from.",
         ],
     )

@@ -17,6 +17,70 @@ def finite(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
+def step_spans(steps: list[int]) -> str:
+    """``[7, 8, 9, 15]`` -> ``'7-9 and 15'``: runs of consecutive steps."""
+    runs: list[list[int]] = []
+    for s in sorted(steps):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+@dataclass(kw_only=True, slots=True)
+class Consistency:
+    """How consistent one named target's excess is over the job's steps, against the job's own noise
+    (``laggard.diagnose.noise``). Per step: the target's time (compute, transfer or host time) over
+    its reference (its stage peers', the other stages', its op type's other links'); for host time
+    (``basis`` "host") the ratio is the rank's step lengthened by its excess: 1 + excess / ideal step."""
+
+    target: str  # "rank 3", "stage 1", "link 2->3 (backward-recv)"
+    basis: str  # compute | transfer | host
+    pattern: str  # consistent | transient | noise (within the job's noise: not named) | unjudged (no reference)
+    steps_total: int  # steps judged
+    slow_steps: list[int]  # the steps where it exceeds its reference beyond the noise
+    ratio: float  # median per-step ratio (over the slow steps when transient)
+    ratio_spread: float  # 1.4826 x MAD of those ratios (a robust sigma)
+    noise: float  # the job's per-step noise (sigma of the same ratio for the other targets)
+    excess_s: float  # median per-step excess over the reference, seconds (same steps as ``ratio``)
+
+    @property
+    def text(self) -> str:
+        """E.g. "rank 3: slow in 23 of 24 steps, 1.31x ± 0.04 (job noise ± 0.02)"."""
+        return f"{self.what} ({self.noise_text})"
+
+    @property
+    def what(self) -> str:
+        """The text without the noise: "rank 3: slow in 23 of 24 steps, 1.31x ± 0.04"."""
+        n, k = self.steps_total, len(self.slow_steps)
+        if self.pattern == "unjudged":
+            return f"{self.target}: nothing to compare its steps with"
+        if self.basis == "host":
+            size = f"+{1e3 * self.excess_s:.1f} ms of host time per step ({100 * (self.ratio - 1):.0f}% of the step)"
+        else:
+            size = f"{self.ratio:.2f}x ± {self.ratio_spread:.2f}"
+        if self.pattern == "transient":
+            where = f"slow in step{'s' if k > 1 else ''} {step_spans(self.slow_steps)} ({k} of {n}), {size} there"
+        else:
+            where = f"slow in {k} of {n} steps, {size}"
+        return f"{self.target}: {where}" + (" (within noise)" if self.pattern == "noise" else "")
+
+    @property
+    def noise_text(self) -> str:
+        if self.basis == "host":
+            return f"job noise ± {100 * self.noise:.1f}% of the step"
+        return f"job noise ± {self.noise:.2f}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "basis": self.basis, "pattern": self.pattern,
+                "steps_slow": len(self.slow_steps), "steps_total": self.steps_total,
+                "slow_steps": self.slow_steps, "ratio": finite(self.ratio),
+                "ratio_spread": finite(self.ratio_spread), "noise": finite(self.noise),
+                "excess_s": finite(self.excess_s)}
+
+
 @dataclass(kw_only=True, slots=True)
 class Finding:
     cause: str
@@ -38,6 +102,40 @@ class Finding:
     # named only when the detectors ran again on the job with the first findings fixed: a straggler
     # those findings hid (its signature was within their noise)
     hidden: bool = False
+    # how consistent each named target's excess is (worst first); empty for causes that name no
+    # target of their own (sequence imbalance, GC, a tail on every link, the launch overhead)
+    targets: list[Consistency] = field(default_factory=list)
+
+    @property
+    def steps_slow(self) -> int | None:
+        return len(self.targets[0].slow_steps) if self.targets else None
+
+    @property
+    def steps_total(self) -> int | None:
+        return self.targets[0].steps_total if self.targets else None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.targets[0].ratio if self.targets else None
+
+    @property
+    def ratio_spread(self) -> float | None:
+        return self.targets[0].ratio_spread if self.targets else None
+
+    @property
+    def transient_steps(self) -> list[int]:
+        """The slow steps of the first target when it is a transient straggler (empty otherwise)."""
+        t = self.targets[0] if self.targets else None
+        return list(t.slow_steps) if t is not None and t.pattern == "transient" else []
+
+    @property
+    def consistency_text(self) -> str:
+        """The first targets' consistency, "; "-joined, with the job's noise once (empty when none)."""
+        if not self.targets:
+            return ""
+        shown = self.targets[:4]
+        more = f"; and {len(self.targets) - 4} more" if len(self.targets) > 4 else ""
+        return "; ".join(t.what for t in shown) + more + f" ({shown[0].noise_text})"
 
     @property
     def fix_text(self) -> str:
@@ -62,6 +160,14 @@ class Finding:
             "whatif": self.command,
             "confidence": self.confidence,
             "hidden": self.hidden,
+            # how consistent the excess is (new keys; null where the finding names no target)
+            "steps_slow": self.steps_slow,
+            "steps_total": self.steps_total,
+            "ratio": finite(self.ratio),
+            "ratio_spread": finite(self.ratio_spread),
+            "transient_steps": self.transient_steps,
+            "consistency": self.consistency_text,
+            "targets": [t.to_json() for t in self.targets],
         }
 
 
@@ -92,4 +198,4 @@ class Diagnosis:
         return out
 
 
-__all__ = ["FIX_TOOLS", "Diagnosis", "Finding", "finite"]
+__all__ = ["FIX_TOOLS", "Consistency", "Diagnosis", "Finding", "finite", "step_spans"]

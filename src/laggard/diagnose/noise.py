@@ -1,0 +1,174 @@
+"""Noise-aware naming: how consistent a named target's excess is, against the job's own noise.
+
+Per step, a target (a rank, a stage, a link) has a ratio: its time over its reference in that step
+(a worker's compute speed over its fast stage peers', a stage's compute over the other stages', a
+link's transfers over its op type's other links'; for host time, 1 + its excess over the other
+ranks' / the ideal step). The job's noise is the step-to-step spread of the same ratio for the other
+targets: each series minus its own median (a target that is steadily a little slower adds nothing),
+pooled, as a robust sigma (1.4826 x the median absolute deviation), at least ``noise_floor``. For a
+worker it is one rank's spread widened for a reference of few peers (``cell_sigma``,
+``ratio_sigma``), and so for a stage of a two-stage pipeline (there is no third stage to measure it
+on). A step is slow when its ratio is over 1 + ``noise_step_k`` sigmas. A target is
+
+- *consistent* when it is slow in at least ``noise_consistent_share`` of the steps and its median
+  ratio is ``noise_median_k`` sigmas over 1 (sigmas of one step, not standard errors of the median:
+  on a busy host healthy ranks differ steadily by about the step-to-step noise, and a rank that is
+  1.5x the fastest of four on two shared cores is no slow GPU);
+- *transient* when it is not, but has at least ``noise_transient_min_steps`` steps
+  ``noise_transient_k`` sigmas over 1, more of them than the others' rate of such steps gives by
+  chance (binomial tail under ``noise_transient_p``): bursts of host work, a link that stalls now
+  and then; not the tail every link of a busy host has. Its slow steps are those far steps;
+- within the noise otherwise: a detector does not name it (a rank riding along in a multi-rank
+  finding is dropped from it);
+- unjudged when it has a reference in no step (the only link of its op type): the detector's rule
+  stands.
+
+The detectors build the per-step series (``ratios`` from values and references per step) and call
+``judge`` for each target they would name; ``Consistency`` is plain data (``laggard.results``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.results.diagnosis import Consistency
+
+MAD_SIGMA = 1.4826  # MAD x this is the sigma of a normal distribution
+
+
+def ratios(value: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """``value / ref`` per cell; NaN where either is missing or the reference is not positive."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = value / ref
+    return np.where(np.isfinite(out) & (ref > 0), out, np.nan)
+
+
+def row_median(m: np.ndarray) -> np.ndarray:
+    """The median of each column of ``m`` over its rows, NaN ignored (NaN where a column has none)."""
+    m = np.atleast_2d(m)
+    fin = np.isfinite(m)
+    if fin.all():
+        return np.median(m, axis=0) if len(m) else np.full(m.shape[1], np.nan)
+    out = np.full(m.shape[1], np.nan)
+    ok = fin.any(axis=0)
+    if ok.any():
+        out[ok] = np.nanmedian(m[:, ok], axis=0)
+    return out
+
+
+def deviations(series: np.ndarray) -> np.ndarray:
+    """Each row (a target's per-step ratios) minus its own median; NaN stays NaN."""
+    series = np.atleast_2d(series)
+    ok = np.isfinite(series).any(axis=1)
+    med = np.full(len(series), np.nan)
+    if ok.any():
+        med[ok] = np.nanmedian(series[ok], axis=1)
+    return series - med[:, None]
+
+
+def sigma(dev: np.ndarray, cfg: DiagnoseConfig) -> float:
+    """The robust sigma of the deviations (NaN ignored), at least ``noise_floor``; the floor alone
+    when there are fewer than 2 deviations."""
+    d = dev[np.isfinite(dev)]
+    if len(d) < 2:
+        return cfg.noise_floor
+    return max(MAD_SIGMA * float(np.median(np.abs(d - np.median(d)))), cfg.noise_floor)
+
+
+def cell_sigma(values: np.ndarray, rows: np.ndarray, cfg: DiagnoseConfig) -> float:
+    """The robust sigma of one target's per-step value about its own median, relative (value / its
+    median - 1), once what every target's step shares is divided out (each step's median over all
+    rows), pooled over ``rows`` (a mask or indices)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        norm = values / row_median(values)[None, :]
+        own = np.full(len(values), np.nan)
+        ok = np.isfinite(norm).any(axis=1)
+        own[ok] = np.nanmedian(norm[ok], axis=1)
+        rel = norm / own[:, None] - 1.0
+    return sigma(rel[rows], cfg)
+
+
+def ratio_sigma(cell: float, num_ref: int) -> float:
+    """The sigma of a per-step ratio of one target to the median of ``num_ref`` others, each with
+    relative sigma ``cell``: var ~ cell^2 (1 + v), v = 1/m up to m = 2 (a mean), pi / (2m) above (a
+    median). Against one peer the ratio is noisier than against the median of seven."""
+    m = max(num_ref, 1)
+    return cell * math.sqrt(1.0 + (1.0 / m if m <= 2 else math.pi / (2 * m)))
+
+
+@dataclass(frozen=True, slots=True)
+class JobNoise:
+    """The noise a target is judged against: ``sigma`` of the other targets' step-to-step deviations,
+    and ``far_rate``, the share of their steps far outside it (over 1 + ``noise_transient_k`` sigma)."""
+
+    sigma: float
+    far_rate: float = 0.0
+
+    @staticmethod
+    def of(sigma: float, others: np.ndarray, cfg: DiagnoseConfig) -> JobNoise:
+        """``sigma``, with the far rate of the other targets' per-step ratios ``others`` (NaN ignored)."""
+        r = others[np.isfinite(others)]
+        return JobNoise(sigma=sigma, far_rate=float(np.mean(r > 1.0 + cfg.noise_transient_k * sigma)) if len(r) else 0.0)
+
+
+def noise_for(ratio: np.ndarray, i: int | None, cfg: DiagnoseConfig, pool: np.ndarray | None = None) -> JobNoise:
+    """The job's noise for judging row ``i`` of the per-step ratios (targets x steps; None: a target
+    that is no row of them): from the ``pool`` rows (the targets no detector flagged; default every
+    row) less row ``i``; from every other row when the pool has none; from row ``i``'s own
+    step-to-step spread when no other row has any (the floor when ``i`` is None)."""
+    dev = deviations(ratio)
+    others = np.arange(len(ratio)) != (-1 if i is None else i)
+    for rows in ([others & pool] if pool is not None else []) + [others]:
+        # two targets at least: one alone is a poor yardstick of what the others' steps do
+        if np.isfinite(dev[rows]).any(axis=1).sum() >= min(2, int(others.sum())) and np.isfinite(dev[rows]).sum() >= 2:
+            return JobNoise.of(sigma(dev[rows], cfg), ratio[rows], cfg)
+    return JobNoise(sigma=sigma(dev[i] if i is not None else dev[:0], cfg))
+
+
+def binom_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    p = min(max(p, 0.0), 1.0)
+    return float(sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1)))
+
+
+def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, steps: np.ndarray, job: JobNoise,
+          cfg: DiagnoseConfig) -> Consistency:
+    """One target's consistency (see the module) from its per-step ratios, excess (seconds) and step
+    numbers (NaN ratios: steps it has no reference in, skipped)."""
+    ok = np.isfinite(ratio)
+    r, ex, st = ratio[ok], np.nan_to_num(excess_s[ok]), steps[ok]
+    n, noise = len(r), job.sigma
+    slow = r > 1.0 + cfg.noise_step_k * noise
+    med = float(np.median(r)) if n else float("nan")
+    consistent = n > 0 and slow.sum() >= cfg.noise_consistent_share * n and med >= 1.0 + cfg.noise_median_k * noise
+    # transient: steps far outside the noise, more of them than the others' rate of such steps gives by chance
+    far = r > 1.0 + cfg.noise_transient_k * noise
+    transient = (not consistent and far.sum() >= cfg.noise_transient_min_steps
+                 and binom_tail(int(far.sum()), n, job.far_rate) < cfg.noise_transient_p)
+    pattern = "consistent" if consistent else "transient" if transient else "noise" if n else "unjudged"
+    if transient:
+        slow = far
+    over = slow if transient else np.ones(n, dtype=bool)  # the steps its ratio and excess are read over
+    sel = r[over]
+    return Consistency(
+        target=target, basis=basis, pattern=pattern, steps_total=n, slow_steps=[int(x) for x in st[slow]],
+        ratio=float(np.median(sel)) if len(sel) else float("nan"),
+        ratio_spread=MAD_SIGMA * float(np.median(np.abs(sel - np.median(sel)))) if len(sel) else float("nan"),
+        noise=float(noise), excess_s=float(np.median(ex[over])) if len(sel) else 0.0,
+    )
+
+
+def stands_out(c: Consistency, *, transient_ok: bool = True) -> bool:
+    """Whether a target may be named: consistent, or transient where the cause can be (``transient_ok``);
+    one with no reference in any step (the only link of its op type) cannot be judged here, and the
+    detector's own rule stands."""
+    return c.pattern in ("consistent", "unjudged") or (transient_ok and c.pattern == "transient")
+
+
+__all__ = ["JobNoise", "binom_tail", "cell_sigma", "deviations", "judge", "noise_for", "ratio_sigma", "ratios", "row_median",
+           "sigma", "stands_out"]

@@ -1,0 +1,221 @@
+"""Noise-aware naming: every named rank, stage or link says how consistent its excess is against the
+job's own step-to-step noise, and nothing within that noise is named (``laggard.diagnose.noise``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from laggard.diagnose import DiagnoseConfig
+from laggard.diagnose.noise import JobNoise, binom_tail, judge, ratio_sigma
+from laggard.results.diagnosis import step_spans
+
+# the gate off: every step reads as slow and every target as consistent
+NO_GATE = DiagnoseConfig(noise_median_k=-1e9, noise_consistent_share=0.0, noise_step_k=-1e9)
+
+
+def _retimed(job, dur_s: np.ndarray, gap_s: np.ndarray | None = None):
+    """The job with new op durations (and launch gaps before ops), its timeline replayed as the
+    synthetic generator lays it out (steps end to end)."""
+    from laggard.engine.graph import build_graph
+    from laggard.engine.replay import op_starts, replay
+    from laggard.optable.ops import Job
+
+    gap_s = np.zeros(len(dur_s)) if gap_s is None else gap_s
+    graph = build_graph(job)
+    ends, step_s = replay(graph, dur_s + gap_s)
+    starts = op_starts(graph, ends) + gap_s
+    offset = np.concatenate([[0.0], np.cumsum(step_s)[:-1]])[graph.op_step]
+    t = job.table
+    for col, v in (("start_ns", starts + offset), ("dur_ns", ends - starts)):
+        t = t.set_column(t.schema.get_field_index(col), col, pa.array(np.round(v * 1e9).astype(np.int64)))
+    return Job(table=t, meta=job.meta)
+
+
+def _busy_job(seed: int, sigma: float, factor: dict[int, float], *, dp: int = 4, pp: int = 2, steps: int = 12):
+    """A synthetic job on a busy host: each (rank, step)'s compute scaled by lognormal noise
+    (``sigma``) and by a steady per-rank ``factor`` (a rank with a core of its own runs faster)."""
+    from laggard.groundtruth.synth import SynthConfig, synthesize
+
+    job = synthesize(SynthConfig(dp=dp, pp=pp, steps=steps, seed=seed))
+    kinds, labels = job.codes("kind")
+    compute = np.isin(np.array(labels)[kinds], ["compute", "other"])
+    rank, step = job.column("rank"), job.column("step")
+    f = np.random.default_rng(seed).lognormal(0.0, sigma, size=(int(rank.max()) + 1, int(step.max()) + 1))
+    for r, x in factor.items():
+        f[r] *= x
+    dur = job.column("dur_ns") * 1e-9
+    return _retimed(job, np.where(compute, dur * f[rank, step], dur))
+
+
+def _workers(d, cause: str = "worker") -> list[list[int]]:
+    return [[w["rank"] for w in f.workers] for f in d.findings if f.cause == cause]
+
+
+def test_judge_reads_consistent_transient_and_noise():
+    cfg = DiagnoseConfig()
+    steps = np.arange(24)
+    quiet = JobNoise(sigma=0.04, far_rate=0.001)
+    steady = 1.31 + 0.04 * np.sin(steps)
+    c = judge("rank 3", "compute", steady, 0.01 * np.ones(24), steps, quiet, cfg)
+    assert c.pattern == "consistent" and len(c.slow_steps) == 24 and c.ratio == pytest.approx(1.31, abs=0.02)
+    assert c.text.startswith("rank 3: slow in 24 of 24 steps, 1.31x ± 0.0") and c.text.endswith("(job noise ± 0.04)")
+    bursts = np.ones(24)
+    bursts[[7, 8, 9, 15]] = 2.1
+    t = judge("rank 3", "compute", bursts, np.zeros(24), steps, quiet, cfg)
+    assert t.pattern == "transient" and t.slow_steps == [7, 8, 9, 15] and t.ratio == pytest.approx(2.1)
+    assert "slow in steps 7-9 and 15 (4 of 24), 2.10x ± 0.00 there" in t.text
+    # the same bursts where every target has such steps a third of the time: the tail of a busy host
+    assert judge("rank 3", "compute", bursts, np.zeros(24), steps, JobNoise(sigma=0.04, far_rate=0.3),
+                 cfg).pattern == "noise"
+    # one step far out is a blip every rank of a busy host has now and then, not a transient straggler
+    blip = np.ones(24)
+    blip[11] = 2.1
+    assert judge("rank 3", "host", blip, np.zeros(24), steps, JobNoise(sigma=0.04), cfg).pattern == "noise"
+    # a 1.3x median in a job whose steps vary by 20%: within the noise
+    assert judge("rank 3", "compute", steady, np.zeros(24), steps, JobNoise(sigma=0.2, far_rate=0.01),
+                 cfg).pattern == "noise"
+    # no reference in any step: not judged here (the detector's rule stands)
+    assert judge("link 0-1", "transfer", np.full(24, np.nan), np.zeros(24), steps, quiet, cfg).pattern == "unjudged"
+
+
+def test_noise_helpers():
+    assert step_spans([15, 7, 8, 9]) == "7-9 and 15" and step_spans([3]) == "3" and step_spans([1, 3, 5]) == "1, 3 and 5"
+    assert binom_tail(0, 5, 0.1) == 1.0 and binom_tail(5, 5, 0.5) == pytest.approx(1 / 32)
+    assert binom_tail(3, 10, 0.0) == 0.0
+    # a ratio to one peer is noisier than a ratio to the median of many
+    assert ratio_sigma(0.1, 1) == pytest.approx(0.1 * np.sqrt(2)) and ratio_sigma(0.1, 7) < ratio_sigma(0.1, 1)
+
+
+def test_healthy_ranks_riding_along_are_dropped():
+    """A busy host (compute varies by 25% step to step) where one rank of stage 1 has a core of its own
+    (0.75x) and rank 5 is a 2.5x straggler: against the fast rank, the healthy ranks 3 and 7 of stage 1
+    read 1.25x+ in the median step and ride along ("drain the node of rank 5 (and of 2 more)") in most
+    draws of the noise; only rank 5 stands out from it (an unlucky draw may still read 1.8x)."""
+    from laggard.analysis.pipeline import analyze
+
+    jobs = [_busy_job(seed, 0.25, {1: 0.75, 5: 2.5}) for seed in range(6)]
+    without = [_workers(analyze(job, config=NO_GATE).diagnosis) for job in jobs]
+    assert sum(w != [[5]] for w in without) >= 4, without  # the false ranks, without the gate
+    named = [_workers(analyze(job).diagnosis) for job in jobs]
+    assert all(w[0][0] == 5 for w in named) and sum(w != [[5]] for w in named) <= 1, named
+    d = analyze(jobs[1]).diagnosis
+    f = next(f for f in d.findings if f.cause == "worker")
+    assert "(and of" not in f.fix and f.steps_slow == f.steps_total == 12 and f.transient_steps == []
+    assert 2.5 < f.ratio < 4.5 and 0 < f.ratio_spread < 1.5
+    j = f.to_json()
+    assert j["steps_slow"] == 12 and j["targets"][0]["target"] == "rank 5" and j["targets"][0]["pattern"] == "consistent"
+    assert j["consistency"].startswith("rank 5: slow in 12 of 12 steps, ")
+
+
+def test_a_quiet_slow_worker_is_named_with_its_consistency():
+    """Jitter of 8% per op: a 1.3x worker is named, steadily slow."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.inject import parse_injection
+    from laggard.groundtruth.synth import SynthConfig, synthesize
+
+    job = synthesize(SynthConfig(dp=4, pp=2, steps=10, seed=0, jitter=0.08), [parse_injection("slow-worker:rank=5,factor=1.3")])
+    f = next(f for f in analyze(job).diagnosis.findings if f.cause == "worker")
+    assert [w["rank"] for w in f.workers] == [5] and f.steps_slow == f.steps_total == 10
+    assert f.ratio == pytest.approx(1.3, abs=0.05) and f.targets[0].noise < 0.05
+
+
+def test_a_bursty_host_stall_is_described_as_transient():
+    """Rank 3 stalls 120 ms before its first compute in steps 7-9 and 15 of 24: named for its host time,
+    as a transient straggler with those steps."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.synth import SynthConfig, synthesize
+
+    job = synthesize(SynthConfig(dp=4, pp=2, steps=24, seed=1))
+    kinds, labels = job.codes("kind")
+    rank, step = job.column("rank"), job.column("step")
+    on = np.flatnonzero((np.array(labels)[kinds] == "compute") & (rank == 3) & np.isin(step, [7, 8, 9, 15]))
+    gap = np.zeros(len(rank))
+    gap[on[np.unique(step[on], return_index=True)[1]]] = 0.12
+    d = analyze(_retimed(job, job.column("dur_ns") * 1e-9, gap)).diagnosis
+    f = next(f for f in d.findings if f.cause == "launch-delay" and f.targets)
+    assert [w["rank"] for w in f.workers] == [3] and f.transient_steps == [7, 8, 9, 15]
+    assert f.targets[0].pattern == "transient" and f.targets[0].excess_s == pytest.approx(0.12, rel=0.05)
+    assert "rank 3: slow in steps 7-9 and 15 (4 of 24), +120.0 ms of host time per step" in f.consistency_text
+
+
+def test_a_stage_with_one_slow_replica_is_not_heavy():
+    """dp 2 x pp 2: one replica of stage 1 computes 1.2x (under the slow-worker floor), the other as
+    stage 0 does: the stage is not heavier beyond the noise (its healthy replica is not); with both
+    replicas 1.3x it is."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.diagnose.context import Ctx
+    from laggard.diagnose.stage import _rows, consistency
+
+    def stage_1(factor: dict[int, float], cfg: DiagnoseConfig) -> list:
+        ctx = Ctx(analyze(_busy_job(2, 0.05, factor, dp=2, pp=2, steps=16), diagnose=False))
+        load = {int(r): float(x) for r, x in zip(ctx.ranks, ctx.worker_loads(), strict=True)}
+        return consistency(ctx, cfg, load, [], _rows(ctx, []))[1]
+
+    assert stage_1({3: 1.2}, DiagnoseConfig()) == []
+    assert stage_1({3: 1.2}, NO_GATE) != []  # without the gate the healthy replica counts as heavy
+    got = stage_1({1: 1.3, 3: 1.3}, DiagnoseConfig())
+    assert [c.target for c in got] == ["stage 1", "rank 1", "rank 3"] and got[0].pattern == "consistent"
+    assert got[0].ratio == pytest.approx(1.3, abs=0.05)
+
+
+def test_a_slow_link_says_how_consistent_it_is():
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.inject import parse_injection
+    from laggard.groundtruth.synth import SynthConfig, synthesize
+
+    job = synthesize(SynthConfig(dp=2, pp=4, steps=6, seed=2), [parse_injection("slow-link:src=1,dst=2,delay_ms=8")])
+    f = next(f for f in analyze(job).diagnosis.findings if f.cause == "comm")
+    assert sorted(w["rank"] for w in f.workers) == [1, 2]
+    assert f.targets and all(t.target.startswith("link 1-2 (") and t.pattern == "consistent" for t in f.targets)
+    assert f.steps_slow == f.steps_total == 6
+
+
+def test_a_rank_with_host_blips_does_not_ride_along():
+    """Every rank's host stalls before its first compute in 30% of steps (30 ms on average, exponential),
+    rank 3 also 30 ms in every step: rank 7, whose blips happened to be long, rides along on the worst
+    rank's host excess without the gate; it is no more often far over the noise than the others are."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.synth import SynthConfig, synthesize
+
+    job = synthesize(SynthConfig(dp=4, pp=2, steps=16, seed=0))
+    kinds, labels = job.codes("kind")
+    rank, step = job.column("rank"), job.column("step")
+    compute = np.flatnonzero(np.array(labels)[kinds] == "compute")
+    first = compute[np.unique(rank[compute] * 1000 + step[compute], return_index=True)[1]]  # per (rank, step)
+    rng = np.random.default_rng(0)
+    gap = np.zeros(len(rank))
+    gap[first] = (np.where(rng.random(len(first)) < 0.3, rng.exponential(0.03, len(first)), 0.0)
+                  + np.where(rank[first] == 3, 0.03, 0.0))
+    job = _retimed(job, job.column("dur_ns") * 1e-9, gap)
+
+    def host_ranks(d) -> list[list[int]]:
+        return [[w["rank"] for w in f.workers] for f in d.findings if f.cause == "launch-delay" and f.targets]
+
+    assert host_ranks(analyze(job, config=NO_GATE).diagnosis) == [[3, 7]]
+    d = analyze(job).diagnosis
+    assert host_ranks(d) == [[3]]
+    f = next(f for f in d.findings if f.cause == "launch-delay" and f.targets)
+    assert f.targets[0].pattern == "consistent" and f.targets[0].excess_s == pytest.approx(0.03, rel=0.05)
+    assert f.consistency_text.startswith("rank 3: slow in 16 of 16 steps, +30.0 ms of host time per step")
+
+
+def test_a_link_within_the_noise_of_the_others_is_not_blamed():
+    """3% of every link's transfers stall (30 ms on average, exponential): by chance link 0-1's stalls
+    add up to more than twice the others', and without the gate it is blamed; against the job's noise
+    it does not stand out, and the finding is the tail every link shares."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.synth import SynthConfig, synthesize
+
+    job = synthesize(SynthConfig(dp=2, pp=2, microbatches=8, steps=8, seed=0))
+    kinds, labels = job.codes("kind")
+    kind = np.array(labels)[kinds]
+    p2p = (kind == "p2p_send") | (kind == "p2p_recv")
+    rng = np.random.default_rng(0)
+    dur = job.column("dur_ns") * 1e-9
+    job = _retimed(job, dur + np.where(p2p & (rng.random(len(dur)) < 0.03), rng.exponential(0.03, len(dur)), 0.0))
+    assert _workers(analyze(job, config=NO_GATE).diagnosis, "comm") == [[0, 1]]
+    d = analyze(job).diagnosis
+    assert _workers(d, "comm") == [[0, 1, 2, 3]]
+    assert "no link stands out" in next(f for f in d.findings if f.cause == "comm").evidence
