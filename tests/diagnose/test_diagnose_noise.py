@@ -12,7 +12,9 @@ from laggard.diagnose.noise import JobNoise, binom_tail, judge, ratio_sigma
 from laggard.results.diagnosis import step_spans
 
 # the gate off: every step reads as slow and every target as consistent
-NO_GATE = DiagnoseConfig(noise_median_k=-1e9, noise_consistent_share=0.0, noise_step_k=-1e9)
+# the gate off (and no second pass for hidden stragglers, which without the gate names more noise): what
+# the first pass named before noise-aware naming
+NO_GATE = DiagnoseConfig(noise_median_k=-1e9, noise_consistent_share=0.0, noise_step_k=-1e9, hidden_passes=0)
 
 
 def _retimed(job, dur_s: np.ndarray, gap_s: np.ndarray | None = None):
