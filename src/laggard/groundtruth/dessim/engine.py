@@ -66,6 +66,11 @@ class SimConfig:
     skew_s: float = 20e-6  # std of the per-rank clock offset (PTP-level alignment)
     data_stall_prob: float = 0.0  # chance a step's data load stalls (first stage)
     data_stall_s: float = 0.0
+    # heavy-tailed noise: a compute op is stretched by 1 + Pareto(tail_alpha) x its duration with this
+    # chance (a descheduled process, a noisy neighbour: what a lognormal jitter alone never gives);
+    # 0 keeps every draw of the jitter-only model
+    tail_prob: float = 0.0
+    tail_alpha: float = 2.5
     name: str = "dessim"
     # Each op is a few SimPy events (~20 us each in Python): 2 M ops is about a minute per run,
     # and --truth runs the job len(causes) + 2 times; larger sizes are typos, not experiments.
@@ -83,6 +88,8 @@ class SimConfig:
                        + (f" x --vpp {self.vpp}" if self.vpp > 1 else ""))
         if self.vpp > 1 and self.microbatches % self.pp:
             raise LaggardError(f"--microbatches {self.microbatches}: the interleaved schedule needs a multiple of --pp {self.pp}")
+        if not 0.0 <= self.tail_prob <= 1.0 or not self.tail_alpha > 0:
+            raise LaggardError(f"tail_prob must be in [0, 1] and tail_alpha > 0 (got {self.tail_prob}, {self.tail_alpha})")
         for k in ("jitter", "launch_s", "skew_s", "data_stall_prob", "data_stall_s"):
             if not getattr(self, k) >= 0:
                 raise LaggardError(f"{k} must be >= 0")
@@ -112,7 +119,7 @@ class _Draws:
 
     def __init__(self, cfg: SimConfig) -> None:
         ss = np.random.SeedSequence(cfg.seed)
-        g = [np.random.default_rng(s) for s in ss.spawn(7)]
+        g = [np.random.default_rng(s) for s in ss.spawn(8)]  # the first 7 are those of the jitter-only model
         n_items = 2 * cfg.microbatches * cfg.vpp
         shape = (cfg.steps, cfg.num_ranks, n_items)
         sig = cfg.jitter
@@ -123,6 +130,9 @@ class _Draws:
         self.docs_z = g[4].standard_normal(size=(cfg.steps, cfg.dp, cfg.microbatches, DOCS_PER_MICROBATCH))
         self.stall = g[5].random(size=(cfg.steps, cfg.num_ranks))
         self.skew = g[6].normal(0.0, cfg.skew_s, size=cfg.num_ranks) if cfg.skew_s > 0 else np.zeros(cfg.num_ranks)
+        if cfg.tail_prob > 0:  # drawn from its own stream: the other draws stay as they were
+            hit = g[7].random(size=shape) < cfg.tail_prob
+            self.compute = self.compute * (1.0 + np.where(hit, g[7].pareto(cfg.tail_alpha, size=shape), 0.0))
 
 
 class _Rendezvous:
