@@ -77,6 +77,9 @@ class JobConfig:
                 if key in inj.params and int(inj.params[key]) >= world:
                     raise LaggardError(f"--inject {inj.spec()}: {key}={int(inj.params[key])} but the job has "
                                        f"{world} ranks (0..{world - 1})")
+            if inj.cause == "heavy-stage" and int(inj.params["stage"]) >= self.pp:
+                raise LaggardError(f"--inject {inj.spec()}: stage={int(inj.params['stage'])} but the job has "
+                                   f"{self.pp} pipeline stages (0..{self.pp - 1})")
             if inj.cause == "slow-link":
                 src, dst = int(inj.params["src"]), int(inj.params["dst"])
                 stage = src % self.pp
