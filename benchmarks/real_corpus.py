@@ -104,7 +104,7 @@ def _cause_sets(num_jobs: int, rng: np.random.Generator) -> list[tuple[str, ...]
 
 def _families(sets: list[tuple[str, ...]], rng: np.random.Generator) -> list[str]:
     """Layout families in shuffled rounds of four (each family a quarter of the jobs); a job whose causes
-    need a pipeline (slow-link, heavy-stage) swaps a DDP family with a later job that needs none."""
+    need a pipeline (slow-link, heavy-stage) swaps its DDP family with a job that needs none."""
     fams = [str(f) for _ in range(0, len(sets), 4) for f in rng.permutation(FAMILIES)][: len(sets)]
     needs = [bool(NEEDS_PIPELINE & set(s)) for s in sets]
     for i in range(len(sets)):
@@ -173,8 +173,6 @@ def plan_corpus(seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_JOBS) -> list[
     for i, (kinds, fam) in enumerate(zip(sets, _families(sets, rng), strict=True)):
         dp, pp = (int(rng.integers(2, 5)), 1) if fam == "ddp" else (int(fam[2]), int(fam[-1]))
         causes = [draw_cause(k, dp, pp, rng) for k in kinds]
-        if len(causes) == 2 and causes[0]["cause"] == causes[1]["cause"] == "slow-link":
-            causes = causes[:1]
         plans.append(JobPlan(job_id=f"job{i:03d}", dp=dp, pp=pp, job_seed=int(rng.integers(2**31)), causes=causes))
     return plans
 
@@ -188,7 +186,7 @@ def job_config(plan: JobPlan, job_dir: Path, steps: int):  # noqa: ANN201 - a la
 
     return JobConfig(dp=plan.dp, pp=plan.pp, steps=steps, microbatches=MICROBATCHES, batch_size=4, seq_len=128,
                      d_model=128, num_heads=4, num_layers=2 * plan.pp if plan.pp > 1 else 2, seed=plan.job_seed,
-                     injections=parse_injections([c["spec"] for c in plan.causes]),
+                     injections=parse_injections([c["spec"] for c in plan.causes]), freeze_gc=True,
                      trace_dir=str(job_dir / "trace"), profiler_dir=str(job_dir / "profiler"))
 
 
@@ -222,7 +220,7 @@ def truth_of(plan: JobPlan, cfg, res, seed: int) -> dict:  # noqa: ANN001
         "layout": {"name": plan.layout, "dp": plan.dp, "pp": plan.pp, "world_size": plan.dp * plan.pp,
                    "rank": "dp_rank * pp + stage"},
         "model": {k: getattr(cfg, k) for k in ("steps", "warmup_steps", "microbatches", "batch_size", "seq_len",
-                                              "d_model", "num_layers", "num_heads")},
+                                              "d_model", "num_layers", "num_heads", "freeze_gc")},
         "traced_steps": traced,
         "causes": causes,
         # medians: the last step also writes the profiler's trace
@@ -289,6 +287,7 @@ def generate(corpus: Path, *, seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    before = set(sys.modules)  # (a caller may have loaded the analysis itself: make bench)
     _check_plan(corpus, seed, num_jobs, steps)
     plans = plan_corpus(seed, num_jobs)
     out: dict[str, list[str]] = {"done": [], "skipped": [], "failed": []}
@@ -317,7 +316,7 @@ def generate(corpus: Path, *, seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_
         os.dup2(saved_fd, 2)
         os.close(saved_fd)
         log.close()
-    loaded = sorted(m for m in sys.modules if m.startswith(ANALYSIS_MODULES))
+    loaded = sorted(m for m in set(sys.modules) - before if m.startswith(ANALYSIS_MODULES))
     if loaded:
         raise RuntimeError(f"the generator loaded laggard's analysis code: {', '.join(loaded)}")
     return out

@@ -301,6 +301,9 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
         train_step(step, cfg, off, model, opt, dp_group, data, inj, dp, s)
         if planned is not None:
             planned.step()
+    if getattr(cfg, "freeze_gc", False) and not inj.gc_prob:  # (gc-pauses froze them before building its heap)
+        gc.collect()
+        gc.freeze()
     # the tracer aligns the ranks' clocks and gathers their layout: every rank creates it
     tracer = Tracer(cfg.trace_dir, name="demo-gpt", dp_rank=dp, pp_rank=s, flush_interval_s=cfg.flush_interval_s,
                     meta_extra={"injections": [i.to_json() for i in cfg.injections], "microbatches": M,
@@ -353,7 +356,8 @@ def _mitigation_meta(cfg) -> dict:
     P, n = cfg.pp, cfg.num_layers
     split = getattr(cfg, "layers_per_stage", None) or [round((s + 1) * n / P) - round(s * n / P) for s in range(P)]
     return {"num_layers": n, "layers_per_stage": list(split), "planned_gc": getattr(cfg, "planned_gc", None),
-            "balance_sequences": bool(getattr(cfg, "balance_sequences", False))}
+            "balance_sequences": bool(getattr(cfg, "balance_sequences", False)),
+            "freeze_gc": bool(getattr(cfg, "freeze_gc", False))}
 
 
 def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> float | None:
