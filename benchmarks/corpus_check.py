@@ -6,7 +6,9 @@ analysis): is each injected cause in the trace where and as strong as truth.json
 Per cause, measured from the op rows (median over the traced steps):
 * slow-worker / heavy-stage: forward + backward compute per step of the target ranks over that of
   their peers (the other DP replicas of the stage; with dp 1 the other stages), and over the same
-  rank in the corpus's clean jobs of the same layout (expected: the factor);
+  rank in the corpus's clean jobs of the same layout; and the CPU time per step the job measured
+  itself (truth.json) over the peers' (expected: the factor; with more ranks than cores the peers'
+  traced compute is stretched by waiting for a core, which CPU time is not);
 * host-stall: idle time before the rank's first forward of a step (stalled vs other steps; expected: ms);
 * slow-link: forward/backward-send duration on the link minus the same sends elsewhere (expected: delay_ms);
 * launch-delay: idle time before each compute op (expected: ms);
@@ -82,8 +84,10 @@ def check_cause(c: dict, ops: dict, truth: dict, clean_comp: dict[int, float] | 
         peers = [r for r in comp if r not in ranks and (dp == 1 or r % pp in stages)]
         vs_clean = _ratio(comp, ranks, []) if not clean_comp else float(
             np.median([comp[r] / clean_comp[r] for r in ranks]))
-        return (f"expected x{c['factor']:.3f}: compute x{_ratio(comp, ranks, peers):.3f} of its peers {peers}, "
-                f"x{vs_clean:.3f} of the same rank in clean jobs of the layout")
+        cpu = {int(r): v for r, v in truth["measured"]["cpu_ms_by_rank"].items()}
+        return (f"expected x{c['factor']:.3f}: traced compute x{_ratio(comp, ranks, peers):.3f} of its peers {peers} "
+                f"(x{vs_clean:.3f} of the same rank in clean jobs of the layout); CPU time per step (the job's own "
+                f"thread_time) x{_ratio(cpu, ranks, peers):.3f} of the peers'")
     if cause == "host-stall":
         r, every = t["ranks"][0], c["every"]
         first = (ops["rank"] == r) & (ops["name"] == "forward-compute") & (ops["microbatch"] == 0)
