@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean venv sysdeps
+.PHONY: demo test bench lint clean venv sysdeps corpus corpus-score
 
 venv: $(STAMP)
 
@@ -36,3 +36,14 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info out
+
+# real multi-process jobs with injected stragglers and their truth (benchmarks/real_corpus.py, issue 24):
+# not part of `make test`; `make corpus` resumes where it stopped, `make corpus-score` analyses and scores
+CORPUS ?= out/corpus
+CORPUS_JOBS ?= 64
+CORPUS_SEED ?= 2024
+corpus: $(STAMP)
+	$(BIN)/python benchmarks/real_corpus.py generate $(CORPUS) --jobs $(CORPUS_JOBS) --seed $(CORPUS_SEED)
+
+corpus-score: $(STAMP)
+	$(BIN)/python benchmarks/real_corpus.py score $(CORPUS)

@@ -8,9 +8,11 @@ Layout: rank = dp_rank * pp + pp_rank. Pipeline stage s holds a slice of the tra
 schedule over the microbatches with blocking send/recv between neighbouring stages, all-reduces
 the gradients across the data-parallel replicas of each stage, and steps AdamW.
 
+Pure pipelines (--dp 1) and pure data parallelism (--pp 1) are layouts like any other.
+
 Data: byte-level tokens of the Python standard library's own source files (every machine has
 them), packed into fixed-length rows, or, with seqlen-imbalance, cut into microbatches of
-variable length. Injected stragglers (--inject, see laggard/inject.py) are real effects.
+variable length. Injected stragglers (--inject, see laggard/groundtruth/inject.py) are real effects.
 
 Mitigations (laggard.mitigate), each acting on the effect it fixes:
 * planned_gc: PlannedGC on every rank, automatic GC off, all ranks collect at the same step;
@@ -185,10 +187,17 @@ class Stragglers:
         self.slow, self.head_factor, self.sigma = 1.0, 0.0, None
         self.gc_prob, self.gc_pause_ms, self.launch_delay_s = 0.0, 0.0, 0.0
         self.link_delay_s: dict[int, float] = {}
+        self.stalls: list[tuple[float, int]] = []  # host-stall on this rank: (seconds, every k-th step)
         for inj in injections:
             p = inj.params
             if inj.cause == "slow-worker" and int(p["rank"]) == rank:
                 self.slow *= p["factor"]
+            elif inj.cause == "heavy-stage" and int(p["stage"]) == rank % cfg.pp:
+                # the stage's work is factor x what it was: the same extra compute on each of its
+                # ranks (a slow GPU under every replica of a stage looks the same in any trace)
+                self.slow *= p["factor"]
+            elif inj.cause == "host-stall" and int(p["rank"]) == rank:
+                self.stalls.append((p["ms"] / 1e3, int(p["every"])))
             elif inj.cause == "heavy-last-stage":
                 self.head_factor = p["factor"]
             elif inj.cause == "seqlen-imbalance":
@@ -212,6 +221,17 @@ class Stragglers:
         end = time.perf_counter() + (self.slow - 1.0) * elapsed_s
         while time.perf_counter() < end:
             self._burn @ self._burn
+
+    def host_stall(self, step: int) -> None:
+        """host-stall: untraced CPU work on the host (pure Python, so no profiler or tracer op covers it)
+        before the step's first compute, in every ``every``-th step."""
+        wait_s = sum(s for s, every in self.stalls if step % every == 0)
+        if wait_s <= 0:
+            return
+        end, x = time.perf_counter() + wait_s, 0
+        while time.perf_counter() < end:
+            for i in range(200):
+                x += i * i
 
     def launch_delay(self) -> None:
         if self.launch_delay_s:
@@ -281,6 +301,9 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
         train_step(step, cfg, off, model, opt, dp_group, data, inj, dp, s)
         if planned is not None:
             planned.step()
+    if getattr(cfg, "freeze_gc", False) and not inj.gc_prob:  # (gc-pauses froze them before building its heap)
+        gc.collect()
+        gc.freeze()
     # the tracer aligns the ranks' clocks and gathers their layout: every rank creates it
     tracer = Tracer(cfg.trace_dir, name="demo-gpt", dp_rank=dp, pp_rank=s, flush_interval_s=cfg.flush_interval_s,
                     meta_extra={"injections": [i.to_json() for i in cfg.injections], "microbatches": M,
@@ -333,7 +356,8 @@ def _mitigation_meta(cfg) -> dict:
     P, n = cfg.pp, cfg.num_layers
     split = getattr(cfg, "layers_per_stage", None) or [round((s + 1) * n / P) - round(s * n / P) for s in range(P)]
     return {"num_layers": n, "layers_per_stage": list(split), "planned_gc": getattr(cfg, "planned_gc", None),
-            "balance_sequences": bool(getattr(cfg, "balance_sequences", False))}
+            "balance_sequences": bool(getattr(cfg, "balance_sequences", False)),
+            "freeze_gc": bool(getattr(cfg, "freeze_gc", False))}
 
 
 def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> float | None:
@@ -366,6 +390,8 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
 
     def forward(m):
         x, y, seq_lens = batch(m)
+        if m == 0:
+            inj.host_stall(step)
         inj.launch_delay()
         with tracer.op("forward-compute", microbatch=m, num_tokens=x.numel(), seq_lens=seq_lens):
             t0 = time.perf_counter()
@@ -457,6 +483,8 @@ if __name__ == "__main__":
     ap.add_argument("--planned-gc", default=None, help="mitigation: collect on all ranks every N steps, or 'adaptive'")
     ap.add_argument("--balance-sequences", action="store_true", help="mitigation: balance microbatches by cost")
     ap.add_argument("--layers-per-stage", default=None, help="mitigation: blocks per stage, e.g. 3,1")
+    ap.add_argument("--num-layers", type=int, default=None,
+                    help="transformer blocks (default: 4, or the next multiple of --pp, so stages split evenly)")
     ap.add_argument("--profiler", default=None, metavar="DIR",
                     help="also run the traced steps under torch.profiler, writing DIR/rank{R}.json")
     a = ap.parse_args()
@@ -464,6 +492,7 @@ if __name__ == "__main__":
     split = None if a.layers_per_stage is None else [int(x) for x in a.layers_per_stage.split(",")]
     res = run_job(JobConfig(dp=a.dp, pp=a.pp, steps=a.steps, injections=parse_injections(a.inject), trace_dir=a.out,
                             planned_gc=gc_plan, balance_sequences=a.balance_sequences, layers_per_stage=split,
-                            num_layers=sum(split) if split else 4, profiler_dir=a.profiler),
+                            num_layers=sum(split) if split else a.num_layers or -(-4 // a.pp) * a.pp,
+                            profiler_dir=a.profiler),
                   on_progress=lambda k, n, loss: print(f"step {k}/{n} loss {loss:.3f}" if loss else f"step {k}/{n}"))
     print(f"{'ok' if res.ok else 'failed: ' + str(res.failures)} in {res.wall_s:.1f} s; trace in {a.out}")

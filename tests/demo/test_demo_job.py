@@ -147,7 +147,8 @@ def test_config_mistakes_are_one_line_errors() -> None:
     from laggard.optable.ops import LaggardError
 
     for spec, msg in (("slow-worker:rank=4", "the job has 4 ranks"), ("slow-link:src=0,dst=3", "never sends"),
-                      ("slow-link:src=1,dst=2", "never sends")):
+                      ("slow-link:src=1,dst=2", "never sends"), ("host-stall:rank=4", "the job has 4 ranks"),
+                      ("heavy-stage:stage=2", "the job has 2 pipeline stages")):
         with pytest.raises(LaggardError, match=msg):
             _cfg(None, spec)
     with pytest.raises(LaggardError, match="too few for 8 pipeline stages"):

@@ -104,3 +104,47 @@ def test_cli_writes_trace_and_truth(tmp_path, capsys):
     assert d["by_worker"][0]["rank"] == 1
     assert run_cli("synth", "--out", out, "--inject", "gc-pauses:prob=2") == 2
     assert "prob must be between 0 and 1" in capsys.readouterr().err
+
+
+def test_new_cause_parse_rules():
+    """host-stall and heavy-stage: the same syntax as the other causes; defaults filled in."""
+    stall = parse_injection("host-stall:rank=3,ms=12.5,every=4")
+    assert stall.params == {"rank": 3, "ms": 12.5, "every": 4}
+    assert stall.spec() == "host-stall:rank=3,ms=12.5,every=4"
+    assert parse_injection("host-stall:rank=1").params == {"rank": 1, "ms": 20.0, "every": 1}
+    assert parse_injection("heavy-stage:stage=2,factor=1.15").params == {"stage": 2, "factor": 1.15}
+    assert parse_injection("slow-worker:rank=1,factor=1.15")["factor"] == 1.15
+    with pytest.raises(LaggardError, match="every must be >= 1"):
+        parse_injection("host-stall:every=0")
+    with pytest.raises(LaggardError, match="every must be a non-negative integer"):
+        parse_injection("host-stall:every=1.5")
+    with pytest.raises(LaggardError, match="stage must be a non-negative integer"):
+        parse_injection("heavy-stage:stage=-1")
+    with pytest.raises(LaggardError, match="factor must be >= 1"):
+        parse_injection("heavy-stage:factor=0.9")
+    # host stalls may hit several ranks; a stage is heavy once
+    assert len(parse_injections(["host-stall:rank=0", "host-stall:rank=2,every=3"])) == 2
+    with pytest.raises(LaggardError, match="heavy-stage given more than once"):
+        parse_injections(["heavy-stage:stage=0", "heavy-stage:stage=1"])
+
+
+def test_heavy_stage(clean):
+    r, truth = _run("heavy-stage:stage=1,factor=2")
+    assert max(r.by_stage, key=r.by_stage.get) == 1
+    assert truth["injections"][0]["stages"] == [1]
+    with pytest.raises(LaggardError, match="pipeline stages"):
+        synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["heavy-stage:stage=2"]))
+
+
+def test_host_stall():
+    res = synthesize_with_truth(SynthConfig(**CFG), parse_injections(["host-stall:rank=5,ms=20,every=2"]))
+    rec = res.truth["injections"][0]
+    assert rec["ranks"] == [5] and rec["steps"] == [0, 2, 4]
+    t = res.job.table.to_pydict()
+    ops = [(st, s0, s0 + d, n, mb) for r, st, s0, d, n, mb in zip(t["rank"], t["step"], t["start_ns"], t["dur_ns"],
+                                                                   t["name"], t["microbatch"], strict=True) if r == 5]
+    for step in range(CFG["steps"]):
+        first = min(s0 for st, s0, _, n, mb in ops if st == step and n == "forward-compute" and mb == 0)
+        idle_ms = (first - max(e for st, _, e, _, _ in ops if st == step and e <= first)) / 1e6
+        # the stall is untraced time right before the first forward, in every second step only
+        assert idle_ms == pytest.approx(20.0, abs=0.01) if step % 2 == 0 else idle_ms < 1.0

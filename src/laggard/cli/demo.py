@@ -10,7 +10,7 @@ import typer
 
 def demo(
     quick: Annotated[bool, typer.Option("--quick", help="A shorter run (under a minute): fewer steps, a smaller model.")] = False,
-    inject: Annotated[list[str] | None, typer.Option("--inject", help="Inject a straggler cause, CAUSE[:key=value,...] (repeatable): slow-worker:rank=R,factor=F, heavy-last-stage:factor=F, seqlen-imbalance:sigma=S, gc-pauses:prob=P,pause_ms=M, slow-link:src=A,dst=B,delay_ms=D, launch-delay:ms=D.")] = None,
+    inject: Annotated[list[str] | None, typer.Option("--inject", help="Inject a straggler cause, CAUSE[:key=value,...] (repeatable): slow-worker:rank=R,factor=F, heavy-last-stage:factor=F, seqlen-imbalance:sigma=S, gc-pauses:prob=P,pause_ms=M, slow-link:src=A,dst=B,delay_ms=D, launch-delay:ms=D, host-stall:rank=R,ms=M,every=K, heavy-stage:stage=S,factor=F.")] = None,
     out: Annotated[Path, typer.Option("--out", help="Directory for the trace (OUT/trace) and the reports.")] = Path("out/demo"),
     dp: Annotated[int, typer.Option("--dp", help="Data-parallel replicas.")] = 2,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (one process per dp x pp rank).")] = 2,

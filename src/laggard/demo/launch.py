@@ -59,6 +59,10 @@ class JobConfig:
     planned_gc: int | str | None = None  # PlannedGC: all ranks collect every N steps, or "adaptive"
     balance_sequences: bool = False  # seqlen-imbalance: microbatches balanced by cost, not taken in order
     layers_per_stage: list[int] | None = None  # transformer blocks per pipeline stage (default: even)
+    # gc.freeze() after the warm-up steps: the objects alive then (torch's own, the model) are out of the
+    # collector's reach, so the traced steps have no natural full-collection pauses (~150 ms here) and
+    # the only GC pauses are injected ones (gc-pauses); the real-process corpus's clean jobs need this
+    freeze_gc: bool = False
 
     def __post_init__(self) -> None:
         for k in ("dp", "pp", "steps", "microbatches", "batch_size", "seq_len", "d_model", "num_layers", "num_heads"):
@@ -77,6 +81,9 @@ class JobConfig:
                 if key in inj.params and int(inj.params[key]) >= world:
                     raise LaggardError(f"--inject {inj.spec()}: {key}={int(inj.params[key])} but the job has "
                                        f"{world} ranks (0..{world - 1})")
+            if inj.cause == "heavy-stage" and int(inj.params["stage"]) >= self.pp:
+                raise LaggardError(f"--inject {inj.spec()}: stage={int(inj.params['stage'])} but the job has "
+                                   f"{self.pp} pipeline stages (0..{self.pp - 1})")
             if inj.cause == "slow-link":
                 src, dst = int(inj.params["src"]), int(inj.params["dst"])
                 stage = src % self.pp

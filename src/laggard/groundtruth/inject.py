@@ -14,7 +14,14 @@ gc-pauses           prob (0.05), pause_ms (50)           Python garbage collecti
                                                          rank at random forward passes
 slow-link           src (0), dst (1), delay_ms (20)      delayed p2p transfers from src to dst
 launch-delay        ms (5)                               CPU-side delay before each compute launch
+host-stall          rank (0), ms (20), every (1)         untraced host work (a busy Python loop) on
+                                                         one rank before the first compute of every
+                                                         ``every``-th step: steady (1) or bursty
+heavy-stage         stage (0), factor (2.0)              every rank of one pipeline stage computes
+                                                         ``factor`` x its normal work
 ==================  ===================================  =======================================
+
+``slow-worker``, ``slow-link`` and ``host-stall`` may be given more than once (other ranks or links).
 """
 
 from __future__ import annotations
@@ -30,8 +37,11 @@ CAUSES: dict[str, dict[str, float]] = {
     "gc-pauses": {"prob": 0.05, "pause_ms": 50.0},
     "slow-link": {"src": 0, "dst": 1, "delay_ms": 20.0},
     "launch-delay": {"ms": 5.0},
+    "host-stall": {"rank": 0, "ms": 20.0, "every": 1},
+    "heavy-stage": {"stage": 0, "factor": 2.0},
 }
-_INT_KEYS = {"rank", "src", "dst"}
+_INT_KEYS = {"rank", "src", "dst", "stage", "every"}
+_REPEATABLE = {"slow-worker", "slow-link", "host-stall"}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -73,10 +83,12 @@ def parse_injection(spec: str) -> Injection:
         elif num < 0:
             raise LaggardError(f"--inject {spec!r}: {key} must be >= 0")
         params[key] = num
-    if cause in ("slow-worker", "heavy-last-stage") and params["factor"] < 1:
+    if cause in ("slow-worker", "heavy-last-stage", "heavy-stage") and params["factor"] < 1:
         raise LaggardError(f"--inject {spec!r}: factor must be >= 1")
     if cause == "gc-pauses" and not 0 <= params["prob"] <= 1:
         raise LaggardError(f"--inject {spec!r}: prob must be between 0 and 1")
+    if cause == "host-stall" and params["every"] < 1:
+        raise LaggardError(f"--inject {spec!r}: every must be >= 1 (1: every step; k: every k-th step)")
     if cause == "slow-link" and params["src"] == params["dst"]:
         raise LaggardError(f"--inject {spec!r}: src and dst must differ")
     return Injection(cause=cause, params=params)
@@ -84,7 +96,7 @@ def parse_injection(spec: str) -> Injection:
 
 def parse_injections(specs: list[str] | None) -> list[Injection]:
     out = [parse_injection(s) for s in specs or []]
-    seen = [i.cause for i in out if i.cause != "slow-worker" and i.cause != "slow-link"]
+    seen = [i.cause for i in out if i.cause not in _REPEATABLE]
     dup = {c for c in seen if seen.count(c) > 1}
     if dup:
         raise LaggardError(f"--inject: {', '.join(sorted(dup))} given more than once")

@@ -190,6 +190,8 @@ class _OpMasks:
     pp: np.ndarray
     peer: np.ndarray
     kind: np.ndarray
+    step: np.ndarray
+    first_fwd: np.ndarray  # a stage's first forward of a step (microbatch 0, chunk 0)
 
 
 def _documents(num_slots: int, sigma: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,9 +219,19 @@ def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.nda
         w = np.where(ops.is_comp & (ops.rank == r), w * inj["factor"], w)
         wi = int(np.flatnonzero(worker_rank == r)[0])
         rec["workers"] = [{"rank": r, "dp_rank": wi // cfg.pp, "stage": wi % cfg.pp}]
-    elif inj.cause == "heavy-last-stage":
-        w = np.where(ops.is_comp & (ops.pp == cfg.pp - 1), w * inj["factor"], w)
-        rec["stages"] = [cfg.pp - 1]
+    elif inj.cause in ("heavy-last-stage", "heavy-stage"):
+        stage = cfg.pp - 1 if inj.cause == "heavy-last-stage" else int(inj["stage"])
+        if stage >= cfg.pp:
+            raise LaggardError(f"--inject {inj.spec()}: the job has {cfg.pp} pipeline stages (0..{cfg.pp - 1})")
+        w = np.where(ops.is_comp & (ops.pp == stage), w * inj["factor"], w)
+        rec["stages"] = [stage]
+    elif inj.cause == "host-stall":
+        r, every = int(inj["rank"]), int(inj["every"])
+        if r not in worker_rank:
+            raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: 0..{worker_rank[-1]} step {cfg.tp})")
+        hit = ops.first_fwd & (ops.rank == r) & (ops.step % every == 0)
+        launch_gap = np.where(hit, launch_gap + inj["ms"] * 1e-3, launch_gap)
+        rec["ranks"], rec["steps"] = [r], sorted({int(x) for x in ops.step[hit]})
     elif inj.cause == "seqlen-imbalance":
         rec["imbalance"] = float(cost.reshape(-1, cfg.microbatches).max(axis=1).mean() / cost.mean())
     elif inj.cause == "gc-pauses":
@@ -236,7 +248,7 @@ def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.nda
         w = np.where(link, w + inj["delay_ms"] * 1e-3, w)
         rec["link"] = [src, dst]
     elif inj.cause == "launch-delay":
-        launch_gap = np.where(ops.is_comp, inj["ms"] * 1e-3, launch_gap)
+        launch_gap = launch_gap + np.where(ops.is_comp, inj["ms"] * 1e-3, 0.0)
     return w, launch_gap, rec
 
 
@@ -277,7 +289,8 @@ def synthesize_with_truth(cfg: SynthConfig, injections: list[Injection] | None =
     w = np.where(is_comp, w * cost[slot], w)
     launch_gap = np.zeros(n)
     ops = _OpMasks(is_fwd=is_fwd, is_comp=is_comp, rank=cols["rank"], pp=cols["pp_rank"], peer=cols["peer"],
-                   kind=np.tile(np.array(tpl.kind), len(inst_step)))
+                   kind=np.tile(np.array(tpl.kind), len(inst_step)), step=cols["step"],
+                   first_fwd=is_fwd & (mb == 0) & (cols["vchunk"] == 0))
     for inj in injections:
         w, launch_gap, rec = _inject(inj, cfg, ops, worker_rank, w, launch_gap, cost, rng)
         truth["injections"].append(rec)

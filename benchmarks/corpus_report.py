@@ -1,0 +1,107 @@
+"""The real corpus's figures (benchmarks/real_corpus.py): side by side with the simulator sweep's stored
+ones, every job that went wrong, and the entry in benchmarks/results.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+
+def simulator_figures(path: Path = RESULTS) -> dict:
+    """The simulator sweep's stored figures (bench_diagnose_mixed, mixture of 1-4 causes) from results.json."""
+    try:
+        figs = json.loads(path.read_text())["benchmarks"]["bench_diagnose_mixed"]["figures"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    out = {}
+    for f in figs:
+        name = f["name"]
+        if not name.startswith("mixture"):
+            continue
+        if ": precision of named causes" in name:
+            out["precision"] = f["value"]
+        elif ": recall of named causes" in name:
+            out["recall"] = f["value"]
+        elif ": clean jobs called healthy" in name:
+            out["clean_false_alarm_rate"] = 1 - f["value"] / 100
+    return out
+
+
+def figures(summary: dict, sim: dict) -> list[dict]:
+    """The corpus's figures in benchmarks/run.py's format, the simulator sweep's as each one's baseline."""
+    base = "simulator sweep (bench_diagnose_mixed, stored figure)"
+    rows = []
+    for which in ("tracer", "profiler"):
+        s = summary[which]
+        tag = f"real corpus, {which} traces ({s['num_jobs']} jobs)"
+        low = s["recall_by_factor"].get("1.15-1.25", {})
+        rows += [
+            {"name": f"{tag}: precision of named causes (cause + ranks/stage/link)", "value": s["precision"],
+             "baseline": base, "baseline_value": sim.get("precision"), "target": ">= 0.95",
+             "ok": s["precision"] >= 0.95, "detail": {k: s[k] for k in ("num_findings", "verdicts", "errors")}},
+            {"name": f"{tag}: recall of named causes, factor >= 1.25", "value": s["recall_factor_ge_1.25"],
+             "baseline": base, "baseline_value": sim.get("recall"), "target": ">= 0.9",
+             "ok": s["recall_factor_ge_1.25"] >= 0.9,
+             "detail": {"recall_all": s["recall"], "num_causes": s["num_causes"],
+                        "by_factor": s["recall_by_factor"], "by_kind": s["recall_by_kind"]}},
+            {"name": f"{tag}: recall of named causes, factor 1.15-1.25", "value": low.get("recall", float("nan")),
+             "detail": low},
+            {"name": f"{tag}: precision of named ranks (1 - extra ranks / ranks named)", "value": s["rank_precision"],
+             "target": ">= 0.95", "ok": s["rank_precision"] >= 0.95,
+             "detail": {k: s[k] for k in ("named_ranks", "extra_ranks", "jobs_with_extra_ranks")}},
+            {"name": f"{tag}: clean jobs with a false alarm (a rank, stage or link named)",
+             "value": 100 * s["clean_false_alarm_rate"], "unit": "%", "baseline": base,
+             "baseline_value": None if "clean_false_alarm_rate" not in sim else 100 * sim["clean_false_alarm_rate"],
+             "target": "0%", "ok": s["clean_false_alarm_rate"] == 0,
+             "detail": {"clean_jobs": s["clean_jobs"], "clean_healthy_rate": s["clean_healthy_rate"]}},
+        ]
+    return rows
+
+
+def print_report(summary: dict, sim: dict) -> None:
+    """The figures side by side: real jobs traced by the Tracer, by torch.profiler, the simulator sweep."""
+    def pct(v: float | None) -> str:
+        return "-" if v is None or v != v else f"{100 * v:5.1f}%"
+
+    def bucket(b: str):  # noqa: ANN202
+        return lambda s: s["recall_by_factor"].get(b, {}).get("recall")
+
+    rows = [("precision of named causes", lambda s: s["precision"], "precision"),
+            ("recall (all causes)", lambda s: s["recall"], "recall"),
+            ("recall, factor >= 1.25", lambda s: s["recall_factor_ge_1.25"], None),
+            *[(f"recall, factor {b}", bucket(b), None) for b in ("1.15-1.25", "1.25-1.50", "1.50+", "no factor")],
+            ("precision of named ranks", lambda s: s["rank_precision"], None),
+            ("jobs naming an extra rank", lambda s: s["jobs_with_extra_ranks"], None),
+            ("clean jobs: false alarm", lambda s: s["clean_false_alarm_rate"], "clean_false_alarm_rate"),
+            ("clean jobs: called healthy", lambda s: s["clean_healthy_rate"], None)]
+    t, p = summary["tracer"], summary["profiler"]
+    print(f"{'':34} {'tracer':>9} {'profiler':>9} {'simulator':>10}")
+    for label, get, sim_key in rows:
+        print(f"{label:34} {pct(get(t)):>9} {pct(get(p)):>9} {pct(sim.get(sim_key) if sim_key else None):>10}")
+    print(f"jobs {t['num_jobs']}, causes {t['num_causes']}; analysis errors: tracer {t['errors']}, profiler {p['errors']};"
+          f" verdicts: tracer {t['verdicts']}, profiler {p['verdicts']}")
+    for kind in sorted(t["recall_by_kind"]):
+        a, b = t["recall_by_kind"][kind], p["recall_by_kind"].get(kind, {})
+        print(f"  {kind:20} named: tracer {a['named']}/{a['causes']}, profiler {b.get('named', 0)}/{b.get('causes', 0)}")
+
+
+def print_problems(out: dict, truths: dict[str, dict]) -> None:
+    for job, by in out["jobs"].items():
+        tr = truths[job]
+        lines = []
+        for which, s in by.items():
+            if s["misses"] or s["wrong"] or s["extra_ranks"] or s["status"] != "ok":
+                lines.append(f"    {which:8} {s['status']}, verdict {s['verdict']}; missed {s['misses'] or '-'}; "
+                             f"unmatched findings {s['wrong'] or '-'}; extra ranks {s['extra_ranks'] or '-'}")
+        if lines:
+            specs = " + ".join(c["spec"] for c in tr["causes"]) or "clean"
+            print(f"  {job} {tr['layout']['name']}: {specs}")
+            print("\n".join(lines))
+
+
+def write_results(rows: list[dict], seconds: float, path: Path = RESULTS, key: str = "real_corpus") -> None:
+    doc = json.loads(path.read_text()) if path.exists() else {"benchmarks": {}}
+    doc.setdefault("benchmarks", {})[key] = {"seconds": round(seconds, 2), "figures": rows}
+    path.write_text(json.dumps(doc, indent=2, default=float) + "\n")

@@ -1,0 +1,116 @@
+"""benchmarks/real_corpus.py without running a job: the draw (one seed, every layout and cause, clean
+jobs, factors from 1.15x) and the scorer on hand-written analysis documents (right, wrong, silent)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from laggard.demo.launch import JobConfig
+from laggard.groundtruth.inject import parse_injections
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def rc():
+    spec = importlib.util.spec_from_file_location("real_corpus", ROOT / "benchmarks" / "real_corpus.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["real_corpus"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_draw_is_one_seed_and_covers_the_corpus(rc):
+    plans = rc.plan_corpus(2024, 64)
+    assert [p.causes for p in plans] == [p.causes for p in rc.plan_corpus(2024, 64)]
+    assert [p.causes for p in plans] != [p.causes for p in rc.plan_corpus(7, 64)]
+    assert sum(not p.causes for p in plans) >= 8
+    assert {p.layout for p in plans} >= {"dp2xpp2", "dp1xpp3", "dp1xpp4"} and any(p.pp == 1 for p in plans)
+    assert all(2 <= p.dp <= 4 for p in plans if p.pp == 1)
+    kinds = {c["kind"] for p in plans for c in p.causes}
+    assert kinds == set(rc.KINDS)
+    assert any(len(p.causes) == 2 for p in plans)
+    factors = [c["factor"] for p in plans for c in p.causes if c["factor"] is not None]
+    assert min(factors) >= 1.15 and sum(f < 1.25 for f in factors) >= 8
+    for p in plans:  # every drawn spec parses and fits its layout (the launcher's own checks)
+        JobConfig(dp=p.dp, pp=p.pp, num_layers=2 * p.pp, injections=parse_injections([c["spec"] for c in p.causes]))
+        for c in p.causes:
+            assert all(0 <= r < p.dp * p.pp for r in c["target"].get("ranks", []))
+            if c["kind"] in rc.NEEDS_PIPELINE:
+                assert p.pp > 1
+
+
+def _truth(causes, dp=2, pp=2):
+    return {"job": "job000", "clean": not causes, "layout": {"dp": dp, "pp": pp}, "causes": causes}
+
+
+def _finding(cause, ranks, pp=2, stages=()):
+    return {"cause": cause, "workers": [{"rank": r, "dp_rank": r // pp, "stage": r % pp} for r in ranks],
+            "stages": list(stages)}
+
+
+def _doc(*findings, verdict="straggling"):
+    return {"ok": True, "doc": {"verdict": verdict, "findings": list(findings)}}
+
+
+SLOW = {"kind": "slow-worker", "cause": "slow-worker", "spec": "slow-worker:rank=2,factor=1.3", "factor": 1.3,
+        "target": {"scope": "rank", "ranks": [2]}}
+
+
+def test_score_right_and_wrong_rank(rc):
+    right = rc.score_job(_truth([SLOW]), _doc(_finding("worker", [2])))
+    assert right.hits == [SLOW["spec"]] and not right.misses and not right.extra_ranks
+    wrong = rc.score_job(_truth([SLOW]), _doc(_finding("worker", [1])))  # a healthy rank named
+    assert wrong.misses == [SLOW["spec"]] and wrong.extra_ranks == [1] and wrong.wrong == ["worker:ranks=[1]"]
+    both = rc.score_job(_truth([SLOW]), _doc(_finding("worker", [2, 3])))  # the right rank and a healthy peer
+    assert both.misses and both.extra_ranks == [3]
+    s = rc.summarize([right, wrong, both], {"job000": _truth([SLOW])})
+    assert s["precision"] == pytest.approx(1 / 3) and s["recall"] == pytest.approx(1 / 3)
+    assert s["extra_ranks"] == 2 and s["named_ranks"] == 4
+    assert s["recall_by_factor"]["1.25-1.50"] == {"named": 1, "causes": 3, "recall": pytest.approx(1 / 3)}
+
+
+def test_score_targets_of_each_cause(rc):
+    heavy = {"kind": "heavy-stage", "cause": "heavy-stage", "spec": "heavy-stage:stage=1,factor=1.5", "factor": 1.5,
+             "target": {"scope": "stage", "stage": 1, "ranks": [1, 3]}}
+    assert rc.score_job(_truth([heavy]), _doc(_finding("stage-imbalance", [1, 3], stages=[1]))).hits
+    assert rc.score_job(_truth([heavy]), _doc(_finding("stage-imbalance", [0, 2], stages=[0]))).misses
+    link = {"kind": "slow-link", "cause": "slow-link", "spec": "slow-link:src=1,dst=0,delay_ms=5", "factor": 1.2,
+            "target": {"scope": "link", "link": [1, 0], "ranks": [0, 1]}}
+    assert rc.score_job(_truth([link]), _doc(_finding("comm", [0, 1]))).hits
+    comm_all = rc.score_job(_truth([link]), _doc(_finding("comm", [0, 1, 2, 3])))
+    assert comm_all.misses and comm_all.extra_ranks == [2, 3]
+    stall = {"kind": "host-stall-bursty", "cause": "host-stall", "spec": "host-stall:rank=3,ms=50,every=4",
+             "factor": 1.2, "target": {"scope": "rank", "ranks": [3]}}
+    gc = {"kind": "gc-pauses", "cause": "gc-pauses", "spec": "gc-pauses:prob=0.1,pause_ms=50", "factor": 1.2,
+          "target": {"scope": "job"}}
+    s = rc.score_job(_truth([gc, stall]), _doc(_finding("gc", [0, 1]), _finding("launch-delay", [3])))
+    assert len(s.hits) == 2 and not s.extra_ranks  # a job-wide cause's finding may name any rank
+    # a slow rank of a pure pipeline is its stage: the stage finding names it
+    assert rc.score_job(_truth([{**SLOW, "target": {"scope": "rank", "ranks": [2]}}], dp=1, pp=4),
+                        _doc(_finding("stage-imbalance", [2], pp=4, stages=[2]))).hits
+
+
+def test_clean_false_alarm_and_failed_analysis(rc):
+    quiet = rc.score_job(_truth([]), _doc(verdict="healthy"))
+    alarm = rc.score_job(_truth([]), _doc(_finding("comm", [0, 1])))
+    assert not quiet.false_alarm and alarm.false_alarm and alarm.extra_ranks == [0, 1]
+    failed = rc.score_job(_truth([SLOW]), {"ok": False, "error": "boom", "seconds": 1.0})
+    assert failed.misses == [SLOW["spec"]] and failed.status == "error: boom"
+    s = rc.summarize([quiet, alarm], {"job000": _truth([])})
+    assert s["clean_false_alarm_rate"] == 0.5 and s["clean_healthy_rate"] == 0.5
+
+
+def test_simulator_figures_read_from_results(rc, tmp_path):
+    doc = {"benchmarks": {"bench_diagnose_mixed": {"figures": [
+        {"name": "mixture (1-4 causes): precision of named causes (x), 200 jobs", "value": 0.99},
+        {"name": "mixture (1-4 causes): recall of named causes, 424 causes", "value": 0.97},
+        {"name": "mixture (1-4 causes): clean jobs called healthy", "value": 100.0}]}}}
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    assert rc.load_sibling("corpus_report").simulator_figures(tmp_path / "r.json") == {"precision": 0.99, "recall": 0.97,
+                                                         "clean_false_alarm_rate": 0.0}
