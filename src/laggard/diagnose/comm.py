@@ -140,7 +140,8 @@ def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, t
     )
     finding = Finding(
         cause="comm",
-        workers=[ctx.worker_of[int(r)] for r in ranks if int(r) in ctx.worker_of][:16],
+        # job-wide: naming every rank would have on-call drain healthy nodes (the evidence counts them)
+        workers=[],
         steps=ctx.steps_of(np.isin(np.arange(len(ctx.w)), bad_rows[slow_ops])),
         evidence=ev,
         fix="not one bad link: ranks wait for peers that run late. Look for CPU contention on the hosts (more busy "

@@ -52,8 +52,8 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candida
     # each named only when its host time stands out from the job's noise, steadily or in bursts
     judged = host_consistency(ctx, cfg, host, hot)
     hot = np.array([i for i in hot.tolist() if noise.stands_out(judged[i])], dtype=np.int64)
-    if not len(hot):
-        return []
+    if not len(hot) or len(hot) > cfg.host_max_rank_share * len(ctx.ranks):
+        return []  # most ranks alike: the overhead every rank pays (``_unmodelled``), not theirs
     ranks = [int(ctx.ranks[i]) for i in hot]
     on = host & np.isin(ctx.rank, ranks)
     r0 = ranks[0]
