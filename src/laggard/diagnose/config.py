@@ -86,6 +86,10 @@ class DiagnoseConfig:
     # rank pays (the launch-delay finding on the whole job), not theirs (real corpus: every rank named,
     # "median of the other ranks: 0.0 ms", in 7 of 64 jobs)
     host_max_rank_share: float = 0.5
+    # the launch overhead every rank pays names its worst rank only when that rank's untraced gaps are
+    # twice the other ranks' median (and over host_min_share of the step): on a shared host every rank
+    # has some, and naming the largest of alike gaps was a false rank in 9 of 10 clean real jobs
+    launch_rank_ratio: float = 2.0
     launch_idle_share: float = 0.02  # the median rank's untraced host time per step is 2% of the ideal
     # step: a launch overhead every rank pays (clean simulated jobs: 0.1%; the published traces: 0.5%
     # (ST) and 0.02% (AR)); other causes may hide most of it, and it is what they leave once fixed

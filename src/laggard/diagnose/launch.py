@@ -34,7 +34,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     idle_med = float(np.median(idle)) if len(idle) else 0.0
     everywhere = idle_med >= cfg.launch_idle_share * ctx.T_ideal
     if fidelity >= cfg.healthy_threshold or everywhere:
-        out.append(_unmodelled(ctx, fidelity, idle_med if everywhere else 0.0, hot))
+        out.append(_unmodelled(ctx, cfg, fidelity, idle_med if everywhere else 0.0, hot))
     return out
 
 
@@ -97,7 +97,7 @@ def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.nd
                                 noise.noise_for(ratio, int(i), cfg, pool), cfg) for i in hot.tolist()}
 
 
-def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float, hot: list[int]) -> Candidate:
+def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: float, hot: list[int]) -> Candidate:
     """Many small gaps the model leaves out: scored by the what-if that models every gap as host ops
     and removes them (``--gap-share 0 --zero kind=host``) on every rank but ``hot`` (those the
     host-rank finding names: their excess is its): the speed-up if the untraced host work between
@@ -117,6 +117,10 @@ def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float, hot: list[int]) ->
     per_type = np.bincount(ctx.name, weights=gaps, minlength=len(ctx.names))
     nsteps = max(len(g.steps), 1)
     worst = int(np.argmax(per_rank))
+    others = np.delete(per_rank, worst)
+    others = others[others >= 0]
+    stands_out = bool(len(others)) and per_rank[worst] / nsteps >= cfg.host_min_share * ctx.T_ideal \
+        and per_rank[worst] >= cfg.launch_rank_ratio * float(np.median(others))
     hidden = ""
     if idle_med_s > 0:
         hidden = (f"; the median rank spends {1e3 * idle_med_s:.1f} ms per step of host time no traced op covers "
@@ -124,7 +128,9 @@ def _unmodelled(ctx: Ctx, fidelity: float, idle_med_s: float, hot: list[int]) ->
                   "and the step pays once they are fixed")
     finding = Finding(
         cause="launch-delay",
-        workers=[ctx.worker_of[int(ctx.ranks[worst])]],
+        # the overhead every rank pays: job-wide, no rank named, unless one rank's gaps stand out from
+        # the others' (``launch_rank_ratio``: an untraced stall on one rank in a profiler trace)
+        workers=[ctx.worker_of[int(ctx.ranks[worst])]] if stands_out else [],
         evidence=(
             f"steps take {ctx.T_meas:.4g} s on the wall clock but the replay of the traced ops (steps back to back) "
             f"takes {float(np.mean(ctx.res.step_replayed_wall_s)):.4g} s "
