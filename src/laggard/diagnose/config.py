@@ -48,8 +48,12 @@ class DiagnoseConfig:
     min_steps: int = 3  # fewer steady steps cannot tell a slow worker from a one-off stall
 
     # -- workers and stages (compute per step: the median over steps, so a few stalled steps do not count)
-    worker_ratio: float = 1.25  # slow worker: compute >= 1.25x its stage peers' median (jitter ~3%,
-    # sequence imbalance moves <= ~15% between workers of a stage; the floor we promise is 1.5x)
+    # slow-worker candidate: compute >= 1.1x its fast stage peers' (was 1.25). The noise gate
+    # (noise_*) then names only ranks whose excess stands above the job's own step-to-step noise, so
+    # the nomination can reach the real range (1.15x+): real corpus, Tracer traces: slow workers named
+    # 6/14 -> 8/14, named-rank precision unchanged; simulator sweep at the 1.15 floor: recall 0.960 ->
+    # 0.979, precision 1.0 -> 0.988
+    worker_ratio: float = 1.1
     heavy_row_ratio: float = 1.25  # a stage is heavy when its compute is 1.25x the other stages' (the
     # demo job's last stage computes 1.02-1.1x the first with no injection)
     stage_compute_min: float = 1.1  # an S_w-hot row is a stage finding only with 1.1x the compute
