@@ -9,8 +9,8 @@ its duration over its median across steps is a residual:
 - ``jitter``: the robust sigma of the residuals (1.4826 x their median absolute deviation): the
   lognormal sigma the simulator's ``SimConfig.jitter`` stands for;
 - ``tail_prob``: the share of ops over 4 sigma above their median (a descheduled process, a cache
-  flush: what a lognormal never draws); ``tail_alpha``: the Pareto shape of their stretch
-  (duration / median - 1), by the Hill estimator; ``SimConfig.tail_prob/tail_alpha``;
+  flush: what a lognormal never draws); ``tail_scale`` the smallest of their stretch (duration /
+  median - 1) and ``tail_alpha`` its Pareto shape above it (Hill estimator): ``SimConfig.tail_*``;
 - ``step_cv``: the step-to-step coefficient of variation of each rank's compute per step (median
   over ranks): the noise a detector of slow workers has to stand above.
 Give clean jobs (no injected cause): a slow worker's extra work is not noise.
@@ -92,6 +92,7 @@ def calibrate(traces: list[Path]) -> dict[str, float]:
         lo = np.min(stretch)
         alpha = float(1.0 / np.mean(np.log(stretch / lo))) if np.any(stretch > lo) else float("nan")
     return {"jitter": sigma, "tail_prob": float(len(tail) / max(len(r), 1)), "tail_alpha": alpha,
+            "tail_scale": float(np.min(stretch)) if len(stretch) else 0.0,
             "tail_stretch_median": float(np.median(stretch)) if len(stretch) else 0.0,
             "step_cv": float(np.median(cvs)), "num_ops": n, "num_traces": len(traces)}
 

@@ -66,11 +66,12 @@ class SimConfig:
     skew_s: float = 20e-6  # std of the per-rank clock offset (PTP-level alignment)
     data_stall_prob: float = 0.0  # chance a step's data load stalls (first stage)
     data_stall_s: float = 0.0
-    # heavy-tailed noise: a compute op is stretched by 1 + Pareto(tail_alpha) x its duration with this
-    # chance (a descheduled process, a noisy neighbour: what a lognormal jitter alone never gives);
-    # 0 keeps every draw of the jitter-only model
+    # heavy-tailed noise: with this chance a compute op is stretched by a Pareto(tail_alpha) share of its
+    # duration of at least tail_scale (a descheduled process, a noisy neighbour: what a lognormal jitter
+    # alone never gives); 0 keeps every draw of the jitter-only model
     tail_prob: float = 0.0
     tail_alpha: float = 2.5
+    tail_scale: float = 1.0
     name: str = "dessim"
     # Each op is a few SimPy events (~20 us each in Python): 2 M ops is about a minute per run,
     # and --truth runs the job len(causes) + 2 times; larger sizes are typos, not experiments.
@@ -88,7 +89,7 @@ class SimConfig:
                        + (f" x --vpp {self.vpp}" if self.vpp > 1 else ""))
         if self.vpp > 1 and self.microbatches % self.pp:
             raise LaggardError(f"--microbatches {self.microbatches}: the interleaved schedule needs a multiple of --pp {self.pp}")
-        if not 0.0 <= self.tail_prob <= 1.0 or not self.tail_alpha > 0:
+        if not 0.0 <= self.tail_prob <= 1.0 or not self.tail_alpha > 0 or not self.tail_scale > 0:
             raise LaggardError(f"tail_prob must be in [0, 1] and tail_alpha > 0 (got {self.tail_prob}, {self.tail_alpha})")
         for k in ("jitter", "launch_s", "skew_s", "data_stall_prob", "data_stall_s"):
             if not getattr(self, k) >= 0:
@@ -132,7 +133,8 @@ class _Draws:
         self.skew = g[6].normal(0.0, cfg.skew_s, size=cfg.num_ranks) if cfg.skew_s > 0 else np.zeros(cfg.num_ranks)
         if cfg.tail_prob > 0:  # drawn from its own stream: the other draws stay as they were
             hit = g[7].random(size=shape) < cfg.tail_prob
-            self.compute = self.compute * (1.0 + np.where(hit, g[7].pareto(cfg.tail_alpha, size=shape), 0.0))
+            stretch = cfg.tail_scale * (1.0 + g[7].pareto(cfg.tail_alpha, size=shape))  # Pareto I from tail_scale
+            self.compute = self.compute * (1.0 + np.where(hit, stretch, 0.0))
 
 
 class _Rendezvous:
