@@ -169,14 +169,14 @@ def diagnosis_of(ctx: Ctx, cfg: DiagnoseConfig, findings: list[Finding], *, t_al
     return d
 
 
-def carriers(ctx: Ctx, top: int = 3) -> list[dict[str, Any]]:
+def carriers(ctx: Ctx, top: int = 3, top_stages: int = 1) -> list[dict[str, Any]]:
     """The attributions that carry a slowdown no finding explains: the op types, stages and workers
     with the largest slowdown when only they are measured."""
     res = ctx.res
     out: list[dict[str, Any]] = []
     for k, s in sorted(res.by_optype.items(), key=lambda kv: -kv[1])[:top]:
         out.append({"what": "op type", "name": k, "slowdown": s})
-    for k, s in sorted(res.by_stage.items(), key=lambda kv: -kv[1])[:1]:
+    for k, s in sorted(res.by_stage.items(), key=lambda kv: -kv[1])[:top_stages]:
         out.append({"what": "stage", "name": int(k), "slowdown": s})
     for w in res.by_worker[:top]:
         out.append({"what": "worker", "name": int(w["rank"]), "slowdown": w["slowdown"]})

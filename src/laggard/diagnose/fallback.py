@@ -20,20 +20,22 @@ _TOP = 3
 
 def _carriers(ctx: Ctx) -> list[tuple[str, str, float, dict]]:
     """(what, selector, its attribution, finding targets) for the op types, stages and ranks that carry
-    the most slowdown when only they are measured."""
-    res = ctx.res
+    the most slowdown when only they are measured (``explain.carriers``, the residual's carriers)."""
+    from laggard.diagnose.explain import carriers
+
     out: list[tuple[str, str, float, dict]] = []
-    for name, s in sorted(res.by_optype.items(), key=lambda kv: -kv[1])[:_TOP]:
-        if s > 1.0:
+    for c in carriers(ctx, top=_TOP, top_stages=_TOP):
+        s, name = float(c["slowdown"]), c["name"]
+        if s <= 1.0:
+            continue
+        if c["what"] == "op type":
             out.append((f"op type {name}", f"optype={name}", s, {}))
-    for st, s in sorted(res.by_stage.items(), key=lambda kv: -kv[1])[:_TOP]:
-        if s > 1.0 and ctx.num_pp > 1:
-            out.append((f"stage {int(st)}", f"stage={int(st)}", s, {"stages": [int(st)]}))
-    for w in res.by_worker[:_TOP]:
-        if w["slowdown"] > 1.0 and len(ctx.ranks) > 1:
-            r = int(w["rank"])
-            out.append((f"rank {r} (dp{w['dp_rank']}/pp{w['stage']})", f"rank={r}", float(w["slowdown"]),
-                        {"workers": [ctx.worker_of[r]], "stages": [int(w["stage"])]}))
+        elif c["what"] == "stage" and ctx.num_pp > 1:
+            out.append((f"stage {name}", f"stage={name}", s, {"stages": [name]}))
+        elif c["what"] == "worker" and len(ctx.ranks) > 1:
+            w = ctx.worker_of[name]
+            out.append((f"rank {name} (dp{w['dp_rank']}/pp{w['stage']})", f"rank={name}", s,
+                        {"workers": [w], "stages": [w["stage"]]}))
     return out
 
 
@@ -49,7 +51,8 @@ def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
     if not carriers or ctx.gap <= 0:
         return None
     changes = [parse_changes([sel], [], []) for _, sel, _, _ in carriers]
-    t = replay_mean(ctx, [weights_of(ctx, ch) for ch in changes])
+    weights = [weights_of(ctx, ch) for ch in changes]
+    t = replay_mean(ctx, weights)
     shares = np.minimum((ctx.T - t) / ctx.gap, 1.0)
     narrow = {"rank": 0, "stage": 1, "optype": 2}
     close = np.flatnonzero(shares >= shares.max() - cfg.row_tie)
@@ -68,7 +71,7 @@ def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
              f"the what-if below measures the gain, not the cause"),
         **targets,
     )
-    cand = Candidate(finding=f, changes=changes[best], weights=weights_of(ctx, changes[best]))
+    cand = Candidate(finding=f, changes=changes[best], weights=weights[best])
     f.score = f.share = max(share, 0.0)
     f.gain = ctx.T / float(t[best]) if t[best] > 0 else float("inf")
     return cand

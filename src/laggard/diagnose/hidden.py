@@ -47,8 +47,7 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
         return []
     again = candidates(Ctx(fixed_analysis(ctx, fixes)), cfg)
     seen = {_target(c) for c in cands}
-    fixed_causes = {(c.finding.cause, tuple(sorted(w["rank"] for w in c.finding.workers)), tuple(sorted(c.finding.stages)))
-                    for c in fixes}
+    fixed_causes = {_target(c)[:3] for c in fixes}  # (cause, ranks, stages): fixed, whatever its flags
     out = []
     for c in again:
         key = _target(c)
