@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.explain import joint
@@ -41,24 +43,62 @@ def _target(c: Candidate) -> tuple:
 
 def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], cfg: DiagnoseConfig) -> list[Candidate]:
     """What the detectors nominate on the job with ``found`` fixed that ``cands`` do not already hold,
-    with weights on the measured job (their changes are selectors, valid on both)."""
+    with weights on the measured job (their changes are selectors, valid on both), left off the
+    ranks where the fixes already change what they select (``_beside``)."""
     fixes = [c for c in found if c.weights is not None]
     if not fixes:
         return []
     again = candidates(Ctx(fixed_analysis(ctx, fixes)), cfg)
     seen = {_target(c) for c in cands}
     fixed_causes = {_target(c)[:3] for c in fixes}  # (cause, ranks, stages): fixed, whatever its flags
+    touched = joint(ctx, fixes) != ctx.w
     out = []
     for c in again:
         key = _target(c)
         if key in seen or key[:3] in fixed_causes:
             continue
         seen.add(key)
+        c = _beside(ctx, c, touched)
+        if c is None:
+            continue
         c.finding.hidden = True
+        # its share once the found causes are fixed is what its what-if removes on the measured job:
+        # the fixed job keeps the measured job's gap statistics, which still hold the fixed causes
+        c.hidden_share = 0.0
         if c.weights is not None:
             c.weights = weights_of(ctx, c.changes)
         out.append(c)
     return out
+
+
+def _beside(ctx: Ctx, c: Candidate, touched: np.ndarray) -> Candidate | None:
+    """``c`` with each change left off the ranks whose selected ops the found fixes already change
+    (``rank!=R`` added to its selector), None when nothing is left. Measured on the job as it is,
+    a hidden cause's what-if must not fix the found causes again: the overhead every rank pays,
+    nominated once a one-rank stall is fixed, would otherwise zero that stall too and take its
+    gain (a real 4-rank job named a healthy rank this way)."""
+    from laggard.errors import LaggardError
+    from laggard.whatif.custom import Change, select_ops
+
+    changes = []
+    for ch in c.changes:
+        try:
+            mask = select_ops(ctx.base, ch.selector)
+        except LaggardError:
+            return None
+        ranks = np.unique(ctx.rank[mask & touched]).tolist()
+        if not ranks:
+            changes.append(ch)
+            continue
+        selector = ",".join([ch.selector] + [f"rank!={r}" for r in ranks])
+        try:
+            select_ops(ctx.base, selector)
+        except LaggardError:  # all it selects is fixed already
+            return None
+        changes.append(Change(action=ch.action, selector=selector, factor=ch.factor))
+    if changes == c.changes:
+        return c
+    return dataclasses.replace(c, changes=changes)
 
 
 __all__ = ["fixed_analysis", "hidden_candidates"]
