@@ -19,8 +19,10 @@ def demo(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the model, the data order and the injected randomness.")] = 0,
     trace: Annotated[Path | None, typer.Option("--trace", help="Analyse this existing trace instead of running the job (e.g. tests/data/ndtimeline/trace-AR.parquet).")] = None,
     monitor: Annotated[bool, typer.Option("--monitor", help="Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address.")] = False,
-    monitor_port: Annotated[int, typer.Option("--monitor-port", help="Port of the local collector (--monitor).")] = 8765,
-    monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the collector up this long after the job (default: until Ctrl-C).")] = None,
+    monitor_port: Annotated[int | None, typer.Option("--monitor-port", help="Port of the local collector (--monitor; default 8765).")] = None,
+    monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the local collector up this long after the job (default: until Ctrl-C).")] = None,
+    monitor_url: Annotated[str | None, typer.Option("--monitor-url", help="Stream into the collector already running at this address (e.g. http://127.0.0.1:8765) instead of starting one; implies --monitor.")] = None,
+    token: Annotated[str | None, typer.Option("--token", help="Bearer token of the --monitor-url collector (default: LAGGARD_TOKEN).")] = None,
     shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help="Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed.")] = True,
 ) -> None:
     """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
@@ -48,19 +50,13 @@ def demo(
         return
     cfg = demo_config(quick=quick, dp=dp, pp=pp, steps=steps, microbatches=microbatches, seed=seed,
                       injections=injections, trace_dir=out / "trace")
+    collector = _monitor(cfg, out, monitor=monitor, port=monitor_port, linger_s=monitor_linger_s, url=monitor_url,
+                         token=token)
     typer.echo(
         f"training the demo GPT: dp={cfg.dp} x pp={cfg.pp} = {cfg.world_size} processes (gloo, CPU), "
         f"{cfg.steps} steps of {cfg.microbatches} microbatches"
         + (f"; injected: {', '.join(i.spec() for i in injections)}" if injections else "")
     )
-    collector = None
-    if monitor:
-        from laggard.monitor.local import start_local_collector
-
-        collector = start_local_collector(out / "monitor.db", monitor_port, log=out / "monitor.log")
-        cfg.monitor_url, cfg.monitor_token = collector.url, collector.token
-        cfg.monitor_job = f"demo-{__import__('time').strftime('%Y%m%d-%H%M%S')}"
-        typer.echo(f"live dashboard: {collector.dashboard}")
     try:
         job = _run_with_progress(cfg, run_traced_job)
     except BaseException:
@@ -79,8 +75,54 @@ def demo(
     for kind, p in paths.items():
         typer.echo(f"wrote {kind}: {p}")
     _report_lines(paths["html"], shot)
+    if cfg.monitor_url:
+        from laggard.monitor.local import job_arrived
+
+        why = job_arrived(cfg.monitor_url, cfg.monitor_token, cfg.monitor_job or "")
+        if why:
+            if collector is not None:
+                collector.stop()
+            raise LaggardError(why)
     if collector is not None:
         _linger(collector, monitor_linger_s)
+    elif cfg.monitor_url:
+        from laggard.monitor.local import dashboard_url
+
+        typer.echo(f"live dashboard: {dashboard_url(cfg.monitor_url, cfg.monitor_token)}  (job {cfg.monitor_job})")
+
+
+def _monitor(cfg, out: Path, *, monitor: bool, port: int | None, linger_s: float | None, url: str | None,  # noqa: ANN001
+             token: str | None):  # noqa: ANN202 - thin CLI glue
+    """Where the job streams to (``cfg.monitor_*``): a local collector started here (returned, to stop),
+    or the one at ``url`` once it takes the token (None); nothing without --monitor/--monitor-url."""
+    import os
+    import time
+
+    from laggard.errors import LaggardError
+    from laggard.monitor.local import dashboard_url, probe_collector, start_local_collector
+
+    if url is None:
+        if token is not None:
+            raise LaggardError("--token is the token of --monitor-url's collector; a local one (--monitor) makes its own")
+        if not monitor:
+            if port is not None or linger_s is not None:
+                raise LaggardError("--monitor-port and --monitor-linger-s apply with --monitor")
+            return None
+    elif port is not None or linger_s is not None:
+        raise LaggardError("--monitor-port and --monitor-linger-s apply to a local collector, not to --monitor-url")
+    cfg.monitor_job = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    if url is None:
+        collector = start_local_collector(out / "monitor.db", port or 8765, log=out / "monitor.log")
+        cfg.monitor_url, cfg.monitor_token = collector.url, collector.token
+        typer.echo(f"live dashboard: {collector.dashboard}")
+        return collector
+    token = token or os.environ.get("LAGGARD_TOKEN") or None
+    why = probe_collector(url, token)
+    if why:
+        raise LaggardError(f"--monitor-url: {why}")
+    cfg.monitor_url, cfg.monitor_token = url.rstrip("/"), token
+    typer.echo(f"live dashboard: {dashboard_url(cfg.monitor_url, token)}  (job {cfg.monitor_job})")
+    return None
 
 
 def _report_lines(html: Path, shot: bool) -> None:

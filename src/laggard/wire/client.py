@@ -56,7 +56,7 @@ class Client:
         except ValueError:
             doc = None
         if resp.status >= 400:
-            why = doc.get("detail") if isinstance(doc, dict) else data[:200].decode(errors="replace")
+            why = doc.get("detail") if isinstance(doc, dict) else " ".join(data[:200].decode(errors="replace").split())
             raise LaggardError(f"collector refused {method} {path}: {resp.status} {why}")
         return doc
 
