@@ -322,3 +322,13 @@ def test_nan_everywhere_is_an_error_with_counts(capsys, tmp_path):
     line = _one_line_error(capsys, "analyze", _write_variant(tmp_path, poison))
     assert "no step left: 256 of 6784 op(s) have NaN/inf times, in 32 of 32 step(s)" in line
     assert "256 of them cannot be filled in" in line
+
+
+def test_version(capsys) -> None:
+    from importlib.metadata import version
+
+    import laggard
+
+    assert run_cli("--version") == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"laggard {version('laggard')}" and version("laggard") == laggard.__version__

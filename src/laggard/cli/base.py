@@ -37,6 +37,26 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("laggard")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            v = "unknown (not installed)"
+        typer.echo(f"laggard {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    _show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print laggard's version and exit."),
+) -> None:
+    """Find, explain and fix stragglers in distributed training."""
+
+
 def _register_commands() -> None:
     import importlib
 

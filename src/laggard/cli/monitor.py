@@ -50,19 +50,38 @@ def serve(
     from laggard.monitor.service import Collector
     from laggard.monitor.store import Store
 
+    from laggard.monitor.serving import listen, removed_on_failure
+
     cfg = MonitorConfig(window_steps=window_steps, refresh_every_steps=max(1, window_steps // 2),
                         metrics_top_k=metrics_top_k, hang_after_s=hang_after_s)
-    tok, created = auth.load_or_create(auth.default_token_path(db), token or os.environ.get("LAGGARD_TOKEN") or None)
-    collector = Collector(Store(db), cfg, webhooks=webhook or [])
+    given = token or os.environ.get("LAGGARD_TOKEN") or None
+    token_path = auth.default_token_path(db)
+    if given is not None:
+        auth.load_or_create(token_path, given)  # checks it; writes nothing
+    sock = listen(host, port)  # before anything is written: a busy port leaves nothing behind
+    try:
+        with removed_on_failure(db):
+            store = Store(db)
+            try:
+                tok, created = auth.load_or_create(token_path, given)
+            except BaseException:
+                store.close()
+                raise
+    except BaseException:
+        sock.close()
+        raise
+    collector = Collector(store, cfg, webhooks=webhook or [])
     if created:
         typer.echo(f"token: {tok}")
     typer.echo(f"dashboard: http://{host}:{port}/?token=<TOKEN>   (API: http://{host}:{port}/api/v1/)", err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     collector.start()
     try:
-        uvicorn.run(create_app(collector, tok), host=host, port=port, log_level="warning", access_log=False)
+        server = uvicorn.Server(uvicorn.Config(create_app(collector, tok), log_level="warning", access_log=False))
+        server.run(sockets=[sock])
     finally:
         collector.stop()
+        sock.close()
 
 
 @app.command()
