@@ -46,6 +46,9 @@ def test_summary_fits_80_columns(name: str, analyses: dict[str, Analysis]) -> No
         joined = " ".join(ln.removesuffix(" \\").strip() for ln in cmd_lines)
         assert shlex.split(joined) == shlex.split(f.command)
     assert "op type" in text and "worst workers" in text
+    # op types and workers are two tables, one under the other: no row holds an op type and a rank
+    shown = [ln for ln in lines if any(ln.startswith(name[:20]) for name in res.by_optype)]
+    assert shown and all(len(ln.split()) == 2 for ln in shown), shown
 
 
 def test_command_lines_run_in_bash() -> None:

@@ -81,9 +81,10 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     workers = f"worker (rank {res.fixed_workers[0]})" if n == 1 else f"{n} workers (ranks {res.fixed_workers})"
     con.print(f"{_fixing(f'the worst {workers}', d['M_W'], 'M_W')}; {_fixing('the last stage', d['M_S'], 'M_S')}")
 
-    # two small tables side by side (op types | worst workers), each under 40 columns
+    # two tables, one under the other, each with its own title: side by side, a row read as if its op
+    # type belonged to the rank beside it
     t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    t.add_column("op type (S_t)", overflow="ellipsis", no_wrap=True, max_width=30)
+    t.add_column("op type", overflow="ellipsis", no_wrap=True, max_width=40)
     t.add_column("S_t", justify="right", no_wrap=True)
     for name, s in sorted(res.by_optype.items(), key=lambda kv: -kv[1])[:top]:
         t.add_row(name, f"[{_heat(s)}]{s:.3f}[/]")
@@ -92,11 +93,10 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
         w.add_column(c, justify="right", no_wrap=True)
     for row in res.by_worker[:top]:
         w.add_row(str(row["rank"]), str(row["dp_rank"]), str(row["stage"]), f"[{_heat(row['slowdown'])}]{row['slowdown']:.3f}[/]")
-    con.print("op types, by S_t (only this type measured)  |  worst workers, by S_w = min(S_dp, S_stage)"
-              if con.width >= 92 else "op types by S_t (only this type measured); worst workers by S_w")
-    grid = Table.grid(padding=(0, 4))
-    grid.add_row(t, w)
-    con.print(grid)
+    con.print("op types by S_t (the job replayed with only this type measured):")
+    con.print(t)
+    con.print("worst workers by S_w = min(S_dp, S_stage):")
+    con.print(w)
     stages = list(res.by_stage.items())
     shown_st = stages if len(stages) <= 8 else sorted(stages, key=lambda kv: -kv[1])[:8]
     con.print(
