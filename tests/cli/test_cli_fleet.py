@@ -73,3 +73,19 @@ def test_earlier_results_need_resume(two_jobs, tmp_path, capsys):
     (tmp_path / "fleet.parquet").write_bytes(b"garbage")
     assert run_cli("fleet", two_jobs, "--out", tmp_path, "--resume", "-q") == 2
     assert "cannot read earlier fleet results" in capsys.readouterr().err
+
+
+def test_summary_says_what_this_run_did(two_jobs, tmp_path, capsys):
+    """--workers 0 runs in this process (not "1 workers"); --resume counts this run's jobs, not the
+    earlier run's, and a run with nothing left says so instead of 0 workers at 0.0 jobs/s."""
+    out = tmp_path / "o"
+    assert run_cli("fleet", two_jobs / "j0", "--out", out, "--workers", "0") == 0
+    first = " ".join(capsys.readouterr().out.split())
+    assert "1 job analysed in this run: 1 ok" in first and "in this process" in first and "workers" not in first
+    assert run_cli("fleet", two_jobs, "--out", out, "--resume", "--workers", "0") == 0
+    second = " ".join(capsys.readouterr().out.split())
+    assert "1 job analysed in this run: 1 ok" in second and "1 done by an earlier run, skipped" in second
+    assert "2 jobs, 2 analysed" in second  # the fleet as a whole, said as such
+    assert run_cli("fleet", two_jobs, "--out", out, "--resume") == 0
+    third = " ".join(capsys.readouterr().out.split())
+    assert "no job left to analyse; 2 done by an earlier run" in third and "jobs/s" not in third

@@ -14,7 +14,7 @@ from pathlib import Path
 from laggard.fleet.batching import Batcher
 from laggard.fleet.config import FleetConfig
 from laggard.fleet.discover import discover
-from laggard.fleet.engines import make_engine
+from laggard.fleet.engines import InlineEngine, make_engine
 from laggard.fleet.writer import RowWriter
 
 
@@ -75,6 +75,8 @@ def run_fleet(
         finally:
             eng.close()
         num_workers = eng.workers
+        if isinstance(eng, InlineEngine):
+            engine = "inline"
     else:
         num_workers = 0
     parquet = writer.finalize()

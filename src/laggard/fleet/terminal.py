@@ -16,13 +16,27 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None or x != x else f"{100 * x:.1f}%"
 
 
+def run_line(run: FleetRun) -> str:
+    """What this run did: its own jobs by status, the jobs an earlier run had done, where and how fast."""
+    c = run.status_counts
+    n = run.num_analysed
+    done = (f"{n:,} job{'s' if n != 1 else ''} analysed in this run: {c.get('ok', 0):,} ok, "
+            f"{c.get('rejected', 0):,} rejected, {c.get('error', 0):,} failed") if n else "no job left to analyse"
+    earlier = f"; {run.num_skipped:,} done by an earlier run, skipped" if run.num_skipped else ""
+    if not n:
+        return done + earlier
+    where = "in this process" if run.engine == "inline" else \
+        f"{run.engine}, {run.workers} worker{'s' if run.workers != 1 else ''}"
+    rate = n / run.wall_s if run.wall_s > 0 else 0.0
+    return f"{done}{earlier}  ({where}, {rate:.1f} jobs/s)"
+
+
 def print_fleet_summary(run: FleetRun, s: FleetStats, html: str | None, console: Console | None = None) -> None:
     con = console or Console(highlight=False)
-    rate = run.num_analysed / run.wall_s if run.wall_s > 0 else 0.0
-    con.print(f"[bold]laggard fleet[/]  {s.num_jobs:,} jobs: {s.by_status.get('ok', 0):,} analysed, "
-              f"{s.by_status.get('rejected', 0):,} rejected, {s.by_status.get('error', 0):,} failed"
-              + (f"  ({run.num_skipped:,} done earlier, skipped)" if run.num_skipped else "")
-              + f"  ({run.engine}, {run.workers} workers, {rate:.1f} jobs/s)")
+    con.print(f"[bold]laggard fleet[/]  {run_line(run)}")
+    if run.num_skipped:  # the figures below are the whole fleet's, earlier runs' rows included
+        con.print(f"the fleet in {run.parquet.parent}: {s.num_jobs:,} jobs, {s.by_status.get('ok', 0):,} analysed, "
+                  f"{s.by_status.get('rejected', 0):,} rejected, {s.by_status.get('error', 0):,} failed")
     if len(s.slowdown):
         con.print(f"jobs with S >= {s.straggling_slowdown:g}: [bold]{_pct(s.straggling_share)}[/]   median S "
                   f"{float(np.median(s.slowdown)):.3f}, p90 {float(np.quantile(s.slowdown, 0.9)):.3f}   "
