@@ -209,3 +209,18 @@ def test_fast_barrier_equals_the_max_of_the_draws(spec: str) -> None:
         assert np.quantile(fast, q) == pytest.approx(np.quantile(slow, q), rel=0.02)
     if d.expected_max(64) is not None:
         assert abs(fast.mean() - d.expected_max(64)) <= 5 * fast.std() / math.sqrt(fast.size) + 1e-12
+
+
+@pytest.mark.parametrize("spec, param", [("normal:mean=1", "std"), ("lognormal:mean=0", "sigma"),
+                                         ("pareto:scale=1", "alpha"), ("gaussian", "std")])
+def test_a_defaulted_spread_is_said(spec: str, param: str) -> None:
+    import warnings
+
+    from laggard.errors import LaggardWarning
+
+    with pytest.warns(LaggardWarning, match=f"{param} not given, using"):
+        parse_dist(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LaggardWarning)
+        parse_dist(f"{spec}{',' if ':' in spec else ':'}{param}=2")
+        parse_dist("textbook")

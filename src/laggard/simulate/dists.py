@@ -85,6 +85,8 @@ _CLASSES: dict[str, type[Distribution]] = {
     "pareto": Pareto,
     "uniform": Uniform,
 }
+# the parameter that sets a distribution's spread (and so every tail figure): said when left to its default
+_SPREAD = {"gaussian": "std", "lognormal": "sigma", "pareto": "alpha"}
 _ALIASES = {"normal": "gaussian", "exp": "exponential", "const": "constant"}
 _PRESETS = {"textbook": "lognormal:base=1.0,mean=-0.7,sigma=0.9"}
 KNOWN = (*_CLASSES, "mixture", "trace", *_PRESETS)
@@ -142,6 +144,10 @@ def _parametric(name: str, body: str, spec: str, where: str) -> Distribution:
         kwargs[p.attr] = v
     for p in params.values():
         kwargs.setdefault(p.attr, p.default)
+    spread = _SPREAD.get(name)
+    if spread is not None and spread not in raw:  # the spread sets every tail figure: never silently
+        warnings.warn(f"{where} {spec!r}: {spread} not given, using {params[spread].default:g}; "
+                      f"give {spread}= to choose it", LaggardWarning, stacklevel=3)
     if name == "uniform" and not kwargs["high"] > kwargs["low"]:
         raise _err(spec, where, "high must be greater than low")
     if name == "gaussian" and kwargs["low"] >= kwargs["mu"] and kwargs["std"] > 0:
