@@ -101,3 +101,29 @@ def test_partition_errors(capsys):
     assert "trace has 4" in capsys.readouterr().err
     assert run_cli("partition", ND / "trace-ST.parquet", "--num-layers", "2") == 2
     assert run_cli("partition", ND / "trace-ST.parquet", "--num-layers", "32", "--stages", "99") == 2
+
+
+def test_a_fit_that_explains_nothing_is_said(tmp_path, capsys):
+    """Durations that do not follow the lengths: the fit comes with R^2 ~ 0 and a warning, not silently."""
+    rng = np.random.default_rng(1)
+    n = 120
+    seqs = [rng.integers(16, 4096, rng.integers(1, 8)) for _ in range(n)]
+    cols = {
+        "rank": np.zeros(n, dtype=np.int64), "step": np.arange(n) // 10, "microbatch": np.arange(n) % 10,
+        "name": ["forward-compute"] * n, "kind": ["compute"] * n, "start_ns": np.arange(n) * 10**7,
+        "dur_ns": rng.integers(10**6, 2 * 10**6, n), "seq_lens": [s.tolist() for s in seqs],
+        "num_tokens": [int(s.sum()) for s in seqs],
+    }
+    out = tmp_path / "trace"
+    write_native(Job(table=make_table(cols), meta=JobMeta(name="noise")), out)
+    assert run_cli("fit-cost", out, "--json", tmp_path / "f.json") == 0
+    fit = json.loads((tmp_path / "f.json").read_text())["fits"]["forward-compute"]
+    assert fit["r2"] < 0.5 and fit["reliable"] is False
+    err = capsys.readouterr().err
+    assert "forward-compute: R^2 = " in err and "do not plan a balance on this fit" in err
+
+
+def test_a_good_fit_is_reliable(token_trace, tmp_path, capsys):
+    assert run_cli("fit-cost", token_trace, "--json", tmp_path / "f.json") == 0
+    assert json.loads((tmp_path / "f.json").read_text())["fits"]["forward-compute"]["reliable"] is True
+    assert "R^2 = " not in capsys.readouterr().err

@@ -124,7 +124,14 @@ def fit_cost_cmd(
 
             warnings.warn(f"{name}: ops carry num_tokens but no seq_lens; fitted b and c0 only (a = 0)",
                           LaggardWarning, stacklevel=1)
-        fits[name] = fit_cost(lens, dur_s, quadratic=real)
+        fits[name] = fit = fit_cost(lens, dur_s, quadratic=real)
+        if not fit.reliable:
+            import warnings
+
+            from laggard.mitigate.cost import MIN_USEFUL_R2
+
+            warnings.warn(f"{name}: R^2 = {fit.r2:.4g} (< {MIN_USEFUL_R2:g}): sequence lengths explain little of how its "
+                          "durations vary; do not plan a balance on this fit", LaggardWarning, stacklevel=1)
     if not fits:
         from laggard.optable.ops import LaggardError
 

@@ -74,6 +74,12 @@ def doc_costs(lengths: np.ndarray, cost: CostModel | Cost | None) -> tuple[np.nd
     return out, 0.0
 
 
+# below this R^2 the sequence lengths explain less than half of how op durations vary: a balance
+# planned on the model would move work by a cost the measurements do not follow (the fit is said
+# unreliable, not hidden)
+MIN_USEFUL_R2 = 0.5
+
+
 @dataclass(kw_only=True, slots=True)
 class CostFit:
     """A fitted cost model and how well it explains the measurements."""
@@ -84,9 +90,14 @@ class CostFit:
     rmse: float
     quadratic: bool = True
 
+    @property
+    def reliable(self) -> bool:
+        """Whether the lengths explain most of the durations' variance (``MIN_USEFUL_R2``)."""
+        return math.isfinite(self.r2) and self.r2 >= MIN_USEFUL_R2
+
     def to_json(self) -> dict[str, Any]:
         return {**self.model.to_json(), "r2": _finite(self.r2), "num_samples": self.num_samples,
-                "rmse": _finite(self.rmse), "quadratic": self.quadratic}
+                "rmse": _finite(self.rmse), "quadratic": self.quadratic, "reliable": self.reliable}
 
 
 def _finite(x: float) -> float | None:
