@@ -42,6 +42,11 @@ class DiagnoseConfig:
     # detectors run again on the job with the found causes fixed (a weaker straggler behind a stronger
     # one: a 1.25x worker next to a 1.6x one on a shared stage is within the noise of the first pass)
     hidden_passes: int = 1
+    # a hidden cause whose what-if, on the measured job, gets more than this share of what it removes
+    # from ops the found fixes already change is mostly the found cause again (a job-wide --zero
+    # kind=host beside a one-rank host stall): it is left off those ranks. Below it the overlap is
+    # incidental (a stage's --scale over a few ops a --despike also touched) and the cause stays whole
+    hidden_overlap_share: float = 0.5
 
     # -- enough to judge
     min_workers: int = 2  # one worker has nobody to wait for: its slow ops are speed, not straggling

@@ -58,7 +58,7 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
         if key in seen or key[:3] in fixed_causes:
             continue
         seen.add(key)
-        c = _beside(ctx, c, touched)
+        c = _beside(ctx, c, touched, cfg.hidden_overlap_share)
         if c is None:
             continue
         c.finding.hidden = True
@@ -71,22 +71,25 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
     return out
 
 
-def _beside(ctx: Ctx, c: Candidate, touched: np.ndarray) -> Candidate | None:
-    """``c`` with each change left off the ranks whose selected ops the found fixes already change
-    (``rank!=R`` added to its selector), None when nothing is left. Measured on the job as it is,
-    a hidden cause's what-if must not fix the found causes again: the overhead every rank pays,
-    nominated once a one-rank stall is fixed, would otherwise zero that stall too and take its
-    gain (a real 4-rank job named a healthy rank this way)."""
+def _beside(ctx: Ctx, c: Candidate, touched: np.ndarray, max_share: float) -> Candidate | None:
+    """``c``, or, when more than ``max_share`` of what its what-if removes on the measured job comes
+    from ops the found fixes already change, ``c`` with each change left off the ranks of those ops
+    (``rank!=R`` added to its selector); None when nothing is left. A hidden cause's what-if must not
+    fix the found causes again: the overlap every rank pays, nominated once a one-rank stall is fixed,
+    would otherwise zero that stall too and take its gain (a real 4-rank job named a healthy rank
+    this way)."""
     from laggard.errors import LaggardError
-    from laggard.whatif.custom import Change, select_ops
+    from laggard.whatif.custom import Change, apply_changes, select_ops
 
+    try:
+        removed = np.maximum(ctx.w - apply_changes(ctx.base, c.changes)[0], 0.0)
+    except LaggardError:
+        return None
+    if removed[touched].sum() <= max_share * removed.sum():
+        return c
     changes = []
     for ch in c.changes:
-        try:
-            mask = select_ops(ctx.base, ch.selector)
-        except LaggardError:
-            return None
-        ranks = np.unique(ctx.rank[mask & touched]).tolist()
+        ranks = np.unique(ctx.rank[select_ops(ctx.base, ch.selector) & touched]).tolist()
         if not ranks:
             changes.append(ch)
             continue
@@ -96,8 +99,6 @@ def _beside(ctx: Ctx, c: Candidate, touched: np.ndarray) -> Candidate | None:
         except LaggardError:  # all it selects is fixed already
             return None
         changes.append(Change(action=ch.action, selector=selector, factor=ch.factor))
-    if changes == c.changes:
-        return c
     return dataclasses.replace(c, changes=changes)
 
 
