@@ -281,3 +281,12 @@ def test_select_steps_none_present(spec):
     msg = str(e.value)
     assert msg.startswith(f"--steps {spec}: none of these steps is in the trace")
     assert "4 steps, 0 to 5" in msg
+
+
+def test_repr_is_one_short_line() -> None:
+    from laggard.io import load_job
+    from tests.conftest import ND
+
+    text = repr(load_job(ND / "trace-AR.parquet"))
+    assert "\n" not in text and len(text) < 200, text
+    assert text.startswith("Job(name='AR', ops=117,216, ranks=64, dp=4, pp=4, tp=4, steps=44"), text

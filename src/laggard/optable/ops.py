@@ -286,6 +286,17 @@ class Job:
     def num_ops(self) -> int:
         return self.table.num_rows
 
+    def __repr__(self) -> str:
+        """One line: what the job is, not its Arrow schema (1.8 KB)."""
+        import pyarrow.compute as pc
+
+        m = self.meta
+        src = self.load_args.get("path") or self.load_args.get("paths")
+        nsteps = len(pc.unique(self.table.column("step"))) if self.table.num_rows else 0
+        return (f"Job(name={m.name!r}, ops={self.num_ops:,}, ranks={m.world_size}, dp={m.dp_size}, pp={m.pp_size}, "
+                f"tp={m.tp_size}, steps={nsteps}, warnings={len(self.warnings)}"
+                + (f", source={src!r}" if src else "") + ")")
+
     def column(self, name: str) -> np.ndarray:
         """A numeric column as a numpy array (zero-copy where Arrow allows)."""
         return to_numpy(self.table.column(name))
