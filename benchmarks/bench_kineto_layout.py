@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 RUNS = 3
-SIM_CASES = ((2, "heavy-stage:stage=1,factor=2"), (4, "heavy-stage:stage=3,factor=1.5"), (4, "slow-worker:ranks=5,factor=1.5"))
+SIM_CASES = ((2, "heavy-stage:stage=1,factor=2"), (4, "heavy-stage:stage=3,factor=1.5"), (4, "slow-worker:rank=5,factor=1.5"))
 
 
 def _analyse(path: Path):  # noqa: ANN202

@@ -19,7 +19,7 @@ def _named(d) -> dict[str, list[int]]:
 
 
 def test_slow_link_plus_slow_worker_both_named():
-    d = _diagnose(["slow-link:src=1,dst=2,delay_ms=10", "slow-worker:ranks=9,factor=1.5"])
+    d = _diagnose(["slow-link:src=1,dst=2,delay_ms=10", "slow-worker:rank=9,factor=1.5"])
     got = _named(d)
     assert got["worker"] == [9] and got["comm"] == [1, 2], got
     assert "from rank 1 to rank 2" in next(f for f in d.findings if f.cause == "comm").evidence
@@ -29,25 +29,25 @@ def test_slow_link_plus_slow_worker_both_named():
 
 
 def test_two_slow_workers_both_named():
-    assert _named(_diagnose(["slow-worker:ranks=5+22,factor=1.5"])) == {"worker": [5, 22]}
+    assert _named(_diagnose(["slow-worker:rank=5+22,factor=1.5"])) == {"worker": [5, 22]}
 
 
 @pytest.mark.parametrize("ranks", [[3, 9, 22, 28], [4, 5, 6, 7], [1, 5, 9, 13]])
 def test_four_slow_workers_all_named(ranks):
     """Scattered, one DP rank (every stage of dp 1), one stage (stage 1 of four DP ranks)."""
-    spec = "slow-worker:ranks=" + "+".join(map(str, ranks)) + ",factor=1.5"
+    spec = "slow-worker:rank=" + "+".join(map(str, ranks)) + ",factor=1.5"
     assert _named(_diagnose([spec])) == {"worker": ranks}
 
 
 def test_eight_slow_workers_all_named():
     ranks = [0, 6, 9, 15, 18, 20, 27, 29]
-    spec = "slow-worker:ranks=" + "+".join(map(str, ranks)) + ",factor=1.6"
+    spec = "slow-worker:rank=" + "+".join(map(str, ranks)) + ",factor=1.6"
     assert _named(_diagnose([spec])) == {"worker": ranks}
 
 
 def test_single_cause_mode_stops_after_the_first_finding():
     sim = simulate(SimConfig(dp=8, pp=4, steps=3), [parse_cause("slow-link:src=1,dst=2,delay_ms=10"),
-                                                    parse_cause("slow-worker:ranks=9,factor=1.5")])
+                                                    parse_cause("slow-worker:rank=9,factor=1.5")])
     d = laggard.analyze(to_job(sim), config=DiagnoseConfig(single_cause=True)).diagnosis
     assert [f.cause for f in d.findings] == ["worker"]
     assert d.unexplained > 0.15 and d.unexplained_by  # the link's part is said to be unexplained
@@ -56,7 +56,7 @@ def test_single_cause_mode_stops_after_the_first_finding():
 def test_gains_match_the_simulators_truth():
     """Predicted gain of fixing each cause vs the simulator's own speed-up of running without it."""
     truth = simulate_with_truth(SimConfig(dp=4, pp=4, steps=3), [parse_cause("heavy-stage:stage=2,factor=1.6"),
-                                                                 parse_cause("gc:prob=0.08,pause_ms=40")])
+                                                                 parse_cause("gc-pauses:prob=0.08,pause_ms=40")])
     d = laggard.analyze(to_job(truth.sim)).diagnosis
     by_cause = {f.cause: f for f in d.findings}
     assert set(by_cause) == {"stage-imbalance", "gc"}
@@ -69,7 +69,7 @@ def test_a_wrong_answer_fails_the_truth_check():
     """Check the check: the sweep's scorer rejects a diagnosis that names the wrong worker."""
     from laggard.groundtruth.evaluate_mixed import score_job
 
-    truth = simulate_with_truth(SimConfig(dp=4, pp=2, steps=3), [parse_cause("slow-worker:ranks=5,factor=1.8")])
+    truth = simulate_with_truth(SimConfig(dp=4, pp=2, steps=3), [parse_cause("slow-worker:rank=5,factor=1.8")])
     d = laggard.analyze(to_job(truth.sim)).diagnosis
     ok = score_job(truth, d)
     assert ok.true_pos == 1 and ok.false_pos == 0 and ok.false_neg == 0

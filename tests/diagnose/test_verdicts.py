@@ -92,7 +92,7 @@ def two_slow_links(tmp_path_factory):
     pytest.importorskip("simpy")
     out = tmp_path_factory.mktemp("links")
     assert run_cli("dessim", out, "--dp", "2", "--pp", "4", "--steps", "6", "--seed", "2",
-                   "--cause", "slow-link:src=0,dst=1,delay_ms=40", "--cause", "slow-link:src=5,dst=6,delay_ms=8") == 0
+                   "--inject", "slow-link:src=0,dst=1,delay_ms=40", "--inject", "slow-link:src=5,dst=6,delay_ms=8") == 0
     truth = json.loads((out / "truth.json").read_text())
     weak = next(c for c in truth["causes"] if c["src"] == 5)
     assert weak["gain"] == pytest.approx(1.0, abs=0.01) and weak["alone_gain"] > 1.05

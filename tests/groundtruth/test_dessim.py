@@ -44,7 +44,7 @@ def test_same_seed_same_job_and_causes_do_not_shift_other_draws():
     cfg = SimConfig(dp=2, pp=2, microbatches=4, steps=2, seed=3)
     a, b = simulate(cfg), simulate(cfg)
     assert a.cols["start_s"] == b.cols["start_s"]
-    slow = simulate(cfg, [parse_cause("slow-worker:ranks=0,factor=2")])
+    slow = simulate(cfg, [parse_cause("slow-worker:rank=0,factor=2")])
     # rank 3's (dp 1, stage 1) compute durations are the same draws with or without the cause
     def durs(s):
         c = s.cols
@@ -55,7 +55,7 @@ def test_same_seed_same_job_and_causes_do_not_shift_other_draws():
 
 def test_slow_worker_truth_is_a_real_speedup():
     cfg = SimConfig(dp=4, pp=2, microbatches=4, steps=2)
-    t = simulate_with_truth(cfg, [parse_cause("slow-worker:ranks=5,factor=2")])
+    t = simulate_with_truth(cfg, [parse_cause("slow-worker:rank=5,factor=2")])
     assert t.causes[0].gain > 1.3
     assert t.slowdown == pytest.approx(t.causes[0].gain)
 
@@ -63,11 +63,11 @@ def test_slow_worker_truth_is_a_real_speedup():
 def test_hidden_cause_has_no_standalone_gain():
     # the slow link (dp 0) is hidden behind the slower worker (dp 2): fixing it alone gains nothing
     t = simulate_with_truth(SimConfig(dp=4, pp=4, steps=2), [
-        parse_cause("slow-link:src=1,dst=2,delay_ms=5"), parse_cause("slow-worker:ranks=9,factor=1.5")])
+        parse_cause("slow-link:src=1,dst=2,delay_ms=5"), parse_cause("slow-worker:rank=9,factor=1.5")])
     assert t.causes[0].gain < 1.01 < t.causes[1].gain
 
 
-@pytest.mark.parametrize("causes", [[], ["slow-worker:ranks=5,factor=1.5"], ["gc:prob=0.1,pause_ms=40"],
+@pytest.mark.parametrize("causes", [[], ["slow-worker:rank=5,factor=1.5"], ["gc-pauses:prob=0.1,pause_ms=40"],
                                     ["slow-link:src=1,dst=2,delay_ms=8", "heavy-stage:stage=3,factor=1.5"]])
 def test_replay_fidelity_within_5_percent(causes):
     """laggard's replay of the simulator's trace reproduces the simulated step times."""
@@ -99,7 +99,7 @@ def test_kineto_export_reads_back(tmp_path):
 
 
 @pytest.mark.parametrize("pp,cause", [(2, "heavy-stage:stage=1,factor=2"), (4, "heavy-stage:stage=3,factor=1.5"),
-                                      (4, "slow-worker:ranks=5,factor=1.5")])
+                                      (4, "slow-worker:rank=5,factor=1.5")])
 def test_gpu_pipeline_profiler_trace_gives_the_simulators_attribution(tmp_path, pp, cause):
     # a GPU pipeline job as torch.profiler records it: kernel names say nothing of the phase (the
     # launching CPU op does), 1F1B runs one microbatch's backward and the next one's forward with
@@ -118,9 +118,9 @@ def test_gpu_pipeline_profiler_trace_gives_the_simulators_attribution(tmp_path, 
     assert (n["gpu-forward"] == 8 * 3 * 2).all() and (n["gpu-backward"] == 8 * 3 * 2).all()
 
 
-@pytest.mark.parametrize("spec,msg", [("bogus", "unknown kind"), ("slow-worker:ranks=a", "not a valid value"),
-                                      ("slow-worker:factor=0.5", "factor must be >= 1"), ("gc:prob=2", "prob"),
-                                      ("slow-link:src=1,dst=1", "must differ"), ("gc:speed=1", "is not one of")])
+@pytest.mark.parametrize("spec,msg", [("bogus", "unknown kind"), ("slow-worker:rank=a", "not a valid value"),
+                                      ("slow-worker:factor=0.5", "factor must be >= 1"), ("gc-pauses:prob=2", "prob"),
+                                      ("slow-link:src=1,dst=1", "must differ"), ("gc-pauses:speed=1", "is not one of")])
 def test_bad_cause_specs(spec, msg):
     with pytest.raises(LaggardError, match=msg):
         parse_cause(spec)
@@ -128,7 +128,7 @@ def test_bad_cause_specs(spec, msg):
 
 def test_bad_layouts():
     with pytest.raises(LaggardError, match="no rank 99"):
-        simulate(SimConfig(dp=2, pp=2), [parse_cause("slow-worker:ranks=99")])
+        simulate(SimConfig(dp=2, pp=2), [parse_cause("slow-worker:rank=99")])
     with pytest.raises(LaggardError, match="neighbouring"):
         simulate(SimConfig(dp=2, pp=4), [parse_cause("slow-link:src=0,dst=5")])
     with pytest.raises(LaggardError, match="multiple of --pp"):
@@ -138,11 +138,36 @@ def test_bad_layouts():
 def test_cli_writes_trace_truth_and_kineto(tmp_path, capsys):
     out = tmp_path / "job"
     rc = main(["dessim", str(out), "--dp", "2", "--pp", "2", "--microbatches", "4", "--steps", "2",
-               "--cause", "slow-worker:ranks=1,factor=2", "--kineto"])
+               "--inject", "slow-worker:rank=1,factor=2", "--kineto"])
     assert rc == 0
     truth = json.loads((out / "truth.json").read_text())
     assert truth["causes"][0]["gain"] > 1.2 and truth["expected_findings"] == ["worker"]
     assert len(list((out / "kineto").glob("rank*.json"))) == 4
     assert main(["analyze", str(out)]) == 0
-    assert main(["dessim", str(out), "--cause", "nope"]) == 2
+    assert main(["dessim", str(out), "--inject", "nope"]) == 2
     assert "unknown kind" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old, new", [("slow-worker:ranks=3+9,factor=1.5", "slow-worker:rank=3+9,factor=1.5"),
+                                      ("seq-imbalance:sigma=0.5", "seqlen-imbalance:sigma=0.5"),
+                                      ("gc:prob=0.05,pause_ms=50", "gc-pauses:prob=0.05,pause_ms=50")])
+def test_one_inject_syntax_old_spellings_warn(old: str, new: str) -> None:
+    """The simulator reads what `synth`/`demo --inject` write; its old spellings still work, said once."""
+    import warnings
+
+    from laggard.errors import LaggardWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LaggardWarning)
+        c = parse_cause(new)
+    assert c.spec() == new
+    with pytest.warns(LaggardWarning, match="old spelling"):
+        assert parse_cause(old) == c
+
+
+def test_dessim_cause_flag_is_the_old_name_of_inject(tmp_path, capsys) -> None:
+    from tests.conftest import run_cli
+
+    assert run_cli("dessim", tmp_path / "a", "--dp", "2", "--pp", "2", "--steps", "2", "--no-truth",
+                   "--cause", "slow-worker:rank=1,factor=2") == 0
+    assert "--cause is the old name of --inject" in capsys.readouterr().err

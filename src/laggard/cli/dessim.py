@@ -16,9 +16,11 @@ def dessim(
     microbatches: Annotated[int, typer.Option(help="Microbatches per step")] = 8,
     steps: Annotated[int, typer.Option(help="Training steps")] = 4,
     seed: Annotated[int, typer.Option(help="Random seed (the truth runs reuse it)")] = 0,
-    cause: Annotated[list[str] | None, typer.Option(
-        "--cause", help="Inject a cause (repeatable): slow-worker:ranks=3+9,factor=1.5 | heavy-stage:stage=3,factor=1.5 | "
-        "seq-imbalance:sigma=0.5 | gc:prob=0.05,pause_ms=50 | slow-link:src=1,dst=2,delay_ms=10 | launch-delay:ms=3")] = None,
+    inject: Annotated[list[str] | None, typer.Option(
+        "--inject", help="Inject a cause (repeatable), as `laggard synth` and `laggard demo` spell them: "
+        "slow-worker:rank=3+9,factor=1.5 | heavy-stage:stage=3,factor=1.5 | seqlen-imbalance:sigma=0.5 | "
+        "gc-pauses:prob=0.05,pause_ms=50 | slow-link:src=1,dst=2,delay_ms=10 | launch-delay:ms=3")] = None,
+    cause: Annotated[list[str] | None, typer.Option("--cause", hidden=True, help="The old name of --inject.")] = None,
     kineto: Annotated[bool, typer.Option("--kineto", help="Also write PyTorch-profiler JSON per rank to OUT/kineto/")] = False,
     truth: Annotated[bool, typer.Option("--truth/--no-truth", help="Simulate again without each cause to measure the "
                                         "real speed-up of fixing it (len(causes) + 2 runs)")] = True,
@@ -37,7 +39,13 @@ def dessim(
     from laggard.report.jsonout import dump_json
 
     check_output(out, "OUT", directory=True)
-    causes = [parse_cause(c) for c in cause or []]
+    if cause:
+        import warnings
+
+        from laggard.errors import LaggardWarning
+
+        warnings.warn("dessim --cause is the old name of --inject", LaggardWarning, stacklevel=1)
+    causes = [parse_cause(c) for c in [*(inject or []), *(cause or [])]]
     cfg = SimConfig(dp=dp, pp=pp, vpp=vpp, microbatches=microbatches, steps=steps, seed=seed)
     if truth:
         t = simulate_with_truth(cfg, causes)

@@ -113,13 +113,13 @@ def _draw(kind: str, cfg: SimConfig, rng: np.random.Generator, floor: float = FA
             ranks = [d * cfg.pp + int(s) for s in rng.choice(cfg.pp, size=k, replace=False)]
         else:
             ranks = [int(r) for r in rng.choice(n, size=k, replace=False)]
-        return parse_cause(f"slow-worker:ranks={'+'.join(map(str, sorted(ranks)))},factor={rng.uniform(floor, 2.5):.2f}")
+        return parse_cause(f"slow-worker:rank={'+'.join(map(str, sorted(ranks)))},factor={rng.uniform(floor, 2.5):.2f}")
     if kind == "heavy-stage":
         return parse_cause(f"heavy-stage:stage={int(rng.integers(cfg.pp))},factor={rng.uniform(floor, 2.5):.2f}")
     if kind == "seq-imbalance":
-        return parse_cause(f"seq-imbalance:sigma={rng.uniform(0.4, 0.8):.2f}")
+        return parse_cause(f"seqlen-imbalance:sigma={rng.uniform(0.4, 0.8):.2f}")
     if kind == "gc":
-        return parse_cause(f"gc:prob={rng.uniform(0.05, 0.1):.3f},pause_ms={rng.uniform(30, 80):.0f}")
+        return parse_cause(f"gc-pauses:prob={rng.uniform(0.05, 0.1):.3f},pause_ms={rng.uniform(30, 80):.0f}")
     if kind == "slow-link":
         src = int(rng.integers(cfg.dp)) * cfg.pp + int(rng.integers(cfg.pp - 1))
         return parse_cause(f"slow-link:src={src},dst={src + 1},delay_ms={rng.uniform(5, 20):.1f}")

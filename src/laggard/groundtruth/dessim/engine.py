@@ -191,7 +191,7 @@ class _Sim:
             if c.kind == "slow-worker":
                 bad = [r for r in c.ranks if r >= cfg.num_ranks]
                 if bad:
-                    raise LaggardError(f"--cause {c.spec()}: no rank {bad[0]} (ranks 0..{cfg.num_ranks - 1})")
+                    raise LaggardError(f"--inject {c.spec()}: no rank {bad[0]} (ranks 0..{cfg.num_ranks - 1})")
                 self.rank_factor[c.ranks] *= c["factor"]
             elif c.kind == "heavy-stage":
                 s = int(c["stage"]) % cfg.pp
@@ -203,7 +203,7 @@ class _Sim:
             elif c.kind == "slow-link":
                 src, dst = int(c["src"]), int(c["dst"])
                 if src >= cfg.num_ranks or dst >= cfg.num_ranks or src // cfg.pp != dst // cfg.pp or not self._adjacent(src, dst):
-                    raise LaggardError(f"--cause {c.spec()}: ranks {src} and {dst} are not neighbouring stages of one DP rank")
+                    raise LaggardError(f"--inject {c.spec()}: ranks {src} and {dst} are not neighbouring stages of one DP rank")
                 self.link_delay[(src, dst)] = self.link_delay.get((src, dst), 0.0) + c["delay_ms"] * 1e-3
             elif c.kind == "launch-delay":
                 self.launch_extra_s += c["ms"] * 1e-3
