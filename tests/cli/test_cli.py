@@ -118,3 +118,22 @@ def test_whatif_negated_selector_names_the_complement(tmp_path):
     assert 0 < counts["stage=3"] < counts["all"]
     assert counts["stage=3"] + counts["stage!=3"] == counts["all"]
     assert run_cli("whatif", ND / "trace-ST.parquet", "--fix", "all,stage!=3,stage=3") == 2
+
+
+@pytest.mark.parametrize("command", ["demo", "synth"])
+def test_inject_causes_are_listed_whole_at_80_columns(command: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from laggard.cli.options import INJECT_CAUSES
+    from laggard.groundtruth.inject import CAUSES
+
+    assert [s.split(":")[0] for s, _ in INJECT_CAUSES] == list(CAUSES)
+    for spec, _ in INJECT_CAUSES:
+        assert [kv.split("=")[0] for kv in spec.split(":")[1].split(",")] == list(CAUSES[spec.split(":")[0]])
+    out = subprocess.run([sys.executable, "-m", "laggard.cli.base", command, "--help"], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "80", "TERM": "dumb"}, timeout=60).stdout
+    assert "…" not in out and max(len(ln) for ln in out.splitlines()) <= 80
+    for spec, _ in INJECT_CAUSES:
+        assert spec in out, spec

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from laggard.cli.options import FormatOpt, HealthyOpt, LayoutOpt, MetaOpt, RankMapOpt, load_trace
+from laggard.cli.options import INJECT_EPILOG, FormatOpt, HealthyOpt, LayoutOpt, MetaOpt, RankMapOpt, load_trace
 from laggard.errors import LaggardError, check_healthy_threshold, check_output
 
 
@@ -123,7 +123,7 @@ def synth(
     vpp: Annotated[int, typer.Option("--vpp", help="Virtual pipeline chunks per stage (interleaved 1F1B).")] = 1,
     microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Microbatches per step.")] = 8,
     steps: Annotated[int, typer.Option("--steps", help="Training steps.")] = 10,
-    inject: Annotated[list[str] | None, typer.Option("--inject", help="Straggler cause CAUSE[:key=value,...] (repeatable), e.g. slow-worker:rank=3,factor=2.")] = None,
+    inject: Annotated[list[str] | None, typer.Option("--inject", help="Straggler cause CAUSE[:key=value,...] (repeatable; the causes are listed below).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
     jitter: Annotated[float, typer.Option("--jitter", help="Lognormal sigma of per-op duration noise.")] = 0.03,
 ) -> None:
@@ -147,4 +147,4 @@ def register(app: typer.Typer) -> None:
     app.command("analyze")(analyze)
     app.command("whatif")(whatif)
     app.command("convert")(convert)
-    app.command("synth")(synth)
+    app.command("synth", epilog=INJECT_EPILOG)(synth)

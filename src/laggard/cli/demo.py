@@ -10,14 +10,14 @@ import typer
 
 def demo(
     quick: Annotated[bool, typer.Option("--quick", help="A shorter run (under a minute): fewer steps, a smaller model.")] = False,
-    inject: Annotated[list[str] | None, typer.Option("--inject", help="Inject a straggler cause, CAUSE[:key=value,...] (repeatable): slow-worker:rank=R,factor=F, heavy-last-stage:factor=F, seqlen-imbalance:sigma=S, gc-pauses:prob=P,pause_ms=M, slow-link:src=A,dst=B,delay_ms=D, launch-delay:ms=D, host-stall:rank=R,ms=M,every=K, heavy-stage:stage=S,factor=F.")] = None,
+    inject: Annotated[list[str] | None, typer.Option("--inject", help="Inject a straggler cause, CAUSE[:key=value,...] (repeatable; the causes are listed below).")] = None,
     out: Annotated[Path, typer.Option("--out", help="Directory for the trace (OUT/trace) and the reports.")] = Path("out/demo"),
     dp: Annotated[int, typer.Option("--dp", help="Data-parallel replicas.")] = 2,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (one process per dp x pp rank).")] = 2,
     steps: Annotated[int | None, typer.Option("--steps", help="Traced training steps (default 200, 24 with --quick; 3 untraced warm-up steps come first).")] = None,
     microbatches: Annotated[int, typer.Option("--microbatches", help="Microbatches per step (1F1B schedule).")] = 4,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the model, the data order and the injected randomness.")] = 0,
-    trace: Annotated[Path | None, typer.Option("--trace", help="Analyse this existing trace instead of running the job (e.g. tests/data/ndtimeline/trace-AR.parquet).")] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", help="Analyse this existing trace instead of running the job (any trace laggard analyze reads).")] = None,
     monitor: Annotated[bool, typer.Option("--monitor", help="Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address.")] = False,
     monitor_port: Annotated[int | None, typer.Option("--monitor-port", help="Port of the local collector (--monitor; default 8765).")] = None,
     monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the local collector up this long after the job (default: until Ctrl-C).")] = None,
@@ -169,4 +169,6 @@ def _run_with_progress(cfg, run):  # noqa: ANN001, ANN202 - thin CLI glue
 
 
 def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)
+    from laggard.cli.options import INJECT_EPILOG
+
+    app.command("demo", epilog=INJECT_EPILOG)(demo)

@@ -34,3 +34,20 @@ def load_trace(path: Path, fmt: str, meta: Path | None, steps: str | None = None
 HealthyOpt = Annotated[
     float | None, typer.Option("--healthy-threshold", help=f"Call the job healthy (no findings) below this slowdown (default {HEALTHY_THRESHOLD:g}).")
 ]
+
+
+# the causes `--inject` takes (laggard.groundtruth.inject.CAUSES; a test keeps the two alike), listed
+# under the options of the commands that take it: one per line, so no cause is cut at 80 columns
+INJECT_CAUSES = (
+    ("slow-worker:rank=R,factor=F", "rank R computes F x as long (repeatable for other ranks)"),
+    ("heavy-last-stage:factor=F", "the loss layer on the last stage costs F x a normal layer more"),
+    ("seqlen-imbalance:sigma=S", "lognormal sequence lengths, cost ~ their squares"),
+    ("gc-pauses:prob=P,pause_ms=M", "GC pauses of M ms at a share P of forward passes"),
+    ("slow-link:src=A,dst=B,delay_ms=D", "transfers from rank A to rank B D ms late"),
+    ("launch-delay:ms=D", "D ms of CPU-side work before each compute launch"),
+    ("host-stall:rank=R,ms=M,every=K", "M ms of untraced host work on rank R every K-th step"),
+    ("heavy-stage:stage=S,factor=F", "every rank of pipeline stage S does F x its work"),
+)
+INJECT_EPILOG = "Causes for --inject CAUSE[:key=value,...] (repeatable):\n\n" + "\n\n".join(
+    f"  {spec}  {what}" for spec, what in INJECT_CAUSES)
+
