@@ -81,6 +81,20 @@ def test_escapes_text(st: Analysis) -> None:
     assert "&lt;script&gt;" in page and "&lt;b&gt;bold&lt;/b&gt; warning" in page and "a&amp;b" in page
 
 
+def test_commands_in_text_are_code_not_backticks(st: Analysis) -> None:
+    """Findings and notes mark commands with backticks (plain text); the page shows them as <code>."""
+    page = render_html(st)
+    assert "`" not in page
+    assert re.search(r"<code>laggard partition [^<]+--num-layers N</code>", page)
+
+
+def test_rich_text_markup() -> None:
+    from laggard.report.page import rich_text
+
+    assert rich_text("run `a <b>` **now**") == "run <code>a &lt;b&gt;</code> <strong>now</strong>"
+    assert rich_text("a lone ` stays") == "a lone ` stays"
+
+
 def test_extra_sections_placement(st: Analysis) -> None:
     findings = section("Findings <1>", "<p>FINDINGS-BODY</p>", id="findings", howto=["**a** & b"])
     appendix = section("Appendix", "<p>APPENDIX-BODY</p>")

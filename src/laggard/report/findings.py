@@ -119,7 +119,7 @@ def print_findings(res: Analysis, console: Console) -> None:
 
 def findings_html(res: Analysis) -> str | None:
     """The findings section for the top of the HTML report (None without a diagnosis)."""
-    from laggard.report.page import section
+    from laggard.report.page import rich_text, section
 
     d = res.diagnosis
     if d is None:
@@ -133,7 +133,7 @@ def findings_html(res: Analysis) -> str | None:
     unexplained = ""
     if d.unexplained_by:
         carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
-        unexplained = f"<p>Unexplained: {100 * d.unexplained:.0f}% of the slowdown; carried by {escape(carried)}.</p>"
+        unexplained = f"<p>Unexplained: {100 * d.unexplained:.0f}% of the slowdown; carried by {rich_text(carried)}.</p>"
     if not d.findings:
         return section("Diagnosis", unexplained, id="findings")
     rows = []
@@ -142,10 +142,10 @@ def findings_html(res: Analysis) -> str | None:
             "<tr>"
             f"<td>{i}</td><td><strong>{escape(f.cause)}</strong>{escape(_qualifier(f))}<br><small>{escape(_where(f))}</small></td>"
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
-            f"<td>{escape(f.evidence)}"
-            + (f"<br>consistency: {escape(f.consistency_text)}" if f.consistency_text else "")
+            f"<td>{rich_text(f.evidence)}"
+            + (f"<br>consistency: {rich_text(f.consistency_text)}" if f.consistency_text else "")
             + f"<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
-            f"<td>{escape(f.fix_text)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"
+            f"<td>{rich_text(f.fix_text)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"
                                       if f.command else "") + "</td>"
             "</tr>"
         )

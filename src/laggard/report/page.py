@@ -76,9 +76,14 @@ def section(title: str, body: str, *, id: str | None = None, lead: str | None = 
 
 
 def rich_text(text: str) -> str:
-    """Escape ``text``, then turn **bold** spans into <strong>."""
+    """Escape ``text``, then turn **bold** spans into <strong> and `code` spans into <code> (the
+    terminal's and the JSON's plain text marks commands with backticks; a page shows them as code)."""
     out = escape(text).split("**")
-    return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(out))
+    html = "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(out))
+    parts = html.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: not markup
+        return html
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
 def finite(x: float | None) -> bool:
