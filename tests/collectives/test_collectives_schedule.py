@@ -263,3 +263,14 @@ def test_cli_verify_does_not_import_torch():
 
 def test_optimal_rounds_formula():
     assert [optimal_rounds(n) for n in (2, 4, 8, 16, 64)] == [1, 4, 9, 18, 68]
+
+
+def test_verify_table_says_rounds_above_the_bound(capsys) -> None:
+    """A schedule one round above the bound reads as '+1', not as a failed 'bound met: no'."""
+    from tests.conftest import run_cli
+
+    assert run_cli("collectives", "verify", "--ranks", "6-7") == 0
+    out = capsys.readouterr().out
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.strip()[:1].isdigit()}
+    assert rows["6"][-3:] == ["0", "(optimal)", "ok"] and rows["7"][-2:] == ["+1", "ok"], rows
+    assert "bound met" not in out and " no " not in out
