@@ -186,7 +186,11 @@ def test_worker_errors_surface():
 def test_bench_small_run_reports_all_algorithms():
     from laggard.collectives.bench import BenchConfig, run_bench
 
-    res = run_bench(BenchConfig(num_ranks=3, size_mb=0.25, delay_ms=50, repeats=2, straggler=1))
+    seen: list[tuple[int, int]] = []
+    res = run_bench(BenchConfig(num_ranks=3, size_mb=0.25, delay_ms=50, repeats=2, straggler=1),
+                    on_progress=lambda done, total: seen.append((done, total)))
+    # rank 0's progress reaches the parent as it goes: every all-reduce (3 warm-up + 3 x 2 timed), in order
+    assert seen[0] == (0, 9) and seen[-1] == (9, 9) and [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert res["correct"] is True
     assert set(res["algorithms"]) == {"stragglar", "ring", "torch"}
     for s in res["algorithms"].values():

@@ -257,7 +257,10 @@ def bench_allreduce(
     cfg = BenchConfig(num_ranks=ranks, size_mb=size_mb, delay_ms=delay_ms, straggler=straggler, repeats=repeats,
                       algorithms=tuple(a.strip() for a in algorithms.split(",") if a.strip()),
                       calibrate=not no_calibrate)
-    res = run_bench(cfg)
+    from laggard.cli.options import progress_callback
+
+    with progress_callback("all-reduces on rank 0", "(warm-up and timed)") as on_progress:
+        res = run_bench(cfg, on_progress=on_progress)
     if _json_to_stdout(res, json_out):
         return
     typer.echo(f"{ranks} ranks, {size_mb:g} MiB, rank {cfg.straggler_rank} {delay_ms:g} ms late, "

@@ -51,3 +51,22 @@ INJECT_CAUSES = (
 INJECT_EPILOG = "Causes for --inject CAUSE[:key=value,...] (repeatable):\n\n" + "\n\n".join(
     f"  {spec}  {what}" for spec, what in INJECT_CAUSES)
 
+
+
+def progress_callback(description: str, unit: str):  # noqa: ANN201 - a context manager of a callback
+    """A rich progress bar on stderr (transient; off when stderr is not a terminal) and the
+    ``on_progress(done, total)`` callback that moves it: for commands that run longer than ~2 s."""
+    import contextlib
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextlib.contextmanager
+    def bar():  # noqa: ANN202
+        console = Console(stderr=True)
+        with Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                      TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as p:
+            task = p.add_task(description, total=None)
+            yield lambda done, total: p.update(task, completed=done, total=total)
+
+    return bar()

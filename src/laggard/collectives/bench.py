@@ -11,6 +11,7 @@ model's prediction is reported beside the measurement.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 import time
 from dataclasses import dataclass
 
@@ -87,12 +88,17 @@ def _bench_worker(rank: int, world_size: int, cfg: BenchConfig) -> dict:
         from laggard.collectives.calibrate import measure_in_group
 
         params = measure_in_group().to_json()
+    from laggard.collectives.launch import report_progress
+
     out: dict = {"params": params, "samples": {a: [] for a in cfg.algorithms}, "correct": {}}
+    total = len(cfg.algorithms) * (1 + cfg.repeats)
+    report_progress(0, total)
     for algo in cfg.algorithms:  # warm-up (connections, allocator) and correctness
         buf.copy_(src)
         dist.barrier()
         call(algo, PhaseTimes())
         out["correct"][algo] = bool(torch.equal(buf, expect))
+        report_progress(len(out["correct"]), total)
     for rep in range(cfg.repeats):
         order = cfg.algorithms[rep % len(cfg.algorithms):] + cfg.algorithms[: rep % len(cfg.algorithms)]
         for algo in order:
@@ -106,6 +112,7 @@ def _bench_worker(rank: int, world_size: int, cfg: BenchConfig) -> dict:
             end = time.perf_counter()
             out["samples"][algo].append({"arrive_s": arrive, "end_s": end,
                                          "phase1_end_s": times.phase1_end_s if algo == "stragglar" else None})
+            report_progress(len(cfg.algorithms) * (2 + rep) - len(order) + order.index(algo) + 1, total)
     return out
 
 
@@ -117,8 +124,9 @@ def _summary(values: list[float]) -> dict:
             "samples_s": [round(float(v), 6) for v in arr]}
 
 
-def run_bench(cfg: BenchConfig) -> dict:
-    """Run the benchmark; returns the JSON-ready result (see ``laggard bench allreduce``)."""
+def run_bench(cfg: BenchConfig, on_progress: Callable[[int, int], None] | None = None) -> dict:
+    """Run the benchmark; returns the JSON-ready result (see ``laggard bench allreduce``).
+    ``on_progress(done, total)``: the all-reduces rank 0 has finished, of all it runs."""
     import numpy as np
 
     from laggard.collectives import cost
@@ -127,7 +135,7 @@ def run_bench(cfg: BenchConfig) -> dict:
     n = cfg.num_ranks
     strag = cfg.straggler_rank
     t0 = time.perf_counter()
-    per_rank = run_workers(_bench_worker, n, cfg, timeout_s=cfg.timeout_s)
+    per_rank = run_workers(_bench_worker, n, cfg, timeout_s=cfg.timeout_s, on_progress=on_progress)
     result: dict = {"ranks": n, "size_bytes": cfg.size_bytes, "delay_s": cfg.delay_ms / 1000,
                     "straggler": strag, "repeats": cfg.repeats, "algorithms": {}}
     result["correct"] = all(all(r["correct"].values()) for r in per_rank)

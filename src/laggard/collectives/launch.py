@@ -27,7 +27,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_progress_out: Any = None  # the parent's queue, in a worker process (``report_progress``)
+
+
+def report_progress(done: int, total: int) -> None:
+    """From rank 0 of ``run_workers``' function: how far it is (the parent's ``on_progress``)."""
+    if _progress_out is not None:
+        _progress_out.put((0, None, (done, total)))
+
+
 def _worker(fn: Callable[..., Any], rank: int, world_size: int, port: int, args: tuple, out: Any) -> None:
+    global _progress_out
+    _progress_out = out if rank == 0 else None
     try:
         import torch
         import torch.distributed as dist
@@ -45,8 +56,10 @@ def _worker(fn: Callable[..., Any], rank: int, world_size: int, port: int, args:
         out.put((rank, False, traceback.format_exc()))
 
 
-def run_workers(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
-    """Run ``fn(rank, num_ranks, *args)`` on ``num_ranks`` spawned processes; results by rank."""
+def run_workers(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 300.0,
+                on_progress: Callable[[int, int], None] | None = None) -> list[Any]:
+    """Run ``fn(rank, num_ranks, *args)`` on ``num_ranks`` spawned processes; results by rank.
+    ``on_progress(done, total)`` gets what rank 0 reports with ``report_progress``."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -73,6 +86,10 @@ def run_workers(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
                     time.sleep(0.5)  # let a dying worker's report arrive first
                     if out.empty():
                         raise WorkerError(f"worker exited with code {dead[0].exitcode}") from None
+                continue
+            if ok is None:  # progress, not a result
+                if on_progress is not None:
+                    on_progress(*value)
                 continue
             if ok:
                 results[rank] = value
