@@ -151,8 +151,10 @@ def _dppp_step(tracer, torch, rank, world, pp_size, step, now_bad, bad, groups, 
 _STEPS: dict[str, Callable[..., None]] = {"pp": _pp_step, "dppp": _dppp_step}
 
 
-def generate(out: Path, scenarios: list[str], deadline_s: float = 60.0) -> dict[str, Path]:
-    """Run the scenarios (all at once: the ranks mostly wait) and return scenario -> its directory."""
+def generate(out: Path, scenarios: list[str], deadline_s: float = 60.0,
+             on_progress: Callable[[int, int], None] | None = None) -> dict[str, Path]:
+    """Run the scenarios (all at once: the ranks mostly wait) and return scenario -> its directory.
+    ``on_progress(ranks_ended, ranks)`` as the rank processes end (or are killed at the deadline)."""
     import torch  # noqa: F401 - imported once here, before forking the ranks
 
     out.mkdir(parents=True, exist_ok=True)
@@ -178,15 +180,21 @@ def generate(out: Path, scenarios: list[str], deadline_s: float = 60.0) -> dict[
             pids.append(pid)
         dirs[name] = d
     end = time.monotonic() + deadline_s
-    for pid in pids:
-        while True:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done or time.monotonic() > end:
-                break
-            time.sleep(0.05)
-        if not done:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+    left = list(pids)
+    while left:  # every rank, whichever ends first, so the progress moves as they end
+        if on_progress is not None:
+            on_progress(len(pids) - len(left), len(pids))
+        for pid in list(left):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                left.remove(pid)
+        if left and time.monotonic() > end:
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            left = []
+        time.sleep(0.05)
+    if on_progress is not None:
+        on_progress(len(pids), len(pids))
     return dirs
 
 
@@ -199,7 +207,17 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
-    generate(Path(argv[0]), names)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("hanging jobs: rank processes ended"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("ranks", total=None)
+        dirs = generate(Path(argv[0]), names, on_progress=lambda done, total: bar.update(task, completed=done,
+                                                                                         total=total))
+    for name, d in dirs.items():
+        print(f"{name}: {d}  (laggard hang {d / 'trace'})")
     return 0
 
 
