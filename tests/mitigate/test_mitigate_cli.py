@@ -127,3 +127,24 @@ def test_a_good_fit_is_reliable(token_trace, tmp_path, capsys):
     assert run_cli("fit-cost", token_trace, "--json", tmp_path / "f.json") == 0
     assert json.loads((tmp_path / "f.json").read_text())["fits"]["forward-compute"]["reliable"] is True
     assert "R^2 = " not in capsys.readouterr().err
+
+
+def test_partition_counts_read_like_the_layout(capsys):
+    """The layers per stage printed are the layout string's decoder layers (t*K), not those plus the
+    embedding and the loss (it printed [10, 10, 9, 5] beside 'Et*9|t*10|t*9|t*4,L')."""
+    import re
+
+    assert run_cli("partition", ND / "trace-ST.parquet", "--num-layers", "32") == 0
+    out = capsys.readouterr().out
+    for which in ("current", "proposed"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(which + ":"))
+        counts = json.loads(re.search(r"\[[\d, ]+\]", line).group(0))
+        layout = re.search(r"layout '([^']+)'", line).group(1)
+        assert counts == [int(k) for k in re.findall(r"t\*(\d+)", layout)], line
+    assert "decoder layers per stage (plus the embedding on the first stage and the output+loss on the last)" in out
+
+
+def test_stage_finding_says_its_gain_is_the_continuous_bound(tmp_path):
+    assert run_cli("analyze", ND / "trace-ST.parquet", "--json", tmp_path / "a.json", "-q") == 0
+    f = json.loads((tmp_path / "a.json").read_text())["findings"][0]
+    assert f["cause"] == "stage-imbalance" and "bound of a continuous split" in f["fix"], f["fix"]

@@ -71,7 +71,9 @@ def partition_hint(job: Job) -> str:
 
     known = job.meta.extra.get("num_layers") is not None or job.meta.extra.get("layers_per_stage")
     cmd = whatif_command(job.load_args, [] if known else ["--num-layers", "N"], command="partition")
-    return f"`{cmd}` proposes the split" + ("" if known else " (N: the model's decoder layers; the trace does not record it)")
+    return (f"`{cmd}` proposes the split" + ("" if known else " (N: the model's decoder layers; the trace does not record it)")
+            + "; this finding's gain is the bound of a continuous split: moving whole layers gains less, and the "
+            "command predicts its split's own speed-up")
 
 
 __all__ = ["analyze"]

@@ -330,9 +330,20 @@ def _print_partition(path: Any, *, slow: list[dict[str, Any]], measured: Any, co
     typer.echo(f"layer costs (ms): decoder {costs[1 if not no_embedding else 0] * 1e3:.3f}"
                + (f", embedding {costs[0] * 1e3:.3f}" if not no_embedding else "")
                + (f", output+loss {costs[-1] * 1e3:.3f}" if not no_loss else ""))
-    typer.echo(f"current:  {current.counts} layers per stage  layout {current.layout!r}  "
+    # decoder layers, as the layout string counts them (embedding and output+loss said apart)
+    extra = [e for e, on in (("embedding on the first stage", not no_embedding),
+                             ("output+loss on the last", not no_loss)) if on]
+    typer.echo("decoder layers per stage" + (f" (plus the {' and the '.join(extra)})" if extra else "") + ":")
+
+    def decoder(counts: list[int]) -> list[int]:
+        out = list(counts)
+        out[0] -= 0 if no_embedding else 1
+        out[-1] -= 0 if no_loss else 1
+        return out
+
+    typer.echo(f"current:  {decoder(current.counts)}  layout {current.layout!r}  "
                f"bottleneck {current.max_cost * 1e3:.2f} ms")
-    typer.echo(f"proposed: {proposed.counts} layers per stage  layout {proposed.layout!r}  "
+    typer.echo(f"proposed: {decoder(proposed.counts)}  layout {proposed.layout!r}  "
                f"bottleneck {proposed.max_cost * 1e3:.2f} ms  (split points {proposed.split_points})")
     typer.echo(f"  --pipeline-model-parallel-layout \"{proposed.layout}\"")
     w = whatif
