@@ -18,9 +18,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/laggard demo
 
-# Debian packages the monitor tests use (a PostgreSQL server, headless Chromium); skipped when not
+# Debian packages the monitor tests use (a PostgreSQL server, headless Chromium, Prometheus); skipped when not
 # root or already installed (the tests then skip with a reason)
-SYSDEPS := postgresql chromium
+SYSDEPS := postgresql chromium prometheus
 sysdeps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s $(SYSDEPS) >/dev/null 2>&1; then \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSDEPS); fi
