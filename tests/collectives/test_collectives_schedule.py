@@ -210,7 +210,7 @@ def test_cli_verify_and_schedule(capsys):
     assert rc == 0
     assert json.loads(out) == {"ranks": 8, "rounds": 9, "optimal_rounds": 9, "ok": True, "meets_bound": True}
     rc, out, _ = _main(["collectives", "verify", "--ranks", "4-6,16"], capsys)
-    assert rc == 0 and "n-2+log2(n)" in out and len(out.strip().splitlines()) == 5
+    assert rc == 0 and "n-2+log2(n)" in out and len(out.strip().splitlines()) == 7  # legend (2), header, 4 rows
     rc, out, _ = _main(["collectives", "verify", "--ranks", "4,8", "--json", "-"], capsys)
     assert [d["rounds"] for d in json.loads(out)] == [4, 9]
     rc, out, _ = _main(["collectives", "schedule", "--ranks", "8"], capsys)
