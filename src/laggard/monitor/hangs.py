@@ -113,12 +113,16 @@ class HangCase:
         got = sum(1 for req, _ in self.reports.values() if req == self.request)
         return (self.expected() > 0 and got >= self.expected()) or now_s - self.requested_s >= collect_s
 
-    def decide(self, job_id: str, collect_s: float, abort: bool) -> dict[str, Any]:
-        """Run ``laggard hang``'s analysis over the reports of the open request; returns the summary."""
+    def take(self) -> list[Any]:
+        """The reports of the open request, marking it decided (once, even if the analysis then fails:
+        the collector logs it). Under the collector's lock; ``decide`` runs outside it."""
+        self.decided = self.request
+        return [d for req, d in self.reports.values() if req == self.request]
+
+    def decide(self, job_id: str, dumps: list[Any], collect_s: float, abort: bool) -> dict[str, Any]:
+        """Run ``laggard hang``'s analysis over the reports (``take``); returns the summary."""
         from laggard.hang.verdict import HangReport, diagnose
 
-        self.decided = self.request  # once, even if the analysis fails (the collector logs it)
-        dumps = [d for req, d in self.reports.values() if req == self.request]
         if dumps:
             rep = diagnose(dumps)
         else:  # nobody answered: every rank is missing (the job died, or its tracers cannot reach us)

@@ -137,7 +137,7 @@ class Collector:
     def check_hangs(self) -> None:
         """Suspect hangs (asking the job's tracers for their hang reports); decide the verdicts that are due."""
         now = time.time()
-        decided: list[tuple[str, dict[str, Any]]] = []
+        due: list[tuple[str, Any, list[Any]]] = []
         with self._lock:
             silent = {j: w.hang(now) for j, w in self.windows.items()}
             for j, s in silent.items():  # a hang first suspected: ask the job's tracers for their reports
@@ -147,11 +147,12 @@ class Collector:
                     win.hangs.open(win.dump_request, now, suspected=True)
                 win.hang_was_suspected = bool(s)
                 if win.hangs.ready(now, self.cfg.hang_collect_s):
-                    abort = any(r.enabled and r.type == "hang" and r.abort for r in self.rules)
-                    decided.append((j, win.hangs.decide(j, self.cfg.hang_collect_s, abort)))
+                    due.append((j, win.hangs, win.hangs.take()))
         for job_id, s in silent.items():
             self._raise(evaluate_hang(self.rules, self.rule_state, job_id, s))
-        for job_id, pub in decided:
+        abort = any(r.enabled and r.type == "hang" and r.abort for r in self.rules)
+        for job_id, case, dumps in due:  # outside the lock: 1,000 ranks' buffers take a while
+            pub = case.decide(job_id, dumps, self.cfg.hang_collect_s, abort)
             log.info("hang verdict for job %s: %s, culprit rank(s) %s", job_id, pub["verdict"], pub["culprit_ranks"])
             self.metrics.set_hang(job_id, pub)
             self._raise(evaluate_hang_verdict(self.rules, self.rule_state, job_id, pub))

@@ -120,8 +120,8 @@ class MonitorStream:
                 break
             if item is not None:
                 self._spool(*item)
-        if self.num_heartbeats:  # a rank that closed its tracer is not a rank that stopped
-            self._beat_closed()
+        if self.num_heartbeats and not self._thread.is_alive():  # (the client is the thread's until it ends)
+            self._beat_closed()  # a rank that closed its tracer is not a rank that stopped
         self._client.close()
         if self._spool_files:
             warnings.warn(f"laggard tracer (rank {self.rank}): {len(self._spool_files)} op batch(es) for the monitor "
