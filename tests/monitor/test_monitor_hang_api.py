@@ -69,3 +69,41 @@ def test_heartbeats_reports_and_the_verdict(tmp_path):
         assert srv.request("GET", "/api/v1/jobs/beatjob")[1]["hang_suspected"] is False
     finally:
         srv.stop()
+
+
+def test_a_stalled_job_is_suspected_decided_alerted_and_told_to_abort_by_its_rule(tmp_path):
+    """Heartbeats keep coming but no rank moves: suspected after --hang-after-s, the reports give the
+    verdict, the alert names the culprit, and a hang rule with abort: true is in the verdict the
+    tracers read (a tracer with abort_on_hang=None then ends its hung rank)."""
+    srv = Server(str(tmp_path / "m.db"), tmp_path, extra=["--hang-after-s", "2", "--hang-collect-s", "30"]).start()
+    try:
+        rules = srv.request("GET", "/api/v1/rules")[1]
+        for r in rules:
+            r["abort"] = r["type"] == "hang"
+        assert srv.request("PUT", "/api/v1/rules", json.dumps(rules).encode())[0] == 200
+        ans = {}
+        deadline = time.monotonic() + 60
+        while ans.get("dump_request", 0) < 1 and time.monotonic() < deadline:
+            for r in range(4):
+                ans = _beat(srv, r, 10, meta=META)[1]  # alive, not moving
+            time.sleep(0.3)
+        assert ans["dump_request"] == 1 and srv.request("GET", "/api/v1/jobs/beatjob")[1]["hang_suspected"]
+        for r in range(4):
+            rep = _state_only(r, 4, 4 if r == 2 else 5, pending=r != 2, where="compute" if r == 2 else "collective")
+            assert srv.request("POST", "/api/v1/jobs/beatjob/flight?request=1", json.dumps(rep).encode())[0] == 200
+        doc = srv.wait_for(lambda d: True, "/api/v1/jobs/beatjob/hang", timeout_s=30)
+        assert doc["culprit_ranks"] == [2]
+        pub = _beat(srv, 0, 10)[1]["hang"]
+        assert (pub["suspected"], pub["abort"], pub["culprit_ranks"], pub["seq"]) == (True, True, [2], 5)
+        kinds = [(a["detail"].get("kind"), "verdict" in a["detail"]) for a in srv.request("GET", "/api/v1/alerts")[1]]
+        assert ("hang", True) in kinds and ("hang", False) in kinds  # the verdict, and the suspicion before it
+        assert 'laggard_job_hung{job="beatjob"} 1.0' in srv.request("GET", "/metrics")[1]
+        summary = srv.request("GET", "/api/v1/jobs")[1][0]
+        assert summary["verdict"] == "hang: rank(s) [2]"
+        for r in range(4):  # the job moves again
+            _beat(srv, r, 11)
+        time.sleep(1.0)
+        assert srv.request("GET", "/api/v1/jobs/beatjob")[1]["hang_suspected"] is False
+        assert 'laggard_job_hung{job="beatjob"} 0.0' in srv.request("GET", "/metrics")[1]
+    finally:
+        srv.stop()
