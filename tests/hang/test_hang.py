@@ -148,3 +148,33 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _state_only(rank: int, world: int, calls: int, *, pending: bool, where: str) -> dict:
+    """A hang report as laggard.tracer.flight.report makes it with the Flight Recorder off."""
+    comm = {"name": "grads-all-reduce", "kind": "collective", "group": "world", "seq": calls, "step": 4,
+            "peer": -1, "start_unix_ns": 10**18 + rank} if pending else None
+    return {"version": "laggard-tracer-state", "entries": [], "pg_config": {},
+            "laggard": {"rank": rank, "world_size": world, "fr": False, "reason": "test", "dump_unix_ns": 2 * 10**18,
+                        "where": {"state": where}, "step": 4, "group_calls": {"world": calls, "p2p:0>1": 3},
+                        "group_last": {"world": "grads-all-reduce"}, "comm": comm}}
+
+
+def test_recorder_off_the_tracer_states_give_the_verdict(tmp_path: Path) -> None:
+    """No Flight Recorder entries at all: the collectives laggard's tracer counted per group line the
+    ranks up (rank 2 stuck in compute after 4 all_reduces, the others inside the 5th)."""
+    for r in range(4):
+        stuck = r == 2
+        (tmp_path / f"flight-rank{r}.json").write_text(json.dumps(
+            _state_only(r, 4, 4 if stuck else 5, pending=not stuck, where="compute" if stuck else "collective")))
+    out = tmp_path / "v.json"
+    assert run_cli("hang", tmp_path, "--json", out) == 0
+    got = json.loads(out.read_text())
+    assert (got["verdict"], got["culprit_ranks"], got["group"], got["group_ranks"], got["op"], got["seq"]) == \
+        ("hang", [2], "world", [0, 1, 2, 3], "grads-all-reduce", 5), got
+    assert any("Flight Recorder off" in n for n in got["notes"])
+    # a rank that sent nothing is missing: the others wait for it
+    (tmp_path / "flight-rank2.json").unlink()
+    assert run_cli("hang", tmp_path, "--json", out) == 0
+    got = json.loads(out.read_text())
+    assert (got["verdict"], got["culprit_ranks"], got["missing_ranks"]) == ("missing-ranks", [2], [2]), got

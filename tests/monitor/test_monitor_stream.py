@@ -50,23 +50,23 @@ def test_collector_killed_and_restarted_loses_nothing(tmp_path):
         srv.stop()
 
 
-def test_collector_asks_a_quiet_job_for_a_flight_recorder_dump(tmp_path, monkeypatch):
-    """POST /jobs/{id}/dump -> the tracer's stream thread, polling while it has nothing to send,
-    creates the Flight Recorder request file in its trace directory (laggard.tracer.flight dumps)."""
+def test_collector_asks_a_quiet_job_for_a_flight_recorder_dump(tmp_path):
+    """POST /jobs/{id}/dump -> the stream thread sees it in a heartbeat answer (while it has nothing
+    to send) and, used without a tracer (no report function), creates the Flight Recorder request
+    file in its trace directory (laggard.tracer.flight dumps)."""
     import numpy as np
 
     from laggard.optable.ops import make_table
     from laggard.tracer import stream
     from laggard.tracer.flight import REQUEST_FILE
 
-    monkeypatch.setattr(stream, "_IDLE_POLL_S", 0.3)
     srv = Server(str(tmp_path / "m.db"), tmp_path).start()
     trace = tmp_path / "trace"
     trace.mkdir()
     s = None
     try:
         s = stream.MonitorStream(srv.url, TOKEN, job_id="dumpjob", rank=0, meta={"dp_size": 1},
-                                 spool_dir=trace / "monitor-spool")
+                                 spool_dir=trace / "monitor-spool", config=stream.StreamConfig(heartbeat_s=0.3))
         ops = make_table({"rank": np.zeros(2, np.int32), "step": np.array([0, 1]), "name": ["fwd", "fwd"],
                           "kind": ["compute", "compute"], "start_ns": np.array([0, 10**6]),
                           "dur_ns": np.array([10**5, 10**5])})

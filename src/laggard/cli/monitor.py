@@ -36,7 +36,9 @@ def serve(
     window_steps: Annotated[int, typer.Option("--window-steps", help="Steps per analysis window (re-analysed every window/2 steps).")] = 6,
     webhook: Annotated[list[str] | None, typer.Option("--webhook", help="POST each alert as JSON to this URL (repeatable).")] = None,
     metrics_top_k: Annotated[int, typer.Option("--metrics-top-k", help="Export laggard_worker_slowdown for this many workers per job.")] = 10,
-    hang_after_s: Annotated[float, typer.Option("--hang-after-s", help="A rank silent this long while others advance is a suspected hang.")] = 30.0,
+    hang_after_s: Annotated[float, typer.Option("--hang-after-s", help="No rank of a job recording an op for this long (or one rank's heartbeats stopping) is a suspected hang.")] = 30.0,
+    hang_collect_s: Annotated[float, typer.Option("--hang-collect-s", help="After asking a job's ranks for their hang reports, decide the verdict after this long at most (ranks that sent nothing count as missing).")] = 10.0,
+    max_report_bytes: Annotated[int, typer.Option("--max-report-bytes", help="Largest hang report (a rank's Flight Recorder dump) accepted.")] = 16 * 2**20,
 ) -> None:
     """Run the collector: ingest API, sliding-window analysis, alerts, /metrics and the dashboard at /."""
     _need_extra()
@@ -53,7 +55,8 @@ def serve(
     from laggard.monitor.serving import listen, removed_on_failure
 
     cfg = MonitorConfig(window_steps=window_steps, refresh_every_steps=max(1, window_steps // 2),
-                        metrics_top_k=metrics_top_k, hang_after_s=hang_after_s)
+                        metrics_top_k=metrics_top_k, hang_after_s=hang_after_s, hang_collect_s=hang_collect_s,
+                        max_report_bytes=max_report_bytes)
     given = token or os.environ.get("LAGGARD_TOKEN") or None
     token_path = auth.default_token_path(db)
     if given is not None:

@@ -61,11 +61,13 @@ class RankDump:
     last_op: dict[str, Any] | None = None
     step: int | None = None
     rank_from_name: bool = False
+    tracer: dict[str, Any] = field(default_factory=dict)  # the whole ``laggard`` key (the tracer's state)
+    synthetic: bool = False  # entries stand in for a Flight Recorder that was off (hang.tracer_state)
 
     @property
     def wrapped(self) -> bool:
         """True when the ring buffer has lost its oldest entries (the first record is not number 0)."""
-        return bool(self.entries) and min(e.record_id for e in self.entries) > 0
+        return not self.synthetic and bool(self.entries) and min(e.record_id for e in self.entries) > 0
 
     @property
     def seen_ns(self) -> int | None:
@@ -130,6 +132,10 @@ def _entry(e: dict[str, Any], completed: dict[int, int]) -> Entry:
                  created_ns=_int(e.get("time_created_ns")), is_p2p=is_p2p, done=done)
 
 
+def _dict_or_none(x: Any) -> dict[str, Any] | None:
+    return x if isinstance(x, dict) else None
+
+
 def _ranks_of(cfg: Any) -> list[int] | None:
     ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
     if isinstance(ranks, str):
@@ -148,6 +154,11 @@ def read_dump(path: Path) -> RankDump:
         raw = path.read_bytes()
     except OSError as e:
         raise LaggardError(f"{path}: cannot read ({e.strerror or e})") from None
+    return parse_dump(raw, path)
+
+
+def parse_dump(raw: bytes, path: Path) -> RankDump:
+    """One rank's dump from its bytes (``path`` names it in errors; the collector gets uploads)."""
     obj, fmt = _decode(raw, path)
     status = obj.get("pg_status") if isinstance(obj.get("pg_status"), dict) else {}
     completed = {_int(k, -1): _int(v.get("last_completed_collective"), -1) for k, v in status.items()
@@ -178,8 +189,10 @@ def read_dump(path: Path) -> RankDump:
                     world_size=ws if isinstance(ws, int) else None,
                     job_id=str(extra["job_id"]) if extra.get("job_id") is not None else None,
                     dump_ns=extra.get("dump_unix_ns") if isinstance(extra.get("dump_unix_ns"), int) else None,
-                    reason=extra.get("reason"), where=extra.get("where"), last_op=extra.get("last_op"),
-                    step=extra.get("step") if isinstance(extra.get("step"), int) else None, rank_from_name=from_name)
+                    reason=extra.get("reason"), where=_dict_or_none(extra.get("where")),
+                    last_op=_dict_or_none(extra.get("last_op")),
+                    step=extra.get("step") if isinstance(extra.get("step"), int) else None, rank_from_name=from_name,
+                    tracer=extra)
 
 
 def expand_paths(paths: list[Path]) -> tuple[list[Path], list[Path]]:

@@ -1,4 +1,5 @@
-"""What laggard's own tracer says about each rank: its heartbeat state file and its last recorded op.
+"""What laggard's own tracer says about each rank: its heartbeat state file and its last recorded op,
+and (``add_tracer_entries``) the collectives it counted, standing in for a Flight Recorder that was off.
 
 ``laggard.tracer`` keeps ``rank{R}.state.json`` beside the op shards (status, last step started,
 ``updated_unix_s`` = the time of the last flush: a heartbeat) and writes ``ops-rank{R}-*.parquet``.
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from laggard.hang.dumps import Entry, RankDump
 from laggard.optable.tracedir import SHARD_RE, STATE_GLOB, STATE_RE, shard_glob
 
 
@@ -61,3 +63,45 @@ def read_tracer_states(dirs: list[Path]) -> dict[int, dict[str, Any]]:
                 info["last_op"] = _last_op(shards[rank])
             out[rank] = info
     return out
+
+
+def _label_ranks(label: str, world_size: int | None) -> list[int] | None:
+    """The ranks of a tracer group label: ``world``, ``pg:0,2,4``; None for labels a user gave."""
+    if label == "world":
+        return list(range(world_size)) if world_size else None
+    if label.startswith("pg:"):
+        try:
+            return sorted(int(x) for x in label[3:].split(","))
+        except ValueError:
+            return None
+    return None
+
+
+def add_tracer_entries(d: RankDump) -> bool:
+    """With the Flight Recorder off (a dump whose ``laggard`` key says ``fr: false``), let the
+    collectives laggard's tracer counted stand in for the ring buffer: per process group, the
+    last collective the rank entered (``group_calls``: how many it called, the same numbering on
+    every member), pending while the main thread is in it (``comm``). Sizes are unknown (no desync
+    is found this way). True when entries were added."""
+    t = d.tracer
+    calls = t.get("group_calls")
+    if d.entries or t.get("fr", True) is not False or not isinstance(calls, dict):
+        return False
+    comm = t.get("comm") if isinstance(t.get("comm"), dict) else {}
+    last = t.get("group_last") if isinstance(t.get("group_last"), dict) else {}
+    position = sum(n for k, n in calls.items() if isinstance(n, int) and not str(k).startswith("p2p:"))
+    for label, n in sorted(calls.items()):
+        label = str(label)
+        if label.startswith("p2p:") or not isinstance(n, int) or n <= 0:
+            continue
+        pending = comm.get("group") == label and comm.get("kind") == "collective"
+        op = str(comm.get("name") if pending else last.get(label, "?"))
+        created = comm.get("start_unix_ns") if pending else 0
+        d.entries.append(Entry(group=label, seq=n, record_id=position if pending else -1, op=op, sig=("tracer", (), (), ()),
+                               created_ns=created if isinstance(created, int) else 0, is_p2p=False,
+                               done=not pending))
+        ranks = _label_ranks(label, d.world_size)
+        if ranks is not None:
+            d.group_ranks[label] = ranks
+    d.synthetic = True
+    return True

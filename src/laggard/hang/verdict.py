@@ -29,6 +29,7 @@ from typing import Any
 
 from laggard.hang.dumps import Entry, RankDump
 from laggard.hang.match import GroupView, first_desync, group_views, lateness, world_size_of
+from laggard.hang.tracer_state import add_tracer_entries
 
 
 @dataclass(kw_only=True, slots=True)
@@ -208,6 +209,7 @@ def diagnose(dumps: list[RankDump], states: dict[int, dict[str, Any]] | None = N
     """The verdict for one job's dumps (one per rank) and, optionally, its tracer states."""
     cfg = config or HangConfig()
     states = states or {}
+    from_tracer = [d.rank for d in dumps if add_tracer_entries(d)]
     by_rank = {d.rank: d for d in dumps}
     world, known = world_size_of(dumps)
     views = group_views(by_rank, world)
@@ -216,6 +218,9 @@ def diagnose(dumps: list[RankDump], states: dict[int, dict[str, Any]] | None = N
     rep = HangReport(verdict="healthy", culprit_ranks=[], world_size=world, ranks_with_dumps=sorted(by_rank),
                      missing_ranks=missing)
     rep.ranks = {r: _rank_facts(d, states.get(r)) for r, d in sorted(by_rank.items())}
+    if from_tracer:
+        rep.notes.append(f"Flight Recorder off on rank(s) {from_tracer}: their collectives are the ones laggard's tracer "
+                         "counted (the last per group; no sizes, so no desync check)")
     if not known:
         rep.notes.append(f"world size unknown (plain torch dumps): taken as {world} (highest rank + 1)")
     for v in views:

@@ -9,7 +9,11 @@ windows, and re-arms when it stops holding):
   3% that M_W fixes), and its typical step's compute at least ``min_load_ratio`` times its stage
   peers' (``laggard.monitor.window.load_ratios``: a one-off stall raises S_w, not the median step);
 - ``new_finding``: a diagnosis finding (cause + workers/stages) not seen before in this job;
-- ``hang``: ranks stopped reporting while others advance (``windows`` is ignored).
+- ``hang``: a suspected hang (ranks stopped moving: ``laggard.monitor.hangs``), and then the
+  verdict over the ranks' hang reports (hang, desync or missing ranks, naming the culprit ranks,
+  group, op and sequence number); ``windows`` is ignored. With ``abort: true`` the verdict asks
+  the job's tracers to end their hung ranks (``laggard.tracer.abort``; a tracer created with
+  ``abort_on_hang=False`` never does).
 """
 
 from __future__ import annotations
@@ -39,12 +43,13 @@ class Rule:
     relative: bool = False
     min_load_ratio: float = 0.0  # worker_slowdown: also its typical compute/step this far above its stage peers
     enabled: bool = True
+    abort: bool = False  # hang: ask the tracers to end a hung job's ranks once the verdict is in
 
     @classmethod
     def from_json(cls, d: Any) -> Rule:
         if not isinstance(d, dict):
             raise LaggardError("a rule is a JSON object with id, type, threshold, windows")
-        unknown = set(d) - {"id", "type", "threshold", "windows", "relative", "min_load_ratio", "enabled"}
+        unknown = set(d) - {"id", "type", "threshold", "windows", "relative", "min_load_ratio", "enabled", "abort"}
         if unknown:
             raise LaggardError(f"rule {d.get('id')!r}: unknown field(s) {sorted(unknown)}")
         if not isinstance(d.get("id"), str) or not d["id"]:
@@ -57,11 +62,11 @@ class Rule:
                 raise LaggardError(f"rule {d['id']!r}: {name} must be a number")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise LaggardError(f"rule {d['id']!r}: windows must be a positive integer")
-        for b in ("relative", "enabled"):
+        for b in ("relative", "enabled", "abort"):
             if not isinstance(d.get(b, False), bool):
                 raise LaggardError(f"rule {d['id']!r}: {b} must be true or false")
         return cls(id=d["id"], type=d["type"], threshold=float(th), windows=k, relative=d.get("relative", False),
-                   min_load_ratio=float(lr), enabled=d.get("enabled", True))
+                   min_load_ratio=float(lr), enabled=d.get("enabled", True), abort=d.get("abort", False))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,6 +94,7 @@ class Alert:
     rule: str
     message: str
     detail: dict[str, Any] = field(default_factory=dict)
+    kind: str = ""  # the rule's type (job_slowdown, worker_slowdown, new_finding, hang)
 
 
 @dataclass(kw_only=True)
@@ -178,8 +184,18 @@ def evaluate_hang(rules: list[Rule], state: RuleState, job_id: str, silent: list
                 lines = "; ".join(f"rank {s['rank']} last at step {s['last_step']} op "
                                   f"{(s['last_op'] or {}).get('name')}" for s in silent)
                 out.append(Alert(job=job_id, rule=rule.id, message=f"job {job_id}: hang suspected, ranks {ranks} "
-                                 f"silent while others advance ({lines})", detail={"silent": silent}))
+                                 f"not moving ({lines})", detail={"silent": silent}, kind="hang"))
     return out
+
+
+def evaluate_hang_verdict(rules: list[Rule], state: RuleState, job_id: str, pub: dict[str, Any]) -> list[Alert]:
+    """An alert per enabled ``hang`` rule for a verdict on a suspected hang (``laggard.monitor.hangs``)."""
+    from laggard.monitor.hangs import ALERT_VERDICTS, alert_lines
+
+    if not pub.get("suspected") or pub.get("verdict") not in ALERT_VERDICTS:
+        return []
+    return [Alert(job=job_id, rule=rule.id, message=alert_lines(pub), detail={"verdict": pub}, kind="hang")
+            for rule in rules if rule.enabled and rule.type == "hang"]
 
 
 class Notifier:
@@ -203,7 +219,7 @@ class Notifier:
 
     def _run(self) -> None:
         while (alert := self._q.get()) is not None:
-            body = json.dumps({"job": alert.job, "rule": alert.rule, "message": alert.message,
+            body = json.dumps({"job": alert.job, "rule": alert.rule, "kind": alert.kind, "message": alert.message,
                                "detail": alert.detail}).encode()
             for url in self.webhooks:
                 req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})

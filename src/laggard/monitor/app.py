@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from laggard.errors import LaggardError
 from laggard.monitor import auth
+from laggard.monitor.hangs import BadReport
 from laggard.monitor.service import Collector, UnknownJob
 from laggard.wire.batch import BadBatch
 
@@ -44,6 +45,10 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(BadBatch)
     async def _bad_batch(_: Request, e: BadBatch) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=422)
+
+    @app.exception_handler(BadReport)
+    async def _bad_report(_: Request, e: BadReport) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=422)
 
     @app.exception_handler(LaggardError)
@@ -92,8 +97,30 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
 
     @app.post("/api/v1/jobs/{job_id}/dump")
     def dump(job_id: str) -> dict[str, Any]:
-        """Ask the job's tracers for a Flight Recorder dump (``laggard hang`` reads it)."""
+        """Ask the job's tracers for their hang reports (Flight Recorder dumps): the verdict follows at .../hang."""
         return {"id": job_id, "dump_request": collector.request_dump(job_id)}
+
+    @app.post("/api/v1/jobs/{job_id}/heartbeat")
+    async def heartbeat(job_id: str, request: Request) -> Response:
+        """A tracer's heartbeat (laggard.tracer.stream): its step and op; answered with the job's state."""
+        d = await read_json(request, collector.cfg.max_body_bytes)
+        ans = await run_in_threadpool(collector.heartbeat, job_id, d)
+        return Response(orjson.dumps(ans), media_type="application/json")
+
+    @app.post("/api/v1/jobs/{job_id}/flight")
+    async def flight(job_id: str, request: Request, request_no: int = Query(0, alias="request")) -> dict[str, Any]:
+        """A rank's hang report for dump request ``request``: its Flight Recorder dump and tracer state (JSON or pickle)."""
+        collector.job(job_id)  # 404 before reading the body
+        body = await read_body(request, collector.cfg.max_report_bytes)
+        return await run_in_threadpool(collector.add_report, job_id, request_no, body)
+
+    @app.get("/api/v1/jobs/{job_id}/hang")
+    def hang(job_id: str) -> Response:
+        """The last hang verdict: the `laggard hang --json` document of the ranks' reports."""
+        doc = collector.job(job_id).hangs.doc
+        if doc is None:
+            raise HTTPException(404, f"job {job_id!r} has no hang verdict yet (POST .../dump asks for one)")
+        return Response(orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS), media_type="application/json")
 
     @app.get("/api/v1/jobs/{job_id}/analysis")
     def analysis(job_id: str) -> Response:

@@ -24,11 +24,22 @@ class MonitorConfig:
     # largest ingest body: a tracer page of 8192 ops is ~0.5 MB in Arrow IPC; 32 MB leaves room for
     # `monitor push` batches and refuses anything that would pin the collector's memory
     max_body_bytes: int = 32 * 2**20
-    # a rank silent this long while others advance is "hang suspected" (a step takes seconds; a
-    # tracer hands a page at least every second when streaming)
+    # no rank of a job recording an op for this long (from the tracers' heartbeats), or one rank's
+    # heartbeats stopping this long while others' go on, is "hang suspected" (batch-only jobs: a rank
+    # silent this long while others advance). An op takes milliseconds to seconds; it must exceed the
+    # longest legitimate stall between two ops (a checkpoint save), since the verdict may end the job
+    # (abort_on_hang). 30 s leaves the verdict within 60 s of the stop (measured ~33-35 s)
     hang_after_s: float = 30.0
-    # ... and the others must be at least this many steps ahead of it
+    # ... and the others must be at least this many steps ahead of it (jobs without heartbeats:
+    # `monitor push`; a tracer's heartbeats show a stop directly, see monitor/hangs.py)
     hang_min_steps: int = 2
+    # after asking a job's tracers for their hang reports, decide once all have come or after this
+    # long (a tracer sees the request within its 2 s heartbeat and sends in well under a second; a
+    # rank that has not answered in 10 s is counted as missing: dead, or unable to send)
+    hang_collect_s: float = 10.0
+    # largest hang report accepted: a 2,000-entry Flight Recorder buffer is ~1 MB of JSON, a
+    # 20,000-entry one ~12 MB; the tracer trims its oldest entries to fit the same 16 MB
+    max_report_bytes: int = 16 * 2**20
     # per-job history kept for the trend plot
     trend_len: int = 1000
     # Prometheus: laggard_worker_slowdown is exported for the top-k workers of each job only
@@ -57,7 +68,7 @@ class MonitorConfig:
         from laggard.errors import LaggardError
 
         for k in ("window_steps", "refresh_every_steps", "hang_min_steps", "trend_len", "metrics_top_k", "top_k",
-                  "max_body_bytes"):
+                  "max_body_bytes", "max_report_bytes"):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")
@@ -65,5 +76,5 @@ class MonitorConfig:
             raise LaggardError(f"monitor config: chronic_alpha must be in (0, 1], got {self.chronic_alpha!r}")
         if not 0.0 < self.analysis_share <= 1.0:
             raise LaggardError(f"monitor config: analysis_share must be in (0, 1], got {self.analysis_share!r}")
-        if self.hang_after_s <= 0 or self.tick_s <= 0:
-            raise LaggardError("monitor config: hang_after_s and tick_s must be positive")
+        if self.hang_after_s <= 0 or self.tick_s <= 0 or self.hang_collect_s <= 0:
+            raise LaggardError("monitor config: hang_after_s, hang_collect_s and tick_s must be positive")

@@ -23,7 +23,14 @@ class Metrics:
         self.refresh = Histogram("laggard_window_refresh_seconds", "Time to analyse one window",
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
                                  registry=self.registry)
+        self.job_hung = Gauge("laggard_job_hung", "1 while the job's last hang verdict (hang, desync, missing-ranks) "
+                              "stands, for a hang the collector suspected", ["job"], registry=self.registry)
+        self.hang_culprit = Gauge("laggard_hang_culprit", "1 for each culprit rank of the job's standing hang verdict "
+                                  "(the first top-k)", ["job", "rank"], registry=self.registry)
+        self.hang_verdicts = Counter("laggard_hang_verdicts", "Hang verdicts decided, by verdict", ["verdict"],
+                                     registry=self.registry)
         self._labels: dict[str, set[tuple[str, str, str]]] = {}
+        self._culprits: dict[str, list[str]] = {}
 
     def set_job(self, job_id: str, doc: dict[str, Any]) -> None:
         if doc["slowdown"] is not None:
@@ -38,6 +45,25 @@ class Metrics:
         for key in self._labels.get(job_id, set()) - new:  # workers that left the top-k
             self.worker_slowdown.remove(*key)
         self._labels[job_id] = new
+
+    def set_hang(self, job_id: str, pub: dict[str, Any]) -> None:
+        """A verdict was decided (``laggard.monitor.hangs``)."""
+        self.hang_verdicts.labels(verdict=pub["verdict"]).inc()
+        if not pub.get("suspected") or pub["verdict"] not in ("hang", "desync", "missing-ranks"):
+            return
+        self.clear_hang(job_id)
+        self.job_hung.labels(job=job_id).set(1)
+        ranks = [str(r) for r in pub["culprit_ranks"][: self.top_k]]
+        for r in ranks:
+            self.hang_culprit.labels(job=job_id, rank=r).set(1)
+        self._culprits[job_id] = ranks
+
+    def clear_hang(self, job_id: str) -> None:
+        """The job moves again (or a new verdict replaces the old)."""
+        if job_id in self._culprits:
+            self.job_hung.labels(job=job_id).set(0)
+        for r in self._culprits.pop(job_id, []):
+            self.hang_culprit.remove(job_id, r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,10 +19,12 @@ from laggard.monitor.alerts import (
     RuleState,
     default_rules,
     evaluate_hang,
+    evaluate_hang_verdict,
     evaluate_window,
 )
 from laggard.monitor.analyser import AnalysisProcess, analyse
 from laggard.monitor.config import MonitorConfig
+from laggard.monitor.hangs import parse_beat, parse_report
 from laggard.monitor.metrics import Metrics
 from laggard.monitor.store import BatchRow, Store
 from laggard.monitor.window import JobWindow
@@ -133,20 +135,68 @@ class Collector:
         return True
 
     def check_hangs(self) -> None:
+        """Suspect hangs (asking the job's tracers for their hang reports); decide the verdicts that are due."""
+        now = time.time()
+        due: list[tuple[str, Any, list[Any]]] = []
         with self._lock:
-            silent = {j: w.hang() for j, w in self.windows.items()}
-            for j, s in silent.items():  # a hang first suspected: ask the job's tracers for a dump
+            silent = {j: w.hang(now) for j, w in self.windows.items()}
+            for j, s in silent.items():  # a hang first suspected: ask the job's tracers for their reports
                 win = self.windows[j]
                 if s and not win.hang_was_suspected:
                     win.dump_request += 1
+                    win.hangs.open(win.dump_request, now, suspected=True)
                 win.hang_was_suspected = bool(s)
+                if win.hangs.ready(now, self.cfg.hang_collect_s):
+                    due.append((j, win.hangs, win.hangs.take()))
         for job_id, s in silent.items():
             self._raise(evaluate_hang(self.rules, self.rule_state, job_id, s))
+        abort = any(r.enabled and r.type == "hang" and r.abort for r in self.rules)
+        for job_id, case, dumps in due:  # outside the lock: 1,000 ranks' buffers take a while
+            pub = case.decide(job_id, dumps, self.cfg.hang_collect_s, abort)
+            log.info("hang verdict for job %s: %s, culprit rank(s) %s", job_id, pub["verdict"], pub["culprit_ranks"])
+            self.metrics.set_hang(job_id, pub)
+            self._raise(evaluate_hang_verdict(self.rules, self.rule_state, job_id, pub))
+        for job_id, s in silent.items():  # a job that moved again is no longer hung
+            if not s:
+                self.metrics.clear_hang(job_id)
+
+    def heartbeat(self, job_id: str, body: Any) -> dict[str, Any]:
+        """A tracer's heartbeat (``laggard.tracer.stream``): the job's state back (dump request, verdict)."""
+        from laggard.wire.batch import valid_job_id
+
+        rank, state, meta = parse_beat(body)
+        with self._lock:
+            win = self.windows.get(job_id)
+            if win is None:
+                if meta is None:
+                    raise UnknownJob(f"no job {job_id!r} (a first heartbeat carries the job's meta)")
+                try:
+                    JobMeta.from_json(meta)
+                except (LaggardError, TypeError, ValueError, KeyError) as e:
+                    raise LaggardError(f"heartbeat: bad job meta ({e})") from None
+                self.store.add_job(valid_job_id(job_id), meta)
+                win = self._window(job_id, meta)
+            win.hangs.beat(rank, state, time.time())
+            return {"dump_request": win.dump_request, "tracing": win.tracing, "hang": win.hangs.published}
+
+    def add_report(self, job_id: str, request: int, body: bytes) -> dict[str, Any]:
+        """A rank's hang report for ``request`` (its Flight Recorder dump and state)."""
+        self.job(job_id)  # 404 before parsing
+        d = parse_report(body)
+        with self._lock:
+            win = self.job(job_id)
+            expected = win.hangs.expected()
+            if expected and d.rank >= expected:
+                from laggard.monitor.hangs import BadReport
+
+                raise BadReport(f"hang report: rank {d.rank} is outside job {job_id!r} ({expected} ranks)")
+            win.hangs.add_report(request, d)
+        return {"id": job_id, "rank": d.rank, "request": request, "accepted": request == win.hangs.request}
 
     def _raise(self, alerts: list[Alert]) -> None:
         for a in alerts:
             self.alerts.append(a)
-            self.store.add_alert(a.job, a.rule, a.message, a.detail)
+            self.store.add_alert(a.job, a.rule, a.message, {**a.detail, "kind": a.kind})
             self.notifier.send(a)
 
     def tick(self) -> None:
@@ -161,7 +211,10 @@ class Collector:
                     self._next_refresh[job_id] = time.monotonic() + dt * (1.0 - share) / share
             except Exception:  # the analyser thread must survive one job's bug; it is logged
                 log.exception("analysis of job %s failed", job_id)
-        self.check_hangs()
+        try:
+            self.check_hangs()
+        except Exception:  # the same for a hang verdict
+            log.exception("hang check failed")
 
     def start(self) -> None:
         """Start the background analyser (with its child process unless ``cfg.analysis_process`` is off)."""
@@ -196,6 +249,8 @@ class Collector:
         with self._lock:
             win = self.job(job_id)
             win.dump_request += 1
+            # the verdict over the reports is published too (an alert only for a suspected hang)
+            win.hangs.open(win.dump_request, time.time(), suspected=win.hang_was_suspected)
             return win.dump_request
 
     def set_tracing(self, job_id: str, on: bool) -> None:

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from laggard.errors import LaggardError, LaggardWarning
 from laggard.monitor.config import MonitorConfig
+from laggard.monitor.hangs import HangCase
 from laggard.optable.ops import Job, JobMeta, to_numpy
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class JobWindow:
     load_ratio: dict[int, float] = field(default_factory=dict)  # rank -> load_ratios() of the last window
     last_add_s: float = 0.0  # when the last batch came (idle refresh)
     num_ops: int = 0
+    hangs: HangCase = field(default_factory=HangCase)  # heartbeats, hang reports, the last verdict
 
     # ------------------------------------------------------------------ ingest side
     def add(self, table: pa.Table, rank: int, min_step: int, max_step: int, now_s: float | None = None) -> None:
@@ -216,10 +218,14 @@ class JobWindow:
             del self.window_trend[: -self.cfg.trend_len]
 
     def hang(self, now_s: float | None = None) -> list[dict[str, Any]]:
-        """Ranks silent for ``hang_after_s`` while others are ``hang_min_steps`` ahead; [] if none."""
+        """The ranks of a suspected hang ([] if none): from heartbeats when the tracers send them
+        (``HangCase.stalled``), else ranks whose batches stopped for ``hang_after_s`` while others are
+        ``hang_min_steps`` ahead."""
+        now_s = time.time() if now_s is None else now_s
+        if self.hangs.beats:
+            return self.hangs.stalled(now_s, self.cfg.hang_after_s)
         if len(self.ranks) < 2:
             return []
-        now_s = time.time() if now_s is None else now_s
         front = max(s.last_step for s in self.ranks.values())
         return [{"rank": r, "last_step": s.last_step, "last_op": s.last_op(),
                  "silent_s": round(now_s - s.last_seen_s, 1)}
@@ -241,18 +247,20 @@ class JobWindow:
             "id": self.job_id,
             "name": self.meta.name,
             "tracing": self.tracing,
-            "num_ranks": len(self.ranks),
+            "num_ranks": max(len(self.ranks), len(self.hangs.beats)),
             "expected_ranks": self.expected_ranks,
             "num_ops": self.num_ops,
-            "last_step": max((r.last_step for r in self.ranks.values()), default=-1),
+            "last_step": max(max((r.last_step for r in self.ranks.values()), default=-1), self.hangs.last_step()),
             "window": list(self.result.steps) if self.result else None,
             "slowdown": s,
-            "verdict": _verdict(doc, hang),
+            "verdict": _verdict(doc, hang, self.hangs.published),
             "trend": direction,
             "hang_suspected": bool(hang),
             # raised on each request to dump the job's Flight Recorder buffers (by an operator, or
             # when a hang is first suspected): tracers dump once per new value (laggard.tracer.stream)
             "dump_request": self.dump_request,
+            # the last hang verdict (laggard hang's analysis of the ranks' reports): GET .../hang has it all
+            "hang_verdict": self.hangs.published,
             "error": self.error,
         }
 
@@ -295,7 +303,9 @@ class JobWindow:
         return rows
 
 
-def _verdict(doc: dict[str, Any] | None, hang: list[dict[str, Any]]) -> str:
+def _verdict(doc: dict[str, Any] | None, hang: list[dict[str, Any]], pub: dict[str, Any] | None = None) -> str:
+    if hang and pub is not None and pub.get("suspected") and pub["verdict"] != "healthy":
+        return f"{pub['verdict']}: rank(s) {pub['culprit_ranks']}"
     if hang:
         return "hang suspected"
     if doc is None:

@@ -83,7 +83,8 @@ class CommMixin:
              microbatch: int = -1) -> None:
         """Blocking send to global rank ``dst``, recorded as a p2p_send op."""
         d = _dist()
-        with self.p2p(name, peer=dst, send=True, size_bytes=_nbytes(tensor), microbatch=microbatch):
+        with _InComm(self, self.p2p(name, peer=dst, send=True, size_bytes=_nbytes(tensor), microbatch=microbatch),
+                     name, "p2p_send"):
             d.send(tensor, dst, group=group, tag=tag)
 
     def recv(self, tensor: Any, src: int, group: Any = None, tag: int = 0, *, name: str = "recv",
@@ -92,7 +93,8 @@ class CommMixin:
         if src is None:
             raise LaggardError("Tracer.recv: src is required (a receive from any source cannot be matched)")
         d = _dist()
-        with self.p2p(name, peer=src, send=False, size_bytes=_nbytes(tensor), microbatch=microbatch):
+        with _InComm(self, self.p2p(name, peer=src, send=False, size_bytes=_nbytes(tensor), microbatch=microbatch),
+                     name, "p2p_recv"):
             return d.recv(tensor, src, group=group, tag=tag)
 
     def isend(self, tensor: Any, dst: int, group: Any = None, tag: int = 0, *, name: str = "send",
@@ -131,7 +133,8 @@ class CommMixin:
             return call()
         if async_op:
             return self._issue_async(call, name, "collective", self._group_label(group), -1, size, mb)
-        with self._comm_ctx(name, "collective", self._group_label(group), -1, size, mb):
+        with _InComm(self, self._comm_ctx(name, "collective", self._group_label(group), -1, size, mb), name,
+                     "collective"):
             return call()
 
     def _issue_async(self, call: Callable[[], Any], name: str, kind: str, label: str, peer: int, size: int,
@@ -202,6 +205,34 @@ class CommMixin:
             label = self._pg_labels[key] = "pg:" + ",".join(str(r) for r in sorted(ranks))
         return label
 
+
+
+class _InComm:
+    """Around a blocking communication call: the tracer's ``_in_comm`` says which one the main
+    thread is in (read by the stream thread's heartbeat and hang report: ``laggard.tracer.flight``),
+    with the group's call count (every member numbers its calls of a group alike)."""
+
+    __slots__ = ("_t", "_ctx", "_name", "_kind")
+
+    def __init__(self, t: Any, ctx: Any, name: str, kind: str) -> None:
+        self._t, self._ctx, self._name, self._kind = t, ctx, name, kind
+
+    def __enter__(self) -> Any:
+        t, aux = self._t, getattr(self._ctx, "_aux", None)
+        if aux is not None:
+            label = t._groups[aux[2]]
+            t._in_comm = {"name": self._name, "kind": self._kind, "group": label, "seq": t._ncalls.get(aux[2], 0),
+                          "step": t._step, "peer": int(aux[3]), "start_unix_ns": t.now_ns()}
+        return self._ctx.__enter__()
+
+    def __exit__(self, *exc: object) -> bool:
+        t, cur = self._t, self._t._in_comm
+        t._in_comm = None
+        if cur is not None:
+            t._comm_last[cur["group"]] = self._name
+        if exc[0] is not None and t._stream is not None:  # a peer that aborted on a hang verdict?
+            t._stream.hold_for_abort()
+        return bool(self._ctx.__exit__(*exc))
 
 
 def _dist() -> Any:

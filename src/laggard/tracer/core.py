@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from laggard.optable.ops import LaggardError, LaggardWarning
-from laggard.tracer import _signals, flight
+from laggard.tracer import _signals, abort, flight
 from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
 from laggard.tracer._env import _cuda_in_use, _dist_if_initialized, _job_meta, check_args, prepare_dir
 from laggard.tracer._gc import GcMixin
@@ -62,7 +62,6 @@ from laggard.tracer.comm import CommMixin, TracedWork  # noqa: F401 - TracedWork
 
 KIND_NAMES = ("compute", "collective", "p2p_send", "p2p_recv", "other")
 MAX_PENDING_OPS = 4096  # ops recorded between steps, attached to the next step
-
 
 
 class Tracer(CommMixin, GcMixin):
@@ -86,7 +85,11 @@ class Tracer(CommMixin, GcMixin):
     dump it when a step runs longer than this; it is also dumped on SIGTERM and on request: see
     ``laggard.tracer.flight``),
     ``monitor_url``/``token``/``monitor_job`` (also stream every page to a live-monitor collector
-    under this job id, default ``name``: see ``laggard.tracer.stream``).
+    under this job id, default ``name``, with a heartbeat and hang reports from a background thread:
+    see ``laggard.tracer.stream``; ``monitor_config``: its ``StreamConfig``), ``abort_on_hang`` (True:
+    when the collector's verdict on this job is a hang and this rank has not moved since, end its
+    process group and exit with ``laggard.tracer.abort.HANG_EXIT_CODE``; None: only when the
+    collector's ``hang`` rule says ``abort``; False, or no ``monitor_url``: never).
     """
 
     def __init__(
@@ -116,6 +119,8 @@ class Tracer(CommMixin, GcMixin):
         monitor_url: str | None = None,
         token: str | None = None,
         monitor_job: str | None = None,
+        monitor_config: Any = None,
+        abort_on_hang: bool | None = None,
     ) -> None:
         check_args(record_every=record_every, page_ops=page_ops, num_pages=num_pages, align=align, timing=timing)
         self._record_every = record_every
@@ -146,8 +151,7 @@ class Tracer(CommMixin, GcMixin):
             )
             return
         self._init_pages(page_ops, num_pages)
-        self._init_writer(name, meta, flush_interval_s=flush_interval_s, monitor_url=monitor_url, token=token,
-                          monitor_job=monitor_job)
+        self._init_writer(name, meta, flush_interval_s=flush_interval_s)
         self._start_gc(record_gc=record_gc, gc_min_us=gc_min_us,
                        code=self._code("gc", "other", "cpu" if use_cuda else self._main_stream))
         self._pool: list[_OpCtx] = []
@@ -155,6 +159,13 @@ class Tracer(CommMixin, GcMixin):
         self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
         _signals.register(self, handle_signals=handle_signals)
         self._flight = flight.attach(self, flight_watchdog_s)
+        if monitor_url is not None:  # live monitor: pages, heartbeats, hang reports (laggard.tracer.stream)
+            from laggard.tracer.stream import attach
+
+            self._stream = attach(self, monitor_url, token, job_id=monitor_job or name, meta=meta,
+                                  config=monitor_config, abort_on_hang=abort_on_hang)
+            self._flush_interval_ns = min(self._flush_interval_ns, 1_000_000_000)  # a page a second at most
+            self._last_flush_ns -= self._flush_interval_ns  # the first step's page goes at once
 
     def _identify(self, dist: Any, rank: int | None, world_size: int | None,
                   coords: tuple[int | None, int, int, int]) -> None:
@@ -184,6 +195,10 @@ class Tracer(CommMixin, GcMixin):
         self.num_ops_dropped = 0
         self.num_ops_outside_steps_dropped = 0
         self._flight: Any = None  # Flight Recorder dumps (laggard.tracer.flight), when torch's recorder is on
+        self._stream: Any = None  # the live-monitor stream (laggard.tracer.stream), with monitor_url
+        self._ncalls: dict[int, int] = {}  # group code -> communication calls so far (all steps: a hang's seq)
+        self._comm_last: dict[str, str] = {}  # group label -> the name of its last blocking call
+        self._in_comm: dict[str, Any] | None = None  # the blocking communication the main thread is in
 
     def _startup_collectives(self, dist: Any, align: str | None) -> list[Any]:
         """Clock alignment and every rank's layout: every rank takes part whatever happens to its
@@ -248,21 +263,13 @@ class Tracer(CommMixin, GcMixin):
         self._group_code: dict[str, int] = {}
         self._pg_labels: dict[int, str] = {}
 
-    def _init_writer(self, name: str, meta: dict[str, Any], *, flush_interval_s: float, monitor_url: str | None,
-                     token: str | None, monitor_job: str | None) -> None:
-        """The background shard writer, and the live-monitor stream beside it when asked."""
+    def _init_writer(self, name: str, meta: dict[str, Any], *, flush_interval_s: float) -> None:
+        """The background shard writer."""
         assert self.out_dir is not None
         self._flush_interval_ns = int(flush_interval_s * 1e9)
         self._last_flush_ns = self._clock()
         self._writer = ShardWriter(self.out_dir, rank=self.rank, layout=self.layout, offset_ns=self.sync.offset_ns,
                                    on_page_free=self._page_free, state=self._state)
-        self._stream: Any = None
-        if monitor_url is not None:  # live monitor: pages streamed by laggard.tracer.stream (no collectives)
-            from laggard.tracer.stream import attach
-
-            self._stream = attach(self._writer, monitor_url, token, job_id=monitor_job or name, rank=self.rank,
-                                  meta=meta, trace_dir=self.out_dir)
-            self._flush_interval_ns = min(self._flush_interval_ns, 1_000_000_000)  # a page a second at most
 
     # ------------------------------------------------------------------ public API
     @property
@@ -489,6 +496,7 @@ class Tracer(CommMixin, GcMixin):
             self._groups.append(label)
         seq = self._seqs.get(gcode, 0)
         self._seqs[gcode] = seq + 1
+        self._ncalls[gcode] = self._ncalls.get(gcode, 0) + 1
         return (-1 if size_bytes is None else int(size_bytes), seq, gcode, peer, -1)
 
     def _comm_ctx(self, name: str, kind: str, label: str, peer: int, size_bytes: int | None,
@@ -583,17 +591,4 @@ class Tracer(CommMixin, GcMixin):
 
     def _emergency_flush(self, status: str) -> None:
         """From the SIGTERM handler or watcher: write what was recorded, then stop recording."""
-        if self._closed or not self._enabled:
-            return
-        if self._flight is not None:
-            self._flight.dump(status)
-        self._enabled = self._plain = False
-        done = threading.Event()
-        page = self._take(done)
-        self._update_counts()
-        if page is not None:
-            self._writer.submit(page)
-            done.wait(30.0)
-        self._writer.write_state(status)
-        if self._stream is not None:
-            self._stream.close(2.0)  # what is not sent stays in the spool
+        abort.flush_now(self, status, close_stream=True)

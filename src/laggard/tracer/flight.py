@@ -160,6 +160,60 @@ def _last_op(tracer: Any) -> dict[str, Any] | None:
     return {"name": name, "kind": kind, "end_unix_ns": end_ns}
 
 
+def state(tracer: Any, reason: str, *, rank: int, world_size: int, job_id: str | None = None,
+          max_frames: int = 40) -> dict[str, Any]:
+    """The ``laggard`` key of a dump (and, alone, a rank's hang report with the recorder off): who,
+    when, where the main thread is, the tracer's step, last op, the blocking communication the main
+    thread is in (``comm``) and each group's call count (``group_calls``; ``laggard.hang`` lines
+    them up across ranks when there is no Flight Recorder)."""
+    extra: dict[str, Any] = {
+        "format": DUMP_FORMAT, "rank": rank, "world_size": world_size, "job_id": job_id, "reason": reason,
+        "dump_unix_ns": time.time_ns(), "pid": os.getpid(), "where": where(max_frames=max_frames),
+    }
+    t = tracer
+    if t is not None:  # read without locks: a snapshot is good enough
+        extra["step"] = int(t._step)  # noqa: SLF001
+        extra["in_step"] = bool(t._in_step)  # noqa: SLF001
+        extra["last_op"] = _last_op(t)
+        extra["progress"] = progress(t)
+        groups = list(getattr(t, "_groups", []))
+        extra["group_calls"] = {groups[g]: n for g, n in dict(t._ncalls).items() if g < len(groups)}  # noqa: SLF001
+        extra["group_last"] = dict(t._comm_last)  # noqa: SLF001
+        extra["comm"] = t._in_comm  # noqa: SLF001
+    return extra
+
+
+def progress(tracer: Any) -> int:
+    """Ops the tracer has recorded so far (a rank that records none is not moving)."""
+    return int(getattr(tracer, "_first_op", 0)) + int(getattr(tracer, "_n", 0)) + int(tracer.num_ops_dropped)
+
+
+def report(tracer: Any, reason: str) -> dict[str, Any]:
+    """A rank's hang report for the collector: its Flight Recorder dump (also written to the trace
+    directory, as any dump) or, with the recorder off, a dump with no entries and the tracer's
+    state (``fr: false``), also written as ``flight-rank{R}.json`` so ``laggard hang`` on the trace
+    directory gives the same verdict."""
+    fd = getattr(tracer, "_flight", None)
+    data = fd.snapshot(reason) if fd is not None else None
+    if data is not None:
+        data[DUMP_KEY]["fr"] = True
+        fd.dump(reason, data)
+        return data
+    data = {"version": "laggard-tracer-state", "entries": [], "pg_config": {},
+            DUMP_KEY: {**state(tracer, reason, rank=tracer.rank, world_size=tracer.world_size), "fr": False}}
+    if tracer.out_dir is not None:
+        import json
+
+        path = Path(tracer.out_dir) / flight_name(tracer.rank, "json")
+        try:
+            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(data, default=str))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # the collector still gets it
+    return data
+
+
 class FlightDumper:
     """Writes Flight Recorder dumps of this rank into ``out_dir`` (see the module docstring)."""
 
@@ -181,35 +235,34 @@ class FlightDumper:
         self.num_dumps = 0
         self.path = self.out_dir / flight_name(self.rank, self.config.fmt)
 
-    def dump(self, reason: str = "request") -> Path | None:
-        """Write the buffer now; None (with one warning) when it cannot be read or written."""
+    def snapshot(self, reason: str = "request") -> dict[str, Any] | None:
+        """The buffer now, with ``pg_config`` and the ``laggard`` key; None (one warning) when unreadable."""
         import torch
 
         c10d = torch._C._distributed_c10d  # noqa: SLF001 - torch's documented dump entry points
+        try:
+            # the collectives' Python stacks are symbolised only on the main thread: from any
+            # other thread (the watchdog, the SIGTERM watcher) asking for them blocks forever
+            stacks = threading.current_thread() is threading.main_thread()
+            data = pickle.loads(c10d._dump_fr_trace(includeStackTraces=stacks))  # noqa: S301 - our own bytes
+        except (RuntimeError, AttributeError, pickle.UnpicklingError) as e:
+            warnings.warn(f"laggard flight recorder (rank {self.rank}): cannot read the buffer ({e})",
+                          LaggardWarning, stacklevel=2)
+            return None
+        configs = _group_configs(self._dist)
+        if configs:
+            data["pg_config"] = configs
+        data[DUMP_KEY] = state(self.tracer, reason, rank=self.rank, world_size=self.world_size, job_id=self.job_id,
+                               max_frames=self.config.max_frames)
+        return data
+
+    def dump(self, reason: str = "request", data: dict[str, Any] | None = None) -> Path | None:
+        """Write the buffer now (or ``data``, a ``snapshot``); None (with one warning) when it cannot be read or written."""
         with self._lock:
-            try:
-                # the collectives' Python stacks are symbolised only on the main thread: from any
-                # other thread (the watchdog, the SIGTERM watcher) asking for them blocks forever
-                stacks = threading.current_thread() is threading.main_thread()
-                data = pickle.loads(c10d._dump_fr_trace(includeStackTraces=stacks))  # noqa: S301 - our own bytes
-            except (RuntimeError, AttributeError, pickle.UnpicklingError) as e:
-                warnings.warn(f"laggard flight recorder (rank {self.rank}): cannot read the buffer ({e})",
-                              LaggardWarning, stacklevel=2)
+            if data is None:
+                data = self.snapshot(reason)
+            if data is None:
                 return None
-            configs = _group_configs(self._dist)
-            if configs:
-                data["pg_config"] = configs
-            extra: dict[str, Any] = {
-                "format": DUMP_FORMAT, "rank": self.rank, "world_size": self.world_size, "job_id": self.job_id,
-                "reason": reason, "dump_unix_ns": time.time_ns(), "pid": os.getpid(),
-                "where": where(max_frames=self.config.max_frames),
-            }
-            t = self.tracer
-            if t is not None:
-                extra["step"] = int(t._step)  # noqa: SLF001
-                extra["in_step"] = bool(t._in_step)  # noqa: SLF001
-                extra["last_op"] = _last_op(t)
-            data[DUMP_KEY] = extra
             try:
                 self.out_dir.mkdir(parents=True, exist_ok=True)
                 tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")

@@ -8,18 +8,30 @@ thread posts the batches in order; while the collector is unreachable they go to
 on disk (``<trace>/monitor-spool/``), retried with back-off, oldest first, and the queue in memory
 stays bounded. A 4xx answer (a batch the collector refuses) drops that batch with one warning.
 When the collector says the job's tracing is off, batches are dropped (counted) until it is on again.
-While nothing is sent for ``_IDLE_POLL_S`` (a hung job sends nothing) the thread asks the collector
-for the job's state; a new ``dump_request`` (an operator's ``POST /api/v1/jobs/{id}/dump``, or a hang
-the collector suspects) creates the Flight Recorder request file in the trace directory, which
-``laggard.tracer.flight`` turns into a dump (``laggard hang`` reads them).
+
+Pages leave at step ends, so a rank whose main thread is blocked sends none. The same thread
+therefore posts a **heartbeat** every ``StreamConfig.heartbeat_s`` (``POST /api/v1/jobs/{id}/heartbeat``:
+the rank's step, ops recorded so far, the blocking communication its main thread is in and where
+it is: ``laggard.tracer.flight.state``), from the tracer's start: the collector sees the job from
+its first step and sees a rank stop while that rank is blocked. The answer carries the job's
+``dump_request``: a new one (an operator's ``POST /api/v1/jobs/{id}/dump``, or a hang the collector
+suspects) makes the thread send this rank's **hang report** (``POST /api/v1/jobs/{id}/flight``: its
+Flight Recorder dump with the tracer's state, or the state alone when the recorder is off, as JSON
+of at most ``max_report_bytes``: the oldest entries are dropped to fit), and the collector's verdict
+comes back in later answers (``hang``), where ``on_verdict`` (the tracer's abort, opt-in) sees it.
+A stream without a report function (used on its own) creates the Flight Recorder request file in
+the trace directory instead, which ``laggard.tracer.flight`` turns into a dump.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +41,24 @@ from laggard.optable.tracedir import FLIGHT_REQUEST_FILE, SPOOL_DIR
 _MAX_QUEUE = 64  # batches in memory before new ones go straight to the spool (a page is <= 8192 ops)
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0)  # retry delays while the collector is down
 _PAUSE_POLL_S = 5.0  # while tracing is off, ask the collector this often
-# with nothing to send for this long, ask the collector whether it wants a dump (a hung job sends
-# nothing: the collector flags it after its hang_after_s, so a few seconds more is soon enough)
-_IDLE_POLL_S = 5.0
+
+
+@dataclass(kw_only=True, slots=True)
+class StreamConfig:
+    # heartbeat period: the collector calls a hang after its hang_after_s (30 s) without progress,
+    # so 2 s adds little to the time to a verdict, and 1,000 ranks make 500 small requests a second
+    heartbeat_s: float = 2.0
+    # largest hang report sent: a 2,000-entry Flight Recorder buffer is ~1 MB of JSON; the
+    # collector refuses reports over its max_report_bytes (16 MB too). Over it, the oldest entries go
+    max_report_bytes: int = 16 * 2**20
 
 
 class MonitorStream:
     def __init__(self, url: str, token: str | None, *, job_id: str, rank: int, meta: dict[str, Any],
-                 spool_dir: Path) -> None:
+                 spool_dir: Path, config: StreamConfig | None = None,
+                 state_fn: Callable[[], dict[str, Any]] | None = None,
+                 report_fn: Callable[[str], dict[str, Any]] | None = None,
+                 on_verdict: Callable[[dict[str, Any]], None] | None = None) -> None:
         from laggard.wire.batch import valid_job_id
         from laggard.wire.client import Client
 
@@ -56,7 +78,14 @@ class MonitorStream:
         self._stop = threading.Event()
         self.dump_request_seen: int | None = None  # the collector's dump_request when first asked
         self.num_dump_requests = 0
-        self._last_poll_s = time.monotonic()
+        self.config = config or StreamConfig()
+        self._state_fn, self._report_fn, self._on_verdict = state_fn, report_fn, on_verdict
+        self._next_beat_s = 0.0  # the first heartbeat goes at once: the job appears at the collector
+        self._meta_sent = False
+        self.num_heartbeats = 0
+        self.num_reports = 0
+        self.reported: int | None = None  # the dump_request this rank last sent its report for
+        self.verdict: dict[str, Any] | None = None  # the collector's last published hang verdict
         self._spool_files = sorted(self.spool_dir.glob(f"rank{rank}-*.arrows")) if self.spool_dir.is_dir() else []
         self._thread = threading.Thread(target=self._run, name=f"laggard-monitor-rank{rank}", daemon=True)
         self._thread.start()
@@ -91,6 +120,8 @@ class MonitorStream:
                 break
             if item is not None:
                 self._spool(*item)
+        if self.num_heartbeats and not self._thread.is_alive():  # (the client is the thread's until it ends)
+            self._beat_closed()  # a rank that closed its tracer is not a rank that stopped
         self._client.close()
         if self._spool_files:
             warnings.warn(f"laggard tracer (rank {self.rank}): {len(self._spool_files)} op batch(es) for the monitor "
@@ -118,11 +149,11 @@ class MonitorStream:
                 continue
             if closing:
                 return
+            if time.monotonic() >= self._next_beat_s:
+                self._heartbeat()
             try:
-                item = self._q.get(timeout=_PAUSE_POLL_S if self.paused else 1.0)
+                item = self._q.get(timeout=max(0.01, min(1.0, self._next_beat_s - time.monotonic())))
             except queue.Empty:
-                if self.paused or time.monotonic() - self._last_poll_s >= _IDLE_POLL_S:
-                    self._poll_job()
                 continue
             if item is None:
                 closing = True
@@ -193,23 +224,58 @@ class MonitorStream:
             self._spool_files.append(final)
             self._spool_files.sort()
 
-    def _poll_job(self) -> None:
-        """The job's state at the collector: tracing back on; a new dump request."""
+    def _heartbeat(self) -> None:
+        """Tell the collector where this rank is; act on its answer (tracing, dump request, verdict)."""
         from laggard.wire.client import CollectorDown
 
-        self._last_poll_s = time.monotonic()
+        self._next_beat_s = time.monotonic() + (_PAUSE_POLL_S if self.paused else self.config.heartbeat_s)
+        beat: dict[str, Any] = {"rank": self.rank, "state": self._state_fn() if self._state_fn else {}}
+        if not self._meta_sent:
+            beat["meta"] = self.meta
         try:
-            doc = self._client.request("GET", f"/api/v1/jobs/{self.job_id}")
+            doc = self._client.request("POST", f"/api/v1/jobs/{self.job_id}/heartbeat",
+                                       json.dumps(beat, default=str).encode())
         except (CollectorDown, LaggardError):
+            self._meta_sent = False  # a collector that lost the job (restarted elsewhere) learns it again
             return
+        self.num_heartbeats += 1
+        self._meta_sent = True
         if not isinstance(doc, dict):
             return
         if doc.get("tracing"):
             self.paused = False
         self._dump_asked(doc.get("dump_request"))
+        hang = doc.get("hang")
+        if isinstance(hang, dict) and hang != self.verdict:
+            if self._on_verdict is not None and hang.get("request") == self.reported:
+                self._on_verdict(hang)  # may end the process (the tracer's abort)
+            self.verdict = hang
+
+    def hold_for_abort(self) -> None:
+        """The main thread's collective failed. When this rank sent its hang report for the latest
+        request (the job was hung) and may abort, the failure is most likely a peer that already
+        aborted on the verdict this rank has not seen yet: give the stream thread two heartbeats to
+        see it and end the process with the abort's exit code, before the error goes on."""
+        if self._on_verdict is None or self.reported is None or self.reported != self.dump_request_seen:
+            return
+        deadline = time.monotonic() + 2 * self.config.heartbeat_s + 1.0
+        while time.monotonic() < deadline and not self._stop.is_set():
+            v = self.verdict
+            if v is not None and v.get("request") == self.reported:
+                return  # the verdict is in and did not end the process
+            time.sleep(0.05)
+
+    def _beat_closed(self) -> None:
+        from laggard.wire.client import CollectorDown
+
+        beat = {"rank": self.rank, "state": {"closed": True, "progress": -1}}
+        try:
+            self._client.request("POST", f"/api/v1/jobs/{self.job_id}/heartbeat", json.dumps(beat).encode())
+        except (CollectorDown, LaggardError):
+            pass
 
     def _dump_asked(self, req: Any) -> None:
-        """A dump_request above the one first seen: ask the Flight Recorder dumper for a dump."""
+        """A dump_request above the one first seen: send this rank's hang report (or ask for a dump file)."""
         if not isinstance(req, int):
             return
         new = self.dump_request_seen is not None and req > self.dump_request_seen
@@ -217,17 +283,72 @@ class MonitorStream:
         if not new:
             return
         self.num_dump_requests += 1
+        if self._report_fn is None:
+            try:
+                (self.spool_dir.parent / FLIGHT_REQUEST_FILE).touch()
+            except OSError:
+                pass
+            return
+        self._send_report(req)
+
+    def _send_report(self, req: int) -> None:
+        from laggard.wire.client import CollectorDown
+
+        assert self._report_fn is not None
+        body = fit_report(self._report_fn(f"monitor request {req}"), self.config.max_report_bytes)
+        if body is None:
+            warnings.warn(f"laggard tracer (rank {self.rank}): the hang report does not fit in "
+                          f"{self.config.max_report_bytes} bytes even without entries; not sent", LaggardWarning,
+                          stacklevel=2)
+            return
         try:
-            (self.spool_dir.parent / FLIGHT_REQUEST_FILE).touch()
-        except OSError:
-            pass
+            self._client.request("POST", f"/api/v1/jobs/{self.job_id}/flight?request={req}", body)
+        except (CollectorDown, LaggardError) as e:
+            warnings.warn(f"laggard tracer (rank {self.rank}): the collector did not take the hang report ({e})",
+                          LaggardWarning, stacklevel=2)
+            return
+        self.reported = req
+        self.num_reports += 1
 
 
-def attach(writer: Any, url: str, token: str | None, *, job_id: str, rank: int, meta: dict[str, Any],
-           trace_dir: Path) -> MonitorStream:
-    """Stream every page the shard writer builds (the tracer's hook)."""
-    stream = MonitorStream(url, token, job_id=job_id, rank=rank, meta=meta, spool_dir=trace_dir / SPOOL_DIR)
-    writer.on_table = stream.submit
+def fit_report(data: dict[str, Any], limit: int) -> bytes | None:
+    """The report as JSON within ``limit`` bytes, dropping the oldest Flight Recorder entries (the
+    newest say where the job stopped); None when even no entries do not fit."""
+    entries = list(data.get("entries") or [])
+    while True:
+        body = json.dumps({**data, "entries": entries}, default=str).encode()
+        if len(body) <= limit:
+            return body
+        if not entries:
+            return None
+        entries = entries[len(entries) // 2 + 1:] if len(entries) > 1 else []
+
+
+def attach(tracer: Any, url: str, token: str | None, *, job_id: str, meta: dict[str, Any],
+           config: StreamConfig | None = None, abort_on_hang: bool | None = None) -> MonitorStream:
+    """Stream every page the tracer's shard writer builds, with heartbeats and hang reports (the tracer's hook)."""
+    from laggard.tracer import abort, flight
+
+    reported_at: dict[str, int] = {}
+
+    def state() -> dict[str, Any]:
+        st = flight.state(tracer, "heartbeat", rank=tracer.rank, world_size=tracer.world_size)
+        st["where"].pop("stack", None)  # where the main thread is, without the frames (a report has them)
+        return st
+
+    def report(reason: str) -> dict[str, Any]:
+        reported_at["progress"] = flight.progress(tracer)
+        return flight.report(tracer, reason)
+
+    def on_verdict(verdict: dict[str, Any]) -> None:
+        # only a rank that has not recorded one op since its report (a job that moved on is left alone)
+        if abort.should_abort(verdict, opted_in=abort_on_hang) and flight.progress(tracer) == reported_at.get("progress"):
+            abort.abort_hung(tracer, verdict)
+
+    stream = MonitorStream(url, token, job_id=job_id, rank=tracer.rank, meta=meta,
+                           spool_dir=Path(tracer.out_dir) / SPOOL_DIR, config=config, state_fn=state,
+                           report_fn=report, on_verdict=on_verdict)
+    tracer._writer.on_table = stream.submit  # noqa: SLF001 - the tracer's own hook
     return stream
 
 
