@@ -58,29 +58,51 @@ def _readme_metrics() -> list[str]:
     return names
 
 
-def _push(srv: Server, job_id: str, *, steps: int, pause_s: float = 0.0) -> None:
-    """A synthetic 2 x 2 job's ops, one step's batches at a time."""
+def _push(srv: Server, job_id: str, *, steps: int, pause_s: float = 0.0, stop: threading.Event | None = None) -> None:
+    """A synthetic 2 x 2 job's ops, one step's batches at a time (until ``stop`` is set)."""
     job = synthesize(SynthConfig(dp=2, pp=2, microbatches=4, steps=steps, seed=3, name=job_id))
     seqs: dict[int, int] = {}
     last = None
     for step, r, t in step_batches(job):
         if pause_s and last is not None and step != last:
-            time.sleep(pause_s)
+            if stop is not None and stop.wait(pause_s):
+                return
+            time.sleep(0 if stop is not None else pause_s)
         last = step
         seqs[r] = seqs.get(r, -1) + 1
         body = encode_batch(t, job_id=job_id, rank=r, seq=seqs[r], meta=job.meta.to_json())
         assert srv.request("POST", "/api/v1/ops", body, content_type=CONTENT_TYPE)[0] == 200
 
 
+def _hang(srv: Server) -> None:
+    """A 4-rank job whose heartbeats go on while no rank moves: suspected, its ranks' reports (the
+    tracer states, rank 2 stuck before the 5th all_reduce) give a hang verdict naming rank 2."""
+    from tests.hang.test_hang import _state_only
+
+    meta = {"name": "hungjob", "dp_size": 4, "pp_size": 1}
+    deadline = time.monotonic() + 60
+    ans: dict = {}
+    while ans.get("dump_request", 0) < 1 and time.monotonic() < deadline:
+        for r in range(4):
+            body = {"rank": r, "state": {"world_size": 4, "step": 3, "progress": 10}, "meta": meta}
+            ans = srv.request("POST", "/api/v1/jobs/hungjob/heartbeat", json.dumps(body).encode())[1]
+        time.sleep(0.3)
+    for r in range(4):
+        rep = _state_only(r, 4, 4 if r == 2 else 5, pending=r != 2, where="compute" if r == 2 else "collective")
+        assert srv.request("POST", "/api/v1/jobs/hungjob/flight?request=1", json.dumps(rep).encode())[0] == 200
+    assert srv.wait_for(lambda d: True, "/api/v1/jobs/hungjob/hang", timeout_s=30)["culprit_ranks"] == [2]
+
+
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
     """A collector holding one analysed job, and Prometheus scraping it every second."""
     tmp = tmp_path_factory.mktemp("prom")
-    srv = Server(str(tmp / "m.db"), tmp, extra=["--window-steps", "4"]).start()
+    srv = Server(str(tmp / "m.db"), tmp, extra=["--window-steps", "4", "--hang-after-s", "2"]).start()
     prom_proc = None
     try:
         _push(srv, "promjob", steps=8)
         srv.wait_for(lambda d: d["window"] is not None, "/api/v1/jobs/promjob")
+        _hang(srv)
         # the shipped scrape config, pointed at this collector, its token file and a 1 s interval
         cfg = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
         good = cfg["scrape_configs"][0]
@@ -110,10 +132,13 @@ def prom(tmp_path_factory):
                 time.sleep(0.5)
         _wait(url, 'up{job="laggard"} == 1')
         # a job streaming while Prometheus scrapes (rates and latency quantiles need ingest in their range)
-        live = threading.Thread(target=_push, args=(srv, "livejob"), kwargs={"steps": 40, "pause_s": 0.4}, daemon=True)
+        stop = threading.Event()
+        live = threading.Thread(target=_push, args=(srv, "livejob"), kwargs={"steps": 1000, "pause_s": 0.3, "stop": stop},
+                                daemon=True)
         live.start()
         time.sleep(5)  # a few scrapes: rate() over [1m] needs two samples
         yield url
+        stop.set()
         live.join(60)
     finally:
         if prom_proc is not None:
@@ -135,6 +160,8 @@ def test_every_metric_in_the_readme_has_data(prom: str) -> None:
         assert all(float(r["value"][1]) == float(r["value"][1]) for r in res), (name, res)
     slow = _query(prom, 'laggard_job_slowdown{job="laggard",exported_job="promjob"}')
     assert slow and float(slow[0]["value"][1]) > 1.0, slow
+    hung = _query(prom, 'laggard_hang_culprit{job="laggard",exported_job="hungjob"}')
+    assert [r["metric"]["rank"] for r in hung] == ["2"], hung
 
 
 def test_every_grafana_query_returns_data(prom: str) -> None:

@@ -51,6 +51,7 @@ class Collector:
         self.rule_state = RuleState()
         self.alerts: list[Alert] = []
         self._next_refresh: dict[str, float] = {}  # job -> earliest next analysis (analysis_share)
+        self._hung_since: dict[str, float] = {}  # job -> when its standing hang verdict was decided
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._analyser: AnalysisProcess | None = None  # the child process analysing windows (start())
@@ -155,10 +156,25 @@ class Collector:
             pub = case.decide(job_id, dumps, self.cfg.hang_collect_s, abort)
             log.info("hang verdict for job %s: %s, culprit rank(s) %s", job_id, pub["verdict"], pub["culprit_ranks"])
             self.metrics.set_hang(job_id, pub)
+            self._hung_since[job_id] = now
             self._raise(evaluate_hang_verdict(self.rules, self.rule_state, job_id, pub))
         for job_id, s in silent.items():  # a job that moved again is no longer hung
-            if not s:
+            if not s and self._moved_since_verdict(job_id):
                 self.metrics.clear_hang(job_id)
+                self._hung_since.pop(job_id, None)
+
+    def _moved_since_verdict(self, job_id: str) -> bool:
+        """Whether the job moved (a rank's progress or batches) or closed every tracer since its hang
+        verdict: a job whose heartbeats all stopped is gone, not recovered, and stays hung."""
+        since = self._hung_since.get(job_id)
+        if since is None:
+            return True
+        with self._lock:
+            win = self.windows[job_id]
+            beats = win.hangs.beats
+            if beats:
+                return all(b.closed for b in beats.values()) or any(b.moved_s > since for b in beats.values())
+            return any(r.last_seen_s > since for r in win.ranks.values())
 
     def heartbeat(self, job_id: str, body: Any) -> dict[str, Any]:
         """A tracer's heartbeat (``laggard.tracer.stream``): the job's state back (dump request, verdict)."""
