@@ -21,6 +21,7 @@ def demo(
     monitor: Annotated[bool, typer.Option("--monitor", help="Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address.")] = False,
     monitor_port: Annotated[int, typer.Option("--monitor-port", help="Port of the local collector (--monitor).")] = 8765,
     monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the collector up this long after the job (default: until Ctrl-C).")] = None,
+    act: Annotated[bool, typer.Option("--act", help="Runtime actions (laggard.mitigate.Controller): shift samples off a slow DP rank and back, planned GC / balanced packing on the collector's findings; logged to OUT/actions.json. Kill switch: LAGGARD_ACT=0.")] = False,
     shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help="Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed.")] = True,
 ) -> None:
     """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
@@ -47,7 +48,7 @@ def demo(
         _report_lines(paths["html"], shot)
         return
     cfg = demo_config(quick=quick, dp=dp, pp=pp, steps=steps, microbatches=microbatches, seed=seed,
-                      injections=injections, trace_dir=out / "trace")
+                      injections=injections, trace_dir=out / "trace", act=act, actions_path=out / "actions.json")
     typer.echo(
         f"training the demo GPT: dp={cfg.dp} x pp={cfg.pp} = {cfg.world_size} processes (gloo, CPU), "
         f"{cfg.steps} steps of {cfg.microbatches} microbatches"
@@ -76,6 +77,8 @@ def demo(
     for line in summary_lines(DemoOutput(analysis=result, paths=paths, job=job, config=cfg)):
         typer.echo(line)
     typer.echo(f"trace: {cfg.trace_dir}")
+    if cfg.act:
+        typer.echo(f"actions: {cfg.actions_path}")
     for kind, p in paths.items():
         typer.echo(f"wrote {kind}: {p}")
     _report_lines(paths["html"], shot)
