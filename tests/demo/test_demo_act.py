@@ -38,7 +38,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_the_controller_shifts_rows_off_the_slow_rank_within_30_steps(runs: dict) -> None:
     acts = runs["actions"]
     first = acts[0]
-    assert first["kind"] == "rebalance" and first["ranks"] == [2] and first["step"] < 30
+    assert first["kind"] == "rebalance" and 2 in first["ranks"] and first["step"] < 30
     assert sum(first["counts"]) == 64 and first["counts"][2] == min(first["counts"]) < 16
     assert all(a["kind"] == "rebalance" for a in acts), "a slow rank throughout: nothing to undo, nothing to drain"
     assert set(first) >= {"step", "kind", "ranks", "reason", "step_s_before", "step_s_after"}
@@ -65,6 +65,7 @@ def test_laggard_demo_act_command(tmp_path: Path, capsys: pytest.CaptureFixture[
                    "--no-screenshot", "--inject", SPEC) == 0
     text = capsys.readouterr().out
     acts = json.loads((out / "actions.json").read_text())
-    assert acts and acts[0]["kind"] == "rebalance" and acts[0]["ranks"] == [2]
-    assert f"actions: {out / 'actions.json'}" in text and "rebalance DP ranks [2]" in text
+    assert acts and acts[0]["kind"] == "rebalance" and 2 in acts[0]["ranks"]
+    assert acts[0]["counts"][2] == min(acts[0]["counts"])
+    assert f"actions: {out / 'actions.json'}" in text and "rebalance DP ranks [" in text
     assert "act: steps after the first shift (step " in text and " ran x" in text

@@ -129,3 +129,11 @@ def test_a_rank_too_slow_to_absorb_is_drained_through_the_webhook(collector: _Co
     assert drain.ranks == [3] and drain.evidence["ratio_to_median"][3] == pytest.approx(5.0)
     path, body = collector.posts[0]
     assert path == "/hook" and body["action"] == "drain" and body["ranks"] == [3]
+
+
+def test_with_two_ranks_the_slow_one_is_measured_against_the_other() -> None:
+    """The median of two ranks is their mean: a 1.2x rank would read 1.09x against it and be left alone."""
+    ctl = Controller(global_batch=32, dp_rank=0, dp_size=2, min_samples=4)
+    _drive(ctl, [1e-3, 1.2e-3], range(10))
+    assert [a.kind for a in ctl.actions] == ["rebalance"] and ctl.counts == [17, 15]
+    assert ctl.actions[0].evidence["ratio_to_median"] == [pytest.approx(1 / 1.2, abs=1e-3), 1.2]

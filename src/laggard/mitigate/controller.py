@@ -5,7 +5,7 @@ long this rank computed (``record``); every ``ActConfig.every_steps`` steps the 
 small float64 vector each (one ``all_gather``: compute seconds, samples, step seconds, the kill
 switch and the collector's findings) and every rank takes the same decision from the same numbers:
 
-* **a chronically slow DP rank** (compute per sample over the median by ``slow_ratio`` for
+* **a chronically slow DP rank** (compute per sample over the other ranks' median by ``slow_ratio`` for
   ``windows_to_act`` windows): the global batch is split over the DP ranks in proportion to their
   measured speed (``split_samples``: integers, each rank at least ``min_samples``). The global batch is
   the same set of samples; only the split changes. The loop weights each rank's loss by its share
@@ -51,8 +51,9 @@ class ActConfig:
     # one all_gather of 8 float64 per rank every 5 steps: invisible next to a gradient all-reduce,
     # and 2 windows of 5 steps act within 10-15 steps
     every_steps: int = 5
-    # a rank this much slower per sample than the median is worth shifting: under ~1.1x the step-to-step
-    # noise of a shared machine (5-10%) would move samples back and forth
+    # a rank this much slower per sample than the other ranks' median is worth shifting: the smoothed
+    # compute per sample of a healthy rank reached 1.11x on 4 ranks sharing 2 cores at load average 16
+    # (1.10 named it beside the slow one); a 1.2x slow worker reads 1.2x against the others
     slow_ratio: float = 1.15
     # recovered below this (under slow_ratio: hysteresis, so a rank near the line does not flap)
     recover_ratio: float = 1.05
@@ -65,6 +66,9 @@ class ActConfig:
     # a re-split while shifted only when its predicted step time is this much better than the current
     # split's: on 4 ranks sharing 2 cores one window's compute per sample moves by up to ~10%
     replan_gain: float = 1.10
+    # the first shift (from the even split) only needs this predicted gain: the hysteresis above already
+    # asked for 2 slow windows, and whole samples leave a 1.2x rank on 2 DP ranks only ~7% to gain
+    min_gain: float = 1.03
     # weight of the newest window in each rank's compute per sample (an EWMA over windows: the time per
     # sample does not depend on the split, so older windows stay valid; 0.5 follows a change in 2-3 windows)
     smoothing: float = 0.5
@@ -81,8 +85,10 @@ class ActConfig:
             raise error(f"ActConfig: need 1 <= recover_ratio < slow_ratio, got {self.recover_ratio}, {self.slow_ratio}")
         if not 0.0 < self.smoothing <= 1.0:
             raise error(f"ActConfig.smoothing must be in (0, 1], got {self.smoothing}")
-        if self.drain_ratio <= self.slow_ratio or self.replan_gain < 1.0 or self.min_steps_between < 0:
-            raise error("ActConfig: drain_ratio must exceed slow_ratio, replan_gain >= 1, min_steps_between >= 0")
+        if (self.drain_ratio <= self.slow_ratio or min(self.replan_gain, self.min_gain) < 1.0
+                or self.min_steps_between < 0):
+            raise error("ActConfig: drain_ratio must exceed slow_ratio, replan_gain and min_gain >= 1, "
+                        "min_steps_between >= 0")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -163,7 +169,7 @@ class Controller:
         self.planned_gc = False
         self.balanced_packing = False
         self.actions: list[Action] = []
-        self.windows: list[dict[str, Any]] = []  # what each window measured (rank 0 keeps all; small)
+        self.windows: list[dict[str, Any]] = []  # what the last windows measured (rank 0)
         self._acc = [0.0, 0.0, 0.0, 0]  # compute_s, samples, step_s, steps
         self._slow_windows = self._ok_windows = 0
         self._last_action_step: int | None = None
@@ -224,7 +230,7 @@ class Controller:
         self._fill_after(window)
         new = self._decide(step, window)
         if self._leader:
-            self.windows.append(window)
+            self.windows = [*self.windows[-99:], window]  # the last 100
             for a in new:
                 log.info("laggard act: step %d %s ranks %s: %s%s", a.step, a.kind, a.ranks, a.reason,
                          f" (samples per DP rank {a.counts})" if a.counts else "")
@@ -260,9 +266,8 @@ class Controller:
     def _smooth(self, w: dict[str, Any]) -> None:
         a, raw = self.cfg.smoothing, w["time_per_sample"]
         self._tps = list(raw) if self._tps is None else [a * x + (1 - a) * p for x, p in zip(raw, self._tps, strict=True)]
-        med = _median(self._tps)
         w["raw_time_per_sample"] = raw
-        w["time_per_sample"], w["ratio"] = list(self._tps), [x / med for x in self._tps]
+        w["time_per_sample"], w["ratio"] = list(self._tps), _ratios(self._tps)
 
     def _rate_ok(self, step: int) -> bool:
         return self._last_action_step is None or step - self._last_action_step >= self.cfg.min_steps_between
@@ -321,7 +326,7 @@ class Controller:
         new = split_samples(self.global_batch, t, self.min_samples)
         pred_now = max(c * x for c, x in zip(self.counts, t, strict=True))
         pred_new = max(c * x for c, x in zip(new, t, strict=True))
-        if new != self.counts and pred_now > cfg.replan_gain * pred_new:
+        if new != self.counts and pred_now > (cfg.replan_gain if self.shifted else cfg.min_gain) * pred_new:
             names = ", ".join(f"DP rank {d} {ratio[d]:.2f}x" for d in slow) or "rates changed"
             out.append(self._act(step, w, "rebalance", slow or list(range(self.dp_size)),
                                  f"compute per sample over the median ({names}) for {self._slow_windows} windows: "
@@ -385,6 +390,14 @@ def _summarise(rows: list[list[float]], dp_size: int) -> dict[str, Any] | None:
     return {"time_per_sample": per,
             "step_s": sum(r[3] for r in rows) / steps if steps else None,
             "allowed": all(r[5] > 0 for r in rows), "bits": int(rows[0][6])}
+
+
+def _ratios(tps: list[float]) -> list[float]:
+    """Each rank's time per sample over the median of the *other* ranks' (with 2 ranks the median of
+    both is their mean: a 1.2x rank would read 1.09x)."""
+    if len(tps) < 2:
+        return [1.0] * len(tps)
+    return [x / _median(tps[:d] + tps[d + 1:]) for d, x in enumerate(tps)]
 
 
 def _median(xs: list[float]) -> float:
