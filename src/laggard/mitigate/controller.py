@@ -151,7 +151,11 @@ def even_split(global_batch: int, n: int) -> list[int]:
 
 class Controller:
     """See the module docstring. ``counts``/``offsets``/``my_slice`` say which samples of the
-    global batch this DP rank trains on; ``sample_weight`` is its share of the global batch."""
+    global batch this DP rank trains on; ``sample_weight`` is its share of the global batch.
+
+    Construct it on every rank after ``init_process_group`` (rank 0 of ``group`` writes the actions
+    file and talks to the collector); ``group`` (default: the world) must hold every rank that calls
+    ``step``, each passing its DP rank (pipeline stages of one replica pass the same one)."""
 
     def __init__(self, *, global_batch: int, dp_rank: int, dp_size: int, min_samples: int = 1,
                  config: ActConfig | None = None, group: Any = None, actions_path: str | Path | None = None,
