@@ -318,7 +318,7 @@ class Controller:
             self._slow_windows = 0
             if self.shifted and self._ok_windows >= cfg.windows_to_undo and self._rate_ok(step):
                 out.append(self._act(step, w, "undo", list(range(self.dp_size)),
-                                     f"every DP rank within {cfg.recover_ratio}x of the median compute per sample for "
+                                     f"every DP rank within {cfg.recover_ratio}x of the other ranks' median compute per sample for "
                                      f"{self._ok_windows} windows: back to the even split",
                                      even_split(self.global_batch, self.dp_size), **ev))
             return out
@@ -333,14 +333,14 @@ class Controller:
         if new != self.counts and pred_now > (cfg.replan_gain if self.shifted else cfg.min_gain) * pred_new:
             names = ", ".join(f"DP rank {d} {ratio[d]:.2f}x" for d in slow) or "rates changed"
             out.append(self._act(step, w, "rebalance", slow or list(range(self.dp_size)),
-                                 f"compute per sample over the median ({names}) for {self._slow_windows} windows: "
+                                 f"compute per sample over the other ranks' median ({names}) for {self._slow_windows} windows: "
                                  f"samples split by measured speed, predicted step compute {pred_now * 1e3:.1f} -> "
                                  f"{pred_new * 1e3:.1f} ms", new, **ev))
         floored = [d for d in slow if self.counts[d] == self.min_samples and ratio[d] * self.min_samples >
                    cfg.slow_ratio * self.global_batch / self.dp_size and d not in self._drained]
         for d in sorted(set(sick) | set(floored)):
             self._drained.add(d)
-            out.append(self._act(step, w, "drain", [d], f"DP rank {d} is {ratio[d]:.2f}x the median compute per "
+            out.append(self._act(step, w, "drain", [d], f"DP rank {d} is {ratio[d]:.2f}x the other ranks' median compute per "
                                  "sample: more than moving samples can absorb; drain its node", **ev))
             self._post_drain(out[-1])
         return out
