@@ -19,6 +19,10 @@ Mitigations (laggard.mitigate), each acting on the effect it fixes:
 * balance_sequences: with seqlen-imbalance, each step's sequences are dealt over the microbatches by
   cost (laggard.mitigate.balance) and packed, attention running per sequence, instead of in order;
 * layers_per_stage: an explicit (uneven) split of the transformer blocks over the pipeline stages.
+* act: laggard.mitigate.Controller decides at run time (one all_gather every few steps): a slow DP
+  rank gets fewer of the global batch's rows (the same rows, split differently; each rank's loss is
+  weighted by its share and the gradients summed, so the update is the same), and the collector's
+  GC / sequence findings turn on planned GC / balanced packing. Actions go to cfg.actions_path.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class Batches:
         self.cfg, self.sigma = cfg, sigma
         self.balanced = bool(getattr(cfg, "balance_sequences", False)) and sigma is not None
         self._plans: dict[int, list[list[tuple[int, int]]]] = {}
+        self.counts: list[int] | None = None  # act: rows of the global batch per DP rank (None: even)
         per_step = cfg.dp * cfg.microbatches * cfg.batch_size * (4 * cfg.seq_len + 1)
         self.tokens, self.doc_starts = load_corpus(min(per_step * (cfg.steps + cfg.warmup_steps), 8_000_000))
 
@@ -99,11 +104,20 @@ class Batches:
             self._plans = {step: bins}  # keep only the current step
         return self._plans[step]
 
+    def rows(self, dp: int, mb: int) -> tuple[int, int]:
+        """(first row in the step's global batch, rows) of a microbatch; a DP rank's rows (all of them,
+        counts[dp], from the ranks before it on) are dealt evenly over its microbatches."""
+        M, B = self.cfg.microbatches, self.cfg.batch_size
+        if self.counts is None or self.sigma is not None:
+            return (dp * M + mb) * B, B
+        base, extra = divmod(self.counts[dp], M)
+        return sum(self.counts[:dp]) + mb * base + min(mb, extra), base + (mb < extra)
+
     def shape(self, step: int, dp: int, mb: int) -> tuple[int, int]:
         """(rows, tokens per row) of a microbatch: every rank knows it without being told."""
         if self.balanced:
             return 1, sum(L for _, L in self.plan(step)[dp * self.cfg.microbatches + mb])
-        return self.cfg.batch_size, self.seq_len(step, dp, mb)
+        return self.rows(dp, mb)[1], self.seq_len(step, dp, mb)
 
     def get(self, step: int, dp: int, mb: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         if self.balanced:  # one packed row; seq_lens are the sequences the model attends within
@@ -113,8 +127,8 @@ class Batches:
             x = torch.cat([r[:-1] for r in rows]).view(1, -1)
             y = torch.cat([r[1:] for r in rows]).view(1, -1)
             return x, y, [L for _, L in seqs]
-        B, L = self.cfg.batch_size, self.seq_len(step, dp, mb)
-        start = ((step * self.cfg.dp + dp) * self.cfg.microbatches + mb) * B * (L + 1)
+        (first, B), L = self.rows(dp, mb), self.seq_len(step, dp, mb)
+        start = (step * self.cfg.dp * self.cfg.microbatches * self.cfg.batch_size + first) * (L + 1)
         idx = (start + np.arange(B * (L + 1))) % (len(self.tokens) - 1)
         rows = torch.from_numpy(self.tokens[idx].astype(np.int64)).view(B, L + 1)
         # document (file) pieces in each row: what sequence packing hides
@@ -208,6 +222,7 @@ class Stragglers:
                 self.link_delay_s[int(p["dst"])] = p["delay_ms"] / 1e3
             elif inj.cause == "launch-delay":
                 self.launch_delay_s = p["ms"] / 1e3
+        self.compute_s = 0.0  # forward + backward time this step, burn included (what act measures)
         self.rng = np.random.default_rng([cfg.seed, rank, 7])
         self.heap: list = []
         self._burn = torch.randn(64, 64)
@@ -216,11 +231,13 @@ class Stragglers:
         # a block costs ~12 d^2 multiply-adds per token, the head d x vocab: pad by factor blocks
         return int(round(self.head_factor * 12 * d_model))
 
-    def burn(self, elapsed_s: float) -> None:
-        """slow-worker: real extra compute, (factor - 1) x what the op took."""
+    def burn(self, elapsed_s: float, cpu0_s: float) -> None:
+        """slow-worker: real extra compute, (factor - 1) x what the op took. Adds the op's CPU time, burn
+        included, to compute_s (CPU time: 4 ranks on 2 cores stretch everyone's wall time alike)."""
         end = time.perf_counter() + (self.slow - 1.0) * elapsed_s
         while time.perf_counter() < end:
             self._burn @ self._burn
+        self.compute_s += time.thread_time() - cpu0_s
 
     def host_stall(self, step: int) -> None:
         """host-stall: untraced CPU work on the host (pure Python, so no profiler or tracer op covers it)
@@ -310,11 +327,13 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
                                 **_mitigation_meta(cfg)},
                     enabled=cfg.trace_dir is not None, record_every=cfg.record_every,
                     monitor_url=cfg.monitor_url, token=cfg.monitor_token, monitor_job=cfg.monitor_job)
-    step_s, cpu_s, loss_value = [], [], None
+    step_s, cpu_s, loss_value, losses = [], [], None, []
     prof = _profiler(cfg, rank)
+    ctl = _controller(cfg, dp, data)  # None unless cfg.act
     with tracer, prof:  # closes (flushes) the trace however the loop ends
         for step in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
             t0, c0 = time.perf_counter(), time.thread_time()
+            inj.compute_s = 0.0
             with tracer.step(step):
                 loss_value = train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s)
                 if planned is not None:
@@ -323,12 +342,48 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
                 prof.step()  # ends ProfilerStep#N: the profiler's step annotation
             step_s.append(time.perf_counter() - t0)
             cpu_s.append(time.thread_time() - c0)  # this thread's CPU time: what tracing would add to
+            if ctl is not None:  # the decision is the same on every rank; it applies from the next step
+                planned = _act(ctl, step - cfg.warmup_steps, step_s[-1], inj, data, planned)
+            losses.append(loss_value)
             if report is not None:
                 report(step - cfg.warmup_steps, loss_value)
-    out = {"rank": rank, "step_s": step_s, "step_cpu_s": cpu_s, "loss": loss_value, "num_blocks": len(model.blocks)}
+    out = {"rank": rank, "step_s": step_s, "step_cpu_s": cpu_s, "loss": loss_value, "num_blocks": len(model.blocks),
+           "losses": losses}
+    if ctl is not None:
+        ctl.close()
+        out["actions"] = [a.to_json() for a in ctl.actions]
+        out["counts"] = list(ctl.counts)
     if planned is not None:
         out["planned_gc"] = planned.summary()
     return out
+
+
+def _controller(cfg, dp: int, data: Batches):
+    """act: the runtime controller (packed rows are shifted between DP ranks; with variable-length
+    sequences it only acts on the collector's findings)."""
+    if not getattr(cfg, "act", False):
+        return None
+    from laggard.mitigate import ActConfig, Controller
+
+    act_cfg = ActConfig(**{"rebalance": data.sigma is None, **(getattr(cfg, "act_config", None) or {})})
+    return Controller(global_batch=cfg.dp * cfg.microbatches * cfg.batch_size, dp_rank=dp, dp_size=cfg.dp,
+                      min_samples=cfg.microbatches, config=act_cfg, actions_path=cfg.actions_path,
+                      collector_url=cfg.monitor_url, job_id=cfg.monitor_job, token=cfg.monitor_token,
+                      webhook_url=cfg.act_webhook)
+
+
+def _act(ctl, k: int, step_s: float, inj: Stragglers, data: Batches, planned):
+    """Feed the controller this step's compute and apply what it decided (rows, GC, packing)."""
+    ctl.record(inj.compute_s)
+    ctl.step(k, step_s)
+    if data.sigma is None:
+        data.counts = list(ctl.counts)
+    data.balanced = data.balanced or (ctl.balanced_packing and data.sigma is not None)
+    if ctl.planned_gc and planned is None:
+        from laggard.mitigate import PlannedGC
+
+        planned = PlannedGC(interval_steps=None, adaptive=True).start()
+    return planned
 
 
 def _profiler(cfg, rank: int):
@@ -363,6 +418,10 @@ def _mitigation_meta(cfg) -> dict:
 def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> float | None:
     P, M, d = cfg.pp, cfg.microbatches, cfg.d_model
     first, last = s == 0, s == P - 1
+    # act: a microbatch's loss weighs its rows' share of the global batch and gradients are summed over
+    # DP ranks (however the rows are split, the update is the global batch's mean); else 1/M and averaged
+    weighted = bool(getattr(cfg, "act", False))
+    global_rows = cfg.dp * M * cfg.batch_size
     prev_rank, next_rank = dp * P + s - 1, dp * P + s + 1
     inputs, outputs, losses = {}, {}, []
     meta = {}  # microbatch -> (tokens, targets, seq_lens)
@@ -394,12 +453,13 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
             inj.host_stall(step)
         inj.launch_delay()
         with tracer.op("forward-compute", microbatch=m, num_tokens=x.numel(), seq_lens=seq_lens):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             out = model(x if first else inputs[m], seq_lens if data.balanced else None)
             if last:  # the loss is part of the last stage's forward
-                out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / M
+                w = x.shape[0] / global_rows if weighted and not data.balanced else 1 / (M * (cfg.dp if weighted else 1))
+                out = F.cross_entropy(out.flatten(0, 1), y.flatten()) * w
                 losses.append(out.item())
-            inj.burn(time.perf_counter() - t0)
+            inj.burn(time.perf_counter() - t0, c0)
             inj.maybe_collect()
         outputs[m] = out
         if not last:
@@ -413,9 +473,9 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
         x, _, seq_lens = batch(m)
         inj.launch_delay()
         with tracer.op("backward-compute", microbatch=m, num_tokens=x.numel(), seq_lens=seq_lens):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             torch.autograd.backward(outputs.pop(m), grad_tensors=grad)
-            inj.burn(time.perf_counter() - t0)
+            inj.burn(time.perf_counter() - t0, c0)
 
     def send_backward(m):
         if not first:
@@ -450,22 +510,25 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
             dist.all_reduce(flat, group=dp_group)
     # clip by the norm of the whole model's gradient: a world-wide all-reduce, as Megatron does,
     # which also lines all ranks up for the next step
-    with tracer.collective("optimizer-clip-main-grad", size_bytes=8):
-        sq = (flat / cfg.dp).square().sum() if flat is not None else sum(p.grad.square().sum() for p in params)
-        sq = sq.reshape(1) / cfg.dp  # every stage is counted once per DP replica
+    # (the same all-reduce sums the global batch's mean loss: every rank reports it)
+    div = 1 if weighted else cfg.dp
+    with tracer.collective("optimizer-clip-main-grad", size_bytes=16):
+        sq = (flat / div).square().sum() if flat is not None else sum(p.grad.square().sum() for p in params)
+        loss = sum(losses) / (1 if weighted else cfg.dp) if last else 0.0
+        sq = torch.stack([sq.reshape(()) / cfg.dp, torch.tensor(float(loss))])  # each stage once per DP replica
         dist.all_reduce(sq)
     inj.launch_delay()
     with tracer.op("optimizer"):
-        scale = min(1.0, 1.0 / (float(sq.sqrt()) + 1e-6))  # max gradient norm 1.0
+        scale = min(1.0, 1.0 / (float(sq[0].sqrt()) + 1e-6))  # max gradient norm 1.0
         offset = 0
         for p in params:
             if flat is not None:
                 p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
-            p.grad.mul_(scale / (cfg.dp if flat is not None else 1))
+            p.grad.mul_(scale / (div if flat is not None else 1))
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return sum(losses) if last else None
+    return float(sq[1]) if last else None
 
 
 if __name__ == "__main__":

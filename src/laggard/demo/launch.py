@@ -63,6 +63,12 @@ class JobConfig:
     # collector's reach, so the traced steps have no natural full-collection pauses (~150 ms here) and
     # the only GC pauses are injected ones (gc-pauses); the real-process corpus's clean jobs need this
     freeze_gc: bool = False
+    # runtime actions (laggard.mitigate.Controller): rows shifted off a slow DP rank, planned GC and
+    # balanced packing on the collector's findings, drain requests to act_webhook; logged to actions_path
+    act: bool = False
+    actions_path: str | None = None
+    act_config: dict[str, Any] | None = None  # ActConfig fields (thresholds), e.g. {"every_steps": 5}
+    act_webhook: str | None = None
 
     def __post_init__(self) -> None:
         for k in ("dp", "pp", "steps", "microbatches", "batch_size", "seq_len", "d_model", "num_layers", "num_heads"):
@@ -102,6 +108,13 @@ class JobConfig:
                 raise LaggardError(f"--layers-per-stage {split}: {self.pp} non-negative integers adding up to the "
                                    f"{self.num_layers} layers")
             self.layers_per_stage = split
+        if self.act_config:
+            from laggard.mitigate import ActConfig
+
+            try:
+                ActConfig(**self.act_config)
+            except TypeError as e:
+                raise LaggardError(f"act_config: {e}") from None
 
     @property
     def world_size(self) -> int:

@@ -145,16 +145,51 @@ def summary_lines(out: DemoOutput) -> list[str]:
         loss = next((r["loss"] for r in out.job.ranks.values() if r.get("loss") is not None), None)
         lines.append(f"demo job: dp={out.config.dp} x pp={out.config.pp}, {out.config.steps} traced steps of "
                      f"{mean:.3f} s, {out.job.wall_s:.1f} s in all" + (f", final loss {loss:.3f}" if loss else ""))
+        lines += act_lines(out.job, out.config)
         for text, ok in expectations(out.analysis, out.config.injections):
             mark = "found" if ok else ("NOT found" if ok is not None else "check")
             lines.append(f"  [{mark}] {text}")
     return lines
 
 
+def act_effect(job: JobResult) -> dict[str, Any] | None:
+    """The first sample shift's effect on the wall step time (mean over ranks): the steps up to and
+    including the one that decided it, against the steps after it."""
+    first = next((r for r in job.ranks.values() if r.get("actions") is not None), None)
+    if first is None:
+        return None
+    shift = next((a for a in first["actions"] if a["kind"] == "rebalance"), None)
+    steps = [sum(x) / len(x) for x in zip(*(r["step_s"] for r in job.ranks.values()), strict=True)]
+    if shift is None or shift["step"] + 1 >= len(steps):
+        return {"actions": first["actions"], "first_shift_step": None}
+    k = shift["step"] + 1
+    before, after = sum(steps[:k]) / k, sum(steps[k:]) / (len(steps) - k)
+    return {"actions": first["actions"], "first_shift_step": shift["step"], "step_s_before": before,
+            "step_s_after": after, "speedup": before / after}
+
+
+def act_lines(job: JobResult, cfg: JobConfig) -> list[str]:
+    """What the runtime controller did (``--act``), one line per action and the shift's effect."""
+    eff = act_effect(job) if cfg.act else None
+    if eff is None:
+        return []
+    lines = [f"  act: {len(eff['actions'])} action(s)" + (f" (written to {cfg.actions_path})" if cfg.actions_path else "")]
+    for a in eff["actions"]:
+        ba = (f"; step {a['step_s_before']:.3f} -> {a['step_s_after']:.3f} s" if a.get("step_s_before") and
+              a.get("step_s_after") else "")
+        lines.append(f"    step {a['step']}: {a['kind']} DP ranks {a['ranks']}: {a['reason']}{ba}")
+    if eff["first_shift_step"] is not None:
+        lines.append(f"  act: steps after the first shift (step {eff['first_shift_step']}) ran x{eff['speedup']:.2f} "
+                     f"faster: {eff['step_s_before']:.3f} -> {eff['step_s_after']:.3f} s (wall, mean over ranks)")
+    return lines
+
+
 def demo_config(*, quick: bool, dp: int, pp: int, steps: int | None, microbatches: int, seed: int,
-                injections: list[Injection], trace_dir: Path) -> JobConfig:
+                injections: list[Injection], trace_dir: Path, act: bool = False,
+                actions_path: Path | None = None) -> JobConfig:
     kw: dict[str, Any] = {"dp": dp, "pp": pp, "microbatches": microbatches, "seed": seed,
-                          "injections": injections, "trace_dir": str(trace_dir)}
+                          "injections": injections, "trace_dir": str(trace_dir), "act": act,
+                          "actions_path": str(actions_path) if act and actions_path is not None else None}
     if steps is not None:
         kw["steps"] = steps
     return JobConfig.quick(**kw) if quick else JobConfig(**kw)

@@ -5,6 +5,9 @@
   (``cost``): documents into DP ranks x microbatches of equal cost, under a token cap.
 * ``cp_shard`` (``cp``): per-document or per-sequence context-parallel sharding, chosen per batch.
 * ``partition_stages`` / ``split_stages`` (``partition``): the exact min-max contiguous pipeline split.
+* ``Controller`` / ``ActConfig`` (``controller``): runtime actions in the training process: samples
+  shifted away from a slow DP rank (and back), planned GC and balanced packing on the collector's
+  findings, drain requests; opt-in, logged, rate-limited, behind a kill switch.
 * ``BalancedBatchSampler``, ``pack_collate``, ``exchange_sequences`` (``data``): DataLoader and
   torch.distributed helpers.
 
@@ -15,6 +18,7 @@ analysis stack), so a training loop can use it without loading pyarrow or the re
 from __future__ import annotations
 
 from laggard.mitigate.balance import Plan, WLBPacker, balance, imbalance
+from laggard.mitigate.controller import ActConfig, Controller, split_samples
 from laggard.mitigate.cost import CostFit, CostModel, fit_cost
 from laggard.mitigate.cp import AttentionCostModel, CPShard, cp_shard
 from laggard.mitigate.gc import PlannedGC
@@ -22,9 +26,9 @@ from laggard.mitigate.partition import StageSplit, megatron_layout, partition_st
 from laggard.util.lazy import lazy_exports
 
 __all__ = [
-    "AttentionCostModel", "BalancedBatchSampler", "CPShard", "CostFit", "CostModel", "Plan", "PlannedGC",
+    "ActConfig", "AttentionCostModel", "BalancedBatchSampler", "Controller", "CPShard", "CostFit", "CostModel", "Plan", "PlannedGC",
     "StageSplit", "WLBPacker", "balance", "cp_shard", "exchange_sequences", "fit_cost", "imbalance",
-    "megatron_layout", "pack_collate", "partition_stages", "split_stages",
+    "megatron_layout", "pack_collate", "partition_stages", "split_samples", "split_stages",
 ]
 
 

@@ -90,10 +90,20 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
     @app.patch("/api/v1/jobs/{job_id}")
     async def control(job_id: str, request: Request) -> dict[str, Any]:
         d = await read_json(request, collector.cfg.max_body_bytes)
-        if not isinstance(d, dict) or set(d) != {"tracing"} or not isinstance(d["tracing"], bool):
-            raise HTTPException(422, 'expected {"tracing": true|false}')
-        collector.set_tracing(job_id, d["tracing"])
-        return {"id": job_id, "tracing": d["tracing"]}
+        if (not isinstance(d, dict) or not d or set(d) - {"tracing", "act"}
+                or not all(isinstance(v, bool) for v in d.values())):
+            raise HTTPException(422, 'expected {"tracing": true|false} and/or {"act": true|false}')
+        if "tracing" in d:
+            collector.set_tracing(job_id, d["tracing"])
+        if "act" in d:  # the runtime controller's kill switch (laggard.mitigate.Controller polls it)
+            collector.set_act(job_id, d["act"])
+        return {"id": job_id, **d}
+
+    @app.post("/api/v1/jobs/{job_id}/actions")
+    async def actions(job_id: str, request: Request) -> dict[str, Any]:
+        """The runtime controller's action log, shown on the dashboard."""
+        body = await read_json(request, collector.cfg.max_body_bytes)
+        return {"id": job_id, "num_actions": collector.set_actions(job_id, body)}
 
     @app.post("/api/v1/jobs/{job_id}/dump")
     def dump(job_id: str) -> dict[str, Any]:

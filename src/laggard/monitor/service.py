@@ -55,6 +55,8 @@ class Collector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._analyser: AnalysisProcess | None = None  # the child process analysing windows (start())
+        # runtime actions (laggard.mitigate.Controller): job -> {"act": kill switch, "actions": the job's log}
+        self.act: dict[str, dict[str, Any]] = {}
         self._load()
 
     # ------------------------------------------------------------------ start-up
@@ -274,6 +276,26 @@ class Collector:
             self.job(job_id).tracing = on
             self.store.set_tracing(job_id, on)
 
+    def set_act(self, job_id: str, on: bool) -> None:
+        """The job's controllers poll this: False stops their actions (in memory, not stored)."""
+        with self._lock:
+            self.job(job_id)
+            self.act.setdefault(job_id, {"act": True, "actions": []})["act"] = on
+
+    def set_actions(self, job_id: str, actions: Any) -> int:
+        """The controller's action log (it sends all of it each time); a new ``drain`` goes to the
+        webhooks as an alert, for the scheduler."""
+        if not isinstance(actions, list) or len(actions) > 10_000 or not all(isinstance(a, dict) for a in actions):
+            raise LaggardError("actions: expected a JSON list of action objects")
+        with self._lock:
+            self.job(job_id)
+            st = self.act.setdefault(job_id, {"act": True, "actions": []})
+            old, st["actions"] = len(st["actions"]), actions
+        self._raise([Alert(job=job_id, rule="act-drain", message=f"job {job_id}: drain DP rank(s) {a.get('ranks')} "
+                           f"at step {a.get('step')}: {a.get('reason')}", detail={"action": "drain", **a})
+                     for a in actions[old:] if a.get("kind") == "drain"])
+        return len(actions)
+
     def set_rules(self, specs: Any) -> list[Rule]:
         if not isinstance(specs, list):
             raise LaggardError("rules: expected a JSON list of rule objects")
@@ -292,5 +314,6 @@ class Collector:
     def detail(self, job_id: str) -> dict[str, Any]:
         with self._lock:
             out = self.job(job_id).detail(self.cfg.top_k)
+            out.update(self.act.get(job_id, {"act": True, "actions": []}))
         out["alerts"] = [a for a in self.store.alerts(job_id, limit=50)]
         return out
