@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from laggard.errors import LaggardError
+from laggard.report.wording import finding_message, finding_text
 
 log = logging.getLogger("laggard.monitor.alerts")
 RULE_TYPES = ("job_slowdown", "worker_slowdown", "new_finding", "hang")
@@ -141,9 +142,8 @@ def evaluate_window(rules: list[Rule], state: RuleState, job_id: str, doc: dict[
                 seen = state.seen_findings.setdefault(job_id, set())
                 if state._tick((job_id, rule.id, key), True, rule.windows) and key not in seen:
                     seen.add(key)
-                    out.append(Alert(job=job_id, rule=rule.id, message=f"job {job_id}: new finding {f['cause']} "
-                                     f"(workers {f.get('workers')}, stages {f.get('stages')}): {f.get('fix', '')}",
-                                     detail={"finding": f}))
+                    out.append(Alert(job=job_id, rule=rule.id, message="new finding: " + finding_message(f, job=job_id),
+                                     detail={"finding": f, "text": finding_text(f).to_json()}))
             for key in [k for k in state.counts if k[0] == job_id and k[1] == rule.id and k[2] not in present]:
                 state._tick(key, False, rule.windows)
     return out

@@ -24,6 +24,7 @@ from laggard.errors import LaggardError, LaggardWarning
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.hangs import HangCase
 from laggard.optable.ops import Job, JobMeta, to_numpy
+from laggard.report.wording import finding_text
 
 if TYPE_CHECKING:
     from laggard.analysis.config import AnalysisConfig
@@ -283,7 +284,8 @@ class JobWindow:
             "top_chronic": chronic,
             "step_trend": [[k, self.trend[k]] for k in sorted(self.trend)],
             "window_trend": [list(x) for x in self.window_trend],
-            "findings": doc.get("findings", []) if doc else [],
+            # each with its words (laggard.report.wording): the dashboard shows those, never the raw fields
+            "findings": [{**f, "text": finding_text(f).to_json()} for f in doc.get("findings", [])] if doc else [],
             "hang": self.hang(),
             "refresh_s": self.result.refresh_s if self.result else None,
             "ranks": [{"rank": r, "last_step": s.last_step, "num_ops": s.num_ops, "last_op": s.last_op()}

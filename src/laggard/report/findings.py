@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from laggard.report.wording import finding_text
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -22,16 +24,6 @@ PATTERN = {
     "launch-delay": "measured steps longer than the replay (untraced gaps)",
     "unexplained": "no known cause's pattern: the largest carrier of the slowdown",
 }
-
-
-def _where(f) -> str:
-    parts = []
-    if f.workers:
-        shown = ", ".join(f"rank {w['rank']} (dp{w['dp_rank']}/pp{w['stage']})" for w in f.workers[:4])
-        parts.append(shown + (f" and {len(f.workers) - 4} more" if len(f.workers) > 4 else ""))
-    if f.stages and f.cause == "stage-imbalance":
-        parts.append("stage " + ", ".join(str(s) for s in f.stages))
-    return "; ".join(parts)
 
 
 def command_lines(command: str, width: int = 80, indent: int = 4) -> list[str]:
@@ -60,17 +52,6 @@ def command_lines(command: str, width: int = 80, indent: int = 4) -> list[str]:
     return [ln + " \\" for ln in lines[:-1]] + lines[-1:]
 
 
-def _qualifier(f: Finding) -> str:
-    """What the reader must know before acting on a finding: a guess (low confidence), or a cause that
-    other findings hid (named once they are fixed)."""
-    out = ""
-    if f.confidence != "high":
-        out += f" ({f.confidence} confidence: no known cause's signature fits)"
-    if f.hidden:
-        out += " (hidden behind the findings above: it shows once they are fixed)"
-    return out
-
-
 def print_findings(res: Analysis, console: Console) -> None:
     """The verdict, a table of findings that fits the console, then each finding's command on lines of
     their own (continued with backslashes, so they stay runnable when copied)."""
@@ -92,14 +73,14 @@ def print_findings(res: Analysis, console: Console) -> None:
     t.add_column("explains", justify="right", no_wrap=True)
     t.add_column("gain", justify="right", no_wrap=True)
     for i, f in enumerate(d.findings, 1):
-        where = _where(f)
+        w = finding_text(f.to_json())
         text = Text()
-        text.append(f.cause, style="bold")
-        text.append(_qualifier(f))
-        text.append((f": {where}" if where else "") + f"\nevidence: {f.evidence}")
-        if f.consistency_text:
-            text.append(f"\nconsistency: {f.consistency_text}")
-        text.append(f"\nfix: {f.fix_text}")
+        text.append(w.what, style="bold")
+        text.append(w.qualifier)
+        text.append(f"\nevidence: {w.evidence}")
+        if w.consistency:
+            text.append(f"\nconsistency: {w.consistency}")
+        text.append(f"\nfix: {w.fix}")
         t.add_row(str(i), text, f"{100 * f.share:.0f}%\n({100 * f.score:.0f}% alone)", f"{f.gain:.2f}x\nfaster")
     console.print(t)
     width = min(console.width, 120)
@@ -138,15 +119,17 @@ def findings_html(res: Analysis) -> str | None:
         return section("Diagnosis", unexplained, id="findings")
     rows = []
     for i, f in enumerate(d.findings, 1):
+        w = finding_text(f.to_json())
+        what, _, place = w.what.partition(": ")
         rows.append(
             "<tr>"
-            f"<td>{i}</td><td><strong>{escape(f.cause)}</strong>{escape(_qualifier(f))}<br><small>{escape(_where(f))}</small></td>"
+            f"<td>{i}</td><td><strong>{escape(what)}</strong>{escape(w.qualifier)}<br><small>{escape(place)}</small></td>"
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
-            f"<td>{rich_text(f.evidence)}"
-            + (f"<br>consistency: {rich_text(f.consistency_text)}" if f.consistency_text else "")
+            f"<td>{rich_text(w.evidence)}"
+            + (f"<br>consistency: {rich_text(w.consistency)}" if w.consistency else "")
             + f"<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
-            f"<td>{rich_text(f.fix_text)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(f.command)}</code>"
-                                      if f.command else "") + "</td>"
+            f"<td>{rich_text(w.fix)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(w.check)}</code>"
+                                      if w.check else "") + "</td>"
             "</tr>"
         )
     body = (

@@ -1,0 +1,102 @@
+"""A finding in words: the one renderer every surface uses (terminal, HTML, dashboard, alerts, webhooks).
+
+It reads a finding's JSON form (``Finding.to_json()``, which is also what the collector holds), so the
+live monitor words a finding exactly as ``laggard analyze`` does: **what** (the cause in words, where,
+and what the reader must know before acting), **evidence**, **fix** and **check** (the `laggard whatif`
+command that prints the gain). No data structure is ever shown raw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# the cause as a reader names it (the JSON keeps the short key)
+CAUSE_WORDS = {
+    "worker": "slow worker",
+    "stage-imbalance": "stage imbalance",
+    "sequence-imbalance": "sequence-length imbalance",
+    "gc": "garbage-collection pauses",
+    "comm": "slow communication",
+    "launch-delay": "launch delay (untraced host time)",
+    "unexplained": "unexplained slowdown",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FindingText:
+    what: str  # "slow worker: rank 3 (dp1/pp1)"
+    qualifier: str  # "" or what to know before acting (low confidence, hidden)
+    evidence: str
+    consistency: str
+    fix: str
+    check: str  # the command whose speed-up is the gain ("" when none)
+    share: str  # "explains 42% of the slowdown (40% alone)"
+    gain: str  # "fixing it: 1.32x faster"
+
+    def lines(self) -> list[str]:
+        """The finding as labelled lines (alerts, webhooks, plain text)."""
+        out = [self.what + self.qualifier, f"{self.share}; {self.gain}", f"evidence: {self.evidence}"]
+        if self.consistency:
+            out.append(f"consistency: {self.consistency}")
+        out.append(f"fix: {self.fix}")
+        if self.check:
+            out.append(f"check: {self.check}")
+        return out
+
+    def to_json(self) -> dict[str, str]:
+        return {"what": self.what, "qualifier": self.qualifier, "evidence": self.evidence,
+                "consistency": self.consistency, "fix": self.fix, "check": self.check, "share": self.share,
+                "gain": self.gain}
+
+
+def where(f: dict[str, Any], *, max_workers: int = 4) -> str:
+    """The ranks (with their DP rank and stage) and, for a stage finding, the stages it names."""
+    parts = []
+    workers = f.get("workers") or []
+    if workers:
+        shown = ", ".join(f"rank {w['rank']} (dp{w['dp_rank']}/pp{w['stage']})" for w in workers[:max_workers])
+        parts.append(shown + (f" and {len(workers) - max_workers} more" if len(workers) > max_workers else ""))
+    stages = f.get("stages") or []
+    if stages and f.get("cause") == "stage-imbalance":
+        parts.append(("stage " if len(stages) == 1 else "stages ") + ", ".join(str(s) for s in stages))
+    return "; ".join(parts)
+
+
+def qualifier(f: dict[str, Any]) -> str:
+    """What the reader must know before acting on a finding: a guess (low confidence), or a cause that
+    other findings hid (named once they are fixed)."""
+    out = ""
+    if f.get("confidence", "high") != "high":
+        out += f" ({f.get('confidence')} confidence: no known cause's signature fits)"
+    if f.get("hidden"):
+        out += " (hidden behind the findings above: it shows once they are fixed)"
+    return out
+
+
+def _pct(x: Any) -> str:
+    return f"{100 * x:.0f}%" if isinstance(x, (int, float)) else "n/a"
+
+
+def finding_text(f: dict[str, Any]) -> FindingText:
+    """The words of a finding (its ``to_json()`` form)."""
+    cause = str(f.get("cause", ""))
+    place = where(f)
+    what = CAUSE_WORDS.get(cause, cause.replace("-", " ")) + (f": {place}" if place else "")
+    gain = f.get("gain")
+    return FindingText(
+        what=what, qualifier=qualifier(f), evidence=str(f.get("evidence") or ""),
+        consistency=str(f.get("consistency") or ""), fix=str(f.get("fix") or ""), check=str(f.get("whatif") or ""),
+        share=f"explains {_pct(f.get('share'))} of the slowdown ({_pct(f.get('score'))} alone)",
+        gain=f"fixing it: {gain:.2f}x faster" if isinstance(gain, (int, float)) else "fixing it: gain n/a",
+    )
+
+
+def finding_message(f: dict[str, Any], *, job: str | None = None) -> str:
+    """One line for an alert's log line and its webhook's ``message``: what, share and gain, evidence, fix."""
+    t = finding_text(f)
+    head = f"job {job}: " if job else ""
+    return f"{head}{t.what}{t.qualifier} ({t.share}; {t.gain}). Evidence: {t.evidence}. Fix: {t.fix}"
+
+
+__all__ = ["CAUSE_WORDS", "FindingText", "finding_message", "finding_text", "qualifier", "where"]
