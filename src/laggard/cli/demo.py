@@ -23,7 +23,7 @@ def demo(
     monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the local collector up this long after the job (default: until Ctrl-C).")] = None,
     monitor_url: Annotated[str | None, typer.Option("--monitor-url", help="Stream into the collector already running at this address (e.g. http://127.0.0.1:8765) instead of starting one; implies --monitor.")] = None,
     token: Annotated[str | None, typer.Option("--token", help="Bearer token of the --monitor-url collector (default: LAGGARD_TOKEN).")] = None,
-    act: Annotated[bool, typer.Option("--act", help="Runtime actions (laggard.mitigate.Controller): shift samples off a slow DP rank and back, planned GC / balanced packing on the collector's findings; logged to OUT/actions.json. Kill switch: LAGGARD_ACT=0.")] = False,
+    act: Annotated[bool, typer.Option("--act", help="Runtime actions (the Controller of laggard.mitigate): shift samples off a slow DP rank and back, planned GC / balanced packing on the collector's findings; logged to OUT/actions.json. Kill switch: LAGGARD_ACT=0.")] = False,
     shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help="Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed.")] = True,
 ) -> None:
     """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
