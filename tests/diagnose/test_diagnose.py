@@ -36,7 +36,7 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     out = tmp_path / "ar.json"
     assert run_cli("analyze", ND / "trace-AR.parquet", "--json", out) == 0
     text = capsys.readouterr().out
-    assert "verdict: straggling" in text and re.search(r"^\s*1 \S worker: rank 0", text, re.M)
+    assert "verdict: straggling" in text and re.search(r"^\s*1 \S slow worker: rank 0", text, re.M)
     assert "fixing the worst worker (rank 0) removes" in " ".join(text.split())
     d = json.loads(out.read_text())
     assert d["verdict"] == "straggling" and d["healthy_threshold"] == 1.05

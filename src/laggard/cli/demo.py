@@ -50,7 +50,7 @@ def demo(
         _report_lines(paths["html"], shot)
         return
     cfg = demo_config(quick=quick, dp=dp, pp=pp, steps=steps, microbatches=microbatches, seed=seed,
-                      injections=injections, trace_dir=out / "trace")
+                      injections=injections, trace_dir=out / "trace", act=act, actions_path=out / "actions.json")
     collector = _monitor(cfg, out, monitor=monitor, port=monitor_port, linger_s=monitor_linger_s, url=monitor_url,
                          token=token)
     typer.echo(
