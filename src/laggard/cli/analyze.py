@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from laggard.cli.options import INJECT_EPILOG, FormatOpt, HealthyOpt, LayoutOpt, MetaOpt, RankMapOpt, load_trace
+from laggard.cli.options import (
+    INJECT_EPILOG,
+    FormatOpt,
+    HealthyOpt,
+    LayoutOpt,
+    MetaOpt,
+    RankMapOpt,
+    load_trace,
+)
 from laggard.errors import LaggardError, check_healthy_threshold, check_output
 
 

@@ -50,9 +50,8 @@ def serve(
     from laggard.monitor.app import create_app
     from laggard.monitor.config import MonitorConfig
     from laggard.monitor.service import Collector
-    from laggard.monitor.store import Store
-
     from laggard.monitor.serving import listen, removed_on_failure
+    from laggard.monitor.store import Store
 
     cfg = MonitorConfig(window_steps=window_steps, refresh_every_steps=max(1, window_steps // 2),
                         metrics_top_k=metrics_top_k, hang_after_s=hang_after_s, hang_collect_s=hang_collect_s,

@@ -11,8 +11,8 @@ model's prediction is reported beside the measurement.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from laggard.optable.ops import LaggardError

@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from laggard.results.analysis import Analysis
-    from laggard.results.diagnosis import Finding
 
 PATTERN = {
     "worker": "one hot cell in the DP x PP heatmap",
