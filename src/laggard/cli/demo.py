@@ -43,11 +43,7 @@ def demo(
     if trace is not None:
         if injections:
             raise LaggardError("--inject applies to the demo job; with --trace nothing is run")
-        result, paths, _ = analyse_and_report(trace, out)
-        print_summary(result)
-        for kind, p in paths.items():
-            typer.echo(f"wrote {kind}: {p}")
-        _report_lines(paths["html"], shot)
+        _report_trace(trace, out, shot)
         return
     cfg = demo_config(quick=quick, dp=dp, pp=pp, steps=steps, microbatches=microbatches, seed=seed,
                       injections=injections, trace_dir=out / "trace", act=act, actions_path=out / "actions.json")
@@ -78,19 +74,37 @@ def demo(
     for kind, p in paths.items():
         typer.echo(f"wrote {kind}: {p}")
     _report_lines(paths["html"], shot)
-    if cfg.monitor_url:
-        from laggard.monitor.local import job_arrived
+    _after_run(cfg, collector, monitor_linger_s)
 
-        why = job_arrived(cfg.monitor_url, cfg.monitor_token, cfg.monitor_job or "")
-        if why:
-            if collector is not None:
-                collector.stop()
-            raise LaggardError(why)
+
+def _report_trace(trace: Path, out: Path, shot: bool) -> None:
+    """``--trace``: analyse an existing trace and write the demo's reports, nothing run."""
+    from laggard.demo.run import analyse_and_report
+    from laggard.report.terminal import print_summary
+
+    result, paths, _ = analyse_and_report(trace, out)
+    print_summary(result)
+    for kind, p in paths.items():
+        typer.echo(f"wrote {kind}: {p}")
+    _report_lines(paths["html"], shot)
+
+
+def _after_run(cfg, collector, linger_s: float | None) -> None:  # noqa: ANN001 - thin CLI glue
+    """The collector after the job: it must hold the job's ops (else one line, exit 2); a local one
+    lingers for the dashboard, a running one's dashboard address is printed."""
+    from laggard.monitor.local import dashboard_url, job_arrived
+    from laggard.optable.ops import LaggardError
+
+    if not cfg.monitor_url:
+        return
+    why = job_arrived(cfg.monitor_url, cfg.monitor_token, cfg.monitor_job or "")
+    if why:
+        if collector is not None:
+            collector.stop()
+        raise LaggardError(why)
     if collector is not None:
-        _linger(collector, monitor_linger_s)
-    elif cfg.monitor_url:
-        from laggard.monitor.local import dashboard_url
-
+        _linger(collector, linger_s)
+    else:
         typer.echo(f"live dashboard: {dashboard_url(cfg.monitor_url, cfg.monitor_token)}  (job {cfg.monitor_job})")
 
 

@@ -33,6 +33,8 @@ def create_app(collector: Collector, token: str) -> FastAPI:
     app.add_middleware(_Guard, token=token)
     _error_handlers(app)
     _job_routes(app, collector)
+    _control_routes(app, collector)
+    _hang_routes(app, collector)
     _admin_routes(app, collector)
     return app
 
@@ -67,7 +69,7 @@ def _error_handlers(app: FastAPI) -> None:
 
 
 def _job_routes(app: FastAPI, collector: Collector) -> None:
-    """Ingest and the jobs: their state, control, dumps, analyses and step timelines."""
+    """Ingest and the jobs: their state, analyses and step timelines."""
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"ok": True}
@@ -87,6 +89,26 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
     def job(job_id: str) -> dict[str, Any]:
         return collector.detail(job_id)
 
+    @app.get("/api/v1/jobs/{job_id}/analysis")
+    def analysis(job_id: str) -> Response:
+        win = collector.job(job_id)
+        if win.result is None:
+            raise HTTPException(409, f"job {job_id!r} has no complete window yet" + (f" ({win.error})" if win.error else ""))
+        from laggard.report.jsonout import dumps
+
+        return Response(dumps(win.result.doc), media_type="application/json")
+
+    @app.get("/api/v1/jobs/{job_id}/timeline")
+    def timeline(job_id: str, step: int) -> dict[str, Any]:
+        with collector._lock:
+            ops = collector.job(job_id).step_timeline(step)
+        if not ops:
+            raise HTTPException(404, f"step {step} of job {job_id!r} is not in memory (only the current window is)")
+        return {"step": step, "ops": ops}
+
+
+def _control_routes(app: FastAPI, collector: Collector) -> None:
+    """What an operator or the runtime controller changes on a job: tracing, the act kill switch, its actions."""
     @app.patch("/api/v1/jobs/{job_id}")
     async def control(job_id: str, request: Request) -> dict[str, Any]:
         d = await read_json(request, collector.cfg.max_body_bytes)
@@ -105,6 +127,9 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
         body = await read_json(request, collector.cfg.max_body_bytes)
         return {"id": job_id, "num_actions": collector.set_actions(job_id, body)}
 
+
+def _hang_routes(app: FastAPI, collector: Collector) -> None:
+    """Hangs: dump requests, the tracers' heartbeats and hang reports, and the verdict."""
     @app.post("/api/v1/jobs/{job_id}/dump")
     def dump(job_id: str) -> dict[str, Any]:
         """Ask the job's tracers for their hang reports (Flight Recorder dumps): the verdict follows at .../hang."""
@@ -131,23 +156,6 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
         if doc is None:
             raise HTTPException(404, f"job {job_id!r} has no hang verdict yet (POST .../dump asks for one)")
         return Response(orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS), media_type="application/json")
-
-    @app.get("/api/v1/jobs/{job_id}/analysis")
-    def analysis(job_id: str) -> Response:
-        win = collector.job(job_id)
-        if win.result is None:
-            raise HTTPException(409, f"job {job_id!r} has no complete window yet" + (f" ({win.error})" if win.error else ""))
-        from laggard.report.jsonout import dumps
-
-        return Response(dumps(win.result.doc), media_type="application/json")
-
-    @app.get("/api/v1/jobs/{job_id}/timeline")
-    def timeline(job_id: str, step: int) -> dict[str, Any]:
-        with collector._lock:
-            ops = collector.job(job_id).step_timeline(step)
-        if not ops:
-            raise HTTPException(404, f"step {step} of job {job_id!r} is not in memory (only the current window is)")
-        return {"step": step, "ops": ops}
 
 
 def _admin_routes(app: FastAPI, collector: Collector) -> None:
