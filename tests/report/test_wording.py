@@ -59,8 +59,7 @@ def test_terminal_and_html_use_the_same_words(findings: list[dict], tmp_path) ->
     page = render_html(res)
     f = res.diagnosis.findings[0]
     t = finding_text(f.to_json())
-    what, _, place = t.what.partition(": ")
-    assert f"<strong>{what}</strong>" in page and place in page
+    assert f"<strong>{t.cause}</strong>" in page and t.where and t.where in page
     assert run_cli("analyze", ND / "trace-AR.parquet") == 0
 
 

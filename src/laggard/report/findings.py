@@ -119,10 +119,9 @@ def findings_html(res: Analysis) -> str | None:
     rows = []
     for i, f in enumerate(d.findings, 1):
         w = finding_text(f.to_json())
-        what, _, place = w.what.partition(": ")
         rows.append(
             "<tr>"
-            f"<td>{i}</td><td><strong>{escape(what)}</strong>{escape(w.qualifier)}<br><small>{escape(place)}</small></td>"
+            f"<td>{i}</td><td><strong>{escape(w.cause)}</strong>{escape(w.qualifier)}<br><small>{escape(w.where)}</small></td>"
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
             f"<td>{rich_text(w.evidence)}"
             + (f"<br>consistency: {rich_text(w.consistency)}" if w.consistency else "")

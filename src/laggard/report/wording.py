@@ -25,7 +25,8 @@ CAUSE_WORDS = {
 
 @dataclass(frozen=True, slots=True)
 class FindingText:
-    what: str  # "slow worker: rank 3 (dp1/pp1)"
+    cause: str  # "slow worker"
+    where: str  # "rank 3 (dp1/pp1)" ("" for a job-wide cause)
     qualifier: str  # "" or what to know before acting (low confidence, hidden)
     evidence: str
     consistency: str
@@ -33,6 +34,11 @@ class FindingText:
     check: str  # the command whose speed-up is the gain ("" when none)
     share: str  # "explains 42% of the slowdown (40% alone)"
     gain: str  # "fixing it: 1.32x faster"
+
+    @property
+    def what(self) -> str:
+        """The cause and where: "slow worker: rank 3 (dp1/pp1)"."""
+        return self.cause + (f": {self.where}" if self.where else "")
 
     def lines(self) -> list[str]:
         """The finding as labelled lines (alerts, webhooks, plain text)."""
@@ -45,7 +51,7 @@ class FindingText:
         return out
 
     def to_json(self) -> dict[str, str]:
-        return {"what": self.what, "qualifier": self.qualifier, "evidence": self.evidence,
+        return {"what": self.what, "cause": self.cause, "where": self.where, "qualifier": self.qualifier, "evidence": self.evidence,
                 "consistency": self.consistency, "fix": self.fix, "check": self.check, "share": self.share,
                 "gain": self.gain}
 
@@ -81,11 +87,9 @@ def _pct(x: Any) -> str:
 def finding_text(f: dict[str, Any]) -> FindingText:
     """The words of a finding (its ``to_json()`` form)."""
     cause = str(f.get("cause", ""))
-    place = where(f)
-    what = CAUSE_WORDS.get(cause, cause.replace("-", " ")) + (f": {place}" if place else "")
     gain = f.get("gain")
     return FindingText(
-        what=what, qualifier=qualifier(f), evidence=str(f.get("evidence") or ""),
+        cause=CAUSE_WORDS.get(cause, cause.replace("-", " ")), where=where(f), qualifier=qualifier(f), evidence=str(f.get("evidence") or ""),
         consistency=str(f.get("consistency") or ""), fix=str(f.get("fix") or ""), check=str(f.get("whatif") or ""),
         share=f"explains {_pct(f.get('share'))} of the slowdown ({_pct(f.get('score'))} alone)",
         gain=f"fixing it: {gain:.2f}x faster" if isinstance(gain, (int, float)) else "fixing it: gain n/a",
