@@ -125,7 +125,12 @@ def _control_routes(app: FastAPI, collector: Collector) -> None:
     async def actions(job_id: str, request: Request) -> dict[str, Any]:
         """The runtime controller's action log, shown on the dashboard."""
         body = await read_json(request, collector.cfg.max_body_bytes)
-        return {"id": job_id, "num_actions": collector.set_actions(job_id, body)}
+        return {"id": job_id, "num_actions": await run_in_threadpool(collector.set_actions, job_id, body)}
+
+    @app.get("/api/v1/jobs/{job_id}/actions")
+    def get_actions(job_id: str) -> dict[str, Any]:
+        """The kill switch and the action log: step, kind, DP ranks, reason, step time before and after."""
+        return collector.actions(job_id)
 
 
 def _hang_routes(app: FastAPI, collector: Collector) -> None:

@@ -38,6 +38,22 @@ class UnknownJob(LaggardError):
     """A job id the collector has not seen (answered with 404)."""
 
 
+_ACTION_FIELDS = {"step": int, "kind": str, "ranks": list, "reason": str}  # each logged action has these
+
+
+def check_actions(actions: Any) -> None:
+    """A controller's action log (``laggard.mitigate.controller.Action.to_json``), or one-line ``LaggardError``."""
+    if not isinstance(actions, list) or len(actions) > 10_000 or not all(isinstance(a, dict) for a in actions):
+        raise LaggardError("actions: expected a JSON list of (at most 10,000) action objects")
+    for i, a in enumerate(actions):
+        bad = [k for k, t in _ACTION_FIELDS.items() if not isinstance(a.get(k), t) or isinstance(a.get(k), bool)]
+        bad += [k for k in ("step_s_before", "step_s_after")
+                if a.get(k) is not None and (not isinstance(a[k], int | float) or isinstance(a[k], bool))]
+        if bad or not all(isinstance(r, int) and not isinstance(r, bool) for r in a["ranks"]):
+            raise LaggardError(f"actions[{i}]: expected step (int), kind, reason (str), ranks (list of int) and "
+                               f"step_s_before/step_s_after (number or null); bad: {', '.join(bad) or 'ranks'}")
+
+
 class Collector:
     def __init__(self, store: Store, cfg: MonitorConfig | None = None, webhooks: list[str] | None = None) -> None:
         self.store = store
@@ -55,7 +71,8 @@ class Collector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._analyser: AnalysisProcess | None = None  # the child process analysing windows (start())
-        # runtime actions (laggard.mitigate.Controller): job -> {"act": kill switch, "actions": the job's log}
+        # runtime actions (laggard.mitigate.Controller): job -> {"act": kill switch, "actions": the job's log};
+        # both stored (a restart must not forget a kill switch an operator set)
         self.act: dict[str, dict[str, Any]] = {}
         self._load()
 
@@ -79,6 +96,8 @@ class Collector:
                 if st is not None:
                     st.num_ops = num_ops
             win.num_ops = sum(p[2] for p in progress)
+        for job_id, (on, actions) in self.store.act_states().items():
+            self.act[job_id] = {"act": on, "actions": actions}
 
     def _window(self, job_id: str, meta: dict[str, Any]) -> JobWindow:
         win = self.windows.get(job_id)
@@ -277,18 +296,26 @@ class Collector:
             self.store.set_tracing(job_id, on)
 
     def set_act(self, job_id: str, on: bool) -> None:
-        """The job's controllers poll this: False stops their actions (in memory, not stored)."""
+        """The job's controllers poll this: False stops their actions. Stored before it is answered."""
         with self._lock:
             self.job(job_id)
+            self.store.set_act(job_id, on)
             self.act.setdefault(job_id, {"act": True, "actions": []})["act"] = on
 
-    def set_actions(self, job_id: str, actions: Any) -> int:
-        """The controller's action log (it sends all of it each time); a new ``drain`` goes to the
-        webhooks as an alert, for the scheduler."""
-        if not isinstance(actions, list) or len(actions) > 10_000 or not all(isinstance(a, dict) for a in actions):
-            raise LaggardError("actions: expected a JSON list of action objects")
+    def actions(self, job_id: str) -> dict[str, Any]:
+        """The job's kill switch and action log (``GET .../actions``)."""
         with self._lock:
             self.job(job_id)
+            st = self.act.get(job_id, {"act": True, "actions": []})
+            return {"id": job_id, "act": st["act"], "actions": list(st["actions"])}
+
+    def set_actions(self, job_id: str, actions: Any) -> int:
+        """The controller's action log (it sends all of it each time), stored; a new ``drain`` goes to
+        the webhooks as an alert, for the scheduler."""
+        check_actions(actions)
+        with self._lock:
+            self.job(job_id)
+            self.store.set_actions(job_id, actions)
             st = self.act.setdefault(job_id, {"act": True, "actions": []})
             old, st["actions"] = len(st["actions"]), actions
         self._raise([Alert(job=job_id, rule="act-drain", message=f"job {job_id}: drain DP rank(s) {a.get('ranks')} "

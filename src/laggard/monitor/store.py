@@ -1,7 +1,8 @@
 """The collector's database: SQLite (default, WAL) or PostgreSQL (a ``postgresql://`` URL, psycopg 3).
 
-What is stored: jobs (metadata, tracing on/off), op batches exactly as received (Arrow IPC, keyed by
-(job, rank, seq): a batch sent twice is stored once), alert rules and fired alerts. Every write is
+What is stored: jobs (metadata, tracing on/off, the runtime controller's kill switch ``act``), op
+batches exactly as received (Arrow IPC, keyed by (job, rank, seq): a batch sent twice is stored
+once), each job's runtime action log (as the controller last sent it), alert rules and fired alerts. Every write is
 committed before the HTTP answer (op batches group-committed: one transaction for
 the batches that arrive while the previous one commits), so a restart loses nothing that was acknowledged. The analysis is
 not stored: it is recomputed from the batches of the last window on start.
@@ -21,7 +22,7 @@ from laggard.errors import LaggardError
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, meta TEXT NOT NULL, tracing INTEGER NOT NULL,
-    created_s DOUBLE PRECISION NOT NULL);
+    created_s DOUBLE PRECISION NOT NULL, act INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE IF NOT EXISTS batches (job_id TEXT NOT NULL, rank INTEGER NOT NULL, seq BIGINT NOT NULL,
     min_step BIGINT NOT NULL, max_step BIGINT NOT NULL, num_ops INTEGER NOT NULL,
     received_s DOUBLE PRECISION NOT NULL, body {blob} NOT NULL, PRIMARY KEY (job_id, rank, seq));
@@ -29,7 +30,11 @@ CREATE INDEX IF NOT EXISTS batches_step ON batches (job_id, max_step);
 CREATE TABLE IF NOT EXISTS rules (rule_id TEXT PRIMARY KEY, spec TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS alerts (alert_id {serial}, job_id TEXT NOT NULL, rule_id TEXT NOT NULL,
     created_s DOUBLE PRECISION NOT NULL, message TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS actions (job_id TEXT PRIMARY KEY, log TEXT NOT NULL, updated_s DOUBLE PRECISION NOT NULL);
 """
+# columns added after a table's first release: (table, column, its definition). A database file made
+# by an older collector gets them on open; its rows take the default
+_ADDED_COLUMNS = (("jobs", "act", "INTEGER NOT NULL DEFAULT 1"),)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -91,7 +96,16 @@ class Store:
         for stmt in ddl.split(";"):
             if stmt.strip():
                 self._exec(stmt)
+        self._migrate()
         self._commit()
+
+    def _migrate(self) -> None:
+        """Add the columns an older collector's database lacks (``_ADDED_COLUMNS``)."""
+        for table, col, spec in _ADDED_COLUMNS:
+            if self.is_postgres:
+                self._exec(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {spec}")
+            elif col not in {r[1] for r in self._exec(f"PRAGMA table_info({table})").fetchall()}:
+                self._exec(f"ALTER TABLE {table} ADD COLUMN {col} {spec}")
 
     # ------------------------------------------------------------------ plumbing
     def _sql(self, q: str) -> str:
@@ -138,6 +152,23 @@ class Store:
 
     def set_tracing(self, job_id: str, on: bool) -> bool:
         return self._write("UPDATE jobs SET tracing = ? WHERE job_id = ?", (1 if on else 0, job_id)) > 0
+
+    # ------------------------------------------------------------------ runtime actions
+    def set_act(self, job_id: str, on: bool) -> bool:
+        """The job's kill switch for runtime actions (False: its controllers stop acting)."""
+        return self._write("UPDATE jobs SET act = ? WHERE job_id = ?", (1 if on else 0, job_id)) > 0
+
+    def set_actions(self, job_id: str, actions: list[dict[str, Any]]) -> None:
+        """The job's action log, replacing the one stored (the controller sends all of it each time:
+        an action's step time after is filled in later)."""
+        self._write("INSERT INTO actions (job_id, log, updated_s) VALUES (?, ?, ?) ON CONFLICT (job_id) "
+                    "DO UPDATE SET log = excluded.log, updated_s = excluded.updated_s",
+                    (job_id, json.dumps(actions), time.time()))
+
+    def act_states(self) -> dict[str, tuple[bool, list[dict[str, Any]]]]:
+        """Per job: (its kill switch, its action log) as stored."""
+        rows = self._read("SELECT j.job_id, j.act, a.log FROM jobs j LEFT JOIN actions a ON a.job_id = j.job_id")
+        return {j: (bool(act), json.loads(log) if log is not None else []) for j, act, log in rows}
 
     # ------------------------------------------------------------------ batches
     def add_batch(self, b: BatchRow) -> bool:
