@@ -39,6 +39,8 @@ def serve(
     hang_after_s: Annotated[float, typer.Option("--hang-after-s", help="No rank of a job recording an op for this long (or one rank's heartbeats stopping) is a suspected hang.")] = 30.0,
     hang_collect_s: Annotated[float, typer.Option("--hang-collect-s", help="After asking a job's ranks for their hang reports, decide the verdict after this long at most (ranks that sent nothing count as missing).")] = 10.0,
     max_report_bytes: Annotated[int, typer.Option("--max-report-bytes", help="Largest hang report (a rank's Flight Recorder dump) accepted.")] = 16 * 2**20,
+    hang_reports_per_job: Annotated[int, typer.Option("--hang-reports-per-job", help="Hang reports held per job for a verdict (the oldest dropped first; said in the verdict's warnings).")] = 4096,
+    hang_report_bytes_per_job: Annotated[int, typer.Option("--hang-report-bytes-per-job", help="... and their bytes per job (at least --max-report-bytes).")] = 256 * 2**20,
 ) -> None:
     """Run the collector: ingest API, sliding-window analysis, alerts, /metrics and the dashboard at /."""
     _need_extra()
@@ -55,7 +57,8 @@ def serve(
 
     cfg = MonitorConfig(window_steps=window_steps, refresh_every_steps=max(1, window_steps // 2),
                         metrics_top_k=metrics_top_k, hang_after_s=hang_after_s, hang_collect_s=hang_collect_s,
-                        max_report_bytes=max_report_bytes)
+                        max_report_bytes=max_report_bytes, hang_reports_per_job=hang_reports_per_job,
+                        hang_report_bytes_per_job=hang_report_bytes_per_job)
     given = token or os.environ.get("LAGGARD_TOKEN") or None
     token_path = auth.default_token_path(db)
     if given is not None:

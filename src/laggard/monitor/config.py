@@ -40,6 +40,14 @@ class MonitorConfig:
     # largest hang report accepted: a 2,000-entry Flight Recorder buffer is ~1 MB of JSON, a
     # 20,000-entry one ~12 MB; the tracer trims its oldest entries to fit the same 16 MB
     max_report_bytes: int = 16 * 2**20
+    # hang reports held per job while a verdict is collected (a rank's newer report replaces its older
+    # one; the oldest is dropped first beyond either cap, and its rank counts as missing). The verdict
+    # wants one report per rank: 4,096 keeps every rank of jobs up to that size
+    hang_reports_per_job: int = 4096
+    # ... and their bytes (as received): 256 MiB holds 256 ranks' 2,000-entry recorder dumps (~1 MB
+    # each), or 16 of the largest accepted; several jobs may hang at once on one collector, and the
+    # reports are released when the verdict is decided (within hang_collect_s of the request)
+    hang_report_bytes_per_job: int = 256 * 2**20
     # per-job history kept for the trend plot
     trend_len: int = 1000
     # Prometheus: laggard_worker_slowdown is exported for the top-k workers of each job only
@@ -68,7 +76,7 @@ class MonitorConfig:
         from laggard.errors import LaggardError
 
         for k in ("window_steps", "refresh_every_steps", "hang_min_steps", "trend_len", "metrics_top_k", "top_k",
-                  "max_body_bytes", "max_report_bytes"):
+                  "max_body_bytes", "max_report_bytes", "hang_reports_per_job", "hang_report_bytes_per_job"):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")
@@ -76,5 +84,8 @@ class MonitorConfig:
             raise LaggardError(f"monitor config: chronic_alpha must be in (0, 1], got {self.chronic_alpha!r}")
         if not 0.0 < self.analysis_share <= 1.0:
             raise LaggardError(f"monitor config: analysis_share must be in (0, 1], got {self.analysis_share!r}")
+        if self.hang_report_bytes_per_job < self.max_report_bytes:
+            raise LaggardError("monitor config: hang_report_bytes_per_job must be at least max_report_bytes "
+                               f"({self.max_report_bytes}), got {self.hang_report_bytes_per_job}")
         if self.hang_after_s <= 0 or self.tick_s <= 0 or self.hang_collect_s <= 0:
             raise LaggardError("monitor config: hang_after_s, hang_collect_s and tick_s must be positive")

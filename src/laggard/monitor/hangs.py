@@ -11,7 +11,10 @@ A suspicion (or an operator's ``POST /jobs/ID/dump``) raises the job's ``dump_re
 tracer answers with its hang report (``POST /jobs/ID/flight``: its Flight Recorder dump and state,
 or the state alone). Once every rank of the job has reported, or ``hang_collect_s`` after the
 request, the verdict is ``laggard.hang.verdict.diagnose`` over the reports: exactly what
-``laggard hang`` computes on the same dumps; a rank that sent nothing is a missing rank. The
+``laggard hang`` computes on the same dumps; a rank that sent nothing is a missing rank. Reports
+are held only for the open request, within ``hang_reports_per_job`` and ``hang_report_bytes_per_job``
+(the oldest dropped first: counted, and said in the verdict's ``warnings``), and released once the
+verdict has them; a report for a decided or superseded request is not kept. The
 ``laggard hang --json`` document is kept (``GET /jobs/ID/hang``) with a short summary (``published``)
 that goes back to the tracers in heartbeat answers (their opt-in abort reads it), to the alert,
 the dashboard and the metrics.
@@ -51,7 +54,10 @@ class HangCase:
     request: int = 0  # the dump_request the reports answer (0: none asked)
     requested_s: float = 0.0
     suspected: bool = False  # the request came from a suspected hang (not only an operator)
-    reports: dict[int, tuple[int, Any]] = field(default_factory=dict)  # rank -> (request, RankDump)
+    reports: dict[int, tuple[Any, int]] = field(default_factory=dict)  # rank -> (RankDump, bytes), oldest first
+    report_bytes: int = 0  # the bytes of ``reports``
+    dropped: list[tuple[int, int]] = field(default_factory=list)  # (rank, bytes) dropped over the caps (open request)
+    dropped_total: int = 0  # reports dropped over the caps, ever
     decided: int = 0  # the request the last verdict answers
     doc: dict[str, Any] | None = None  # the `laggard hang --json` document of the last verdict
     published: dict[str, Any] | None = None  # its summary (heartbeat answers, alerts, dashboard)
@@ -97,29 +103,61 @@ class HangCase:
 
     # ------------------------------------------------------------------ reports and the verdict
     def open(self, request: int, now_s: float, *, suspected: bool) -> None:
-        """Reports for ``request`` are wanted from now on (older ones no longer count)."""
+        """Reports for ``request`` are wanted from now on (older ones no longer count, and are released)."""
         self.request, self.requested_s, self.suspected = request, now_s, suspected
+        self._release()
 
-    def add_report(self, request: int, dump: Any) -> None:
-        self.reports[dump.rank] = (request, dump)
+    def _release(self) -> None:
+        self.reports, self.report_bytes, self.dropped = {}, 0, []
+
+    def add_report(self, request: int, dump: Any, nbytes: int, *, max_reports: int, max_bytes: int) -> bool:
+        """Hold a rank's report for the open request (False, not held: it answers no open request).
+        Beyond ``max_reports`` or ``max_bytes`` the oldest reports are dropped (their ranks count as missing)."""
+        if request != self.request or request == 0 or self.decided == request:
+            return False
+        old = self.reports.pop(dump.rank, None)  # a rank's newer report replaces its older one
+        if old is not None:
+            self.report_bytes -= old[1]
+        self.reports[dump.rank] = (dump, nbytes)
+        self.report_bytes += nbytes
+        while len(self.reports) > max_reports or self.report_bytes > max_bytes:
+            rank = next(iter(self.reports))
+            _, n = self.reports.pop(rank)
+            self.report_bytes -= n
+            self.dropped.append((rank, n))
+            self.dropped_total += 1
+        return dump.rank in self.reports
 
     def expected(self) -> int:
         return max(self.world_size, len(self.beats))
 
     def ready(self, now_s: float, collect_s: float) -> bool:
-        """A verdict is due: every rank reported for the open request, or ``collect_s`` passed."""
+        """A verdict is due: every rank reported for the open request, ``collect_s`` passed, or every
+        tracer of the job closed (the job ended: decided at once over what came, which is then released)."""
         if self.request == 0 or self.decided == self.request:
             return False
-        got = sum(1 for req, _ in self.reports.values() if req == self.request)
-        return (self.expected() > 0 and got >= self.expected()) or now_s - self.requested_s >= collect_s
+        got = len(self.reports) + len(self.dropped)
+        closed = bool(self.beats) and all(b.closed for b in self.beats.values())
+        return (self.expected() > 0 and got >= self.expected()) or now_s - self.requested_s >= collect_s or closed
 
-    def take(self) -> list[Any]:
-        """The reports of the open request, marking it decided (once, even if the analysis then fails:
-        the collector logs it). Under the collector's lock; ``decide`` runs outside it."""
+    def take(self) -> tuple[list[Any], list[str]]:
+        """The reports of the open request and the warnings about them, marking it decided (once, even
+        if the analysis then fails: the collector logs it) and releasing them. Under the collector's
+        lock; ``decide`` runs outside it."""
         self.decided = self.request
-        return [d for req, d in self.reports.values() if req == self.request]
+        dumps = [d for d, _ in self.reports.values()]
+        warnings = []
+        if self.dropped:
+            ranks = sorted(r for r, _ in self.dropped)
+            mb = sum(n for _, n in self.dropped) / 2**20
+            warnings.append(f"{len(self.dropped)} hang report(s) ({mb:.1f} MB) dropped, oldest first, over the "
+                            f"collector's per-job limits (hang_reports_per_job, hang_report_bytes_per_job): "
+                            f"rank(s) {ranks[:20]}{' ...' if len(ranks) > 20 else ''} count as missing")
+        self._release()
+        return dumps, warnings
 
-    def decide(self, job_id: str, dumps: list[Any], collect_s: float, abort: bool) -> dict[str, Any]:
+    def decide(self, job_id: str, dumps: list[Any], collect_s: float, abort: bool,
+               warnings: list[str] | None = None) -> dict[str, Any]:
         """Run ``laggard hang``'s analysis over the reports (``take``); returns the summary."""
         from laggard.hang.verdict import HangReport, diagnose
 
@@ -130,11 +168,12 @@ class HangCase:
             rep = HangReport(verdict="missing-ranks", culprit_ranks=list(range(world)), world_size=world,
                              missing_ranks=list(range(world)),
                              evidence=[f"no rank sent a hang report within {collect_s:g} s of the request"])
-        self.doc = rep.to_json()
+        self.doc = {**rep.to_json(), "warnings": list(warnings or [])}
         self.published = {"job": job_id, "request": self.request, "verdict": rep.verdict,
                           "culprit_ranks": rep.culprit_ranks, "group": rep.group, "group_ranks": rep.group_ranks,
                           "op": rep.op, "seq": rep.seq, "missing_ranks": rep.missing_ranks,
                           "suspected": self.suspected, "abort": bool(abort and self.suspected),
+                          "warnings": self.doc["warnings"],
                           "time_unix_s": round(time.time(), 3)}
         return self.published
 

@@ -29,6 +29,9 @@ class Metrics:
                                   "(the first top-k)", ["job", "rank"], registry=self.registry)
         self.hang_verdicts = Counter("laggard_hang_verdicts", "Hang verdicts decided, by verdict", ["verdict"],
                                      registry=self.registry)
+        self.hang_reports_dropped = Counter("laggard_hang_reports_dropped", "Hang reports dropped (oldest first) "
+                                            "over a job's hang_reports_per_job / hang_report_bytes_per_job",
+                                            registry=self.registry)
         self._labels: dict[str, set[tuple[str, str, str]]] = {}
         self._culprits: dict[str, list[str]] = {}
 

@@ -159,7 +159,7 @@ class Collector:
     def check_hangs(self) -> None:
         """Suspect hangs (asking the job's tracers for their hang reports); decide the verdicts that are due."""
         now = time.time()
-        due: list[tuple[str, Any, list[Any]]] = []
+        due: list[tuple[str, Any, tuple[list[Any], list[str]]]] = []
         with self._lock:
             silent = {j: w.hang(now) for j, w in self.windows.items()}
             for j, s in silent.items():  # a hang first suspected: ask the job's tracers for their reports
@@ -173,8 +173,8 @@ class Collector:
         for job_id, s in silent.items():
             self._raise(evaluate_hang(self.rules, self.rule_state, job_id, s))
         abort = any(r.enabled and r.type == "hang" and r.abort for r in self.rules)
-        for job_id, case, dumps in due:  # outside the lock: 1,000 ranks' buffers take a while
-            pub = case.decide(job_id, dumps, self.cfg.hang_collect_s, abort)
+        for job_id, case, (dumps, warnings) in due:  # outside the lock: 1,000 ranks' buffers take a while
+            pub = case.decide(job_id, dumps, self.cfg.hang_collect_s, abort, warnings)
             log.info("hang verdict for job %s: %s, culprit rank(s) %s", job_id, pub["verdict"], pub["culprit_ranks"])
             self.metrics.set_hang(job_id, pub)
             self._hung_since[job_id] = now
@@ -227,8 +227,14 @@ class Collector:
                 from laggard.monitor.hangs import BadReport
 
                 raise BadReport(f"hang report: rank {d.rank} is outside job {job_id!r} ({expected} ranks)")
-            win.hangs.add_report(request, d)
-        return {"id": job_id, "rank": d.rank, "request": request, "accepted": request == win.hangs.request}
+            before = win.hangs.dropped_total
+            held = win.hangs.add_report(request, d, len(body), max_reports=self.cfg.hang_reports_per_job,
+                                        max_bytes=self.cfg.hang_report_bytes_per_job)
+            dropped = win.hangs.dropped_total - before
+        if dropped:
+            self.metrics.hang_reports_dropped.inc(dropped)
+            log.warning("job %s: %d hang report(s) dropped over the per-job limits", job_id, dropped)
+        return {"id": job_id, "rank": d.rank, "request": request, "accepted": held}
 
     def _raise(self, alerts: list[Alert]) -> None:
         for a in alerts:
