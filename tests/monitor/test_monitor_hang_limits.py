@@ -5,6 +5,8 @@ tracers all close; a report for no open request is not kept. Bad reports get one
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -14,7 +16,7 @@ from laggard.errors import LaggardError  # noqa: E402
 from laggard.monitor.config import MonitorConfig  # noqa: E402
 from laggard.monitor.hangs import HangCase, parse_report  # noqa: E402
 from tests.hang.test_hang import _state_only  # noqa: E402
-from tests.monitor_helpers import Server  # noqa: E402
+from tests.monitor_helpers import TOKEN, Server  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 META = {"name": "capjob", "dp_size": 4, "pp_size": 1}
@@ -108,3 +110,46 @@ def test_over_the_caps_bad_reports_and_wrong_tokens_over_http(tmp_path):
         assert srv.request("POST", flight, _report(0))[1]["accepted"] is False  # decided: not kept
     finally:
         srv.stop()
+
+
+def _beat_all(srv: Server) -> dict:
+    ans: dict = {}
+    for r in range(4):  # alive, not moving
+        body = {"rank": r, "state": {"world_size": 4, "step": 3, "progress": 10}, "meta": META}
+        ans = srv.request("POST", "/api/v1/jobs/capjob/heartbeat", json.dumps(body).encode())[1]
+    return ans
+
+
+def test_the_dashboard_banner_says_reports_were_dropped(tmp_path):
+    from laggard.report.browser import find_chromium, open_page
+
+    if find_chromium()[0] is None:
+        pytest.skip(find_chromium()[1])
+    srv = Server(str(tmp_path / "m.db"), tmp_path,
+                 extra=["--hang-after-s", "2", "--hang-collect-s", "600", "--hang-reports-per-job", "3"]).start()
+    stop = threading.Event()
+
+    def beating() -> None:  # the ranks stay alive (a job whose heartbeats all stop is no longer "suspected")
+        while not stop.wait(0.5):
+            _beat_all(srv)
+
+    beats = threading.Thread(target=beating, daemon=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _beat_all(srv).get("dump_request", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        beats.start()
+        for r in range(4):
+            assert srv.request("POST", "/api/v1/jobs/capjob/flight?request=1", _report(r))[0] == 200
+        srv.wait_for(lambda d: True, "/api/v1/jobs/capjob/hang", timeout_s=30)
+        with open_page(viewport={"width": 1200, "height": 800}) as page:
+            page.goto(f"{srv.url}/?token={TOKEN}")
+            page.wait_for_selector("#banner .hangjob", timeout=20_000)
+            banner = page.inner_text("#banner")
+    finally:
+        stop.set()
+        if beats.is_alive():
+            beats.join(5)
+        srv.stop()
+    assert "job capjob: missing-ranks" in banner or "job capjob: hang" in banner, banner
+    assert "1 hang report(s)" in banner and "rank(s) [0] count as missing" in banner, banner
