@@ -84,6 +84,12 @@ def test_bad_action_logs_get_one_line(tmp_path):
         for body in ([{"step": 1}], [{**SHIFT, "ranks": ["2"]}], [{**SHIFT, "step_s_after": "fast"}], {"a": 1}):
             code, ans = srv.request("POST", "/api/v1/jobs/badjob/actions", json.dumps(body).encode())
             assert code == 400 and "\n" not in ans["detail"] and ans["detail"].startswith("actions"), (body, ans)
+        code, ans = srv.request("POST", "/api/v1/jobs/badjob/actions", b'[{"step": 1,')
+        assert code == 400 and "\n" not in ans["detail"] and "not JSON" in ans["detail"], ans
+        for method in ("POST", "GET"):
+            code, ans = srv.request(method, "/api/v1/jobs/badjob/actions", json.dumps([SHIFT]).encode() if
+                                    method == "POST" else None, token="wrong-token-0123456789")
+            assert code == 401 and ans["detail"] == "missing or wrong bearer token", ans
         assert srv.request("GET", "/api/v1/jobs/badjob/actions")[1]["actions"] == []
     finally:
         srv.stop()

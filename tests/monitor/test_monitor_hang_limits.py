@@ -54,9 +54,9 @@ def test_the_oldest_reports_go_first_and_the_verdict_says_so():
     for r in range(4):
         _add(case, 2, r, max_bytes=2 * size + 10)
     assert list(case.reports) == [2, 3] and case.report_bytes <= 2 * size + 10 and case.dropped_total == 3
-    assert [r for r, _ in case.dropped] == [0, 1]
+    assert case.dropped_ranks == [0, 1] and case.dropped == 2 and case.dropped_bytes == 2 * size
     case.open(3, 30.0, suspected=False)  # a new request releases the old one's reports
-    assert case.reports == {} and case.dropped == []
+    assert case.reports == {} and case.dropped == 0 and case.dropped_ranks == []
 
 
 def test_a_closed_job_is_decided_at_once_and_its_reports_released():

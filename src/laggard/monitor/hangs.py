@@ -30,6 +30,7 @@ from typing import Any
 from laggard.errors import LaggardError
 
 ALERT_VERDICTS = ("hang", "desync", "missing-ranks")  # verdicts that are an alert (for a suspected hang)
+DROPPED_RANKS_SHOWN = 20  # the verdict's warning names the first ranks whose reports were dropped
 
 
 class BadReport(LaggardError):
@@ -56,7 +57,9 @@ class HangCase:
     suspected: bool = False  # the request came from a suspected hang (not only an operator)
     reports: dict[int, tuple[Any, int]] = field(default_factory=dict)  # rank -> (RankDump, bytes), oldest first
     report_bytes: int = 0  # the bytes of ``reports``
-    dropped: list[tuple[int, int]] = field(default_factory=list)  # (rank, bytes) dropped over the caps (open request)
+    dropped: int = 0  # reports dropped over the caps (open request) ...
+    dropped_bytes: int = 0  # ... their bytes ...
+    dropped_ranks: list[int] = field(default_factory=list)  # ... and the first ranks (DROPPED_RANKS_SHOWN)
     dropped_total: int = 0  # reports dropped over the caps, ever
     decided: int = 0  # the request the last verdict answers
     doc: dict[str, Any] | None = None  # the `laggard hang --json` document of the last verdict
@@ -108,7 +111,8 @@ class HangCase:
         self._release()
 
     def _release(self) -> None:
-        self.reports, self.report_bytes, self.dropped = {}, 0, []
+        self.reports, self.report_bytes = {}, 0
+        self.dropped, self.dropped_bytes, self.dropped_ranks = 0, 0, []
 
     def add_report(self, request: int, dump: Any, nbytes: int, *, max_reports: int, max_bytes: int) -> bool:
         """Hold a rank's report for the open request (False, not held: it answers no open request).
@@ -124,8 +128,11 @@ class HangCase:
             rank = next(iter(self.reports))
             _, n = self.reports.pop(rank)
             self.report_bytes -= n
-            self.dropped.append((rank, n))
+            self.dropped += 1
+            self.dropped_bytes += n
             self.dropped_total += 1
+            if len(self.dropped_ranks) < DROPPED_RANKS_SHOWN:  # a bounded list, however many are dropped
+                self.dropped_ranks.append(rank)
         return dump.rank in self.reports
 
     def expected(self) -> int:
@@ -136,7 +143,7 @@ class HangCase:
         tracer of the job closed (the job ended: decided at once over what came, which is then released)."""
         if self.request == 0 or self.decided == self.request:
             return False
-        got = len(self.reports) + len(self.dropped)
+        got = len(self.reports) + self.dropped
         closed = bool(self.beats) and all(b.closed for b in self.beats.values())
         return (self.expected() > 0 and got >= self.expected()) or now_s - self.requested_s >= collect_s or closed
 
@@ -148,11 +155,10 @@ class HangCase:
         dumps = [d for d, _ in self.reports.values()]
         warnings = []
         if self.dropped:
-            ranks = sorted(r for r, _ in self.dropped)
-            mb = sum(n for _, n in self.dropped) / 2**20
-            warnings.append(f"{len(self.dropped)} hang report(s) ({mb:.1f} MB) dropped, oldest first, over the "
-                            f"collector's per-job limits (hang_reports_per_job, hang_report_bytes_per_job): "
-                            f"rank(s) {ranks[:20]}{' ...' if len(ranks) > 20 else ''} count as missing")
+            more = " ..." if self.dropped > len(self.dropped_ranks) else ""
+            warnings.append(f"{self.dropped} hang report(s) ({self.dropped_bytes / 2**20:.1f} MB) dropped, oldest "
+                            f"first, over the collector's per-job limits (hang_reports_per_job, "
+                            f"hang_report_bytes_per_job): rank(s) {sorted(self.dropped_ranks)}{more} count as missing")
         self._release()
         return dumps, warnings
 
