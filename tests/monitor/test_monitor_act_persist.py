@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
 from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
+from laggard.mitigate import Controller  # noqa: E402
 from laggard.monitor.store import Store  # noqa: E402
 from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
 from tests.monitor_helpers import TOKEN, Postgres, Server  # noqa: E402
@@ -60,6 +61,13 @@ def test_kill_switch_and_actions_survive_a_restart(db, tmp_path):
         detail = srv.request("GET", "/api/v1/jobs/keepjob")[1]
         assert detail["act"] is False, "a restart forgot the kill switch"
         assert detail["actions"] == [SHIFT, DRAIN]
+        ctl = Controller(global_batch=8, dp_rank=0, dp_size=4, collector_url=srv.url, job_id="keepjob", token=TOKEN)
+        try:
+            ctl.link.stop()
+            ctl.link.poll()
+            assert ctl.link.act is False, "a controller polling the restarted collector sees the kill switch"
+        finally:
+            ctl.close()
         assert srv.request("GET", "/api/v1/jobs/keepjob/actions")[1] == {"id": "keepjob", "act": False,
                                                                          "actions": [SHIFT, DRAIN]}
         assert srv.request("GET", "/api/v1/jobs/otherjob/actions")[1] == {"id": "otherjob", "act": True, "actions": []}
