@@ -25,6 +25,8 @@ FINDING = pa.struct([
     ("evidence", pa.string()),
     ("fix", pa.string()),
 ])
+# where each rank ran (laggard.optable.hosts; null fields where the trace does not say)
+HOST = pa.struct([("rank", pa.int64()), ("host", pa.string()), ("gpu_uuid", pa.string()), ("pci_bus_id", pa.string())])
 SCHEMA = pa.schema([
     ("job", pa.string()),
     ("format", pa.string()),
@@ -50,6 +52,7 @@ SCHEMA = pa.schema([
     ("size_bytes", pa.int64()),
     ("wall_s", pa.float64()),  # seconds to read and analyse the job
     ("json", pa.string()),  # the per-job analysis document, relative to the output directory
+    ("hosts", pa.list_(HOST)),  # every rank's host and GPU the trace names (empty: it names none)
 ])
 
 
@@ -62,7 +65,7 @@ def _num(x: Any) -> float | None:
 
 def empty_row(job: str, fmt: str, size_bytes: int) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(SCHEMA.names)
-    row.update(job=job, format=fmt, size_bytes=size_bytes, findings=[])
+    row.update(job=job, format=fmt, size_bytes=size_bytes, findings=[], hosts=[])
     return row
 
 
@@ -107,6 +110,8 @@ def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, replay_error:
         replay_fidelity=_num(doc["replay_fidelity"]),
         replay_error=_num(replay_error),
         num_warnings=len(doc.get("warnings", [])),
+        hosts=[{"rank": int(h["rank"]), **{k: h.get(k) for k in ("host", "gpu_uuid", "pci_bus_id")}}
+               for h in doc.get("meta", {}).get("hosts", [])],
     )
     return row
 
