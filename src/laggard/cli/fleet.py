@@ -54,20 +54,23 @@ def fleet(
         run = run_fleet(paths, out, engine=engine, workers=workers, ray_address=ray_address,
                         ray_ship_code=ray_ship_code, resume=resume,
                         config=cfg, on_progress=on_progress)
+    from laggard.fleet.goodput import fleet_goodput
     from laggard.fleet.hosts import host_view, write_hosts
 
     stats = fleet_stats(run.parquet, cfg)
     hosts = host_view(run.parquet, cfg)
     write_hosts(hosts, out)
-    html = write_fleet_html(stats, out / "fleet.html", hosts=hosts)
+    goodput = fleet_goodput(run.parquet)
+    html = write_fleet_html(stats, out / "fleet.html", hosts=hosts, goodput=goodput)
     dump_json({"run": {"num_jobs": run.num_jobs, "num_skipped": run.num_skipped, "num_analysed": run.num_analysed,
                        "wall_s": run.wall_s, "first_row_s": run.first_row_s, "engine": run.engine,
-                       "workers": run.workers}, **stats.to_json(), "hosts": hosts.to_json(top=20)},
+                       "workers": run.workers}, **stats.to_json(), "hosts": hosts.to_json(top=20),
+               "goodput": goodput.to_json()},
               out / "fleet-summary.json")
     if not quiet:
         from laggard.fleet.terminal import print_fleet_summary
 
-        print_fleet_summary(run, stats, str(html), hosts=hosts)
+        print_fleet_summary(run, stats, str(html), hosts=hosts, goodput=goodput)
 
 
 def register(app: typer.Typer) -> None:

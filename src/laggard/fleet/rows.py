@@ -53,6 +53,13 @@ SCHEMA = pa.schema([
     ("wall_s", pa.float64()),  # seconds to read and analyse the job
     ("json", pa.string()),  # the per-job analysis document, relative to the output directory
     ("hosts", pa.list_(HOST)),  # every rank's host and GPU the trace names (empty: it names none)
+    # a hang found beside the trace (laggard.hang.window: hang | desync | missing-ranks; null: none)
+    ("hang_verdict", pa.string()),
+    ("gpu_hours_hung", pa.float64()),  # GPUs x the hang's window
+    ("gpu_hours_hung_traced", pa.float64()),  # the part of it inside the traced steps
+    # goodput (laggard.fleet.goodput): productive GPU-hours and their share of the job's GPU-hours
+    ("gpu_hours_productive", pa.float64()),
+    ("goodput", pa.float64()),
 ])
 
 
@@ -114,6 +121,26 @@ def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, replay_error:
                for h in doc.get("meta", {}).get("hosts", [])],
     )
     return row
+
+
+def add_goodput(row: dict[str, Any], hang: Any = None, *, num_gpus: int | None = None,
+                trace_span_ns: tuple[int, int] | None = None) -> None:
+    """The hang columns from ``hang`` (a ``laggard.hang.window.HangWindow`` or None) and the job's
+    goodput (``laggard.fleet.goodput.job_goodput``) into an analysed row."""
+    from laggard.fleet.goodput import job_goodput
+
+    hung = hung_traced = 0.0
+    if hang is not None and num_gpus:
+        hung = num_gpus * hang.lost_s / 3600.0
+        if trace_span_ns is not None:
+            overlap = min(hang.end_ns, trace_span_ns[1]) - max(hang.start_ns, trace_span_ns[0])
+            hung_traced = num_gpus * max(overlap, 0) / 1e9 / 3600.0
+        row.update(hang_verdict=hang.verdict, gpu_hours_hung=hung, gpu_hours_hung_traced=hung_traced)
+    gh, ghw = row.get("gpu_hours"), row.get("gpu_hours_wasted")
+    if gh is None or ghw is None:
+        return
+    g = job_goodput(gh, ghw, hung, hung_traced)
+    row.update(gpu_hours_productive=g.productive, goodput=_num(g.goodput))
 
 
 def to_table(rows: list[dict[str, Any]]) -> pa.Table:

@@ -6,6 +6,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from laggard.fleet.goodput import FleetGoodput
 from laggard.fleet.hosts import HostsView
 from laggard.fleet.runner import FleetRun
 from laggard.fleet.stats import FleetStats
@@ -33,7 +34,7 @@ def run_line(run: FleetRun) -> str:
 
 
 def print_fleet_summary(run: FleetRun, s: FleetStats, html: str | None, console: Console | None = None,
-                        hosts: HostsView | None = None) -> None:
+                        hosts: HostsView | None = None, goodput: FleetGoodput | None = None) -> None:
     con = console or Console(highlight=False)
     con.print(f"[bold]laggard fleet[/]  {run_line(run)}")
     if run.num_skipped:  # the figures below are the whole fleet's, earlier runs' rows included
@@ -46,6 +47,10 @@ def print_fleet_summary(run: FleetRun, s: FleetStats, html: str | None, console:
         kinds = ", ".join(f"{k} {v:,.3g}" for k, v in s.wasted_by_kind.items() if v > 0)
         corr = "n/a" if s.spearman_size is None else f"{s.spearman_size:+.2f}"
         con.print(f"wasted by op kind: {kinds or 'none'}   slowdown vs size: rank correlation {corr}")
+    if goodput is not None and goodput.num_jobs:
+        con.print(f"goodput [bold]{_pct(goodput.goodput)}[/]: {goodput.productive:,.3g} of {goodput.gpu_hours:,.3g} "
+                  f"GPU-hours productive, {goodput.stragglers:,.3g} lost to stragglers, {goodput.hangs:,.3g} to hangs "
+                  f"({goodput.num_hung_jobs} hung job(s))")
     if s.wasted_by_cause:
         t = Table(title="GPU-hours wasted by cause", title_justify="left", show_edge=False)
         t.add_column("cause")

@@ -204,7 +204,8 @@ def _merge_runs(runs: list[list[_Source]]) -> Iterator[pa.RecordBatch]:
 
 
 # columns a fleet.parquet written by an earlier laggard may lack (read as null: --resume goes on)
-ADDED_COLUMNS = frozenset({"hosts"})
+ADDED_COLUMNS = frozenset({"hosts", "hang_verdict", "gpu_hours_hung", "gpu_hours_hung_traced", "gpu_hours_productive",
+                           "goodput"})
 
 
 def _read(path: Path, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
