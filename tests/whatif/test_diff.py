@@ -20,7 +20,7 @@ from tests.conftest import DATA, ND
 
 KEYS = {"a", "b", "change", "delta_s", "T_b_as_a_s", "grain", "within_noise", "contributions", "shares_sum",
         "not_compared", "notes"}
-CONTRIBUTION_KEYS = {"selector", "what", "share", "alone", "delta_s", "num_ops", "changes", "command"}
+CONTRIBUTION_KEYS = {"selector", "what", "share", "alone", "delta_s", "num_ops", "changes", "command", "duration_change"}
 
 
 def slowed(src: Path, dst: Path, edits: list[tuple[str, str, int, float]]) -> Path:
@@ -68,6 +68,7 @@ def test_one_op_type_on_one_stage(native_st, tmp_path):
     assert top["selector"] == "optype=backward-compute,stage=1"
     assert top["share"] == pytest.approx(1.0, abs=0.02)
     assert all(abs(c["share"]) < 0.02 for c in d["contributions"][1:])
+    assert top["duration_change"] == pytest.approx(0.5, abs=1e-3)  # the edit: 1.5x
     # B with A's durations everywhere is A again (only durations changed)
     assert res.T_b_as_a_s == pytest.approx(res.a.T_s, rel=1e-4)
 
@@ -141,3 +142,13 @@ def test_nothing_in_common_is_one_error():
 def test_config_checked():
     with pytest.raises(LaggardError, match="max_parts"):
         DiffConfig(max_parts=0)
+
+
+def test_a_slow_link_is_named_as_the_link(native_st, tmp_path):
+    """Rank 4's sends (to rank 6, its next stage) 3x as long: the part is that link."""
+    b = slowed(native_st, tmp_path / "b", [("forward-send", "rank", 4, 3.0)])
+    res = diff(load_job(native_st), load_job(b))
+    _check_sums(res)
+    top = res.contributions[0]
+    assert top.selector == "optype=forward-send,rank=4,peer=6" and top.what == "forward-send on link 4 -> 6"
+    assert top.share == pytest.approx(1.0, abs=0.02)

@@ -57,9 +57,10 @@ def print_diff(res: DiffResult, console: Console | None = None, *, commands: int
         table.add_column("share", justify="right", no_wrap=True)
         table.add_column("of step", justify="right", no_wrap=True)
         table.add_column("alone", justify="right", no_wrap=True)
+        table.add_column("ops' time", justify="right", no_wrap=True)
         table.add_column("what (selector)", overflow="fold")
         for c in res.contributions:
-            table.add_row(pct(c.share), _signed(res, c), pct(c.alone) if finite(c.alone) else "",
+            table.add_row(pct(c.share), _signed(res, c), pct(c.alone) if finite(c.alone) else "", _change(c),
                           escape_rich(c.what + (f"  ({c.selector})" if c.selector else "")))
         con.print(table)
     for c in [c for c in res.contributions if c.command][:commands]:
@@ -69,6 +70,12 @@ def print_diff(res: DiffResult, console: Console | None = None, *, commands: int
         con.print(f"note: {escape_rich(line)}", style="yellow")
     if res.not_compared:
         con.print("not compared: " + escape_rich("; ".join(res.not_compared)), style="yellow")
+
+
+def _change(c: Contribution) -> str:
+    """How much longer (+) or shorter (-) the part's ops take in B than at A's level."""
+    x = c.duration_change
+    return ("+" if finite(x) and x > 0 else "") + pct(x) if finite(x) else ""
 
 
 def _signed(res: DiffResult, c: Contribution) -> str:
@@ -94,9 +101,10 @@ def render_diff_html(res: DiffResult) -> str:
         rows.append(
             f"<tr><td>{escape(c.what)}<br>{sel}{cmd}</td><td class='num'>{pct(c.share)}</td>"
             f"<td class='num'>{_signed(res, c)}</td><td class='num'>{pct(c.alone) if finite(c.alone) else ''}</td>"
+            f"<td class='num'>{_change(c)}</td>"
             f"<td style='min-width:160px'><div style='background:{colour};height:12px;width:{width:.1f}%'></div></td></tr>")
     table = ("<table><thead><tr><th>part of the job</th><th>share of the change</th><th>of B's step</th>"
-             "<th>alone</th><th></th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+             "<th>alone</th><th>ops' time</th><th></th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
     sides = "<ul>" + "".join(f"<li><strong>{s}</strong> {escape(t)}</li>" for s, t in _sides(res)) + "</ul>"
     body = [
         f"<header><h1>laggard diff: {escape(res.a.name)} vs {escape(res.b.name)}</h1>{sides}</header>",
@@ -105,6 +113,8 @@ def render_diff_html(res: DiffResult) -> str:
                        "averaged over the orders they could be fixed in; the shares add up to 100%.",
                        "**alone**: what putting only this part at A's level removes from B's change.",
                        "**of B's step**: the share times the change, as a change of the step time.",
+                       "**ops' time**: how much longer (+) the part's ops take in B than in A. A part whose ops changed "
+                       "a lot may move the step little (other ranks had slack), and one rank can carry a stage's change.",
                        "A part with no selector is everything else, or what B's structure changes (not durations)."]),
     ]
     extra = [rich_text(n) for n in res.notes] + [f"not compared: {escape(n)}" for n in res.not_compared]

@@ -23,6 +23,9 @@ class Contribution:
     alone: float  # (T_b - T_b with only these ops at A's durations) / (T_b - T_a)
     delta_s: float  # share x (T_b - T_a): seconds of the step's change
     num_ops: int  # ops of B it changes
+    # B's time in these ops over A's level of it, - 1 (+0.30: they take 30% longer in B); NaN for the
+    # part "not from durations"
+    duration_change: float = float("nan")
     changes: list[str] = field(default_factory=list)  # the `laggard whatif` flags that make it
     command: str | None = None  # the `laggard whatif` command on B that replays it alone
 
@@ -34,6 +37,7 @@ class Contribution:
             "alone": _num(self.alone),
             "delta_s": _num(self.delta_s),
             "num_ops": self.num_ops,
+            "duration_change": _num(self.duration_change),
             "changes": self.changes,
             "command": self.command,
         }

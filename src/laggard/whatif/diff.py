@@ -261,7 +261,7 @@ def choose_parts(game: _Game, m: _Match, cfg: DiffConfig) -> list[_Part]:
     if m.grain != "optype":
         parts = [_narrow(game, p, e, "stage", game.base.pp_rank, cfg) for p, e in zip(parts, alone[top], strict=True)]
     if m.grain == "rank":  # within the stage named, or over the whole job (one stage: data parallel)
-        parts = [_narrow(game, p, None, "rank", game.base.rank, cfg) for p in parts]
+        parts = [_as_link(game.base, _narrow(game, p, None, "rank", game.base.rank, cfg)) for p in parts]
     named = np.zeros(len(m.alt), dtype=bool)
     for p in parts:
         named |= p.mask
@@ -293,6 +293,20 @@ def _narrow(game: _Game, part: _Part, whole: float | None, key: str, labels: np.
     return _Part(selector=f"{sel},{key}={v}", what=f"{name} on {key} {v}", mask=masks[best])
 
 
+def _as_link(base: Baseline, part: _Part) -> _Part:
+    """A rank's point-to-point ops with one peer are a link: said so, and its selector names the peer."""
+    if part.selector is None or ",rank=" not in part.selector:
+        return part
+    kinds = {base.kinds[int(k)] for k in np.unique(base.kind_code[part.mask])}
+    peers = np.unique(base.job.column("peer")[part.mask])
+    if not kinds <= {"p2p_send", "p2p_recv"} or len(kinds) != 1 or len(peers) != 1 or peers[0] < 0:
+        return part
+    rank, peer = int(part.selector.rsplit("=", 1)[1]), int(peers[0])
+    src, dst = (rank, peer) if kinds == {"p2p_send"} else (peer, rank)
+    name = part.what.split(" on ")[0]
+    return _Part(selector=f"{part.selector},peer={peer}", what=f"{name} on link {src} -> {dst}", mask=part.mask)
+
+
 def _attribute(game: _Game, m: _Match, parts: list[_Part], t_a: float, t_b: float,
                job_b: Job) -> tuple[list[Contribution], float]:
     """Shapley shares of the parts over every subset replayed, plus 'not from durations'."""
@@ -312,7 +326,7 @@ def _attribute(game: _Game, m: _Match, parts: list[_Part], t_a: float, t_b: floa
         flags = _scale_flags(game.base, m, p) if p.selector is not None else []
         out.append(Contribution(
             selector=p.selector, what=p.what, share=share(phi[i]), alone=share(float(v[1 << i])),
-            delta_s=phi[i], num_ops=int(p.mask.sum()), changes=flags,
+            delta_s=phi[i], num_ops=int(p.mask.sum()), changes=flags, duration_change=_duration_change(game, p.mask),
             command=_command(job_b, flags) if flags else None))
     residual = t_all - t_a
     if abs(residual) > 1e-9 * max(t_a, t_b):
@@ -321,6 +335,11 @@ def _attribute(game: _Game, m: _Match, parts: list[_Part], t_a: float, t_b: floa
             share=share(residual) if delta != 0 else 0.0, alone=float("nan"), delta_s=residual,
             num_ops=int((~m.comparable).sum())))
     return out, t_all
+
+
+def _duration_change(game: _Game, mask: np.ndarray) -> float:
+    at_a = float(game.alt[mask].sum())
+    return float(game.base.measured[mask].sum()) / at_a - 1.0 if at_a > 0 else float("nan")
 
 
 def _union(parts: list[_Part], subset: int) -> np.ndarray:
