@@ -5,7 +5,8 @@ group at a time. For every host: the jobs it ran in (analysed jobs whose trace n
 in which a finding about a machine named one of its ranks, and the GPU-hours its slowness cost the
 job: each such finding's share of the job's wasted GPU-hours (shares over 1 in total scaled down,
 as the fleet's by-cause split does), divided among the hosts it names by their number of named
-ranks. All of a job's GPUs wait for a straggler, so that is what its slowness cost the other ranks.
+ranks. All of a job's GPUs wait for a straggler, so that is what its slowness cost the other ranks
+(a hang's window is not a straggler's: the waste is taken outside it, as goodput does).
 A host named in at least ``chronic_min_jobs`` jobs and in ``chronic_share`` of its jobs is chronic;
 named in one job, a one-off; between, occasional; never, clean. Hosts are ranked by the GPU-hours
 they cost, then by how often they were named. ``write_hosts`` writes the table as ``hosts.parquet``.
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 
 from laggard.errors import LaggardError
 from laggard.fleet.config import FleetConfig
+from laggard.fleet.goodput import job_goodput
 
 HOSTS_FILE = "hosts.parquet"
 HOSTS_SCHEMA = pa.schema([
@@ -80,18 +82,22 @@ def host_view(parquet: str | Path, config: FleetConfig | None = None) -> HostsVi
         f = pq.ParquetFile(parquet)
         if "hosts" not in f.schema_arrow.names:  # written before hosts were recorded: no host is known
             return HostsView(hosts=[], num_jobs_with_hosts=0, num_jobs_without_hosts=f.metadata.num_rows)
-        batches = f.iter_batches(batch_size=4096, columns=["job", "status", "gpu_hours_wasted", "findings", "hosts"])
+        have = set(f.schema_arrow.names)
+        cols = ["job", "status", "gpu_hours", "gpu_hours_wasted", "findings", "hosts", "gpu_hours_hung",
+                "gpu_hours_hung_traced"]
         rows: dict[str, HostRow] = {}
         with_hosts = without = 0
-        for batch in batches:
-            for job, status, ghw, findings, hosts in zip(*(c.to_pylist() for c in batch.columns), strict=True):
-                if status != "ok":
+        for batch in f.iter_batches(batch_size=4096, columns=[c for c in cols if c in have]):
+            data = {n: batch.column(i).to_pylist() for i, n in enumerate(batch.schema.names)}
+            for i in range(batch.num_rows):
+                r = {c: data[c][i] if c in data else None for c in cols}
+                if r["status"] != "ok":
                     continue
-                if not hosts:
+                if not r["hosts"]:
                     without += 1
                     continue
                 with_hosts += 1
-                _add_job(rows, job, ghw, findings or [], hosts, cfg)
+                _add_job(rows, r["job"], _straggler_loss(r), r["findings"] or [], r["hosts"], cfg)
     except (OSError, pa.ArrowException) as e:
         raise LaggardError(f"{parquet}: cannot read fleet results ({str(e).splitlines()[0]})") from None
     for h in rows.values():
@@ -100,7 +106,15 @@ def host_view(parquet: str | Path, config: FleetConfig | None = None) -> HostsVi
     return HostsView(hosts=ranked, num_jobs_with_hosts=with_hosts, num_jobs_without_hosts=without)
 
 
-def _add_job(rows: dict[str, HostRow], job: str, ghw: float | None, findings: list[dict[str, Any]],
+def _straggler_loss(r: dict[str, Any]) -> float:
+    """The job's GPU-hours lost to stragglers: its waste less a hang's window (laggard.fleet.goodput)."""
+    gh, ghw = r["gpu_hours"], r["gpu_hours_wasted"]
+    if gh is None or ghw is None:
+        return 0.0
+    return job_goodput(gh, ghw, r["gpu_hours_hung"] or 0.0, r["gpu_hours_hung_traced"] or 0.0).stragglers
+
+
+def _add_job(rows: dict[str, HostRow], job: str, lost: float, findings: list[dict[str, Any]],
              hosts: list[dict[str, Any]], cfg: FleetConfig) -> None:
     """One analysed job's part of every host's numbers."""
     host_of: dict[int, str] = {}
@@ -126,7 +140,7 @@ def _add_job(rows: dict[str, HostRow], job: str, ghw: float | None, findings: li
             continue
         for name in {host_of[r] for r in ranks if r in host_of}:
             k = sum(1 for r in ranks if host_of.get(r) == name)
-            rows[name].gpu_hours_cost += (ghw or 0.0) * share * scale * k / len(ranks)
+            rows[name].gpu_hours_cost += lost * share * scale * k / len(ranks)
             rows[name].causes[f["cause"]] = rows[name].causes.get(f["cause"], 0) + 1
             named.add(name)
     for name in sorted(named):

@@ -14,9 +14,9 @@ from laggard.errors import LaggardError
 from laggard.report.page import CSS, finite, pct, rich_text, secs, section
 
 if TYPE_CHECKING:
-    from laggard.results.diff import Contribution, DiffResult
+    from laggard.results.diff import Contribution, DiffResult, RunSummary
 
-TOP = 8  # contributions in the headline sentence's table before "and N more"
+HIDE_BELOW = 0.0005  # the terminal and the page leave out unnamed parts smaller than this share (they print as 0.0%)
 
 
 def headline(res: DiffResult) -> str:
@@ -40,7 +40,7 @@ def _sides(res: DiffResult) -> list[tuple[str, str]]:
     rows = []
     for side, s in (("A", res.a), ("B", res.b)):
         lay = f"dp {s.layout.get('dp')} x pp {s.layout.get('pp')}" + (f" x tp {s.layout['tp']}" if s.layout.get("tp", 1) > 1 else "")
-        rows.append((side, f"{s.name} ({s.source}): {lay}, {s.num_ranks} ranks, {s.num_steps} steps, "
+        rows.append((side, f"{_label(s)} ({s.source}): {lay}, {s.num_ranks} ranks, {s.num_steps} steps, "
                            f"{s.num_ops:,} ops; step {secs(s.T_s)} replayed, {secs(s.measured_step_s)} traced"))
     return rows
 
@@ -60,6 +60,8 @@ def print_diff(res: DiffResult, console: Console | None = None, *, commands: int
         table.add_column("ops' time", justify="right", no_wrap=True)
         table.add_column("what (selector)", overflow="fold")
         for c in res.contributions:
+            if c.selector is None and finite(c.share) and abs(c.share) < HIDE_BELOW:
+                continue  # a rest of float noise (the JSON keeps it: the shares add up to 1 there)
             table.add_row(pct(c.share), _signed(res, c), pct(c.alone) if finite(c.alone) else "", _change(c),
                           escape_rich(c.what + (f"  ({c.selector})" if c.selector else "")))
         con.print(table)
@@ -89,11 +91,18 @@ def escape_rich(text: str) -> str:
     return esc(text)
 
 
+def _label(s: RunSummary) -> str:
+    """A run's short name: its path when it was read from one (two runs of one job share a name)."""
+    return s.paths[0] if len(s.paths) == 1 else s.name
+
+
 def render_diff_html(res: DiffResult) -> str:
     """The page: both runs, the headline, a bar per contribution, notes and what was not compared."""
     rows = []
     scale = max((abs(c.share) for c in res.contributions if finite(c.share)), default=1.0) or 1.0
     for c in res.contributions:
+        if c.selector is None and finite(c.share) and abs(c.share) < HIDE_BELOW:
+            continue
         width = 100 * abs(c.share) / scale if finite(c.share) else 0
         colour = "#c0392b" if (c.share or 0) * (res.change or 0) > 0 else "#2e86c1"
         sel = f"<code>{escape(c.selector)}</code>" if c.selector else "<em>no selector</em>"
@@ -103,11 +112,11 @@ def render_diff_html(res: DiffResult) -> str:
             f"<td class='num'>{_signed(res, c)}</td><td class='num'>{pct(c.alone) if finite(c.alone) else ''}</td>"
             f"<td class='num'>{_change(c)}</td>"
             f"<td style='min-width:160px'><div style='background:{colour};height:12px;width:{width:.1f}%'></div></td></tr>")
-    table = ("<table><thead><tr><th>part of the job</th><th>share of the change</th><th>of B's step</th>"
+    table = ("<table class='data'><thead><tr><th>part of the job</th><th>share of the change</th><th>of B's step</th>"
              "<th>alone</th><th>ops' time</th><th></th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
     sides = "<ul>" + "".join(f"<li><strong>{s}</strong> {escape(t)}</li>" for s, t in _sides(res)) + "</ul>"
     body = [
-        f"<header><h1>laggard diff: {escape(res.a.name)} vs {escape(res.b.name)}</h1>{sides}</header>",
+        f"<header><h1>laggard diff: {escape(_label(res.a))} vs {escape(_label(res.b))}</h1>{sides}</header>",
         section("What changed", f"<p class='lead'><strong>{escape(headline(res))}</strong></p>" + table, id="contributions",
                 howto=["Each part's **share** is its Shapley value: B replayed with A's durations for every set of parts, "
                        "averaged over the orders they could be fixed in; the shares add up to 100%.",
@@ -123,7 +132,7 @@ def render_diff_html(res: DiffResult) -> str:
                             id="notes"))
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             '<meta name="generator" content="laggard">\n'
-            f"<title>laggard diff: {escape(res.a.name)} vs {escape(res.b.name)}</title>\n<style>{CSS}</style>\n"
+            f"<title>laggard diff: {escape(_label(res.a))} vs {escape(_label(res.b))}</title>\n<style>{CSS}</style>\n"
             "</head>\n<body>\n<main>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n")
 
 

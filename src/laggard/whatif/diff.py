@@ -128,9 +128,14 @@ class _Game:
         return self.T - self.step_time(masks)
 
 
+def _paths(job: Job) -> list[str]:
+    """The paths the job was loaded from (none for a job built in memory)."""
+    paths = job.load_args.get("paths") or [job.load_args.get("path")]
+    return [str(p) for p in paths if p]
+
+
 def _where(job: Job, side: str) -> str:
-    paths = job.load_args.get("paths") or [job.load_args.get("path")] if job.load_args else []
-    shown = [str(p) for p in paths if p]
+    shown = _paths(job)
     return f"{side} ({', '.join(shown)})" if shown else side
 
 
@@ -140,9 +145,8 @@ def _few(names: list[str], limit: int = 5) -> str:
 
 
 def _summary(job: Job, base: Baseline, t: float) -> RunSummary:
-    paths = job.load_args.get("paths") or ([job.load_args["path"]] if job.load_args.get("path") else [])
     return RunSummary(
-        name=job.meta.name, source=job.meta.source, paths=[str(p) for p in paths],
+        name=job.meta.name, source=job.meta.source, paths=_paths(job),
         layout=job.meta.parallel_sizes(), num_ranks=len(np.unique(base.rank)),
         num_steps=len(base.graph.steps), num_ops=base.graph.num_ops, T_s=t,
         measured_step_s=float(base.measured_step_s.mean()),
