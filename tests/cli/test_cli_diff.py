@@ -77,6 +77,7 @@ def test_bad_input(runs, tmp_path, capsys):
     (corrupt / "job.json").write_text("{not json")
     (corrupt / "ops-00000.parquet").write_bytes(b"not parquet")
     assert str(corrupt) in _one_line_error(capsys, "diff", a, corrupt)
-    assert "max_parts" in _one_line_error(capsys, "diff", a, a, "--max-parts", "0")
+    assert "--max-parts must be 1 to 10" in _one_line_error(capsys, "diff", a, a, "--max-parts", "0")
+    assert "--max-parts" in _one_line_error(capsys, "diff", a, a, "--max-parts", "many")
     assert "--json" in _one_line_error(capsys, "diff", a, a, "--json", tmp_path)
     assert "Missing argument" in _one_line_error(capsys, "diff", a)

@@ -27,6 +27,8 @@ def diff(
     """Explain why B's step time differs from A's: B replayed with A's durations, part by part."""
     from laggard.whatif.diff import DiffConfig
 
+    if not 1 <= max_parts <= 10:
+        raise LaggardError(f"--max-parts must be 1 to 10 (2^(n+1) replays of B), got {max_parts}")
     cfg = DiffConfig(max_parts=max_parts)  # checked before the (slow) loads
     check_output(json_out, "--json")
     check_output(html_out, "--html")
