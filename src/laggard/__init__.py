@@ -8,6 +8,7 @@ first use)::
     res.to_json()["findings"]
     laggard.write_report(res, "report.html")
     laggard.custom_whatif(job, laggard.parse_changes(["worker=dp0:pp0"], [], []))
+    laggard.diff(last_week_job, job).to_json()["contributions"]   # why B is slower than A
 
 The package is laid out by layer (see docs/DESIGN.md); modules that moved keep their old import
 path with a ``DeprecationWarning`` (``laggard.util.moved``).
@@ -33,6 +34,7 @@ _EXPORTS = {
     "Finding": "laggard.results.diagnosis",
     "write_report": "laggard.report.html",
     **dict.fromkeys(("custom_whatif", "parse_changes"), "laggard.whatif.custom"),
+    **dict.fromkeys(("diff", "DiffConfig"), "laggard.whatif.diff"),
     "diagnose": "laggard.diagnose",
     "DiagnoseConfig": "laggard.diagnose.config",
     **dict.fromkeys(("SynthConfig", "synthesize", "synthesize_with_truth"), "laggard.groundtruth.synth"),

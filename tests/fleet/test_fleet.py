@@ -195,3 +195,29 @@ def test_ray_cluster_workers_get_laggard_shipped():
     env = ray_runtime_env("ray://head:10001", True)
     (pkg,) = env["py_modules"]
     assert Path(pkg) == Path(laggard.__file__).parent and (Path(pkg) / "fleet" / "task.py").is_file()
+
+
+def test_rows_keep_the_hosts_of_the_analysis():
+    from laggard.fleet.rows import analysis_row, empty_row, to_table
+
+    doc = {"slowdown": 1.2, "waste": 0.17, "num_workers": 2, "num_gpus": 2, "num_steps": 5, "num_ops": 10,
+           "gpu_hours": 1.0, "gpu_hours_wasted": 0.17, "by_opkind": {"compute": 1.1, "comm": 1.0},
+           "replay_fidelity": 1.0, "meta": {"hosts": [{"rank": 0, "host": "n1", "gpu_uuid": "GPU-a"},
+                                                        {"rank": 1, "host": "n2"}]}}
+    row = analysis_row(empty_row("j", "native", 1), doc, replay_error=0.0)
+    got = to_table([row]).column("hosts").to_pylist()[0]
+    assert got == [{"rank": 0, "host": "n1", "gpu_uuid": "GPU-a", "pci_bus_id": None},
+                   {"rank": 1, "host": "n2", "gpu_uuid": None, "pci_bus_id": None}]
+    assert to_table([empty_row("k", "native", 1)]).column("hosts").to_pylist() == [[]]
+
+
+def test_results_written_before_the_hosts_column_still_resume(tmp_path):
+    import pyarrow.parquet as pq
+
+    from laggard.fleet.rows import SCHEMA, empty_row, to_table
+    from laggard.fleet.writer import _read
+
+    old = to_table([empty_row("j", "native", 1)]).drop_columns(["hosts"])
+    pq.write_table(old, tmp_path / "fleet.parquet")
+    (batch,) = list(_read(tmp_path / "fleet.parquet"))
+    assert batch.schema.equals(SCHEMA) and batch.column(SCHEMA.get_field_index("hosts")).to_pylist() == [None]

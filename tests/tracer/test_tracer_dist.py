@@ -121,6 +121,14 @@ def test_clocks_are_aligned_across_ranks(two_ranks: tuple[Path, int]) -> None:
     assert abs(marks[0] - marks[1]) < 20_000_000  # one timeline: same instant, same time (barrier skew)
 
 
+def test_job_json_names_every_ranks_host(two_ranks: tuple[Path, int]) -> None:
+    import socket
+
+    out, _ = two_ranks
+    hosts = json.loads((out / "trace" / "job.json").read_text())["extra"]["hosts"]
+    assert hosts == [{"rank": r, "host": socket.gethostname()} for r in range(2)]  # gathered at start-up
+
+
 def test_collectives_and_p2p_match_across_ranks(two_ranks: tuple[Path, int]) -> None:
     out, _ = two_ranks
     rows = _table(out / "trace")

@@ -26,6 +26,7 @@ app = typer.Typer(
 # Keep them light at import: `laggard` start-up time is benchmarked.
 COMMAND_MODULES: tuple[str, ...] = (
     "laggard.cli.analyze",
+    "laggard.cli.diff",
     "laggard.cli.simulate",
     "laggard.cli.collectives",
     "laggard.cli.mitigate",  # importing laggard.mitigate costs ~40 ms: only inside the commands

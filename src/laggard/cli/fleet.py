@@ -1,4 +1,4 @@
-"""`laggard fleet`: analyse every job under the given paths, write fleet.parquet and fleet.html."""
+"""`laggard fleet`: analyse every job under the given paths, write fleet.parquet, hosts.parquet and fleet.html."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def fleet(
     engine: Annotated[str, typer.Option("--engine", help="Where to run: local (a process pool here) or ray.")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to use, e.g. ray://head:10001 or auto (default: start a local Ray).")] = None,
     ray_ship_code: Annotated[bool, typer.Option("--ray-ship-code/--no-ray-ship-code", help="With --ray-address: ship this laggard to the cluster's workers (Ray runtime_env py_modules); --no-ray-ship-code when the nodes have laggard installed.")] = True,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for fleet.parquet, fleet.html and jobs/*.json.")] = Path("fleet-out"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for fleet.parquet, hosts.parquet, fleet.html and jobs/*.json.")] = Path("fleet-out"),
     resume: Annotated[bool, typer.Option("--resume", help="Continue an earlier run in --out: skip the jobs it already has rows for.")] = False,
     workers: Annotated[int | None, typer.Option("--workers", "-w", help="Worker processes (default: one per CPU; 0: analyse in this process).")] = None,
     healthy_threshold: HealthyOpt = None,
@@ -54,15 +54,23 @@ def fleet(
         run = run_fleet(paths, out, engine=engine, workers=workers, ray_address=ray_address,
                         ray_ship_code=ray_ship_code, resume=resume,
                         config=cfg, on_progress=on_progress)
+    from laggard.fleet.goodput import fleet_goodput
+    from laggard.fleet.hosts import host_view, write_hosts
+
     stats = fleet_stats(run.parquet, cfg)
-    html = write_fleet_html(stats, out / "fleet.html")
+    hosts = host_view(run.parquet, cfg)
+    write_hosts(hosts, out)
+    goodput = fleet_goodput(run.parquet)
+    html = write_fleet_html(stats, out / "fleet.html", hosts=hosts, goodput=goodput)
     dump_json({"run": {"num_jobs": run.num_jobs, "num_skipped": run.num_skipped, "num_analysed": run.num_analysed,
                        "wall_s": run.wall_s, "first_row_s": run.first_row_s, "engine": run.engine,
-                       "workers": run.workers}, **stats.to_json()}, out / "fleet-summary.json")
+                       "workers": run.workers}, **stats.to_json(), "hosts": hosts.to_json(top=20),
+               "goodput": goodput.to_json()},
+              out / "fleet-summary.json")
     if not quiet:
         from laggard.fleet.terminal import print_fleet_summary
 
-        print_fleet_summary(run, stats, str(html))
+        print_fleet_summary(run, stats, str(html), hosts=hosts, goodput=goodput)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,6 @@ others hide today is what the step pays once they are fixed.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from laggard.diagnose.findings import Candidate
 from laggard.engine.replay import replay_steps
 from laggard.errors import LaggardError
 from laggard.results.diagnosis import Diagnosis, Finding
+from laggard.util.shapley import shapley
 
 _BATCH = 32  # subsets replayed per pass (weights: ops x 32 float64)
 
@@ -36,21 +36,6 @@ def replay_mean(ctx: Ctx, weights: list[np.ndarray]) -> np.ndarray:
     for i in range(0, len(weights), _BATCH):
         w = np.stack(weights[i : i + _BATCH], axis=1)
         out[i : i + _BATCH] = replay_steps(ctx.base.graph, w).mean(axis=0)
-    return out
-
-
-def shapley(v: np.ndarray, alive: list[int]) -> dict[int, float]:
-    """Shapley value of each player in ``alive`` for the game ``v[bitmask]`` restricted to them."""
-    n = len(alive)
-    out = {}
-    for i in alive:
-        others = [j for j in alive if j != i]
-        phi = 0.0
-        for k in range(1 << len(others)):
-            s = sum(1 << others[b] for b in range(len(others)) if k >> b & 1)
-            size = bin(k).count("1")
-            phi += math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n) * (v[s | 1 << i] - v[s])
-        out[i] = phi
     return out
 
 

@@ -33,6 +33,15 @@ class FleetConfig:
     # batches in flight per worker: enough to keep every worker busy while results travel back,
     # few enough that memory does not grow with the number of jobs
     inflight_per_worker: int = 2
+    # the per-host view (laggard.fleet.hosts): findings of these causes name a machine's ranks
+    # (a slow GPU or node, a slow link's end, its host's untraced time, the fallback's narrowest
+    # carrier); a heavy stage or long sequences are the model's and the data's, not the host's
+    host_causes: tuple[str, ...] = ("worker", "comm", "launch-delay", "unexplained")
+    # a host is chronic when findings named it in at least 3 jobs (two could be chance: a busy
+    # neighbour twice) and in at least a quarter of the jobs it ran in (a host in 200 jobs named
+    # in 3 is noise, not a lemon)
+    chronic_min_jobs: int = 3
+    chronic_share: float = 0.25
 
     def __post_init__(self) -> None:
         if not isinstance(self.analysis, AnalysisConfig):
@@ -41,5 +50,7 @@ class FleetConfig:
             raise LaggardError(f"min_steps must be >= 1 (got {self.min_steps})")
         if not 0 < self.min_fidelity <= 1 <= self.max_fidelity:
             raise LaggardError("replay fidelity bounds must satisfy 0 < min_fidelity <= 1 <= max_fidelity")
+        if self.chronic_min_jobs < 1 or not 0.0 <= self.chronic_share <= 1.0:
+            raise LaggardError("chronic_min_jobs >= 1 and 0 <= chronic_share <= 1 are required")
         if self.batch_target_s < 0 or self.max_batch_jobs < 1 or self.inflight_per_worker < 1:
             raise LaggardError("batch_target_s >= 0, max_batch_jobs >= 1 and inflight_per_worker >= 1 are required")

@@ -25,6 +25,8 @@ FINDING = pa.struct([
     ("evidence", pa.string()),
     ("fix", pa.string()),
 ])
+# where each rank ran (laggard.optable.hosts; null fields where the trace does not say)
+HOST = pa.struct([("rank", pa.int64()), ("host", pa.string()), ("gpu_uuid", pa.string()), ("pci_bus_id", pa.string())])
 SCHEMA = pa.schema([
     ("job", pa.string()),
     ("format", pa.string()),
@@ -50,6 +52,14 @@ SCHEMA = pa.schema([
     ("size_bytes", pa.int64()),
     ("wall_s", pa.float64()),  # seconds to read and analyse the job
     ("json", pa.string()),  # the per-job analysis document, relative to the output directory
+    ("hosts", pa.list_(HOST)),  # every rank's host and GPU the trace names (empty: it names none)
+    # a hang found beside the trace (laggard.hang.window: hang | desync | missing-ranks; null: none)
+    ("hang_verdict", pa.string()),
+    ("gpu_hours_hung", pa.float64()),  # GPUs x the hang's window
+    ("gpu_hours_hung_traced", pa.float64()),  # the part of it inside the traced steps
+    # goodput (laggard.fleet.goodput): productive GPU-hours and their share of the job's GPU-hours
+    ("gpu_hours_productive", pa.float64()),
+    ("goodput", pa.float64()),
 ])
 
 
@@ -62,7 +72,7 @@ def _num(x: Any) -> float | None:
 
 def empty_row(job: str, fmt: str, size_bytes: int) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(SCHEMA.names)
-    row.update(job=job, format=fmt, size_bytes=size_bytes, findings=[])
+    row.update(job=job, format=fmt, size_bytes=size_bytes, findings=[], hosts=[])
     return row
 
 
@@ -107,8 +117,30 @@ def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, replay_error:
         replay_fidelity=_num(doc["replay_fidelity"]),
         replay_error=_num(replay_error),
         num_warnings=len(doc.get("warnings", [])),
+        hosts=[{"rank": int(h["rank"]), **{k: h.get(k) for k in ("host", "gpu_uuid", "pci_bus_id")}}
+               for h in doc.get("meta", {}).get("hosts", [])],
     )
     return row
+
+
+def add_goodput(row: dict[str, Any], hang: Any = None, *, num_gpus: int | None = None,
+                trace_span_ns: tuple[int, int] | None = None) -> None:
+    """The hang columns from ``hang`` (a ``laggard.hang.window.HangWindow`` or None) and the job's
+    goodput (``laggard.fleet.goodput.job_goodput``) into an analysed row."""
+    from laggard.fleet.goodput import job_goodput
+
+    hung = hung_traced = 0.0
+    if hang is not None and num_gpus:
+        hung = num_gpus * hang.lost_s / 3600.0
+        if trace_span_ns is not None:
+            overlap = min(hang.end_ns, trace_span_ns[1]) - max(hang.start_ns, trace_span_ns[0])
+            hung_traced = num_gpus * max(overlap, 0) / 1e9 / 3600.0
+        row.update(hang_verdict=hang.verdict, gpu_hours_hung=hung, gpu_hours_hung_traced=hung_traced)
+    gh, ghw = row.get("gpu_hours"), row.get("gpu_hours_wasted")
+    if gh is None or ghw is None:
+        return
+    g = job_goodput(gh, ghw, hung, hung_traced)
+    row.update(gpu_hours_productive=g.productive, goodput=_num(g.goodput))
 
 
 def to_table(rows: list[dict[str, Any]]) -> pa.Table:

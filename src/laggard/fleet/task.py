@@ -23,7 +23,7 @@ import numpy as np
 from laggard.errors import LaggardError
 from laggard.fleet.config import FleetConfig
 from laggard.fleet.discover import JobSpec
-from laggard.fleet.rows import analysis_row, empty_row, error_row
+from laggard.fleet.rows import add_goodput, analysis_row, empty_row, error_row
 
 JOBS_DIR = "jobs"
 
@@ -66,23 +66,28 @@ def run_job(spec: JobSpec, cfg: FleetConfig) -> JobResult:
 
 def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
     from laggard.analysis.pipeline import analyze
+    from laggard.hang.window import find_hang
     from laggard.io import load_job
     from laggard.report.html import replay_error
     from laggard.report.jsonout import dumps
 
     with _local_copy(spec) as local:
         job = load_job(local, fmt=spec.fmt)
+        hang = find_hang(local) if local.is_dir() else None  # dumps beside the trace: goodput's hang part
     num_steps = len(np.unique(job.column("step")))
     if num_steps < cfg.min_steps:
         row = empty_row(spec.job, spec.fmt, spec.size_bytes)
         row.update(status="rejected", num_steps=num_steps, num_ops=job.num_ops, wall_s=time.perf_counter() - t0,
                    error=f"too few steps: {num_steps} < {cfg.min_steps}")
         return JobResult(row=row, doc=None)
+    span = _trace_span_ns(job)
+    num_gpus = job.meta.num_gpus
     res = analyze(job, config=cfg.analysis)
     del job
     doc = res.to_json()
     mean_err, _ = replay_error(res)
     row = analysis_row(empty_row(spec.job, spec.fmt, spec.size_bytes), doc, replay_error=mean_err)
+    add_goodput(row, hang, num_gpus=num_gpus, trace_span_ns=span)
     reason = _rejection(row, cfg)
     if reason is not None:
         row.update(status="rejected", error=reason)
@@ -90,6 +95,14 @@ def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
     data = dumps(doc)
     row["wall_s"] = time.perf_counter() - t0
     return JobResult(row=row, doc=data)
+
+
+def _trace_span_ns(job: Any) -> tuple[int, int] | None:
+    """(first start, last end) of the traced ops, ns on the job's clock (Unix time for the Tracer's)."""
+    if not job.num_ops:
+        return None
+    start = job.column("start_ns")
+    return int(start.min()), int((start + job.column("dur_ns")).max())
 
 
 def _rejection(row: dict[str, Any], cfg: FleetConfig) -> str | None:

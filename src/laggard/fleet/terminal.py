@@ -6,6 +6,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from laggard.fleet.goodput import FleetGoodput
+from laggard.fleet.hosts import HostsView
 from laggard.fleet.runner import FleetRun
 from laggard.fleet.stats import FleetStats
 
@@ -31,7 +33,8 @@ def run_line(run: FleetRun) -> str:
     return f"{done}{earlier}  ({where}, {rate:.1f} jobs/s)"
 
 
-def print_fleet_summary(run: FleetRun, s: FleetStats, html: str | None, console: Console | None = None) -> None:
+def print_fleet_summary(run: FleetRun, s: FleetStats, html: str | None, console: Console | None = None,
+                        hosts: HostsView | None = None, goodput: FleetGoodput | None = None) -> None:
     con = console or Console(highlight=False)
     con.print(f"[bold]laggard fleet[/]  {run_line(run)}")
     if run.num_skipped:  # the figures below are the whole fleet's, earlier runs' rows included
@@ -44,6 +47,10 @@ def print_fleet_summary(run: FleetRun, s: FleetStats, html: str | None, console:
         kinds = ", ".join(f"{k} {v:,.3g}" for k, v in s.wasted_by_kind.items() if v > 0)
         corr = "n/a" if s.spearman_size is None else f"{s.spearman_size:+.2f}"
         con.print(f"wasted by op kind: {kinds or 'none'}   slowdown vs size: rank correlation {corr}")
+    if goodput is not None and goodput.num_jobs:
+        con.print(f"goodput [bold]{_pct(goodput.goodput)}[/]: {goodput.productive:,.3g} of {goodput.gpu_hours:,.3g} "
+                  f"GPU-hours productive, {goodput.stragglers:,.3g} lost to stragglers, {goodput.hangs:,.3g} to hangs "
+                  f"({goodput.num_hung_jobs} hung job(s))")
     if s.wasted_by_cause:
         t = Table(title="GPU-hours wasted by cause", title_justify="left", show_edge=False)
         t.add_column("cause")
@@ -62,6 +69,19 @@ def print_fleet_summary(run: FleetRun, s: FleetStats, html: str | None, console:
             t.add_row(j["job"], f"{j['slowdown']:.3f}", str(j["num_gpus"]), f"{j['gpu_hours_wasted']:,.3g}",
                       f"{f['cause']} ({_pct(f['score'])})" if f else "-")
         con.print(t)
+    if hosts is not None and any(h.num_named for h in hosts.hosts):
+        _print_hosts(con, hosts)
     for reason, n in list(s.failure_reasons.items())[:8]:
         con.print(f"[yellow]{n:,} job(s)[/] {reason}")
     con.print(f"rows: {run.parquet}" + (f"   report: {html}" if html else ""))
+
+
+def _print_hosts(con: Console, view: HostsView) -> None:
+    named = [h for h in view.hosts if h.num_named][:TOP_SHOWN]
+    t = Table(title=f"hosts named most ({len(named)} of {len(view.hosts)}; all in hosts.parquet)", title_justify="left",
+              show_edge=False)
+    for col in ("host", "verdict", "named in", "GPU-h cost"):
+        t.add_column(col, overflow="fold")
+    for h in named:
+        t.add_row(h.host, h.verdict, f"{h.num_named} of {h.num_jobs} jobs", f"{h.gpu_hours_cost:,.3g}")
+    con.print(t)

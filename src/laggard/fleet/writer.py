@@ -203,16 +203,25 @@ def _merge_runs(runs: list[list[_Source]]) -> Iterator[pa.RecordBatch]:
         yield cur.slice(start, end - start)
 
 
+# columns a fleet.parquet written by an earlier laggard may lack (read as null: --resume goes on)
+ADDED_COLUMNS = frozenset({"hosts", "hang_verdict", "gpu_hours_hung", "gpu_hours_hung_traced", "gpu_hours_productive",
+                           "goodput"})
+
+
 def _read(path: Path, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
     try:
         f = pq.ParquetFile(path)
         names = set(f.schema_arrow.names)
-        missing = [n for n in (columns or SCHEMA.names) if n not in names]
+        wanted = columns or SCHEMA.names
+        missing = [n for n in wanted if n not in names and n not in ADDED_COLUMNS]
         if missing:
             raise LaggardError(f"{path}: not a fleet result file (no column {missing[0]!r}); choose another --out")
-        for batch in f.iter_batches(batch_size=ROW_GROUP_ROWS, columns=columns or SCHEMA.names):
+        later = [n for n in wanted if n not in names]  # columns added since the file was written: null
+        for batch in f.iter_batches(batch_size=ROW_GROUP_ROWS, columns=[n for n in wanted if n in names]):
+            for n in later:
+                batch = batch.append_column(SCHEMA.field(n), pa.nulls(batch.num_rows, SCHEMA.field(n).type))
             if columns is None and not batch.schema.equals(SCHEMA):
-                yield from pa.Table.from_batches([batch]).cast(SCHEMA).to_batches()
+                yield from pa.Table.from_batches([batch]).select(SCHEMA.names).cast(SCHEMA).to_batches()
             else:
                 yield batch
     except (OSError, pa.ArrowException) as e:

@@ -10,4 +10,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "Explained": "laggard.results.analysis",
     "Diagnosis": "laggard.results.diagnosis",
     "Finding": "laggard.results.diagnosis",
+    "Contribution": "laggard.results.diff",
+    "DiffResult": "laggard.results.diff",
 })

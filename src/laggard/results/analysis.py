@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from laggard.engine.replay import replay
+from laggard.optable.hosts import HOSTS_KEY, hosts_of
 from laggard.optable.ops import JobMeta
 from laggard.results.diagnosis import finite as _num
 
@@ -140,7 +141,9 @@ class Analysis:
             "step_time_replayed_wall": {str(s): _num(v)
                                         for s, v in zip(self.steps, self.step_replayed_wall_s, strict=True)},
             "meta": {"name": self.meta.name, "source": self.meta.source, **self.meta.parallel_sizes(),
-                     **({"layout": self.meta.extra["layout"]} if "layout" in self.meta.extra else {})},
+                     **({"layout": self.meta.extra["layout"]} if "layout" in self.meta.extra else {}),
+                     # where each rank ran (laggard.optable.hosts), where the trace says
+                     **({HOSTS_KEY: hosts} if (hosts := hosts_of(self.meta.extra)) else {})},
             "warnings": list(self.warnings),
             **(self.diagnosis.to_json() if self.diagnosis is not None else {}),
             **self.extras,

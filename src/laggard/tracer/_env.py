@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from laggard.optable.hosts import HOSTS_KEY, host_entry
 from laggard.optable.ops import JobMeta
 from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, rank_of, shard_glob, state_name
 from laggard.tracer.clock import ClockSync
@@ -33,9 +35,47 @@ def _cuda_in_use() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
 
 
-def _job_meta(name: str, layouts: list[tuple[int, ...]], world_size: int, sync: ClockSync, cuda: bool,
+def host_identity() -> dict[str, str]:
+    """Where this process runs: the host name and, with CUDA in use, its GPU's UUID (as nvidia-smi
+    prints it, ``GPU-...``), PCI bus id (``DDDDDDDD:BB:DD.0``) and name, each where torch has it."""
+    ids = {"host": socket.gethostname()}
+    if _cuda_in_use():
+        ids.update(gpu_identity())
+    return ids
+
+
+def gpu_identity() -> dict[str, str]:
+    """The current CUDA device's identity from ``torch.cuda.get_device_properties``: ``uuid`` and
+    ``pci_bus_id``/``pci_domain_id``/``pci_device_id`` exist only in newer torch builds (and not on
+    every platform): whatever is missing is left out."""
+    import torch
+
+    try:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    except (RuntimeError, AssertionError, AttributeError):  # no device after all, or a build without CUDA
+        return {}
+    out: dict[str, str] = {}
+    name = getattr(props, "name", None)
+    if name:
+        out["gpu_name"] = str(name)
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None and str(uuid):
+        u = str(uuid)
+        out["gpu_uuid"] = u if u.startswith("GPU-") else f"GPU-{u}"
+    bus = getattr(props, "pci_bus_id", None)
+    if isinstance(bus, int):
+        domain = getattr(props, "pci_domain_id", 0)
+        device = getattr(props, "pci_device_id", 0)
+        out["pci_bus_id"] = f"{domain if isinstance(domain, int) else 0:08X}:{bus:02X}:{device if isinstance(device, int) else 0:02X}.0"
+    return out
+
+
+def _job_meta(name: str, layouts: list[tuple[Any, ...]], world_size: int, sync: ClockSync, cuda: bool,
               extra: dict[str, Any]) -> JobMeta:
-    arr = np.array(layouts, dtype=np.int64).reshape(-1, 5)
+    """``layouts``: per rank ``(rank, dp, pp, tp, cp[, identity])``, identity from :func:`host_identity`."""
+    arr = np.array([row[:5] for row in layouts], dtype=np.int64).reshape(-1, 5)
+    hosts = [e for row in layouts if len(row) > 5 and isinstance(row[5], dict)
+             for e in [host_entry(int(row[0]), **row[5])] if e is not None]
 
     def size(col: int) -> int:
         v = arr[:, col]
@@ -55,6 +95,7 @@ def _job_meta(name: str, layouts: list[tuple[int, ...]], world_size: int, sync: 
             "timing": "cuda-events" if cuda else "perf_counter_ns",
             "clock": sync.to_json(),
             "created_unix_s": round(time.time(), 3),
+            **({HOSTS_KEY: hosts} if hosts else {}),
         },
     )
 

@@ -44,7 +44,14 @@ import numpy as np
 from laggard.optable.ops import LaggardError, LaggardWarning
 from laggard.tracer import _signals, abort, flight
 from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
-from laggard.tracer._env import _cuda_in_use, _dist_if_initialized, _job_meta, check_args, prepare_dir
+from laggard.tracer._env import (
+    _cuda_in_use,
+    _dist_if_initialized,
+    _job_meta,
+    check_args,
+    host_identity,
+    prepare_dir,
+)
 from laggard.tracer._gc import GcMixin
 from laggard.tracer._page import (
     AUX_BYTES,
@@ -207,11 +214,12 @@ class Tracer(CommMixin, GcMixin):
             self.sync: ClockSync = align_clocks(self._clock, method=align)
         else:
             self.sync = local_sync(self._clock)
+        ids = host_identity()  # where this rank runs (job.json's hosts: the fleet's per-host view)
         if dist is None:
-            return [(self.rank, *self.layout)]
+            return [(self.rank, *self.layout, ids)]
         gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, (self.rank, *self.layout))
-        return sorted(gathered)
+        dist.all_gather_object(gathered, (self.rank, *self.layout, ids))
+        return sorted(gathered, key=lambda row: row[0])
 
     def _init_timing(self, timing: str) -> bool:
         """CUDA events (``cuda``, or ``auto`` with CUDA in use) or host clocks; True for CUDA."""

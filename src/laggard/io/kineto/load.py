@@ -460,6 +460,7 @@ def _deps_column(ranks: list[RankOps], offs: np.ndarray, n: int) -> Any:
 def _job_meta(ranks: list[RankOps], files: list[Path], layout: Layout, matched_by: dict[str, str], *,
               clock_offsets_s: dict[str, float], num_domains: int) -> Any:
     """The job's metadata: layout, clock offsets, process groups, devices, decoding costs."""
+    from laggard.optable.hosts import HOSTS_KEY, host_entry
     from laggard.optable.ops import JobMeta
 
     declared = next((r.world_size for r in ranks if r.world_size is not None), None)
@@ -468,6 +469,7 @@ def _job_meta(ranks: list[RankOps], files: list[Path], layout: Layout, matched_b
         for g, inf in r.group_info.items():
             pg_info.setdefault(g, {**inf, "matched_by": matched_by.get(g, "order in the step")})
     devices = sorted({r.device for r in ranks})
+    hosts = [e for r in ranks for e in [host_entry(int(r.rank), **r.identity)] if e is not None]  # type: ignore[arg-type]
     if len(devices) > 1:
         cpu_only = [int(r.rank) for r in ranks if r.device == "cpu"]  # type: ignore[arg-type]
         warnings.warn(
@@ -496,6 +498,7 @@ def _job_meta(ranks: list[RankOps], files: list[Path], layout: Layout, matched_b
             "num_events": int(sum(r.num_events for r in ranks)),
             "decode_cpu_s": float(sum(r.cpu_s for r in ranks)),
             "worker_cpu_s": float(sum(r.worker_cpu_s for r in ranks)),
+            **({HOSTS_KEY: hosts} if hosts else {}),
         },
     )
 

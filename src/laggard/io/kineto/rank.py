@@ -30,6 +30,7 @@ from laggard.io.kineto.comm import (
     read_collectives,
     select_collectives,
 )
+from laggard.io.kineto.devices import rank_identity
 from laggard.io.kineto.events import RankEvents
 from laggard.io.kineto.segments import (
     Segments,
@@ -86,6 +87,7 @@ class RankOps:
     group_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     coll_source: str = ""
     warnings: list[str] = field(default_factory=list)
+    identity: dict[str, str] = field(default_factory=dict)  # host, GPU (laggard.io.kineto.devices)
     cpu_s: float = 0.0  # CPU time spent decoding this rank and building its ops
     worker_cpu_s: float = 0.0  # the part of it spent in a decode worker process
 
@@ -331,7 +333,9 @@ def build_rank(ev: RankEvents) -> RankOps:
         n.rsplit(":", 1)[-1] in ("send", "recv") for n in set(co.name))  # transfers without peer ranks too
     u_phase = _unit_phases(ev, lb, es, unit, cpu=cpu, gpu=gpu, from_launchers=stage and device == "gpu")
     seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase, split_phases=stage)
-    return _assemble(ev, info, device, pg_config, co, c_step, st, seg, warns)
+    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, warns)
+    ops.identity = rank_identity(ev, gpu)
+    return ops
 
 
 def _unit_phases(ev: RankEvents, lb: _Labels, es: _EventSteps, unit: np.ndarray, *, cpu: np.ndarray, gpu: np.ndarray,

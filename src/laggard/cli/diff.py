@@ -1,0 +1,58 @@
+"""`laggard diff A B`: why run B's step time differs from run A's (thin: load, ``whatif.diff``, report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from laggard.cli.options import FormatOpt, load_trace
+from laggard.errors import LaggardError, check_output
+
+
+def diff(
+    a: Annotated[Path, typer.Argument(help="Run A, the reference (e.g. last week's good run): a native directory, an NDTimeline parquet file, or a directory of PyTorch-profiler traces.")],
+    b: Annotated[Path, typer.Argument(help="Run B, the one to explain (e.g. today's run), in any format laggard reads.")],
+    fmt: FormatOpt = "auto",
+    meta_a: Annotated[Path | None, typer.Option("--meta-a", help="NDTimeline metadata YAML of A; default: meta-*.yaml beside it.")] = None,
+    meta_b: Annotated[Path | None, typer.Option("--meta-b", help="NDTimeline metadata YAML of B; default: meta-*.yaml beside it.")] = None,
+    steps_a: Annotated[str | None, typer.Option("--steps-a", help="Compare only these steps of A, e.g. '10-20'.")] = None,
+    steps_b: Annotated[str | None, typer.Option("--steps-b", help="Compare only these steps of B, e.g. '10-20'.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the comparison as JSON to this file ('-' for stdout): change, and contributions sorted by share, each with its what-if selector.")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML page of the comparison to this file.")] = None,
+    max_parts: Annotated[int, typer.Option("--max-parts", help="Parts of the job named separately (1-10; 2^(n+1) replays of B); the rest is one part.")] = 7,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
+) -> None:
+    """Explain why B's step time differs from A's: B replayed with A's durations, part by part."""
+    from laggard.whatif.diff import DiffConfig
+
+    if not 1 <= max_parts <= 10:
+        raise LaggardError(f"--max-parts must be 1 to 10 (2^(n+1) replays of B), got {max_parts}")
+    cfg = DiffConfig(max_parts=max_parts)  # checked before the (slow) loads
+    check_output(json_out, "--json")
+    check_output(html_out, "--html")
+    for side, path in (("A", a), ("B", b)):
+        if not path.exists() and not any(ch in str(path) for ch in "*?["):
+            raise LaggardError(f"{side}: {path}: no such file or directory")
+    job_a = load_trace(a, fmt, meta_a, steps_a)
+    job_b = load_trace(b, fmt, meta_b, steps_b)
+    from laggard.whatif.diff import diff as run_diff
+
+    res = run_diff(job_a, job_b, cfg)
+    if json_out is not None:
+        from laggard.report.jsonout import dump_json
+
+        dump_json(res, json_out, flag="--json")
+    if html_out is not None:
+        from laggard.report.diff import write_diff_html
+
+        write_diff_html(res, html_out)
+    if not quiet and str(json_out) != "-":
+        from laggard.report.diff import print_diff
+
+        print_diff(res)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff")(diff)

@@ -1,0 +1,83 @@
+"""`laggard diff A B` through the CLI on real files: terminal, --json and --html; and bad input
+(missing files, traces that cannot be compared, wrong flags): one line, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA, ND, run_cli
+from tests.whatif.test_diff import slowed
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path]:
+    from laggard.io import load_job
+    from laggard.optable.ops import write_native
+
+    root = tmp_path_factory.mktemp("diff")
+    write_native(load_job(ND / "trace-ST.parquet"), root / "a")
+    return root / "a", slowed(root / "a", root / "b", [("forward-compute", "rank", 6, 1.6)])
+
+
+def test_json_html_and_terminal(runs, tmp_path, capsys):
+    a, b = runs
+    out, page = tmp_path / "d.json", tmp_path / "d.html"
+    assert run_cli("diff", a, b, "--json", out, "--html", page) == 0
+    term = capsys.readouterr().out
+    d = json.loads(out.read_text())
+    top = d["contributions"][0]
+    assert top["selector"] == "optype=forward-compute,rank=6" and top["share"] == pytest.approx(1.0, abs=0.02)
+    assert sum(c["share"] for c in d["contributions"]) == pytest.approx(1.0, abs=1e-9)
+    assert d["change"] > 0 and d["a"]["paths"] == [str(a)] and d["b"]["paths"] == [str(b)]
+    assert f"B is {100 * d['change']:.1f}% slower than A" in term
+    assert "forward-compute on rank 6" in term and "laggard whatif" in term
+    html = page.read_text()
+    assert "optype=forward-compute,rank=6" in html and "<svg" not in html and "What changed" in html
+
+
+def test_json_to_stdout_is_only_json(runs, capsys):
+    assert run_cli("diff", *runs, "--json", "-") == 0
+    assert json.loads(capsys.readouterr().out)["contributions"]
+
+
+def test_console_script_in_a_subprocess(runs):
+    a, b = runs
+    p = subprocess.run([sys.executable, "-c", "from laggard.cli.base import entry; entry()", "diff", str(b), str(a), "-q",
+                        "--json", "-"], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}, timeout=120)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    # B (the edited copy's reference) is faster; a share is of the change, whichever way it goes
+    assert d["change"] < 0 and d["contributions"][0]["selector"] == "optype=forward-compute,rank=6"
+    assert d["contributions"][0]["share"] == pytest.approx(1.0, abs=0.02)
+
+
+def _one_line_error(capsys, *args) -> str:
+    code = run_cli(*args)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("laggard: warning: ")]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("laggard: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_bad_input(runs, tmp_path, capsys):
+    a, _ = runs
+    assert "B: " in _one_line_error(capsys, "diff", a, tmp_path / "nope")
+    assert "A: " in _one_line_error(capsys, "diff", tmp_path / "nope", a)
+    assert "no op type in common" in _one_line_error(capsys, "diff", DATA / "kineto" / "ddp_gloo", a)
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "job.json").write_text("{not json")
+    (corrupt / "ops-00000.parquet").write_bytes(b"not parquet")
+    assert str(corrupt) in _one_line_error(capsys, "diff", a, corrupt)
+    assert "--max-parts must be 1 to 10" in _one_line_error(capsys, "diff", a, a, "--max-parts", "0")
+    assert "--max-parts" in _one_line_error(capsys, "diff", a, a, "--max-parts", "many")
+    assert "--json" in _one_line_error(capsys, "diff", a, a, "--json", tmp_path)
+    assert "Missing argument" in _one_line_error(capsys, "diff", a)
