@@ -52,8 +52,9 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
             c.finding.gain = T / t if t > 0 else float("inf")
     for c in launch:
         score_alone(ctx, c)
+    floor = share_floor(ctx, cfg)
     if cfg.single_cause:
-        best = sorted((c.finding for c in cands if c.finding.score >= cfg.min_share), key=lambda f: (-f.score, -f.gain))[:1]
+        best = sorted((c.finding for c in cands if c.finding.score >= floor), key=lambda f: (-f.score, -f.gain))[:1]
         for f in best:
             f.share = f.score
         return diagnosis_of(ctx, cfg, best, t_all=T - (best[0].score * gap if best and not _own_model(best[0]) else 0.0))
@@ -68,7 +69,7 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     phi = shapley(v, alive)
     while alive:
         strength = _strength(v, alive, phi)
-        weak = [i for i in alive if strength[i] < cfg.min_share]
+        weak = [i for i in alive if strength[i] < floor]
         if not weak:
             break
         alive.remove(min(weak, key=lambda i: strength[i]))
@@ -77,9 +78,17 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     for i in alive:
         players[i].finding.share = float(min(phi[i], 1.0))
         found.append(players[i].finding)
-    with_launch = [c.finding for c in launch if c.finding.share >= cfg.min_share]
+    with_launch = [c.finding for c in launch if c.finding.share >= floor]
     full = sum(1 << i for i in alive)
     return diagnosis_of(ctx, cfg, found + with_launch, t_all=float(t[full]))
+
+
+def share_floor(ctx: Ctx, cfg: DiagnoseConfig) -> float:
+    """The least share of the slowdown a finding must explain: ``min_share``, and what a speed-up of
+    ``min_gain`` is of this job's gap (T - T / min_gain over the gap)."""
+    if ctx.gap <= 0:
+        return cfg.min_share
+    return max(cfg.min_share, ctx.T * (1.0 - 1.0 / cfg.min_gain) / ctx.gap)
 
 
 # the order in which the changes of several fixes apply: stalls out first (an --even or --scale of

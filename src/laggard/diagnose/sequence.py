@@ -42,6 +42,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, slow_workers: list[int] | None = None)
         f"microbatch together (correlation {corr:.2f})"
     )
     fit = fit_seq_cost(ctx, fm)
+    if fit is not None and fit < cfg.seq_min_r2:
+        return []  # the trace has the lengths and they do not explain the times: something else moves them
     if fit is not None:
         evidence += f"; forward time follows a*sum(len^2) + b*sum(len) (R^2={fit:.2f})"
     # balanced: every microbatch of a stage costs the step's mean

@@ -66,6 +66,8 @@ def print_findings(res: Analysis, console: Console) -> None:
         console.print(f"[yellow bold]verdict: {d.verdict}[/] ({d.reason}); no findings", highlight=False)
         return
     console.print("[red bold]verdict: straggling[/]")
+    if d.note:
+        console.print(f"[yellow]note:[/] {d.note}", highlight=False)
     t = Table(show_edge=False, pad_edge=False, expand=False, show_lines=True, highlight=False)
     t.add_column("#", justify="right", no_wrap=True)
     t.add_column("finding: what, evidence, fix", overflow="fold", ratio=1)
@@ -114,6 +116,8 @@ def findings_html(res: Analysis) -> str | None:
     if d.unexplained_by:
         carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
         unexplained = f"<p>Unexplained: {100 * d.unexplained:.0f}% of the slowdown; carried by {rich_text(carried)}.</p>"
+    if d.note:
+        unexplained = f"<p>Note: {escape(d.note)}.</p>" + unexplained
     if not d.findings:
         return section("Diagnosis", unexplained, id="findings")
     rows = []

@@ -182,6 +182,7 @@ class Diagnosis:
     interaction: float = 0.0  # combined share minus the sum of the findings' own scores
     unexplained: float = 0.0  # 1 - combined share
     unexplained_by: list[dict[str, Any]] = field(default_factory=list)  # the attributions that carry it
+    note: str = ""  # how a straggling verdict was reached when S alone would not show it (diagnose.unseen)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -191,6 +192,8 @@ class Diagnosis:
         }
         if self.reason:
             out["reason"] = self.reason
+        if self.note:
+            out["note"] = self.note
         if self.verdict == "straggling":
             out["combined"] = {"share": finite(self.combined_share), "gain": finite(self.combined_gain),
                                "interaction": finite(self.interaction), "unexplained": finite(self.unexplained),

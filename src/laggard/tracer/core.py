@@ -146,7 +146,9 @@ class Tracer(CommMixin, GcMixin):
         layouts = self._startup_collectives(dist, align)
         use_cuda = self._init_timing(timing)
         self._state = self._initial_state()
-        meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda, meta_extra or {}).to_json()
+        # what the diagnosis may rely on: with record_gc every collection is an op (a stall with none in it is not GC)
+        gc_meta = {"record_gc": bool(record_gc), "gc_min_us": float(gc_min_us)}
+        meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda, {**(meta_extra or {}), **gc_meta}).to_json()
         try:
             prepare_dir(self.out_dir, self.rank, self.world_size, self._state, meta)
         except OSError as e:

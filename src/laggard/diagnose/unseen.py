@@ -1,0 +1,73 @@
+"""Straggling the pooled ideal cannot see. The ideal of an op type is its mean over every rank that
+runs it, and S compares the job with that ideal. Two kinds of slowdown keep S near 1 by
+construction:
+
+* **a pure pipeline** (one worker per stage): the mean over the stages keeps the pipeline's total
+  work, and a pipeline's step is mostly that total, so a heavy stage or a slow rank barely moves S
+  (real dp 1 x pp 3-4 gloo jobs with a 1.33x slow rank: S = 1.01-1.03, while scaling the rank back
+  alone makes the step 6% faster);
+* **an overhead every rank pays** (launch delays, host time between ops on every rank alike): the
+  ideal keeps it too, as the median of alike gaps.
+
+Such a job is judged by the fixes themselves: the detectors of these causes run, and each fix is
+replayed on the measured job. One that speeds the step up by the healthy threshold or more makes the
+job straggling with it, and the best of them stands for the ideal that S lacked (the diagnosis's
+shares are of that gap). The verdict says so in its note."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.diagnose.context import Ctx
+from laggard.diagnose.explain import attribute, replay_mean, score_alone
+from laggard.diagnose.findings import Candidate
+from laggard.diagnose.nominate import candidates
+from laggard.results.diagnosis import Diagnosis
+
+# the causes whose slowdown the pooled ideal keeps (see the module)
+PIPELINE_CAUSES = ("stage-imbalance", "worker")
+OVERHEAD_CAUSES = ("launch-delay",)
+
+
+def unseen(ctx: Ctx, cfg: DiagnoseConfig) -> Diagnosis | None:
+    """The diagnosis of a job S calls healthy when a fix S cannot see speeds it up by the healthy
+    threshold (None when none does)."""
+    causes = OVERHEAD_CAUSES + (PIPELINE_CAUSES if ctx.num_dp == 1 and ctx.num_pp > 1 else ())
+    cands = [c for c in candidates(ctx, cfg) if c.finding.cause in causes]
+    if not cands:
+        return None
+    gains = _gains(ctx, cands)
+    keep = [c for c, g in zip(cands, gains, strict=True) if g >= cfg.healthy_threshold]
+    if not keep:
+        return None
+    best = max(g for c, g in zip(cands, gains, strict=True) if c in keep)
+    # the best fix stands for the ideal: the job is at least that much slower than it could be
+    ctx.T_ideal = min(ctx.T_ideal, ctx.T_meas / best)
+    ctx.gap = ctx.T_meas - ctx.T_ideal
+    d = attribute(ctx, keep, replace(cfg, hidden_passes=0))
+    if not d.findings:
+        return None
+    what = ("a pure pipeline's total work (each op type at its mean over the stages)"
+            if any(f.cause in PIPELINE_CAUSES for f in d.findings) else "an overhead every rank pays alike")
+    d.note = (f"S = {ctx.res.slowdown:.3f} cannot show this slowdown: the pooled ideal keeps {what}; the fixes "
+              f"below were replayed on the measured job, the best {best:.2f}x faster")
+    return d
+
+
+def _gains(ctx: Ctx, cands: list[Candidate]) -> list[float]:
+    """Each candidate's speed-up alone on the measured job."""
+    rep = [c for c in cands if c.weights is not None]
+    if rep:
+        for c, t in zip(rep, replay_mean(ctx, [c.weights for c in rep]).tolist(), strict=True):
+            c.finding.gain = ctx.T / t if t > 0 else float("inf")
+    gap = ctx.gap
+    ctx.gap = max(gap, 1e-12)  # score_alone divides by it; only the gain is read here
+    for c in cands:
+        if c.weights is None:
+            score_alone(ctx, c)
+    ctx.gap = gap
+    return [c.finding.gain for c in cands]
+
+
+__all__ = ["unseen"]

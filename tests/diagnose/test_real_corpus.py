@@ -1,0 +1,75 @@
+"""The diagnosis on real multi-process jobs it once got wrong (tests/data/corpus/README.md): the
+injected causes are in each job's truth.json, written by the job generator, never by the analysis."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from laggard.analysis.pipeline import analyze
+from laggard.diagnose.config import DiagnoseConfig
+from laggard.errors import LaggardWarning
+from laggard.io import load_job
+
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
+
+
+def _diagnose(job: str, config: DiagnoseConfig | None = None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LaggardWarning)
+        res = analyze(load_job(CORPUS / job / "trace"), config=config)
+    truth = json.loads((CORPUS / job / "truth.json").read_text())
+    return res.diagnosis, truth
+
+
+def _named(d) -> set[int]:
+    return {w["rank"] for f in d.findings for w in f.workers}
+
+
+@pytest.mark.parametrize("job", ["job057", "job004"])
+def test_stalls_without_a_traced_collection_are_not_gc(job: str) -> None:
+    d, truth = _diagnose(job)
+    assert not [f for f in d.findings if f.cause == "gc"], d.findings
+    targeted = {r for c in truth["causes"] for r in c["target"].get("ranks", [])}
+    assert _named(d) <= targeted, (d.findings, truth["causes"])
+
+
+def test_gc_rule_is_what_keeps_the_clean_job_clean() -> None:
+    """The same clean job with the rule off (any collection, however short, counts; no speed-up floor): GC is named on
+    healthy ranks again, so the test above can fail."""
+    d, _ = _diagnose("job057", DiagnoseConfig(gc_traced_cover=0.0, min_gain=1.0))
+    assert any(f.cause == "gc" and f.workers for f in d.findings), d.findings
+
+
+def test_sequence_imbalance_needs_the_lengths_to_explain_the_times() -> None:
+    d, _ = _diagnose("job004")
+    assert "sequence-imbalance" not in {f.cause for f in d.findings}, d.findings
+    assert [w["rank"] for w in d.findings[0].workers] == [0]  # the 1.275x slow rank
+    d, _ = _diagnose("job004", DiagnoseConfig(seq_min_r2=0.0))
+    assert "sequence-imbalance" in {f.cause for f in d.findings}, d.findings
+    d, _ = _diagnose("job018")
+    assert d.findings and d.findings[0].cause == "sequence-imbalance", d.findings
+
+
+def test_pure_pipeline_slow_rank_is_found_although_s_is_near_1() -> None:
+    d, truth = _diagnose("job054")
+    assert truth["causes"][0]["target"]["ranks"] == [0]
+    assert d.verdict == "straggling" and d.note, d
+    top = d.findings[0]
+    assert top.cause == "stage-imbalance" and top.stages == [0] and _named(d) == {0}, d.findings
+    assert top.gain >= 1.05
+
+
+def test_launch_overhead_on_every_rank_is_found_although_s_is_near_1() -> None:
+    d, _ = _diagnose("job017")
+    assert d.verdict == "straggling", d
+    assert d.findings[0].cause == "launch-delay" and not d.findings[0].workers, d.findings
+    assert d.findings[0].gain > 1.3
+
+
+def test_clean_pure_pipeline_stays_healthy() -> None:
+    d, _ = _diagnose("job009")
+    assert d.verdict == "healthy", d.findings
