@@ -32,10 +32,13 @@ def analyze(
     layout: LayoutOpt = None,
     rank_map: RankMapOpt = None,
     skip_steps: Annotated[int | None, typer.Option("--skip-steps", help="Skip this many leading (warm-up) steps; default: detected from step-time settling (0 keeps every step).")] = None,
+    num_layers: Annotated[int | None, typer.Option("--num-layers", help="The model's decoder layers, where the trace does not record them: a stage-imbalance finding then shows the speed-up of `laggard partition`'s whole-layer split, beside the continuous bound.")] = None,
 ) -> None:
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
     if skip_steps is not None and skip_steps < 0:
         raise LaggardError(f"--skip-steps must be >= 0 (got {skip_steps})")
+    if num_layers is not None and num_layers < 1:
+        raise LaggardError(f"--num-layers must be >= 1 (got {num_layers})")
     if healthy_threshold is not None:
         check_healthy_threshold(healthy_threshold)  # before the (slow) load
     for flag, out in (("--json", json_out), ("--html", html_out), ("--perfetto", perfetto_out)):
@@ -50,7 +53,8 @@ def analyze(
         analyze as run_analysis,  # after loading: see laggard.io.kineto.load.decode_all
     )
 
-    result = run_analysis(job, config=AnalysisConfig(healthy_threshold=healthy_threshold, skip_steps=skip_steps))
+    result = run_analysis(job, config=AnalysisConfig(healthy_threshold=healthy_threshold, skip_steps=skip_steps,
+                                                       num_layers=num_layers))
     if json_out is not None:
         from laggard.report.jsonout import write_json
 
