@@ -11,6 +11,8 @@ from laggard.analysis.config import AnalysisConfig, resolve_config
 from laggard.errors import LaggardWarning
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from laggard.diagnose.config import DiagnoseConfig
     from laggard.engine.gaps import GapConfig
     from laggard.engine.warmup import WarmupConfig
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 
 def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, healthy_threshold: float | None = None,
             diagnose: bool | None = None, gaps: GapConfig | None = None, skip_steps: int | None = None,
-            warmup: WarmupConfig | None = None, num_layers: int | None = None) -> Analysis:
+            warmup: WarmupConfig | None = None, num_layers: int | None = None,
+            on_progress: Callable[[int, int, str], None] | None = None) -> Analysis:
     """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job. Warm-up steps
     are skipped first (``skip_steps``: how many leading steps; None: detected, ``laggard.engine.warmup``).
 
@@ -30,7 +33,8 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
     threshold set both in ``healthy_threshold`` and in ``DiagnoseConfig.threshold`` to different
     values, raise ``LaggardError`` (laggard.analysis.config). ``num_layers``: the model's decoder layers
     where the trace does not record them (a stage-imbalance finding then shows its whole-layer gain,
-    ``laggard.analysis.partition``)."""
+    ``laggard.analysis.partition``). ``on_progress(done, total, what)``: the phase under way (the CLI's
+    progress bar; nothing is printed here)."""
     from laggard.engine.warmup import skip_warmup
     from laggard.whatif.core import analyze as whatif_analyze
 
@@ -39,6 +43,9 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
     from laggard.analysis.partition import check_num_layers, fill_partition
 
     check_num_layers(job, cfg.num_layers)
+    phases = 2 if cfg.diagnose else 1
+    report = on_progress or (lambda done, total, what: None)
+    report(0, phases, "replaying the job (what-if analysis)")
     diagnosis_cfg = cfg.resolved_diagnosis()
     job, skipped = skip_warmup(job, cfg.skip_steps, cfg.warmup)
     note = None
@@ -53,6 +60,7 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
     if cfg.diagnose:
         from laggard.diagnose.run import diagnose as run_diagnosis
 
+        report(1, phases, "diagnosing (targeted what-ifs)")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LaggardWarning)
             res.diagnosis = run_diagnosis(res, config=diagnosis_cfg)
@@ -66,6 +74,7 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
             if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
                 res.warnings.append(str(w.message))
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    report(phases, phases, "analysed")
     return res
 
 
