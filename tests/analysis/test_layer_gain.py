@@ -33,8 +33,9 @@ def _partition_predicts(tmp_path, command: str) -> float:
     return json.loads(out.read_text())["whatif"]["speedup"]
 
 
-@pytest.mark.parametrize("args", [(ND / "trace-ST.parquet", "--num-layers", "32"), (HEAVY,), (SLOW_RANK,)],
-                         ids=["ST --num-layers", "tracer heavy stage", "tracer slow rank"])
+@pytest.mark.parametrize("args", [(ND / "trace-ST.parquet", "--num-layers", "32"), (HEAVY,), (SLOW_RANK,),
+                                  (HEAVY, "--num-layers", "8")],
+                         ids=["ST --num-layers", "tracer heavy stage", "tracer slow rank", "given over the trace's"])
 def test_shown_gain_is_what_partition_predicts(tmp_path, args):
     f = _stage_finding(tmp_path, *args)
     assert f["gain_bound"] is True and f["gain_layers"] is not None

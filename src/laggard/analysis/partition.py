@@ -29,11 +29,15 @@ def check_num_layers(job: Job, num_layers: int | None) -> None:
 
 
 def partition_command(job: Job, num_layers: int | None = None) -> str:
-    """`laggard partition` for this trace, with the layer count the trace does not record (N: unknown)."""
+    """`laggard partition` for this trace: with the layer count given (it wins over the trace's), else
+    none where the trace records it, else ``--num-layers N`` (unknown)."""
     from laggard.whatif.custom import whatif_command
     from laggard.whatif.partition import layers_known
 
-    flags = [] if layers_known(job) else ["--num-layers", "N" if num_layers is None else str(num_layers)]
+    if num_layers is not None:
+        flags = ["--num-layers", str(num_layers)]
+    else:
+        flags = [] if layers_known(job) else ["--num-layers", "N"]
     return whatif_command(job.load_args, flags, command="partition")
 
 
