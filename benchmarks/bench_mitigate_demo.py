@@ -6,7 +6,7 @@ unfixed trace.
   predicted: the diagnosis's `gc` finding gain.
 * seqlen-imbalance + sequence balancing (Karmarkar-Karp over each step's sequences, packed);
   predicted: the diagnosis's `sequence-imbalance` finding gain (every microbatch at the step mean).
-* heavy-last-stage + cost-aware partition: `laggard partition` logic (laggard/cli_mitigate.py) on the unfixed trace (measured
+* heavy-last-stage + cost-aware partition: `laggard partition` logic (laggard/whatif/partition.py) on the unfixed trace (measured
   per-stage compute -> per-layer costs -> exact min-max split -> layers_per_stage); predicted: the
   what-if replay with each stage's compute scaled by new/old stage cost.
 
@@ -64,11 +64,8 @@ def _gain(job: Any, cause: str) -> tuple[float | None, list[str]]:
 
 def _partition(job: Any, num_layers: int) -> dict[str, Any]:
     """`laggard partition TRACE` on the unfixed trace: the split and its what-if."""
-    try:  # the command moved out of the package (laggard.mitigate imports no analysis code)
-        from laggard.cli.mitigate import replay_scaled, stage_compute_s
-    except ImportError:
-        from laggard.mitigate.cli import replay_scaled, stage_compute_s
     from laggard.mitigate.partition import describe_split, even_counts, layer_costs_from_stages, split_stages
+    from laggard.whatif.partition import replay_scaled, stage_compute_s
 
     measured = stage_compute_s(job)
     per_stage = even_counts(num_layers, len(measured))

@@ -209,11 +209,13 @@ def test_push_cli_streams_a_published_trace(tmp_path):
         r = subprocess.run([sys.executable, "-m", "laggard.cli.base", "monitor", "push", str(trace), "--url", srv.url,
                             "--token", TOKEN, "--speed", "0", "--job", "ar"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-        assert f"pushed {job.num_ops:,} ops" in r.stdout
+        assert f"pushed {job.num_ops:,} ops" in r.stdout and "pushing ar" not in r.stderr  # piped: no progress
         d = srv.wait_for(lambda d: d["window"] is not None, "/api/v1/jobs/ar", timeout_s=120)
         r2 = subprocess.run([sys.executable, "-m", "laggard.cli.base", "monitor", "push", str(trace), "--url", srv.url,
-                             "--token", TOKEN, "--speed", "0", "--job", "ar"], capture_output=True, text=True)
+                             "--token", TOKEN, "--speed", "0", "--job", "ar"], capture_output=True, text=True,
+                            env={**os.environ, "TTY_COMPATIBLE": "1"})
         assert "pushed 0 ops" in r2.stdout  # all duplicates
+        assert "pushing ar" in r2.stderr and "steps" in r2.stderr  # on a terminal: the progress display
         bad = subprocess.run([sys.executable, "-m", "laggard.cli.base", "monitor", "push", str(trace), "--url", srv.url,
                               "--token", "wrong-token-0123456789", "--speed", "0"], capture_output=True, text=True)
         assert bad.returncode == 2 and "401" in bad.stderr and "Traceback" not in bad.stderr

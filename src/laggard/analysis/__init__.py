@@ -6,6 +6,7 @@ from __future__ import annotations
 from laggard.util.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    **dict.fromkeys(("analyze", "partition_hint"), "laggard.analysis.pipeline"),
+    "analyze": "laggard.analysis.pipeline",
+    "partition_hint": "laggard.analysis.partition",
     **dict.fromkeys(("AnalysisConfig", "HEALTHY_THRESHOLD", "resolve_config"), "laggard.analysis.config"),
 })

@@ -28,6 +28,10 @@ class AnalysisConfig:
     diagnose: bool = True
     # leading steps to drop; None: the warm-up steps ``warmup`` detects; 0: keep every step
     skip_steps: int | None = None
+    # the model's decoder layers where the trace does not record them (job metadata num_layers or
+    # layers_per_stage): a stage-imbalance finding's gain is then that of `laggard partition`'s
+    # whole-layer split, beside the continuous bound; None: the trace's metadata, if any
+    num_layers: int | None = None
     gaps: GapConfig = field(default_factory=GapConfig)  # when untraced host time becomes host ops
     warmup: WarmupConfig = field(default_factory=WarmupConfig)  # which leading steps are warm-up
     diagnosis: DiagnoseConfig = field(default_factory=DiagnoseConfig)  # every detector threshold
@@ -38,6 +42,9 @@ class AnalysisConfig:
         if self.skip_steps is not None and (isinstance(self.skip_steps, bool) or not isinstance(self.skip_steps, int)
                                             or self.skip_steps < 0):
             raise LaggardError(f"skip_steps must be an integer >= 0 (got {self.skip_steps!r})")
+        if self.num_layers is not None and (isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int)
+                                            or self.num_layers < 1):
+            raise LaggardError(f"num_layers must be an integer >= 1 (got {self.num_layers!r})")
         for name, kind in (("gaps", GapConfig), ("warmup", WarmupConfig), ("diagnosis", DiagnoseConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise LaggardError(f"AnalysisConfig.{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")

@@ -11,6 +11,8 @@ from laggard.analysis.config import AnalysisConfig, resolve_config
 from laggard.errors import LaggardWarning
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from laggard.diagnose.config import DiagnoseConfig
     from laggard.engine.gaps import GapConfig
     from laggard.engine.warmup import WarmupConfig
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 
 def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, healthy_threshold: float | None = None,
             diagnose: bool | None = None, gaps: GapConfig | None = None, skip_steps: int | None = None,
-            warmup: WarmupConfig | None = None) -> Analysis:
+            warmup: WarmupConfig | None = None, num_layers: int | None = None,
+            on_progress: Callable[[int, int, str], None] | None = None) -> Analysis:
     """Slowdown, attributions and (unless ``diagnose=False``) the diagnosis of a job. Warm-up steps
     are skipped first (``skip_steps``: how many leading steps; None: detected, ``laggard.engine.warmup``).
 
@@ -28,12 +31,21 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
     ``diagnosis``); each keyword is the field of the same name (None: not given). A keyword fills a
     field the config leaves at its default; a keyword and a config field that disagree, or a healthy
     threshold set both in ``healthy_threshold`` and in ``DiagnoseConfig.threshold`` to different
-    values, raise ``LaggardError`` (laggard.analysis.config)."""
+    values, raise ``LaggardError`` (laggard.analysis.config). ``num_layers``: the model's decoder layers
+    where the trace does not record them (a stage-imbalance finding then shows its whole-layer gain,
+    ``laggard.analysis.partition``). ``on_progress(done, total, what)``: the phase under way (the CLI's
+    progress bar; nothing is printed here)."""
     from laggard.engine.warmup import skip_warmup
     from laggard.whatif.core import analyze as whatif_analyze
 
     cfg = resolve_config(config, healthy_threshold=healthy_threshold, diagnose=diagnose, gaps=gaps,
-                         skip_steps=skip_steps, warmup=warmup)
+                         skip_steps=skip_steps, warmup=warmup, num_layers=num_layers)
+    from laggard.analysis.partition import check_num_layers, fill_partition
+
+    check_num_layers(job, cfg.num_layers)
+    phases = 2 if cfg.diagnose else 1
+    report = on_progress or (lambda done, total, what: None)
+    report(0, phases, "replaying the job (what-if analysis)")
     diagnosis_cfg = cfg.resolved_diagnosis()
     job, skipped = skip_warmup(job, cfg.skip_steps, cfg.warmup)
     note = None
@@ -48,32 +60,22 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
     if cfg.diagnose:
         from laggard.diagnose.run import diagnose as run_diagnosis
 
+        report(1, phases, "diagnosing (targeted what-ifs)")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LaggardWarning)
             res.diagnosis = run_diagnosis(res, config=diagnosis_cfg)
+            fill_partition(job, res.diagnosis.findings, cfg.num_layers)
         from laggard.whatif.custom import whatif_command
 
         for f in res.diagnosis.findings:
             if f.whatif:
                 f.command = whatif_command(job.load_args, f.whatif)
-            if f.fix_tool == "partition":
-                f.fix_command = partition_hint(job)
         for w in caught:
             if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
                 res.warnings.append(str(w.message))
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    report(phases, phases, "analysed")
     return res
-
-
-def partition_hint(job: Job) -> str:
-    """The `laggard partition` command for this trace, asking for what the trace does not record."""
-    from laggard.whatif.custom import whatif_command
-
-    known = job.meta.extra.get("num_layers") is not None or job.meta.extra.get("layers_per_stage")
-    cmd = whatif_command(job.load_args, [] if known else ["--num-layers", "N"], command="partition")
-    return (f"`{cmd}` proposes the split" + ("" if known else " (N: the model's decoder layers; the trace does not record it)")
-            + "; this finding's gain is the bound of a continuous split: moving whole layers gains less, and the "
-            "command predicts its split's own speed-up")
 
 
 __all__ = ["analyze"]

@@ -32,10 +32,13 @@ def analyze(
     layout: LayoutOpt = None,
     rank_map: RankMapOpt = None,
     skip_steps: Annotated[int | None, typer.Option("--skip-steps", help="Skip this many leading (warm-up) steps; default: detected from step-time settling (0 keeps every step).")] = None,
+    num_layers: Annotated[int | None, typer.Option("--num-layers", help="The model's decoder layers, where the trace does not record them: a stage-imbalance finding then shows the speed-up of `laggard partition`'s whole-layer split, beside the continuous bound.")] = None,
 ) -> None:
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
     if skip_steps is not None and skip_steps < 0:
         raise LaggardError(f"--skip-steps must be >= 0 (got {skip_steps})")
+    if num_layers is not None and num_layers < 1:
+        raise LaggardError(f"--num-layers must be >= 1 (got {num_layers})")
     if healthy_threshold is not None:
         check_healthy_threshold(healthy_threshold)  # before the (slow) load
     for flag, out in (("--json", json_out), ("--html", html_out), ("--perfetto", perfetto_out)):
@@ -44,29 +47,53 @@ def analyze(
         from laggard.report.html import perfetto_beside
 
         check_output(perfetto_beside(html_out), "--html (the Perfetto trace beside it)")
-    job = load_trace(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
+    from laggard.cli.options import progress_callback
+
+    outputs = [(flag, out) for flag, out in (("JSON", json_out), ("Perfetto trace", perfetto_out),
+                                             ("HTML report", html_out)) if out is not None and str(out) != "-"]
+    with progress_callback("loading the trace", "phases", quiet=quiet) as on_progress:
+        total = 3 + len(outputs)  # load, what-if, diagnosis, each file written
+        on_progress(0, total, "loading the trace")
+        job = load_trace(path[0] if len(path) == 1 else path, fmt, meta, steps, layout, rank_map)  # type: ignore[arg-type]
+        result = _run(job, healthy_threshold, skip_steps, num_layers,
+                      lambda done, _n, what: on_progress(1 + done, total, what))
+        for i, (what, out) in enumerate(outputs):
+            on_progress(3 + i, total, f"writing the {what}")
+            _write(result, what, out, perfetto_out)
+    if str(json_out) == "-":
+        from laggard.report.jsonout import write_json
+
+        write_json(result, json_out)
+    if not quiet and str(json_out) != "-":
+        from laggard.report.terminal import print_summary
+
+        print_summary(result)
+
+
+def _run(job, healthy_threshold, skip_steps, num_layers, on_progress):  # noqa: ANN001, ANN202 - thin CLI glue
     from laggard.analysis.config import AnalysisConfig
     from laggard.analysis.pipeline import (
         analyze as run_analysis,  # after loading: see laggard.io.kineto.load.decode_all
     )
 
-    result = run_analysis(job, config=AnalysisConfig(healthy_threshold=healthy_threshold, skip_steps=skip_steps))
-    if json_out is not None:
+    cfg = AnalysisConfig(healthy_threshold=healthy_threshold, skip_steps=skip_steps, num_layers=num_layers)
+    return run_analysis(job, config=cfg, on_progress=on_progress)
+
+
+def _write(result, what: str, out: Path, perfetto_out: Path | None) -> None:  # noqa: ANN001
+    """One of analyze's files: the JSON, the Perfetto trace or the HTML report."""
+    if what == "JSON":
         from laggard.report.jsonout import write_json
 
-        write_json(result, json_out)
-    if perfetto_out is not None:
+        write_json(result, out)
+    elif what == "Perfetto trace":
         from laggard.report.perfetto import write_perfetto
 
-        write_perfetto(result, perfetto_out)
-    if html_out is not None:
+        write_perfetto(result, out)
+    else:
         from laggard.report.html import write_report
 
-        write_report(result, html_out, perfetto=perfetto_out)
-    if not quiet and str(json_out) != "-":
-        from laggard.report.terminal import print_summary
-
-        print_summary(result)
+        write_report(result, out, perfetto=perfetto_out)
 
 
 def whatif(

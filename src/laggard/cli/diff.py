@@ -35,19 +35,25 @@ def diff(
     for side, path in (("A", a), ("B", b)):
         if not path.exists() and not any(ch in str(path) for ch in "*?["):
             raise LaggardError(f"{side}: {path}: no such file or directory")
-    job_a = load_trace(a, fmt, meta_a, steps_a)
-    job_b = load_trace(b, fmt, meta_b, steps_b)
+    from laggard.cli.options import progress_callback
     from laggard.whatif.diff import diff as run_diff
 
-    res = run_diff(job_a, job_b, cfg)
+    total = 2 + 4 + (html_out is not None)  # two loads, the comparison's phases, the page
+    with progress_callback("loading run A", "phases", quiet=quiet) as on_progress:
+        on_progress(0, total, "loading run A")
+        job_a = load_trace(a, fmt, meta_a, steps_a)
+        on_progress(1, total, "loading run B")
+        job_b = load_trace(b, fmt, meta_b, steps_b)
+        res = run_diff(job_a, job_b, cfg, on_progress=lambda done, _n, what: on_progress(2 + done, total, what))
+        if html_out is not None:
+            from laggard.report.diff import write_diff_html
+
+            on_progress(total - 1, total, "writing the HTML page")
+            write_diff_html(res, html_out)
     if json_out is not None:
         from laggard.report.jsonout import dump_json
 
         dump_json(res, json_out, flag="--json")
-    if html_out is not None:
-        from laggard.report.diff import write_diff_html
-
-        write_diff_html(res, html_out)
     if not quiet and str(json_out) != "-":
         from laggard.report.diff import print_diff
 

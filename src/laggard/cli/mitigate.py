@@ -1,7 +1,8 @@
 """``laggard fit-cost`` and ``laggard partition``: thin commands over ``laggard.mitigate``.
 
-This is the one module of the package that reads traces (``laggard.io``) and replays what-ifs
-(``laggard.whatif.core``); it imports them inside the commands so ``laggard`` starts fast.
+It reads traces (``laggard.io``); the partition's measurement, split and replay are
+``laggard.whatif.partition`` (the analysis shows them too). Imports sit inside the commands so ``laggard``
+starts fast.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from laggard.optable.ops import Job
+    from laggard.whatif.partition import PartitionPlan
 
 TraceArg = Annotated[Path, typer.Argument(help="Trace: a native directory (job.json + *.parquet) or an NDTimeline parquet file.")]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Trace format: auto, native, ndtimeline.")]
@@ -39,12 +41,6 @@ def _dump(obj: Any, out: Path | None) -> bool:
     return str(out) == "-"
 
 
-def _compute_ops(job: Job) -> np.ndarray:
-    """Mask of the ops of kind compute (all False when the trace has none)."""
-    kind_code, kinds = job.codes("kind")
-    return kind_code == (kinds.index("compute") if "compute" in kinds else -2)
-
-
 # ------------------------------------------------------------------ fit-cost
 
 
@@ -59,7 +55,9 @@ def token_samples(job: Job, optypes: list[str] | None = None, stage: int | None 
 
     t = job.table
     name_code, names = job.codes("name")
-    compute = _compute_ops(job)
+    from laggard.whatif.partition import compute_ops
+
+    compute = compute_ops(job)
     has_lens = valid_mask(t.column("seq_lens"))
     has_tok = valid_mask(t.column("num_tokens"))
     sel = compute & (has_lens | has_tok)
@@ -150,97 +148,6 @@ def fit_cost_cmd(
 # ------------------------------------------------------------------ partition
 
 
-def stage_compute_s(job: Job) -> np.ndarray:
-    """Mean per-step compute time of each pipeline stage (ops of kind compute with a microbatch)."""
-    total, count = _stage_dp_compute(job)
-    return total.sum(axis=1) / count.sum(axis=1)
-
-
-def stage_replicas_s(job: Job) -> np.ndarray:
-    """Per-step compute time of each (stage, DP replica); NaN where a replica has none."""
-    import numpy as np
-
-    total, count = _stage_dp_compute(job)
-    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
-
-
-def _stage_dp_compute(job: Job) -> tuple[np.ndarray, np.ndarray]:
-    import numpy as np
-
-    from laggard.optable.ops import LaggardError
-
-    sel = _compute_ops(job) & (job.column("microbatch") >= 0)
-    if not sel.any():
-        raise LaggardError("the trace has no per-microbatch compute ops; cannot measure stage costs")
-    pp = job.column("pp_rank")[sel].astype(np.int64)
-    num_stages = int(pp.max()) + 1
-    dur = job.column("dur_ns")[sel] * 1e-9
-    inst = np.stack([job.column("step")[sel].astype(np.int64), job.column("dp_rank")[sel].astype(np.int64),
-                     job.column("tp_rank")[sel].astype(np.int64), pp], axis=1)
-    uniq, inv = np.unique(inst, axis=0, return_inverse=True)
-    per_inst = np.bincount(inv.ravel(), weights=dur, minlength=len(uniq))
-    num_dp = int(uniq[:, 1].max()) + 1
-    cell = uniq[:, 3] * num_dp + uniq[:, 1]
-    total = np.bincount(cell, weights=per_inst, minlength=num_stages * num_dp).reshape(num_stages, num_dp)
-    count = np.bincount(cell, minlength=num_stages * num_dp).reshape(num_stages, num_dp)
-    if (count.sum(axis=1) == 0).any():
-        raise LaggardError(f"stage(s) {np.flatnonzero(count.sum(axis=1) == 0).tolist()} have no compute ops")
-    return total, count
-
-
-# a replica computing 1.25x its stage's other replicas is a slow worker (DiagnoseConfig.worker_ratio)
-SLOW_REPLICA_RATIO = 1.25
-
-
-def slow_replicas(job: Job) -> list[dict[str, Any]]:
-    """Stages slow because of one DP replica (one worker), not their layers: the replica computes
-    ``SLOW_REPLICA_RATIO`` x the median of its stage's other replicas."""
-    import numpy as np
-
-    rep = stage_replicas_s(job)
-    out: list[dict[str, Any]] = []
-    if rep.shape[1] < 2:
-        return out
-    ranks = {(int(s), int(d)): int(r) for s, d, r in zip(job.column("pp_rank"), job.column("dp_rank"), job.column("rank"), strict=True)} \
-        if job.num_ops < 2_000_000 else {}
-    for s in range(rep.shape[0]):
-        row = rep[s]
-        for d in np.flatnonzero(np.isfinite(row)):
-            others = np.delete(row, d)
-            ref = float(np.nanmedian(others)) if np.isfinite(others).any() else 0.0
-            if ref > 0 and row[d] >= SLOW_REPLICA_RATIO * ref:
-                out.append({"stage": s, "dp_rank": int(d), "rank": ranks.get((s, int(d))), "ratio": float(row[d] / ref)})
-    return out
-
-
-def _parse_counts(spec: str) -> list[int]:
-    from laggard.optable.ops import LaggardError
-
-    try:
-        out = [int(x) for x in spec.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise LaggardError(f"--layers-per-stage {spec!r}: expected comma-separated integers, e.g. 8,8,8,6") from None
-    if not out or min(out) < 1:
-        raise LaggardError(f"--layers-per-stage {spec!r}: every stage needs at least one layer")
-    return out
-
-
-def replay_scaled(job: Job, factors: np.ndarray) -> tuple[float, float]:
-    """Measured and what-if mean step time (s) when each stage's per-microbatch compute is scaled."""
-    import numpy as np
-
-    from laggard.engine.baseline import prepare
-    from laggard.engine.replay import replay_steps
-
-    base = prepare(job)
-    sel = _compute_ops(base.job) & (base.job.column("microbatch") >= 0)
-    f = np.ones(len(base.measured))
-    f[sel] = factors[base.pp_rank[sel]]
-    st = replay_steps(base.graph, np.stack([base.measured, base.measured * f], axis=1))
-    t_old, t_new = (float(x) for x in st.mean(axis=0))
-    return t_old, t_new
-
-
 def partition_cmd(
     path: TraceArg,
     stages: Annotated[int | None, typer.Option("--stages", "-p", help="Pipeline stages to split into (default: the trace's).")] = None,
@@ -254,96 +161,37 @@ def partition_cmd(
     json_out: JsonOpt = None,
 ) -> None:
     """Propose a cost-aware pipeline split (exact min-max) and predict its step time with a what-if replay."""
-    import numpy as np
-
-    from laggard.mitigate.partition import describe_split, layer_costs_from_stages, split_stages
+    from laggard.whatif.partition import plan_partition
 
     job = _load(path, fmt, meta, steps)
-    measured = stage_compute_s(job)
-    slow = slow_replicas(job)
-    if slow:  # a slow worker is not its layers: size each stage by its typical replica
-        measured = np.nanmedian(stage_replicas_s(job), axis=1)
-    p_old = len(measured)
-    per_stage = _layers_per_stage(job, path, p_old, num_layers, layers_per_stage)
-    p_new = p_old if stages is None else stages
-    costs, kinds = layer_costs_from_stages(measured, per_stage, embedding=not no_embedding, loss=not no_loss)
-    old_counts = list(per_stage)
-    if not no_embedding:
-        old_counts[0] += 1
-    if not no_loss:
-        old_counts[-1] += 1
-    current = describe_split(costs, old_counts, layer_kinds=kinds)
-    proposed = split_stages(costs, p_new, layer_kinds=kinds)
-    model_speedup = current.max_cost / proposed.max_cost if proposed.max_cost > 0 else float("inf")
-    result: dict[str, Any] = {
-        "trace": str(path), "measured_stage_compute_s": measured.tolist(), "layer_costs_s": costs.tolist(),
-        "layer_kinds": kinds, "current": current.to_json(), "proposed": proposed.to_json(),
-        "model_bottleneck_speedup": model_speedup, "whatif": None, "slow_workers": slow,
-    }
-    if p_new == p_old:
-        factors = np.divide(proposed.stage_costs, current.stage_costs, out=np.ones(p_old),
-                            where=current.stage_costs > 0)
-        t_old, t_new = replay_scaled(job, factors)
-        result["whatif"] = {"stage_compute_factors": factors.tolist(), "T_s": t_old, "T_new_s": t_new,
-                            "speedup": t_old / t_new if t_new > 0 else None,
-                            "changes": [f"scale stage={s} compute x{f:.4g}" for s, f in enumerate(factors)]}
+    plan = plan_partition(job, stages=stages, num_layers=num_layers, per_stage=layers_per_stage,
+                          embedding=not no_embedding, loss=not no_loss, what=str(path))
+    result = plan.to_json(str(path))
     if _dump(result, json_out):
         return
-    _print_partition(path, slow=slow, measured=measured, costs=costs, current=current, proposed=proposed,
-                     whatif=result["whatif"], model_speedup=model_speedup, no_embedding=no_embedding, no_loss=no_loss,
-                     p_old=p_old, p_new=p_new)
+    _print_partition(path, plan, result["whatif"])
 
 
-def _layers_per_stage(job: Any, path: Any, p_old: int, num_layers: int | None, layers_per_stage: str | None) -> list[int]:
-    """The decoder layers each stage of the trace holds: given, from the job's metadata, or an even
-    split of the model's layers; asks for exactly what it lacks."""
-    from laggard.mitigate.partition import even_counts
-    from laggard.optable.ops import LaggardError
-
-    if layers_per_stage is None and num_layers is None and job.meta.extra.get("layers_per_stage"):
-        layers_per_stage = ",".join(str(x) for x in job.meta.extra["layers_per_stage"])
-    if layers_per_stage is not None:
-        per_stage = _parse_counts(layers_per_stage)
-        if len(per_stage) != p_old:
-            raise LaggardError(f"--layers-per-stage gives {len(per_stage)} stages; the trace has {p_old}")
-        return per_stage
-    n = num_layers if num_layers is not None else job.meta.extra.get("num_layers")
-    if n is None:
-        raise LaggardError(f"{path}: the trace does not record how many layers the model has (job metadata "
-                           "num_layers or layers_per_stage): give --num-layers N (the model's decoder layers) "
-                           "or --layers-per-stage A,B,... (the layers each stage holds now)")
-    if not isinstance(n, int) or n < p_old:
-        raise LaggardError(f"--num-layers must be an integer >= the trace's {p_old} stages, got {n!r}")
-    return even_counts(n, p_old)
-
-
-def _print_partition(path: Any, *, slow: list[dict[str, Any]], measured: Any, costs: Any, current: Any, proposed: Any,
-                     whatif: dict[str, Any] | None, model_speedup: float, no_embedding: bool, no_loss: bool,
-                     p_old: int, p_new: int) -> None:
-    for w in slow:
+def _print_partition(path: Any, plan: PartitionPlan, whatif: dict[str, Any] | None) -> None:
+    for w in plan.slow_workers:
         who = f"rank {w['rank']} (dp{w['dp_rank']})" if w["rank"] is not None else f"dp rank {w['dp_rank']}"
         typer.echo(f"note: stage {w['stage']} is slow because of one worker, not its layers: {who} computes "
                    f"{w['ratio']:.2f}x its stage's other replicas. Moving layers will not fix it; fix the worker "
                    f"(`laggard whatif {path} --peer rank={w['rank']},kind=compute`). Stages are sized by their "
                    "median replica below.")
-    typer.echo(f"measured compute per step and stage (ms): {', '.join(f'{x * 1e3:.2f}' for x in measured)}")
-    typer.echo(f"layer costs (ms): decoder {costs[1 if not no_embedding else 0] * 1e3:.3f}"
-               + (f", embedding {costs[0] * 1e3:.3f}" if not no_embedding else "")
-               + (f", output+loss {costs[-1] * 1e3:.3f}" if not no_loss else ""))
+    costs = plan.costs
+    typer.echo(f"measured compute per step and stage (ms): {', '.join(f'{x * 1e3:.2f}' for x in plan.measured)}")
+    typer.echo(f"layer costs (ms): decoder {costs[1 if plan.embedding else 0] * 1e3:.3f}"
+               + (f", embedding {costs[0] * 1e3:.3f}" if plan.embedding else "")
+               + (f", output+loss {costs[-1] * 1e3:.3f}" if plan.loss else ""))
     # decoder layers, as the layout string counts them (embedding and output+loss said apart)
-    extra = [e for e, on in (("embedding on the first stage", not no_embedding),
-                             ("output+loss on the last", not no_loss)) if on]
+    extra = [e for e, on in (("embedding on the first stage", plan.embedding),
+                             ("output+loss on the last", plan.loss)) if on]
     typer.echo("decoder layers per stage" + (f" (plus the {' and the '.join(extra)})" if extra else "") + ":")
-
-    def decoder(counts: list[int]) -> list[int]:
-        out = list(counts)
-        out[0] -= 0 if no_embedding else 1
-        out[-1] -= 0 if no_loss else 1
-        return out
-
-    typer.echo(f"current:  {decoder(current.counts)}  layout {current.layout!r}  "
+    current, proposed = plan.current, plan.proposed
+    typer.echo(f"current:  {plan.decoder_counts(current.counts)}  layout {current.layout!r}  "
                f"bottleneck {current.max_cost * 1e3:.2f} ms")
-    typer.echo(f"proposed: {decoder(proposed.counts)}  layout {proposed.layout!r}  "
+    typer.echo(f"proposed: {plan.decoder_counts(proposed.counts)}  layout {proposed.layout!r}  "
                f"bottleneck {proposed.max_cost * 1e3:.2f} ms  (split points {proposed.split_points})")
     typer.echo(f"  --pipeline-model-parallel-layout \"{proposed.layout}\"")
     w = whatif
@@ -351,8 +199,8 @@ def _print_partition(path: Any, *, slow: list[dict[str, Any]], measured: Any, co
         typer.echo(f"predicted step time (what-if replay, each stage's compute scaled): {w['T_s'] * 1e3:.2f} ms -> "
                    f"{w['T_new_s'] * 1e3:.2f} ms, speed-up {w['speedup']:.3f}x")
     else:
-        typer.echo(f"{p_new} stages differ from the trace's {p_old}: no replay; the bottleneck stage gets "
-                   f"{model_speedup:.3f}x cheaper in the cost model")
+        typer.echo(f"{len(proposed.counts)} stages differ from the trace's {len(current.counts)}: no replay; the "
+                   f"bottleneck stage gets {plan.model_speedup:.3f}x cheaper in the cost model")
 
 
 def register(app: typer.Typer) -> None:
@@ -361,4 +209,4 @@ def register(app: typer.Typer) -> None:
     app.command("partition")(partition_cmd)
 
 
-__all__ = ["register", "stage_compute_s", "token_samples"]
+__all__ = ["register", "token_samples"]

@@ -110,8 +110,11 @@ def push(
     job = load_job(trace, fmt=fmt)
     jid = valid_job_id(job_id or job.meta.name)
     client = Client(url, token or os.environ.get("LAGGARD_TOKEN"))
+    from laggard.cli.options import progress_callback
+
     try:
-        res = push_job(job, client, job_id=jid, speed=speed)
+        with progress_callback(f"pushing {jid}", "steps") as on_step:
+            res = push_job(job, client, job_id=jid, speed=speed, on_step=on_step)
     except CollectorDown as e:
         raise LaggardError(f"cannot reach the collector at {url} ({e})") from None
     typer.echo(f"pushed {res.num_ops:,} ops in {res.num_batches} batches to job {jid} in {res.wall_s:.1f} s"

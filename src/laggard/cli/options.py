@@ -53,9 +53,10 @@ INJECT_EPILOG = "Causes for --inject CAUSE[:key=value,...] (repeatable):\n\n" + 
 
 
 
-def progress_callback(description: str, unit: str):  # noqa: ANN201 - a context manager of a callback
-    """A rich progress bar on stderr (transient; off when stderr is not a terminal) and the
-    ``on_progress(done, total)`` callback that moves it: for commands that run longer than ~2 s."""
+def progress_callback(description: str, unit: str, *, quiet: bool = False):  # noqa: ANN201 - a context manager of a callback
+    """A rich progress bar on stderr (transient; off when stderr is not a terminal, or ``quiet``) and the
+    ``on_progress(done, total, what=None)`` callback that moves it (``what``, where given, replaces
+    the description: the phase under way): for commands that run longer than ~2 s."""
     import contextlib
 
     from rich.console import Console
@@ -64,9 +65,14 @@ def progress_callback(description: str, unit: str):  # noqa: ANN201 - a context 
     @contextlib.contextmanager
     def bar():  # noqa: ANN202
         console = Console(stderr=True)
-        with Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-                      TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as p:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                      TimeElapsedColumn(), console=console, transient=True,
+                      disable=quiet or not console.is_terminal) as p:
             task = p.add_task(description, total=None)
-            yield lambda done, total: p.update(task, completed=done, total=total)
+
+            def on_progress(done: int, total: int | None, what: str | None = None) -> None:
+                p.update(task, completed=done, total=total, **({"description": what} if what else {}))
+
+            yield on_progress
 
     return bar()

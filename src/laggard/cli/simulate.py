@@ -162,8 +162,11 @@ def tail(
         ks = [ref * m for m in (1, 2, 4, 8, 16)] if ref else list(DEFAULT_WORKERS)
     else:
         ks = parse_workers(workers, ref)
-    result = tail_at_scale(d, ks, num_trials=trials if trials is not None else DEFAULT_TRIALS, seed=seed,
-                           threads=threads, reference_workers=ref)
+    from laggard.cli.options import progress_callback
+
+    with progress_callback("simulating job sizes", "sizes") as on_progress:
+        result = tail_at_scale(d, ks, num_trials=trials if trials is not None else DEFAULT_TRIALS, seed=seed,
+                               threads=threads, reference_workers=ref, on_progress=on_progress)
     _finish(result, d, tail_figure, plot, json_out, _print_tail)
 
 
@@ -229,9 +232,13 @@ def policy(
         if len(ks) != 1:
             raise _error(f"--workers {workers!r}: policy compares at one job size; give one number")
         k = ks[0]
-    result = compare_policies(d, k, policies or list(DEFAULT_POLICIES),
-                              num_trials=trials if trials is not None else DEFAULT_TRIALS,
-                              num_steps=steps if steps is not None else DEFAULT_STEPS, seed=seed, threads=threads)
+    from laggard.cli.options import progress_callback
+
+    with progress_callback("simulating policies", "policies") as on_progress:
+        result = compare_policies(d, k, policies or list(DEFAULT_POLICIES),
+                                  num_trials=trials if trials is not None else DEFAULT_TRIALS,
+                                  num_steps=steps if steps is not None else DEFAULT_STEPS, seed=seed, threads=threads,
+                                  on_progress=on_progress)
     _finish(result, d, policy_figure, plot, json_out, _print_policies)
 
 

@@ -88,7 +88,8 @@ def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, replay_error:
         {
             "cause": f["cause"],
             "score": _num(f.get("score")),
-            "gain": _num(f.get("gain")),
+            # the gain the finding shows: a stage fix's whole-layer one where the layer count is known
+            "gain": _num(f["gain_layers"] if f.get("gain_layers") is not None else f.get("gain")),
             "workers": [{k: int(w[k]) for k in ("rank", "dp_rank", "stage")} for w in f.get("workers", [])],
             "stages": [int(s) for s in f.get("stages", [])],
             "steps": [int(s) for s in f.get("steps", [])],

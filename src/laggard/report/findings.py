@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from laggard.results.analysis import Analysis
+    from laggard.results.diagnosis import Finding
 
 PATTERN = {
     "worker": "one hot cell in the DP x PP heatmap",
@@ -51,6 +52,20 @@ def command_lines(command: str, width: int = 80, indent: int = 4) -> list[str]:
     return [ln + " \\" for ln in lines[:-1]] + lines[-1:]
 
 
+def gain_cell(f: Finding) -> str:
+    """The terminal's gain column: the gain shown, and the continuous bound labelled where it is one."""
+    if f.gain_layers is not None:
+        return f"{f.gain_layers:.2f}x\nfaster\n(bound\n{f.gain:.2f}x)"
+    return f"{f.gain:.2f}x\nfaster" + ("\n(bound)" if f.gain_is_bound else "")
+
+
+def gain_html(f: Finding) -> str:
+    """The HTML report's "fix gives" cell."""
+    if f.gain_layers is not None:
+        return f"{f.gain_layers:.2f}x<br><small>moving whole layers; {f.gain:.2f}x is the bound of a continuous split</small>"
+    return f"{f.gain:.2f}x" + ("<br><small>the bound of a continuous split</small>" if f.gain_is_bound else "")
+
+
 def print_findings(res: Analysis, console: Console) -> None:
     """The verdict, a table of findings that fits the console, then each finding's command on lines of
     their own (continued with backslashes, so they stay runnable when copied)."""
@@ -82,13 +97,19 @@ def print_findings(res: Analysis, console: Console) -> None:
         if w.consistency:
             text.append(f"\nconsistency: {w.consistency}")
         text.append(f"\nfix: {w.fix}")
-        t.add_row(str(i), text, f"{100 * f.share:.0f}%\n({100 * f.score:.0f}% alone)", f"{f.gain:.2f}x\nfaster")
+        t.add_row(str(i), text, f"{100 * f.share:.0f}%\n({100 * f.score:.0f}% alone)", gain_cell(f))
     console.print(t)
     width = min(console.width, 120)
     for i, f in enumerate(d.findings, 1):
-        if f.command:
-            console.print(f"check {i} ({f.gain:.2f}x):", highlight=False)
-            for line in command_lines(f.command, width=width):
+        checks = [(f"check {i} ({f.gain:.2f}x):", f.command)]
+        if f.layers_plan is not None:  # the whole-layer gain's own command first, then the bound's
+            checks = [(f"check {i} ({f.shown_gain:.2f}x, whole layers):", f.layers_plan["command"]),
+                      (f"check {i}'s bound ({f.gain:.2f}x, a continuous split):", f.command)]
+        for label, command in checks:
+            if not command:
+                continue
+            console.print(label, highlight=False)
+            for line in command_lines(command, width=width):
                 console.print(Text(line), soft_wrap=True, highlight=False)
     if len(d.findings) > 1:
         console.print(f"fixing all {len(d.findings)} together: {d.combined_gain:.2f}x faster "
@@ -126,12 +147,12 @@ def findings_html(res: Analysis) -> str | None:
         rows.append(
             "<tr>"
             f"<td>{i}</td><td><strong>{escape(w.cause)}</strong>{escape(w.qualifier)}<br><small>{escape(w.where)}</small></td>"
-            f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{f.gain:.2f}x</td>"
+            f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{gain_html(f)}</td>"
             f"<td>{rich_text(w.evidence)}"
             + (f"<br>consistency: {rich_text(w.consistency)}" if w.consistency else "")
             + f"<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
-            f"<td>{rich_text(w.fix)}" + (f"<br><small>check the {f.gain:.2f}x:</small> <code>{escape(w.check)}</code>"
-                                      if w.check else "") + "</td>"
+            f"<td>{rich_text(w.fix)}" + (f"<br><small>check the {f.gain:.2f}x{' bound' if f.gain_layers is not None else ''}:"
+                                      f"</small> <code>{escape(w.check)}</code>" if w.check else "") + "</td>"
             "</tr>"
         )
     body = (

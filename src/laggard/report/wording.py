@@ -34,6 +34,7 @@ class FindingText:
     check: str  # the command whose speed-up is the gain ("" when none)
     share: str  # "explains 42% of the slowdown (40% alone)"
     gain: str  # "fixing it: 1.32x faster"
+    check_label: str = "check"  # "check the bound" where the gain shown is the whole-layer one
 
     @property
     def what(self) -> str:
@@ -47,13 +48,13 @@ class FindingText:
             out.append(f"consistency: {self.consistency}")
         out.append(f"fix: {self.fix}")
         if self.check:
-            out.append(f"check: {self.check}")
+            out.append(f"{self.check_label}: {self.check}")
         return out
 
     def to_json(self) -> dict[str, str]:
         return {"what": self.what, "cause": self.cause, "where": self.where, "qualifier": self.qualifier, "evidence": self.evidence,
-                "consistency": self.consistency, "fix": self.fix, "check": self.check, "share": self.share,
-                "gain": self.gain}
+                "consistency": self.consistency, "fix": self.fix, "check": self.check, "check_label": self.check_label,
+                "share": self.share, "gain": self.gain}
 
 
 def where(f: dict[str, Any], *, max_workers: int = 4) -> str:
@@ -84,15 +85,27 @@ def _pct(x: Any) -> str:
     return f"{100 * x:.0f}%" if isinstance(x, (int, float)) else "n/a"
 
 
+def gain_words(f: dict[str, Any]) -> str:
+    """"fixing it: 1.32x faster"; where the fix moves whole layers, the whole-layer gain with the
+    continuous bound labelled, or the bound alone (labelled) when the layer count is unknown."""
+    gain, layers = f.get("gain"), f.get("gain_layers")
+    if not isinstance(gain, (int, float)):
+        return "fixing it: gain n/a"
+    if isinstance(layers, (int, float)):
+        return f"fixing it: {layers:.2f}x faster moving whole layers ({gain:.2f}x is the bound of a continuous split)"
+    if f.get("gain_bound"):
+        return f"fixing it: up to {gain:.2f}x faster (the bound of a continuous split; whole layers gain less)"
+    return f"fixing it: {gain:.2f}x faster"
+
+
 def finding_text(f: dict[str, Any]) -> FindingText:
     """The words of a finding (its ``to_json()`` form)."""
     cause = str(f.get("cause", ""))
-    gain = f.get("gain")
     return FindingText(
         cause=CAUSE_WORDS.get(cause, cause.replace("-", " ")), where=where(f), qualifier=qualifier(f), evidence=str(f.get("evidence") or ""),
         consistency=str(f.get("consistency") or ""), fix=str(f.get("fix") or ""), check=str(f.get("whatif") or ""),
         share=f"explains {_pct(f.get('share'))} of the slowdown ({_pct(f.get('score'))} alone)",
-        gain=f"fixing it: {gain:.2f}x faster" if isinstance(gain, (int, float)) else "fixing it: gain n/a",
+        gain=gain_words(f), check_label="check the bound" if isinstance(f.get("gain_layers"), (int, float)) else "check",
     )
 
 
@@ -103,4 +116,4 @@ def finding_message(f: dict[str, Any], *, job: str | None = None) -> str:
     return f"{head}{t.what}{t.qualifier} ({t.share}; {t.gain}). Evidence: {t.evidence}. Fix: {t.fix}"
 
 
-__all__ = ["CAUSE_WORDS", "FindingText", "finding_message", "finding_text", "qualifier", "where"]
+__all__ = ["CAUSE_WORDS", "FindingText", "finding_message", "finding_text", "gain_words", "qualifier", "where"]

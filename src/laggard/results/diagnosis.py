@@ -93,7 +93,12 @@ class Finding:
     gain: float = 1.0  # speed-up of fixing only this
     fix: str = ""
     fix_tool: str = ""  # the laggard command that carries the fix out (a key of FIX_TOOLS)
-    fix_command: str = ""  # that command for this trace, in words (``analysis.partition_hint``)
+    fix_command: str = ""  # that command for this trace, in words (``laggard.analysis.partition``)
+    # a partition fix where the layer count is known: the speed-up of the whole-layer split `laggard
+    # partition` proposes (``gain`` is then the bound of a continuous split) and that split
+    # (decoder layers per stage now and proposed, the layout, step times, the command)
+    gain_layers: float | None = None
+    layers_plan: dict[str, Any] | None = None
     whatif: list[str] = field(default_factory=list)  # the `laggard whatif` flags whose speed-up is `gain`
     command: str = ""  # the whole command, with the trace and the flags it was loaded with
     # "high": a detector read the cause's signature; "low": no signature fitted and this is the largest
@@ -138,6 +143,16 @@ class Finding:
         return "; ".join(t.what for t in shown) + more + f" ({shown[0].noise_text})"
 
     @property
+    def gain_is_bound(self) -> bool:
+        """Whether ``gain`` is the bound of a continuous fix (a stage rebalance moves whole layers)."""
+        return self.fix_tool == "partition"
+
+    @property
+    def shown_gain(self) -> float:
+        """The gain to show: the whole-layer one where known, else ``gain``."""
+        return self.gain if self.gain_layers is None else self.gain_layers
+
+    @property
     def fix_text(self) -> str:
         """The fix, with the command that carries it out where there is one."""
         if self.fix_command:
@@ -156,6 +171,11 @@ class Finding:
             "score": finite(self.score),
             "share": finite(self.share),
             "gain": finite(self.gain),
+            # where the fix moves whole layers: "gain" is the continuous bound ("gain_bound" true) and
+            # "gain_layers" the speed-up of `laggard partition`'s split (null: the layer count is unknown)
+            "gain_bound": self.gain_is_bound,
+            "gain_layers": finite(self.gain_layers),
+            "layers_plan": self.layers_plan,
             "fix": self.fix_text,
             "whatif": self.command,
             "confidence": self.confidence,

@@ -22,7 +22,7 @@ between them are not blurred by sampling noise. SSP and async simulate runs of `
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -311,8 +311,10 @@ def compare_policies(
     seed: int = 0,
     threads: int | None = None,
     chunk_elems: int | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> PolicyResult:
-    """Simulate each policy for a job of ``num_workers`` workers; BSP is added as the reference."""
+    """Simulate each policy for a job of ``num_workers`` workers; BSP is added as the reference.
+    ``on_progress(done, total)``: policies simulated."""
     k = num_workers
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= MAX_WORKERS:
         raise LaggardError(f"--workers: need one worker count in 1..{MAX_WORKERS}, got {k!r}")
@@ -333,7 +335,13 @@ def compare_policies(
     for p in parsed:
         first.setdefault(p.label(), p)
     unique = list(first.values())
-    rows = [_simulate(p, dist, k, num_trials, int(num_steps), seed, threads, chunk_elems) for p in unique]
+    rows = []
+    for i, p in enumerate(unique):
+        if on_progress is not None:
+            on_progress(i, len(unique))
+        rows.append(_simulate(p, dist, k, num_trials, int(num_steps), seed, threads, chunk_elems))
+    if on_progress is not None:
+        on_progress(len(unique), len(unique))
     base = next(r for r, p in zip(rows, unique, strict=True) if p.kind == "bsp")
     for r, p in zip(rows, unique, strict=True):
         r.barrier_cut = 1.0 - r.mean / base.mean if base.mean > 0 else 0.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,20 +122,26 @@ def tail_at_scale(
     chunk_elems: int | None = None,
     reference_workers: int | None = None,
     exact: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> TailResult:
     """E[max], p99 and slowdown vs one worker for each job size in ``workers``.
 
     Each size uses its own random stream (derived from ``seed`` and the size), so adding a size
     to the list does not change the others. ``exact`` adds the closed form / numerical integral
-    of E[max] where the distribution has one.
+    of E[max] where the distribution has one. ``on_progress(done, total)``: job sizes simulated.
     """
     ks = check_workers(list(workers))
     num_trials = check_trials(num_trials)
     seed = check_seed(seed)
     means: dict[int, tuple[float, float, float]] = {}
-    for k in sorted(set(ks) | {1} | ({reference_workers} if reference_workers else set())):
+    sizes = sorted(set(ks) | {1} | ({reference_workers} if reference_workers else set()))
+    for i, k in enumerate(sizes):
+        if on_progress is not None:
+            on_progress(i, len(sizes))
         m = barrier_times(dist, k, num_trials, seed, threads=threads, chunk_elems=chunk_elems)
         means[k] = (float(m.mean()), float(np.quantile(m, 0.99)), float(m.std(ddof=1) / math.sqrt(m.size)))
+    if on_progress is not None:
+        on_progress(len(sizes), len(sizes))
     single = means[1][0]
     rows = []
     for k in ks:

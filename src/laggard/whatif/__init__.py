@@ -1,6 +1,7 @@
 """What-if analysis over the replay engine: the paper's attributions (``core``: S, S_t, S_dp,
 S_stage, S_w, M_W, M_S) and custom what-ifs (``custom``: selectors and ``--fix/--zero/--scale/...``
-changes) and two runs compared (``diff``: B replayed with A's durations part by part). The result is ``laggard.results.Analysis``; the diagnosis sits one layer up."""
+changes) and two runs compared (``diff``: B replayed with A's durations part by part), and a whole-layer
+pipeline split with its replayed speed-up (``partition``). The result is ``laggard.results.Analysis``; the diagnosis sits one layer up."""
 
 from __future__ import annotations
 
@@ -13,4 +14,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     **dict.fromkeys(("ACTIONS", "Change", "WhatIfResult", "apply_changes", "custom_whatif", "parse_changes",
                      "select_ops", "whatif_command"), "laggard.whatif.custom"),
     **dict.fromkeys(("DiffConfig", "diff"), "laggard.whatif.diff"),
+    **dict.fromkeys(("PartitionPlan", "plan_partition"), "laggard.whatif.partition"),
 })

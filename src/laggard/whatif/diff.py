@@ -19,6 +19,7 @@ runs, so a stall one run has and the other lacks is compared like any op type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,11 +84,16 @@ class _Part:
     mask: np.ndarray
 
 
-def diff(job_a: Job, job_b: Job, config: DiffConfig | None = None) -> DiffResult:
-    """Compare run B with run A (see the module)."""
+def diff(job_a: Job, job_b: Job, config: DiffConfig | None = None, *,
+         on_progress: Callable[[int, int, str], None] | None = None) -> DiffResult:
+    """Compare run B with run A (see the module). ``on_progress(done, total, what)``: the phase under way."""
     cfg = config or DiffConfig()
+    report = on_progress or (lambda done, total, what: None)
     gaps = GapConfig(min_share_of_step=cfg.gap_share)
-    base_a, base_b = prepare(job_a, gaps), prepare(job_b, gaps)
+    report(0, 4, "modelling run A")
+    base_a = prepare(job_a, gaps)
+    report(1, 4, "modelling run B")
+    base_b = prepare(job_b, gaps)
     t_a = float(replay_steps(base_a.graph, base_a.measured[:, None]).mean())
     t_b = float(replay_steps(base_b.graph, base_b.measured[:, None]).mean())
     m = match(base_a, base_b)
@@ -95,8 +101,11 @@ def diff(job_a: Job, job_b: Job, config: DiffConfig | None = None) -> DiffResult
         raise LaggardError(f"{_where(job_a, 'A')} and {_where(job_b, 'B')} have no op type in common "
                            f"(A: {_few(base_a.names)}; B: {_few(base_b.names)}): nothing to compare")
     game = _Game(base_b, m.alt)
+    report(2, 4, "choosing the parts that changed")
     parts = choose_parts(game, m, cfg)
+    report(3, 4, "replaying B with A's durations, part by part")
     contributions, t_all = _attribute(game, m, parts, t_a, t_b, job_b)
+    report(4, 4, "compared")
     change = t_b / t_a - 1.0 if t_a > 0 else float("nan")
     return DiffResult(
         a=_summary(job_a, base_a, t_a), b=_summary(job_b, base_b, t_b), change=change, T_b_as_a_s=t_all,
