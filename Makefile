@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean venv sysdeps corpus corpus-score
+.PHONY: demo test bench lint clean venv sysdeps corpus corpus-impact corpus-score
 
 venv: $(STAMP)
 
@@ -44,6 +44,9 @@ CORPUS_JOBS ?= 64
 CORPUS_SEED ?= 2024
 corpus: $(STAMP)
 	$(BIN)/python benchmarks/real_corpus.py generate $(CORPUS) --jobs $(CORPUS_JOBS) --seed $(CORPUS_SEED)
+
+corpus-impact: $(STAMP)  # each job's clean twin, run for real: the measured impact of its causes
+	$(BIN)/python benchmarks/corpus_impact.py $(CORPUS)
 
 corpus-score: $(STAMP)
 	$(BIN)/python benchmarks/real_corpus.py score $(CORPUS)

@@ -48,6 +48,9 @@ def figures(summary: dict, sim: dict) -> list[dict]:
                         "by_factor": s["recall_by_factor"], "by_kind": s["recall_by_kind"]}},
             {"name": f"{tag}: recall of named causes, factor 1.15-1.25", "value": low.get("recall", float("nan")),
              "detail": low},
+            {"name": f"{tag}: recall of jobs with one cause, measured impact >= 1.25 (against the clean twin)",
+             "value": s["recall_by_impact"]["single_cause"].get("1.25+", {}).get("recall", float("nan")),
+             "target": ">= 0.9", "detail": s["recall_by_impact"]},
             {"name": f"{tag}: precision of named ranks (1 - extra ranks / ranks named)", "value": s["rank_precision"],
              "target": ">= 0.95", "ok": s["rank_precision"] >= 0.95,
              "detail": {k: s[k] for k in ("named_ranks", "extra_ranks", "jobs_with_extra_ranks")}},
@@ -82,6 +85,14 @@ def print_report(summary: dict, sim: dict) -> None:
         print(f"{label:34} {pct(get(t)):>9} {pct(get(p)):>9} {pct(sim.get(sim_key) if sim_key else None):>10}")
     print(f"jobs {t['num_jobs']}, causes {t['num_causes']}; analysis errors: tracer {t['errors']}, profiler {p['errors']};"
           f" verdicts: tracer {t['verdicts']}, profiler {p['verdicts']}")
+    for b in ("0.00-1.05", "1.05-1.25", "1.25+"):
+        a, c = (x["recall_by_impact"]["single_cause"].get(b, {}) for x in (t, p))
+        print(f"{'recall, one cause, impact ' + b:34} {pct(a.get('recall')):>9} {pct(c.get('recall')):>9}"
+              f"   ({a.get('causes', 0)} jobs, measured against the clean twin)")
+    tw = t["recall_by_impact"]["clean_twin_ratio"]
+    if tw["n"]:
+        print(f"  clean jobs against their twins: median ratio {tw['median']:.3f}, worst |ratio - 1| {tw['max_abs_dev']:.3f}"
+              " (the run-to-run noise)")
     for kind in sorted(t["recall_by_kind"]):
         a, b = t["recall_by_kind"][kind], p["recall_by_kind"].get(kind, {})
         print(f"  {kind:20} named: tracer {a['named']}/{a['causes']}, profiler {b.get('named', 0)}/{b.get('causes', 0)}")

@@ -5,6 +5,7 @@ injected stragglers, and the scorer that measures `laggard analyze` against it.
     python benchmarks/real_corpus.py score out/corpus                               # -> results.json
     python benchmarks/real_corpus.py plan [--jobs 64] [--seed 2024]                 # the draw, nothing run
     python benchmarks/corpus_check.py out/corpus                                    # truth vs the raw shards
+    python benchmarks/corpus_impact.py out/corpus                                   # each job's clean twin
 
 **Generate.** One seed draws every job: its layout (DDP 2-4 ranks, dp 2 x pp 2, dp 1 x pp 3, dp 1 x
 pp 4), its causes (none: at least 8 of 64 clean; one; or two of different kinds), their targets
@@ -503,6 +504,8 @@ def score(corpus: Path, *, cached: bool = False, procs: int = 1) -> dict:
     for which in ("tracer", "profiler"):
         scores = [score_job(truths[job], results[(job, which)]) for job in truths]
         out[which] = summarize(scores, truths)
+        # measured impact (benchmarks/corpus_impact.py: each job against its clean twin), where run
+        out[which]["recall_by_impact"] = load_sibling("corpus_impact").recall_by_impact(corpus, scores, truths)
         for s in scores:
             out["jobs"].setdefault(s.job, {})[which] = {**asdict(s), "seconds": results[(s.job, which)]["seconds"]}
     _write_json(corpus / "score.json", out)

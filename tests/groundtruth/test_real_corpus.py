@@ -114,3 +114,31 @@ def test_simulator_figures_read_from_results(rc, tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(doc))
     assert rc.load_sibling("corpus_report").simulator_figures(tmp_path / "r.json") == {"precision": 0.99, "recall": 0.97,
                                                          "clean_false_alarm_rate": 0.0}
+
+
+def test_recall_by_measured_impact(rc, tmp_path):
+    """Jobs with one cause bucketed by their measured impact (impact.json, against the clean twin);
+    clean jobs' twins give the noise; jobs with two causes and jobs without a twin are left out."""
+    impact = rc.load_sibling("corpus_impact")
+    def named():
+        return rc.score_job(_truth([SLOW]), _doc(_finding("worker", [2])))
+
+    def missed():
+        return rc.score_job(_truth([SLOW]), _doc(verdict="healthy"))
+
+    jobs = {"job000": (named(), 1.31, [SLOW]), "job001": (missed(), 1.03, [SLOW]),
+            "job002": (rc.score_job(_truth([]), _doc(verdict="healthy")), 0.98, []),
+            "job003": (missed(), 1.5, [SLOW, SLOW]), "job004": (missed(), None, [SLOW])}
+    scores, truths = [], {}
+    for job, (s, ratio, causes) in jobs.items():
+        s.job = job
+        scores.append(s)
+        truths[job] = {**_truth(causes), "job": job}
+        if ratio is not None:
+            (tmp_path / job).mkdir()
+            (tmp_path / job / "impact.json").write_text(json.dumps({"impact": ratio}))
+    out = impact.recall_by_impact(tmp_path, scores, truths)
+    assert out["single_cause"] == {"0.00-1.05": {"named": 0, "causes": 1, "recall": 0.0},
+                                   "1.25+": {"named": 1, "causes": 1, "recall": 1.0}}
+    assert out["clean_twin_ratio"]["n"] == 1 and out["clean_twin_ratio"]["max_abs_dev"] == pytest.approx(0.02)
+    assert impact.median_step_ms([100.0, 102.0, 98.0, 500.0]) == 100.0  # the last step writes the profiler trace

@@ -1,0 +1,141 @@
+"""What each real corpus job's causes cost, measured (issue 24): its clean twin.
+
+    python benchmarks/corpus_impact.py CORPUS          # runs the twins it lacks; resumable
+
+A cause's drawn factor is not what it costs the job: a 1.3x heavy first stage of a pipeline whose last
+stage already carries the loss, or a slow rank whose extra CPU work takes cores from the others on a
+2-core host, slows the step by much less or much more than 1.3x. For each job the twin is the same job
+(layout, model, seed, steps, Tracer and torch.profiler both on, as the job ran) with no cause injected,
+run for real; ``CORPUS/jobNNN/impact.json`` holds both median wall steps and their ratio, the job's
+**measured impact**. The clean jobs' twins give the run-to-run noise of that ratio. Like the generator,
+this never loads laggard's analysis (it checks). The scorer (real_corpus.py score) reports recall by
+measured impact for jobs with one cause, beside recall by drawn factor."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+# impact buckets: within the noise of two runs; a slowdown under the healthy threshold's reach; a real one
+IMPACT_BUCKETS = ((0.0, 1.05), (1.05, 1.25), (1.25, float("inf")))
+
+
+def _corpus_module():  # noqa: ANN202 - benchmarks/real_corpus.py (not a package)
+    sys.path.insert(0, str(HERE))
+    try:
+        import real_corpus
+    finally:
+        sys.path.remove(str(HERE))
+    return real_corpus
+
+
+def median_step_ms(step_ms: list[float]) -> float:
+    """A run's typical wall step: the median over its traced steps but the last (which also writes
+    the profiler's trace)."""
+    xs = step_ms[:-1] if len(step_ms) > 2 else step_ms
+    return float(np.median(xs))
+
+
+def run_twin(job_dir: Path, plan, steps: int) -> dict | None:  # noqa: ANN001 - a real_corpus.JobPlan
+    from dataclasses import replace
+
+    from laggard.demo.launch import run_job
+
+    rc = _corpus_module()
+    twin = replace(plan, causes=[])
+    with tempfile.TemporaryDirectory(prefix="twin-") as tmp:
+        cfg = rc.job_config(twin, Path(tmp), steps)
+        res = run_job(cfg)
+    if res is None or not res.ok:
+        return None
+    ranks = sorted(res.ranks)
+    twin_ms = 1e3 * np.median(np.array([res.ranks[r]["step_s"] for r in ranks]), axis=0)
+    truth = json.loads((job_dir / "truth.json").read_text())
+    job_med, twin_med = median_step_ms(truth["measured"]["step_ms"]), median_step_ms(twin_ms.tolist())
+    return {"job": plan.job_id, "job_step_ms": round(job_med, 2), "twin_step_ms": round(twin_med, 2),
+            "impact": round(job_med / twin_med, 4), "twin_steps_ms": [round(float(x), 2) for x in twin_ms],
+            "causes": [c["spec"] for c in truth["causes"]]}
+
+
+def run_twins(corpus: Path) -> dict[str, list[str]]:
+    """Run the twin of every job that has a truth.json and no impact.json."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    rc = _corpus_module()
+    before = set(sys.modules)
+    plan_doc = json.loads((corpus / "plan.json").read_text())
+    plans = {p.job_id: p for p in rc.plan_corpus(plan_doc["seed"], plan_doc["jobs"])}
+    todo = [j for j in sorted(plans) if (corpus / j / "truth.json").exists() and not (corpus / j / "impact.json").exists()]
+    out: dict[str, list[str]] = {"done": [], "failed": []}
+    log = open(corpus / "impact.log", "a")  # noqa: SIM115 - the ranks' stderr (profiler chatter)
+    saved = os.dup(2)
+    os.dup2(log.fileno(), 2)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+            task = bar.add_task("twins", total=len(todo))
+            for job in todo:
+                bar.update(task, description=f"twin of {job}")
+                doc = run_twin(corpus / job, plans[job], plan_doc["steps"])
+                if doc is None:
+                    out["failed"].append(job)
+                else:
+                    rc._write_json(corpus / job / "impact.json", doc)  # noqa: SLF001
+                    out["done"].append(job)
+                bar.advance(task)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        log.close()
+    loaded = sorted(m for m in set(sys.modules) - before if m.startswith(rc.ANALYSIS_MODULES))
+    if loaded:
+        raise RuntimeError(f"the twin runner loaded laggard's analysis code: {', '.join(loaded)}")
+    return out
+
+
+def _bucket(x: float) -> str:
+    return next(f"{lo:.2f}-{hi:.2f}" if hi < 9 else f"{lo:.2f}+" for lo, hi in IMPACT_BUCKETS if x < hi)
+
+
+def recall_by_impact(corpus: Path, scores: list, truths: dict[str, dict]) -> dict:  # noqa: ANN001 - JobScores
+    """Recall of the jobs with one cause, bucketed by measured impact; and the clean twins' spread
+    (the noise of the ratio)."""
+    buckets: dict[str, list[int]] = {}
+    clean: list[float] = []
+    for s in scores:
+        path = corpus / s.job / "impact.json"
+        if not path.exists():
+            continue
+        impact = json.loads(path.read_text())["impact"]
+        causes = truths[s.job]["causes"]
+        if not causes:
+            clean.append(impact)
+        elif len(causes) == 1:
+            b = buckets.setdefault(_bucket(impact), [0, 0])
+            b[0], b[1] = b[0] + bool(s.hits), b[1] + 1
+    out = {k: {"named": h, "causes": n, "recall": h / max(n, 1)} for k, (h, n) in sorted(buckets.items())}
+    return {"single_cause": out, "clean_twin_ratio": {"n": len(clean), "median": float(np.median(clean)) if clean else None,
+                                                      "max_abs_dev": float(np.max(np.abs(np.array(clean) - 1))) if clean else None}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("corpus", type=Path)
+    a = ap.parse_args(argv)
+    if not (a.corpus / "plan.json").exists():
+        print(f"{a.corpus}: no corpus there (run: python benchmarks/real_corpus.py generate {a.corpus})", file=sys.stderr)
+        return 2
+    out = run_twins(a.corpus)
+    print(f"ran {len(out['done'])} twins, failed {len(out['failed'])}" + (f": {', '.join(out['failed'])}" if out["failed"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
