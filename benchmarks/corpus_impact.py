@@ -5,9 +5,9 @@
 A cause's drawn factor is not what it costs the job: a 1.3x heavy first stage of a pipeline whose last
 stage already carries the loss, or a slow rank whose extra CPU work takes cores from the others on a
 2-core host, slows the step by much less or much more than 1.3x. For each job the twin is the same job
-(layout, model, seed, steps, Tracer and torch.profiler both on, as the job ran) with no cause injected,
-run for real; ``CORPUS/jobNNN/impact.json`` holds both median wall steps and their ratio, the job's
-**measured impact**. The clean jobs' twins give the run-to-run noise of that ratio. Like the generator,
+(layout, model, seed, steps, Tracer and torch.profiler both on, as the job ran) with no cause injected;
+the job and its twin run for real back to back (``run_twin``), and ``CORPUS/jobNNN/impact.json`` holds
+both median wall steps and their ratio, the job's **measured impact**. Run it on a quiet machine. The clean jobs' twins give the run-to-run noise of that ratio. Like the generator,
 this never loads laggard's analysis (it checks). The scorer (real_corpus.py score) reports recall by
 measured impact for jobs with one cause, beside recall by drawn factor."""
 
@@ -42,24 +42,36 @@ def median_step_ms(step_ms: list[float]) -> float:
     return float(np.median(xs))
 
 
-def run_twin(job_dir: Path, plan, steps: int) -> dict | None:  # noqa: ANN001 - a real_corpus.JobPlan
-    from dataclasses import replace
-
+def _median_run_ms(plan, steps: int) -> float | None:  # noqa: ANN001 - a real_corpus.JobPlan
+    """Run ``plan`` for real (traced as the corpus jobs are, into a scratch directory); its typical wall
+    step (median over ranks per step, then ``median_step_ms``), or None when it failed."""
     from laggard.demo.launch import run_job
 
     rc = _corpus_module()
-    twin = replace(plan, causes=[])
     with tempfile.TemporaryDirectory(prefix="twin-") as tmp:
-        cfg = rc.job_config(twin, Path(tmp), steps)
-        res = run_job(cfg)
+        res = run_job(rc.job_config(plan, Path(tmp), steps))
     if res is None or not res.ok:
         return None
-    ranks = sorted(res.ranks)
-    twin_ms = 1e3 * np.median(np.array([res.ranks[r]["step_s"] for r in ranks]), axis=0)
+    step_ms = 1e3 * np.median(np.array([res.ranks[r]["step_s"] for r in sorted(res.ranks)]), axis=0)
+    return median_step_ms(step_ms.tolist())
+
+
+def run_twin(job_dir: Path, plan, steps: int, *, first_twin: bool = False) -> dict | None:  # noqa: ANN001
+    """The job again and its clean twin, back to back (in the order ``first_twin`` says, alternated
+    over the corpus so that a drift in the machine's load cancels): their ratio is the impact. The run
+    that wrote the corpus is not the reference: a host's load moves a step 2x between hours (twins
+    run an hour after the corpus, beside other work, read 0.47-1.50 on clean jobs)."""
+    from dataclasses import replace
+
+    twin = replace(plan, causes=[])
+    order = [("twin", twin), ("job", plan)] if first_twin else [("job", plan), ("twin", twin)]
+    ms = {name: _median_run_ms(p, steps) for name, p in order}
+    if ms["job"] is None or ms["twin"] is None:
+        return None
     truth = json.loads((job_dir / "truth.json").read_text())
-    job_med, twin_med = median_step_ms(truth["measured"]["step_ms"]), median_step_ms(twin_ms.tolist())
-    return {"job": plan.job_id, "job_step_ms": round(job_med, 2), "twin_step_ms": round(twin_med, 2),
-            "impact": round(job_med / twin_med, 4), "twin_steps_ms": [round(float(x), 2) for x in twin_ms],
+    return {"job": plan.job_id, "job_step_ms": round(ms["job"], 2), "twin_step_ms": round(ms["twin"], 2),
+            "impact": round(ms["job"] / ms["twin"], 4), "order": [n for n, _ in order],
+            "corpus_run_step_ms": round(median_step_ms(truth["measured"]["step_ms"]), 2),
             "causes": [c["spec"] for c in truth["causes"]]}
 
 
@@ -81,7 +93,7 @@ def run_twins(corpus: Path) -> dict[str, list[str]]:
             task = bar.add_task("twins", total=len(todo))
             for job in todo:
                 bar.update(task, description=f"twin of {job}")
-                doc = run_twin(corpus / job, plans[job], plan_doc["steps"])
+                doc = run_twin(corpus / job, plans[job], plan_doc["steps"], first_twin=len(out["done"]) % 2 == 1)
                 if doc is None:
                     out["failed"].append(job)
                 else:
