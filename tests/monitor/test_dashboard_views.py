@@ -81,6 +81,7 @@ def _view(srv: Server, page, job: str) -> dict:
     return page.evaluate("""() => ({
       legend: [...document.querySelectorAll("#tl-legend [data-kind]")].map(e =>
           [e.dataset.kind, getComputedStyle(e.querySelector(".sw")).backgroundColor]),
+      legendText: [...document.querySelectorAll("#tl-legend [data-kind]")].map(e => e.textContent),
       rectFill: Object.fromEntries([...document.querySelectorAll("#timeline rect[data-kind]")].map(e =>
           [e.dataset.kind, getComputedStyle(e).fill])),
       timelineText: [...document.querySelectorAll("#timeline text")].map(e => e.textContent),
@@ -118,6 +119,9 @@ def test_dashboard_views_are_labelled(srv, tmp_path: Path):
         assert {k for k, _ in v["legend"]} == kinds, (job, v["legend"], kinds)
         for k, c in v["legend"]:
             assert v["rectFill"][k] == c, (job, k)
+        # in words: "send (point-to-point)", not the op table's code "p2p_send"
+        assert not [t for t in v["legendText"] if "_" in t], v["legendText"]
+        assert any("point-to-point" in t or "collective" in t for t in v["legendText"]), v["legendText"]
         assert any("ms" in t for t in v["timelineText"]), v["timelineText"]
         assert sum(bool(re.fullmatch(r"\d+(\.\d+)?", t)) for t in v["timelineText"]) >= 2, v["timelineText"]
         # heatmap: a label per DP rank and stage, the colour scale with its range
