@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from laggard.engine.spikes import group_mean, group_median  # noqa: F401  (group_median: re-exported for the detectors)
+from laggard.engine.spikes import group_mean, group_median, sort_by_group  # noqa: F401  (group_median: re-exported for the detectors)
 
 if TYPE_CHECKING:
     from laggard.engine.baseline import Baseline
@@ -90,7 +90,7 @@ class Ctx:
 
 def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """For each entry, the median of the other entries of its group (0 where it is alone)."""
-    order = np.lexsort((values, groups))
+    order = sort_by_group(values, groups)
     v, g = values[order], groups[order]
     start = np.searchsorted(g, g)
     size = np.searchsorted(g, g, side="right") - start

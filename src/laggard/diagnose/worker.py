@@ -110,9 +110,17 @@ def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     """The forward and backward passes with a microbatch (op indices) and what each should cost: the
     fitted cost of its sequences where the trace has their lengths (a*sum(len^2) + b*sum(len) + c
     per stage and op type), else the median of the same (step, stage, op type, microbatch) on the
-    other DP ranks (passes with no such peer are left out). None when there are none."""
+    other DP ranks (passes with no such peer are left out). None when there are none. Computed once
+    per job (``ctx.memo``)."""
+    if "worker.mb_expected" not in ctx.memo:
+        ctx.memo["worker.mb_expected"] = _mb_expected(ctx)
+    return ctx.memo["worker.mb_expected"]
+
+
+def _mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     from laggard.diagnose.context import peer_median
     from laggard.diagnose.sequence import seq_features
+    from laggard.optable.ops import unique_inverse
 
     on = (ctx.fwd | ctx.bwd) & (ctx.mb >= 0)
     if not on.any():
@@ -128,9 +136,13 @@ def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
             coef, *_ = np.linalg.lstsq(X, ctx.w[rows][sel], rcond=None)
             expected[sel] = np.maximum(X @ coef, 1e-12)
         return rows, expected
-    keys = np.stack([ctx.step[on], ctx.pp[on], ctx.name[on], ctx.mb[on]], axis=1)
-    _, group = np.unique(keys, axis=0, return_inverse=True)
-    peers = peer_median(ctx.w[on], group.ravel())
+    # one int64 key per (step, stage, op type, microbatch), all >= 0 here: the groups (and their
+    # order) of a row-wise unique of the four columns, in one 1-D sort
+    key = np.zeros(int(on.sum()), dtype=np.int64)
+    for col in (ctx.step[on], ctx.pp[on], ctx.name[on], ctx.mb[on]):
+        key = key * (int(col.max()) + 1) + col
+    _, group = unique_inverse(key)
+    peers = peer_median(ctx.w[on], group)
     ok = peers > 0
     return np.flatnonzero(on)[ok], peers[ok]
 
