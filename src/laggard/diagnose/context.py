@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from laggard.engine.spikes import group_mean, group_median, sort_by_group  # noqa: F401  (group_median: re-exported for the detectors)
+from laggard.optable.ops import unique_inverse
 
 if TYPE_CHECKING:
     from laggard.engine.baseline import Baseline
@@ -44,12 +45,16 @@ class Ctx:
         self.T, self.T_ideal = res.T_s, res.T_ideal_s
         self.T_meas = float(np.mean(res.step_wall_s))  # wall clock: a late step end counts once
         self.gap = self.T_meas - self.T_ideal
-        ranks, first = np.unique(self.rank, return_index=True)
+        # np.unique(rank, return_index=True) and the counts of distinct DP ranks and stages, through
+        # lookup tables (``unique_inverse``) instead of three sorts of every op
+        ranks, rank_idx = unique_inverse(self.rank)
+        first = np.full(len(ranks), len(self.rank), dtype=np.int64)
+        np.minimum.at(first, rank_idx, np.arange(len(self.rank)))
         self.ranks = ranks
         self.worker_of = {int(r): {"dp_rank": int(self.dp[i]), "stage": int(self.pp[i]), "rank": int(r)}
                           for r, i in zip(ranks, first, strict=True)}
-        self.num_dp = len(np.unique(self.dp))
-        self.num_pp = len(np.unique(self.pp))
+        self.num_dp = len(unique_inverse(self.dp)[0])
+        self.num_pp = len(unique_inverse(self.pp)[0])
         self.memo: dict[str, object] = {}  # what several detectors read, computed once (``worker.step_ratios``)
 
     def group_mean(self, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -130,10 +130,13 @@ def _mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
         rows, sq, lin = feats
         expected = np.empty(len(rows))
         group = ctx.pp[rows] * (len(ctx.names) + 1) + ctx.name[rows]
-        for g in np.unique(group):
-            sel = group == g
-            X = np.stack([sq[sel], lin[sel], np.ones(int(sel.sum()))], axis=1)
-            coef, *_ = np.linalg.lstsq(X, ctx.w[rows][sel], rcond=None)
+        w = ctx.w[rows]
+        # each (stage, op type)'s rows in their order, from one stable sort (not a mask per group)
+        order = np.argsort(group, kind="stable")
+        bounds = np.flatnonzero(np.diff(group[order])) + 1
+        for sel in np.split(order, bounds):
+            X = np.stack([sq[sel], lin[sel], np.ones(len(sel))], axis=1)
+            coef, *_ = np.linalg.lstsq(X, w[sel], rcond=None)
             expected[sel] = np.maximum(X @ coef, 1e-12)
         return rows, expected
     # one int64 key per (step, stage, op type, microbatch), all >= 0 here: the groups (and their
