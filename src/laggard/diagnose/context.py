@@ -76,14 +76,16 @@ class Ctx:
     def per_rank_step(self, mask: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
         """Seconds of the ``mask`` ops per (rank, step) (or the sum of other per-op ``values``):
         ``ranks`` order x step index (``step``); NaN where the rank ran no op at all in the step."""
-        ri = np.searchsorted(self.ranks, self.rank)
-        num_steps = int(self.step.max()) + 1 if len(self.step) else 1
-        cell = ri * num_steps + self.step
-        size = len(self.ranks) * num_steps
-        shape = (len(self.ranks), num_steps)
+        if "ctx.rank_step_cells" not in self.memo:  # each op's (rank, step) cell, and the cells that ran ops
+            ri = np.searchsorted(self.ranks, self.rank)
+            num_steps = int(self.step.max()) + 1 if len(self.step) else 1
+            cell = ri * num_steps + self.step
+            shape = (len(self.ranks), num_steps)
+            ran = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape) > 0
+            self.memo["ctx.rank_step_cells"] = cell, ran
+        cell, ran = self.memo["ctx.rank_step_cells"]
         w = self.w if values is None else values
-        per = np.bincount(cell[mask], weights=w[mask], minlength=size).reshape(shape)
-        ran = np.bincount(cell, minlength=size).reshape(shape) > 0
+        per = np.bincount(cell[mask], weights=w[mask], minlength=ran.size).reshape(ran.shape)
         return np.where(ran, per, np.nan)
 
     def step_numbers(self) -> np.ndarray:
