@@ -81,6 +81,8 @@ class Ctx:
             num_steps = int(self.step.max()) + 1 if len(self.step) else 1
             cell = ri * num_steps + self.step
             shape = (len(self.ranks), num_steps)
+            if shape[0] * shape[1] < 2**31:  # kept for the job's lifetime: half the memory
+                cell = cell.astype(np.int32)
             ran = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape) > 0
             self.memo["ctx.rank_step_cells"] = cell, ran
         cell, ran = self.memo["ctx.rank_step_cells"]

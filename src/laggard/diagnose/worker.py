@@ -113,7 +113,10 @@ def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     other DP ranks (passes with no such peer are left out). None when there are none. Computed once
     per job (``ctx.memo``)."""
     if "worker.mb_expected" not in ctx.memo:
-        ctx.memo["worker.mb_expected"] = _mb_expected(ctx)
+        mb = _mb_expected(ctx)
+        if mb is not None and len(ctx.w) < 2**31:  # kept for the job's lifetime: int32 rows
+            mb = mb[0].astype(np.int32), mb[1]
+        ctx.memo["worker.mb_expected"] = mb
     return ctx.memo["worker.mb_expected"]
 
 
