@@ -158,3 +158,17 @@ def test_synth_tables_with_not_null_fields_take_host_ops():
                                   [parse_injection("launch-delay:ms=4.81")])
     res = analyze(truth.job)
     assert res.base is not None and res.base.gaps.num_ops > 0
+
+
+def test_order_is_lexsort_when_the_keys_do_not_fit_one_int64():
+    import numpy as np
+
+    from laggard.engine.gaps import _order
+
+    rng = np.random.default_rng(5)
+    n = 4000
+    step, group, seq = rng.integers(0, 3, n), rng.integers(0, 50, n), rng.integers(0, 4, n)
+    for start in (rng.integers(0, 10, n), rng.integers(0, 2**60, n)):  # packed whole, and not
+        assert np.array_equal(_order(step, group, seq, start), np.lexsort((start, seq, group, step)))
+    wide = rng.integers(0, 2**61, n)
+    assert np.array_equal(_order(wide, wide, step), np.lexsort((step, wide, wide)))

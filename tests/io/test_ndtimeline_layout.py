@@ -76,3 +76,16 @@ def test_dp_size_counts_trace_dp_ranks_only(capsys, tmp_path):
 def test_ep_size_must_be_positive(capsys, tmp_path):
     trace = _variant(tmp_path, "ST", ep_size=0)
     assert "ep_size must be a positive integer" in _one_line_error(capsys, "analyze", trace)
+
+
+def test_plain_meta_reads_what_yaml_reads():
+    """A plain ``key: value`` meta is read without yaml, to the same mapping; anything else goes to yaml."""
+    import yaml
+
+    from laggard.io.ndtimeline.meta import _plain_meta
+
+    plain = ["trial_name: AR\nrun_id: 0\ndp_size: 4\n", "a: 0\nb: x-y\n\n", "a: 1\na: 2\n", "k: NaN\n"]
+    for text in plain:
+        assert _plain_meta(text) == yaml.safe_load(text)
+    for text in ["a: yes\n", "y: 3\n", "a: 012\n", "a: 1 # c\n", "a: -1\n", "", "k: Null\n", "k: 1e3\n", "a:\n  b: 1\n"]:
+        assert _plain_meta(text) is None

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from laggard.engine.spikes import group_mean, group_median  # noqa: F401  (group_median: re-exported for the detectors)
+from laggard.engine.spikes import group_mean, group_median, sort_by_group  # noqa: F401  (group_median: re-exported for the detectors)
+from laggard.optable.ops import unique_inverse
 
 if TYPE_CHECKING:
     from laggard.engine.baseline import Baseline
@@ -25,12 +26,15 @@ class Ctx:
         self.name = base.name_code
         kinds = np.array(base.kinds, dtype=object)
         self.kind = kinds[base.kind_code] if len(kinds) else np.zeros(0, dtype=object)
-        self.compute = (self.kind == "compute") | (self.kind == "other")
+        # per-kind flags looked up by code: comparing 7.7M object strings costs ~0.1 s a mask
+        is_compute = np.array([k == "compute" for k in base.kinds], dtype=bool)[base.kind_code]
+        is_other = np.array([k == "other" for k in base.kinds], dtype=bool)[base.kind_code]
+        self.compute = is_compute | is_other
         low = [n.lower() for n in base.names]
         fwd_names = np.array(["forward" in n for n in low] + [False], dtype=bool)
         bwd_names = np.array(["backward" in n for n in low] + [False], dtype=bool)
-        self.fwd = fwd_names[self.name] & (self.kind == "compute")
-        self.bwd = bwd_names[self.name] & (self.kind == "compute")
+        self.fwd = fwd_names[self.name] & is_compute
+        self.bwd = bwd_names[self.name] & is_compute
         self.rank, self.dp, self.pp = base.rank, base.dp_rank, base.pp_rank
         self.step = base.graph.op_step
         self.mb = job.column("microbatch").astype(np.int64)
@@ -38,18 +42,22 @@ class Ctx:
         from laggard.engine.spikes import fwd_bwd_partner
 
         # each forward pass's backward (same rank, step, microbatch), -1 elsewhere
-        self.partner = fwd_bwd_partner(base.names, self.name, self.kind == "compute", base.rank,
+        self.partner = fwd_bwd_partner(base.names, self.name, is_compute, base.rank,
                                        base.graph.op_step, self.mb)
         self.synced = base.graph.op_group >= 0
         self.T, self.T_ideal = res.T_s, res.T_ideal_s
         self.T_meas = float(np.mean(res.step_wall_s))  # wall clock: a late step end counts once
         self.gap = self.T_meas - self.T_ideal
-        ranks, first = np.unique(self.rank, return_index=True)
+        # np.unique(rank, return_index=True) and the counts of distinct DP ranks and stages, through
+        # lookup tables (``unique_inverse``) instead of three sorts of every op
+        ranks, rank_idx = unique_inverse(self.rank)
+        first = np.full(len(ranks), len(self.rank), dtype=np.int64)
+        np.minimum.at(first, rank_idx, np.arange(len(self.rank)))
         self.ranks = ranks
         self.worker_of = {int(r): {"dp_rank": int(self.dp[i]), "stage": int(self.pp[i]), "rank": int(r)}
                           for r, i in zip(ranks, first, strict=True)}
-        self.num_dp = len(np.unique(self.dp))
-        self.num_pp = len(np.unique(self.pp))
+        self.num_dp = len(unique_inverse(self.dp)[0])
+        self.num_pp = len(unique_inverse(self.pp)[0])
         self.memo: dict[str, object] = {}  # what several detectors read, computed once (``worker.step_ratios``)
 
     def group_mean(self, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -68,14 +76,18 @@ class Ctx:
     def per_rank_step(self, mask: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
         """Seconds of the ``mask`` ops per (rank, step) (or the sum of other per-op ``values``):
         ``ranks`` order x step index (``step``); NaN where the rank ran no op at all in the step."""
-        ri = np.searchsorted(self.ranks, self.rank)
-        num_steps = int(self.step.max()) + 1 if len(self.step) else 1
-        cell = ri * num_steps + self.step
-        size = len(self.ranks) * num_steps
-        shape = (len(self.ranks), num_steps)
+        if "ctx.rank_step_cells" not in self.memo:  # each op's (rank, step) cell, and the cells that ran ops
+            ri = np.searchsorted(self.ranks, self.rank)
+            num_steps = int(self.step.max()) + 1 if len(self.step) else 1
+            cell = ri * num_steps + self.step
+            shape = (len(self.ranks), num_steps)
+            if shape[0] * shape[1] < 2**31:  # kept for the job's lifetime: half the memory
+                cell = cell.astype(np.int32)
+            ran = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape) > 0
+            self.memo["ctx.rank_step_cells"] = cell, ran
+        cell, ran = self.memo["ctx.rank_step_cells"]
         w = self.w if values is None else values
-        per = np.bincount(cell[mask], weights=w[mask], minlength=size).reshape(shape)
-        ran = np.bincount(cell, minlength=size).reshape(shape) > 0
+        per = np.bincount(cell[mask], weights=w[mask], minlength=ran.size).reshape(ran.shape)
         return np.where(ran, per, np.nan)
 
     def step_numbers(self) -> np.ndarray:
@@ -90,7 +102,7 @@ class Ctx:
 
 def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """For each entry, the median of the other entries of its group (0 where it is alone)."""
-    order = np.lexsort((values, groups))
+    order = sort_by_group(values, groups)
     v, g = values[order], groups[order]
     start = np.searchsorted(g, g)
     size = np.searchsorted(g, g, side="right") - start

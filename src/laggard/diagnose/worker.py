@@ -110,9 +110,20 @@ def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     """The forward and backward passes with a microbatch (op indices) and what each should cost: the
     fitted cost of its sequences where the trace has their lengths (a*sum(len^2) + b*sum(len) + c
     per stage and op type), else the median of the same (step, stage, op type, microbatch) on the
-    other DP ranks (passes with no such peer are left out). None when there are none."""
+    other DP ranks (passes with no such peer are left out). None when there are none. Computed once
+    per job (``ctx.memo``)."""
+    if "worker.mb_expected" not in ctx.memo:
+        mb = _mb_expected(ctx)
+        if mb is not None and len(ctx.w) < 2**31:  # kept for the job's lifetime: int32 rows
+            mb = mb[0].astype(np.int32), mb[1]
+        ctx.memo["worker.mb_expected"] = mb
+    return ctx.memo["worker.mb_expected"]
+
+
+def _mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     from laggard.diagnose.context import peer_median
     from laggard.diagnose.sequence import seq_features
+    from laggard.optable.ops import unique_inverse
 
     on = (ctx.fwd | ctx.bwd) & (ctx.mb >= 0)
     if not on.any():
@@ -122,15 +133,22 @@ def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
         rows, sq, lin = feats
         expected = np.empty(len(rows))
         group = ctx.pp[rows] * (len(ctx.names) + 1) + ctx.name[rows]
-        for g in np.unique(group):
-            sel = group == g
-            X = np.stack([sq[sel], lin[sel], np.ones(int(sel.sum()))], axis=1)
-            coef, *_ = np.linalg.lstsq(X, ctx.w[rows][sel], rcond=None)
+        w = ctx.w[rows]
+        # each (stage, op type)'s rows in their order, from one stable sort (not a mask per group)
+        order = np.argsort(group, kind="stable")
+        bounds = np.flatnonzero(np.diff(group[order])) + 1
+        for sel in np.split(order, bounds):
+            X = np.stack([sq[sel], lin[sel], np.ones(len(sel))], axis=1)
+            coef, *_ = np.linalg.lstsq(X, w[sel], rcond=None)
             expected[sel] = np.maximum(X @ coef, 1e-12)
         return rows, expected
-    keys = np.stack([ctx.step[on], ctx.pp[on], ctx.name[on], ctx.mb[on]], axis=1)
-    _, group = np.unique(keys, axis=0, return_inverse=True)
-    peers = peer_median(ctx.w[on], group.ravel())
+    # one int64 key per (step, stage, op type, microbatch), all >= 0 here: the groups (and their
+    # order) of a row-wise unique of the four columns, in one 1-D sort
+    key = np.zeros(int(on.sum()), dtype=np.int64)
+    for col in (ctx.step[on], ctx.pp[on], ctx.name[on], ctx.mb[on]):
+        key = key * (int(col.max()) + 1) + col
+    _, group = unique_inverse(key)
+    peers = peer_median(ctx.w[on], group)
     ok = peers > 0
     return np.flatnonzero(on)[ok], peers[ok]
 

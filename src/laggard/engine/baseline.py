@@ -224,7 +224,8 @@ def replay_mixed(
                 e += 1
             vs = np.array([p[2] for p in part[j:e]])
             if labels is None:
-                w[:, j:e] = np.where(vs[None, :] != 0, a_w[:, None], b_w[:, None])
+                for c, v in enumerate(vs.tolist(), start=j):
+                    w[:, c] = a_w if v != 0 else b_w
             else:
                 _fill_block(w[:, j:e], labels, vs, a_w, b_w)
             j = e
@@ -243,7 +244,10 @@ def _fill_block(w: np.ndarray, labels: np.ndarray, vs: np.ndarray, a_w: np.ndarr
     order = np.argsort(vs, kind="stable")
     sv = vs[order]
     if len(sv) <= 8 or (sv[1:] == sv[:-1]).any():  # few scenarios (or a value asked twice): compare
-        w[:] = np.where(labels[:, None] == vs[None, :], a_w[:, None], b_w[:, None])
+        w[:] = b_w[:, None]
+        for c, v in enumerate(vs.tolist()):
+            rows = np.flatnonzero(labels == v)
+            w[rows, c] = a_w[rows]
         return
     w[:] = b_w[:, None]
     pos = np.minimum(np.searchsorted(sv, labels), len(sv) - 1)

@@ -261,33 +261,31 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
     lvl0 = int(g0.seg_start[0]) if len(g0.seg_start) else nn0
     size = g0.seg_end - g0.seg_start
     full_start = k_steps * lvl0 + np.concatenate([[0], np.cumsum(size * k_steps)[:-1]]).astype(np.int64)
-    # position p0 of step 0 -> position in step k: a segment's rows are laid out step after step
-    seg_of = np.full(nn0 + 1, -1, dtype=np.int64)
-    for i, (a, b) in enumerate(zip(g0.seg_start.tolist(), g0.seg_end.tolist(), strict=True)):
-        seg_of[a:b] = i
+    # position p0 of step 0 -> position in step k: a segment's rows are laid out step after step,
+    # so the map is affine in k for each p0: base[p0] + k * stride[p0] (level 0: k * lvl0 + p0;
+    # the sentinel: num_nodes)
     num_nodes = k_steps * nn0
-
-    def map_pos(p0: np.ndarray, k: np.ndarray) -> np.ndarray:
-        p0 = p0.astype(np.int64)
-        sg = seg_of[p0]
-        inseg = sg >= 0
-        out = k * lvl0 + p0
-        s = sg[inseg]
-        out[inseg] = full_start[s] + k[inseg] * size[s] + (p0[inseg] - g0.seg_start[s])
-        out[p0 == nn0] = num_nodes  # the sentinel
-        return out
-
+    base = np.arange(nn0 + 1, dtype=np.int64)
+    stride = np.full(nn0 + 1, lvl0, dtype=np.int64)
+    for i, (a, b) in enumerate(zip(g0.seg_start.tolist(), g0.seg_end.tolist(), strict=True)):
+        base[a:b] += int(full_start[i]) - a
+        stride[a:b] = size[i]
+    base[nn0], stride[nn0] = num_nodes, 0
     ks = np.arange(k_steps, dtype=np.int64)
+
+    def map_all(p0: np.ndarray) -> np.ndarray:
+        """Positions of ``p0`` in every step, step after step (``p0`` in step 0, then in step 1, ...)."""
+        p0 = p0.astype(np.int64)
+        return (base[p0][None, :] + ks[:, None] * stride[p0][None, :]).ravel()
+
     parts, offs = [], []
     off = 0
-    for i, (a, b, kk, o) in enumerate(
-        zip(g0.seg_start.tolist(), g0.seg_end.tolist(), g0.seg_k.tolist(), g0.seg_off.tolist(), strict=True)
-    ):
+    for a, b, kk, o in zip(g0.seg_start.tolist(), g0.seg_end.tolist(), g0.seg_k.tolist(), g0.seg_off.tolist(),
+                           strict=True):
         flat = g0.seg_pred[o : o + (b - a) * kk]
-        parts.append(map_pos(np.tile(flat, k_steps), np.repeat(ks, len(flat))))
+        parts.append(map_all(flat))
         offs.append(off)
         off += len(flat) * k_steps
-        del i
     idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
     seg_pred = np.concatenate(parts).astype(idx_t) if parts else np.zeros(0, dtype=idx_t)
     step_rep = np.repeat(ks, n0)
@@ -308,8 +306,8 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
             [np.tile(g0.group_ptr[:-1], k_steps) + np.repeat(ks * len(g0.group_ops), gr0), [k_steps * len(g0.group_ops)]]
         ),
         group_ops=np.tile(g0.group_ops, k_steps) + group_rep * n0,
-        op_pos=map_pos(np.tile(g0.op_pos, k_steps), step_rep).astype(idx_t),
-        group_pos=map_pos(np.tile(g0.group_pos, k_steps), np.repeat(ks, gr0)).astype(idx_t),
+        op_pos=map_all(g0.op_pos).astype(idx_t),
+        group_pos=map_all(g0.group_pos).astype(idx_t),
         num_levels=g0.num_levels,
         seg_start=full_start,
         seg_end=full_start + size * k_steps,
@@ -318,7 +316,7 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
         seg_pred=seg_pred,
         step_order=np.arange(k_steps * n0),
         step_bounds=np.arange(k_steps + 1, dtype=np.int64) * n0,
-        sink_pos=map_pos(np.tile(sinks0, k_steps), np.repeat(ks, len(sinks0))).astype(idx_t),
+        sink_pos=map_all(sinks0).astype(idx_t),
         sink_bounds=np.arange(k_steps + 1, dtype=np.int64) * len(sinks0),
         ops_per_step=n0,
     )

@@ -11,6 +11,9 @@ import numpy as np
 
 from laggard.engine.graph import Graph
 
+# a node with up to this many predecessors takes their max one predecessor slot at a time
+_COLUMNS_UP_TO = 8
+
 
 def replay_nodes(graph: Graph, weights: np.ndarray,
                  floor: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
@@ -34,6 +37,12 @@ def replay_nodes(graph: Graph, weights: np.ndarray,
     for a, b, k, off, fa, fb in zip(*seg, lo, hi, strict=True):
         if k == 1:
             vals[a:b] += vals[pred[off : off + b - a]]
+        elif k <= _COLUMNS_UP_TO:  # slot by slot: no (rows, k, S) gather, no max over its middle axis
+            p = pred[off : off + (b - a) * k]
+            m = vals[p[0::k]]
+            for j in range(1, k):
+                np.maximum(m, vals[p[j::k]], out=m)
+            vals[a:b] += m
         else:
             vals[a:b] += vals[pred[off : off + (b - a) * k].reshape(b - a, k)].max(axis=1)
         if fa < fb:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from laggard.optable.ops import fits_table
+from laggard.optable.ops import fits_table, unique_inverse
 
 
 @dataclass(kw_only=True, slots=True)
@@ -26,9 +26,24 @@ class SpikeConfig:
     rel: float = 0.3  # ...and at least 30% over its median (a tight op type has a tiny MAD)
 
 
+def sort_by_group(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """``np.lexsort((values, groups))`` (by group, then value, then position), the same permutation
+    2-3x faster on millions of ops: a stable sort of the values, then a stable sort of their groups,
+    whose keys are narrowed to 16 bits where their range allows (numpy radix-sorts those)."""
+    order = np.argsort(values, kind="stable")
+    g = groups[order]
+    if len(g) and g.dtype.kind in "iu":
+        lo, hi = int(g.min()), int(g.max())
+        if hi - lo < 2**16:
+            g = (g - lo).astype(np.uint16)
+        elif hi - lo < 2**31:
+            g = (g - lo).astype(np.int32)
+    return order[np.argsort(g, kind="stable")]
+
+
 def group_median(values: np.ndarray, groups: np.ndarray, num_groups: int) -> np.ndarray:
     """Median of ``values`` per group id (0..num_groups-1), vectorised; 0 for empty groups."""
-    order = np.lexsort((values, groups))
+    order = sort_by_group(values, groups)
     g = groups[order]
     starts = np.searchsorted(g, np.arange(num_groups))
     ends = np.searchsorted(g, np.arange(num_groups), side="right")
@@ -45,7 +60,7 @@ def group_mean(w: np.ndarray, mask_ref: np.ndarray, keys: list[np.ndarray]) -> t
     for k in keys:
         k = k.astype(np.int64)
         key = key * (int(k.max()) + 2) + (k + 1)
-    uniq, inv = np.unique(key, return_inverse=True)
+    uniq, inv = unique_inverse(key)
     sums = np.bincount(inv, weights=np.where(mask_ref, w, 0.0), minlength=len(uniq))
     cnt = np.bincount(inv, weights=mask_ref.astype(float), minlength=len(uniq))
     return (sums / np.maximum(cnt, 1))[inv], (cnt > 0)[inv]
@@ -112,7 +127,7 @@ def _spikes(w: np.ndarray, key: np.ndarray, mask: np.ndarray, cfg: SpikeConfig) 
     out = np.zeros(len(w), dtype=bool)
     if len(rows) == 0:
         return out, med
-    order = rows[np.lexsort((w[rows], key[rows]))]
+    order = rows[sort_by_group(w[rows], key[rows])]
     k = key[order]
     bounds = np.flatnonzero(np.diff(k)) + 1
     starts = np.concatenate([[0], bounds])

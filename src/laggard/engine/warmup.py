@@ -29,8 +29,8 @@ class WarmupConfig:
 def typical_compute_s(job: Job) -> tuple[np.ndarray, np.ndarray]:
     """(steps in order, the median over ranks of each rank's non-communication time in the step;
     every op's time where the trace has no other op)."""
-    step = job.column("step").astype(np.int64)
-    rank = job.column("rank").astype(np.int64)
+    step = job.column("step").astype(np.int64, copy=False)  # read only here: no copies of the columns
+    rank = job.column("rank").astype(np.int64, copy=False)
     dur = job.column("dur_ns").astype(np.float64)
     code, labels = job.codes("kind")
     comm = np.isin(code, [i for i, k in enumerate(labels) if k in COMM_KINDS])
