@@ -14,7 +14,6 @@ measured impact for jobs with one cause, beside recall by drawn factor."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -85,10 +84,7 @@ def run_twins(corpus: Path) -> dict[str, list[str]]:
     plans = {p.job_id: p for p in rc.plan_corpus(plan_doc["seed"], plan_doc["jobs"])}
     todo = [j for j in sorted(plans) if (corpus / j / "truth.json").exists() and not (corpus / j / "impact.json").exists()]
     out: dict[str, list[str]] = {"done": [], "failed": []}
-    log = open(corpus / "impact.log", "a")  # noqa: SIM115 - the ranks' stderr (profiler chatter)
-    saved = os.dup(2)
-    os.dup2(log.fileno(), 2)
-    try:
+    with rc.stderr_to(corpus / "impact.log"):  # the ranks' stderr (profiler chatter)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
             task = bar.add_task("twins", total=len(todo))
             for job in todo:
@@ -100,13 +96,7 @@ def run_twins(corpus: Path) -> dict[str, list[str]]:
                     rc._write_json(corpus / job / "impact.json", doc)  # noqa: SLF001
                     out["done"].append(job)
                 bar.advance(task)
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        log.close()
-    loaded = sorted(m for m in set(sys.modules) - before if m.startswith(rc.ANALYSIS_MODULES))
-    if loaded:
-        raise RuntimeError(f"the twin runner loaded laggard's analysis code: {', '.join(loaded)}")
+    rc.check_no_analysis(before, "the twin runner")
     return out
 
 

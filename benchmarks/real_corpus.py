@@ -42,7 +42,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -303,11 +305,8 @@ def generate(corpus: Path, *, seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_
     _check_plan(corpus, seed, num_jobs, steps)
     plans = plan_corpus(seed, num_jobs)
     out: dict[str, list[str]] = {"done": [], "skipped": [], "failed": []}
-    log = open(corpus / "generate.log", "a")  # noqa: SIM115 - the ranks' stderr (profiler chatter) goes here
-    saved_fd = os.dup(2)
-    os.dup2(log.fileno(), 2)
     console = Console(file=sys.stdout, quiet=quiet)
-    try:
+    with stderr_to(corpus / "generate.log"):  # the ranks' stderr (profiler chatter)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as bar:
             jobs = bar.add_task("corpus", total=len(plans))
@@ -324,14 +323,28 @@ def generate(corpus: Path, *, seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_
                 truth = run_one(plan, job_dir, steps, seed, lambda k, n, loss: bar.update(steps_task, completed=k))
                 out["done" if truth else "failed"].append(plan.job_id)
                 bar.advance(jobs)
-    finally:
-        os.dup2(saved_fd, 2)
-        os.close(saved_fd)
-        log.close()
+    check_no_analysis(before, "the generator")
+    return out
+
+
+@contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 appended to ``path`` (the ranks' processes inherit it) for the block."""
+    with open(path, "a") as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def check_no_analysis(before: set[str], who: str) -> None:
+    """Raise when laggard's analysis was loaded since ``before`` (``sys.modules`` then)."""
     loaded = sorted(m for m in set(sys.modules) - before if m.startswith(ANALYSIS_MODULES))
     if loaded:
-        raise RuntimeError(f"the generator loaded laggard's analysis code: {', '.join(loaded)}")
-    return out
+        raise RuntimeError(f"{who} loaded laggard's analysis code: {', '.join(loaded)}")
 
 
 # ---------------------------------------------------------------- scoring

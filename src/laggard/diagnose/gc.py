@@ -88,9 +88,11 @@ def _collected_in(ctx: Ctx, stalled: np.ndarray, expected: np.ndarray, gc_ops: n
     forward passes stalled by 50-150 ms with no collection or a 0.2 ms one in them read as GC on
     healthy ranks in 2 of 10 clean jobs."""
     start, end = ctx.base.start_s, ctx.base.end_s
+    g = np.flatnonzero(gc_ops)  # the collections, once (a few per rank and step), not every op per stall
+    g_rank, g_start, g_end = ctx.rank[g], start[g], end[g]
     out = np.zeros(len(stalled), dtype=bool)
     for i in np.flatnonzero(stalled):
-        g = gc_ops & (ctx.rank == ctx.rank[i]) & (end > start[i]) & (start < end[i])
-        inside = float(np.sum(np.minimum(end[g], end[i]) - np.maximum(start[g], start[i])))
+        on = (g_rank == ctx.rank[i]) & (g_end > start[i]) & (g_start < end[i])
+        inside = float(np.sum(np.minimum(g_end[on], end[i]) - np.maximum(g_start[on], start[i])))
         out[i] = inside >= cover * (ctx.w[i] - expected[i])
     return out

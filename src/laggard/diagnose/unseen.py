@@ -61,12 +61,9 @@ def _gains(ctx: Ctx, cands: list[Candidate]) -> list[float]:
     if rep:
         for c, t in zip(rep, replay_mean(ctx, [c.weights for c in rep]).tolist(), strict=True):
             c.finding.gain = ctx.T / t if t > 0 else float("inf")
-    gap = ctx.gap
-    ctx.gap = max(gap, 1e-12)  # score_alone divides by it; only the gain is read here
     for c in cands:
         if c.weights is None:
-            score_alone(ctx, c)
-    ctx.gap = gap
+            score_alone(ctx, c)  # its gain does not depend on the gap (its score is 0 without one)
     return [c.finding.gain for c in cands]
 
 
