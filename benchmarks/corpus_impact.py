@@ -74,8 +74,9 @@ def run_twin(job_dir: Path, plan, steps: int, *, first_twin: bool = False) -> di
             "causes": [c["spec"] for c in truth["causes"]]}
 
 
-def run_twins(corpus: Path) -> dict[str, list[str]]:
-    """Run the twin of every job that has a truth.json and no impact.json."""
+def run_twins(corpus: Path, max_causes: int | None = None) -> dict[str, list[str]]:
+    """Run the twin of every job that has a truth.json and no impact.json (and, with ``max_causes``,
+    at most that many causes: the scorer reads the clean and single-cause jobs' impacts only)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     rc = _corpus_module()
@@ -83,6 +84,8 @@ def run_twins(corpus: Path) -> dict[str, list[str]]:
     plan_doc = json.loads((corpus / "plan.json").read_text())
     plans = {p.job_id: p for p in rc.plan_corpus(plan_doc["seed"], plan_doc["jobs"])}
     todo = [j for j in sorted(plans) if (corpus / j / "truth.json").exists() and not (corpus / j / "impact.json").exists()]
+    if max_causes is not None:
+        todo = [j for j in todo if len(json.loads((corpus / j / "truth.json").read_text())["causes"]) <= max_causes]
     out: dict[str, list[str]] = {"done": [], "failed": []}
     with rc.stderr_to(corpus / "impact.log"):  # the ranks' stderr (profiler chatter)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
@@ -130,11 +133,13 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", type=Path)
+    ap.add_argument("--max-causes", type=int, default=None,
+                    help="only jobs with at most this many causes (1: the ones recall-by-impact reads)")
     a = ap.parse_args(argv)
     if not (a.corpus / "plan.json").exists():
         print(f"{a.corpus}: no corpus there (run: python benchmarks/real_corpus.py generate {a.corpus})", file=sys.stderr)
         return 2
-    out = run_twins(a.corpus)
+    out = run_twins(a.corpus, a.max_causes)
     print(f"ran {len(out['done'])} twins, failed {len(out['failed'])}" + (f": {', '.join(out['failed'])}" if out["failed"] else ""))
     return 0
 
