@@ -1,5 +1,7 @@
 """Diagnosis against an independent simulator (laggard.groundtruth.dessim): a mixture sweep of jobs with 0-4
-simultaneous causes (baseline in the same run: the single-cause diagnosis on the same jobs), and the
+simultaneous causes (baseline in the same run: the single-cause diagnosis on the same jobs); the same
+sweep with the noise of real jobs (``NOISE["real"]``, calibrated on the real corpus's clean jobs:
+``CALIBRATION``), whose figures stand beside the real corpus's (benchmarks/real_corpus.py); and the
 single-cause sweep on the simulator beside the one on `laggard synth` (bench_diagnose)."""
 
 from __future__ import annotations
@@ -8,7 +10,14 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from laggard.groundtruth.evaluate_mixed import FLOORS, by_kind, mixed_scenarios, run_mixed, summary
+from laggard.groundtruth.evaluate_mixed import (
+    CALIBRATION,
+    FLOORS,
+    by_kind,
+    mixed_scenarios,
+    run_mixed,
+    summary,
+)
 
 NUM_JOBS = int(os.environ.get("LAGGARD_BENCH_MIX_JOBS", "200"))
 PROCS = int(os.environ.get("LAGGARD_BENCH_PROCS", str(min(os.cpu_count() or 1, 4))))
@@ -47,6 +56,11 @@ def run() -> list[dict]:
     t0 = time.perf_counter()
     mixed = _run_all(mixed_scenarios(NUM_JOBS, seed=2026))
     rows = _rows("mixture (1-4 causes)", mixed, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    real = _run_all(mixed_scenarios(max(NUM_JOBS // 2, 8), seed=2026, noise="real"))
+    real_rows = _rows("mixture, real-job noise (1-4 causes)", real, time.perf_counter() - t0)
+    real_rows[0]["detail"]["noise"] = CALIBRATION
+    rows += real_rows
     t0 = time.perf_counter()
     single = _run_all(mixed_scenarios(max(NUM_JOBS // 4, 8), seed=7, max_causes=1))
     return rows + _rows("single cause on the simulator", single, time.perf_counter() - t0)

@@ -64,11 +64,12 @@ KIND_ORDER = list(DIAGNOSIS_CAUSE)
 # lognormal, no tail) is the "simulator" noise the sweep used before.
 NOISE = {
     "simulator": {"jitter": 0.03, "tail_prob": 0.0, "tail_alpha": 2.5, "tail_scale": 1.0},
-    "real": {"jitter": 0.22, "tail_prob": 0.0046, "tail_alpha": 6.8, "tail_scale": 1.47},
+    "real": {"jitter": 0.29, "tail_prob": 0.0036, "tail_alpha": 3.2, "tail_scale": 2.23},
 }
-CALIBRATION = ("benchmarks/calibrate_noise.py on the 10 clean jobs of the real corpus (seed 2024: 4 ranks on 2 "
-               "shared cores, gloo, Tracer traces; 5,472 compute ops): jitter 0.225, tail 0.46% of ops stretched "
-               ">= 1.47x their duration (Pareto 6.8), step-to-step CV of a rank's compute 10.6%")
+CALIBRATION = ("benchmarks/calibrate_noise.py on the 10 clean jobs of the real corpus (seed 2026, generated on a "
+               "quiet machine: 2-4 ranks on 2 shared cores, gloo, DDP and pipelines, Tracer traces; 5,328 compute "
+               "ops): jitter 0.29, tail 0.36% of ops stretched >= 2.23x their duration (Pareto 3.2), step-to-step "
+               "CV of a rank's compute 20.8%")
 
 
 @dataclass(kw_only=True, slots=True)
