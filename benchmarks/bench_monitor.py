@@ -13,6 +13,7 @@ Detection runs in-process on the window analysis + alert rules (``laggard.monito
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -33,22 +34,49 @@ NUM_SEEDS = int(os.environ.get("LAGGARD_BENCH_MONITOR_SEEDS", "20"))
 CLEAN_STEPS = int(os.environ.get("LAGGARD_BENCH_MONITOR_CLEAN_STEPS", "1000"))
 
 
-def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0):
-    """One rank's ops for ``num_steps`` steps of a data-parallel job (the load generators' batches)."""
+STEP_NS = 125_000_000  # a step every 125 ms of trace time (the trace's clock, not the wall clock)
+HOST_NS = 1_000_000  # untraced host time between a step's all-reduce and the next step (under the 2% modelled)
+SLOW = (5, 1.2)  # (rank, factor): one worker's computes take 1.2x (what the monitor is there to find)
+
+
+@functools.lru_cache(maxsize=8)
+def _compute_ns(seed: int, num_steps: int, slow: tuple[int, float] | None):
+    """Every rank's compute durations (rank, step, op), ``slow`` = (rank, factor) or None."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    dur = np.where(np.arange(2 * MB) < MB, 2.0e6, 4.0e6) * rng.lognormal(0.0, 0.05, (NUM_RANKS, num_steps, 2 * MB))
+    if slow is not None:
+        dur[slow[0]] *= slow[1]
+    return dur
+
+
+def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0, slow: tuple[int, float] | None = SLOW):
+    """One rank's ops for ``num_steps`` steps of a data-parallel job (the load generators' batches).
+
+    Every step starts at ``step * STEP_NS`` on every rank (a real job's ranks share step
+    boundaries: the all-reduce ends them together): its 16 forward and 16 backward computes run
+    back to back, then the all-reduce waits for the last rank and ends ``HOST_NS`` before the next
+    step. (Until issue 27, start times were a running sum over all steps wrapped modulo the step,
+    so every rank crossed a step boundary at a different op and the all-reduce ended at a different
+    time on each rank: a layout no job has, with large untraced "gaps" that were artifacts, and it
+    kept the analysis from seeing that the DP ranks are alike, ``laggard.engine.symmetry``.)"""
     import numpy as np
 
     from laggard.optable.ops import make_table
 
-    rng = np.random.default_rng(seed * 100_003 + rank)
+    comp = _compute_ns(seed, num_steps, slow)[rank]  # (steps, 2 * MB)
     per = 2 * MB + 1
     n = per * num_steps
     step = np.repeat(np.arange(first_step, first_step + num_steps), per)
     j = np.tile(np.arange(per), num_steps)
     fwd = j < MB
     coll = j == 2 * MB
-    dur = np.where(fwd, 2.0e6, 4.0e6) * rng.lognormal(0.0, 0.05, n)
-    dur[coll] = 5.0e6
-    start = (step * 200e6 + np.concatenate([[0], np.cumsum(dur)[:-1]]) % 200e6).astype(np.int64)
+    starts = np.concatenate([np.zeros((num_steps, 1)), np.cumsum(comp, axis=1)], axis=1)  # from the step's start
+    if starts[:, -1].max() >= STEP_NS - HOST_NS:
+        raise ValueError("the computes do not fit the step")
+    dur = np.concatenate([comp, (STEP_NS - HOST_NS - starts[:, -1])[:, None]], axis=1).ravel()
+    start = (step * STEP_NS + starts.ravel()).astype(np.int64)
     names = np.where(fwd, "forward-compute", np.where(coll, "grads-all-reduce", "backward-compute"))
     return make_table({
         "op_id": rank * 10**9 + step * per + j, "rank": np.full(n, rank, np.int32), "dp_rank": np.full(n, rank, np.int32),
@@ -56,6 +84,17 @@ def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0):
         "kind": np.where(coll, "collective", "compute"), "start_ns": start, "dur_ns": dur.astype(np.int64),
         "group": np.where(coll, "world", None), "seq": np.where(coll, 0, -1),
     })
+
+
+def later(table, num_steps: int):
+    """``table``'s ops ``num_steps`` steps later (step, start time and op id moved on): the load
+    generators build each rank's first batch once and send it again as the later ones."""
+    import pyarrow as pa
+
+    for col, by in (("step", num_steps), ("start_ns", num_steps * STEP_NS), ("op_id", num_steps * (2 * MB + 1))):
+        i = table.schema.get_field_index(col)
+        table = table.set_column(i, table.schema.field(i), pa.array(table.column(col).to_numpy() + by))
+    return table
 
 
 def meta_json() -> dict:
@@ -67,8 +106,6 @@ def meta_json() -> dict:
 def generator(url: str, ranks: list[int], duration_s: float, threads: int, out: str) -> None:
     """A load-generator process: ranks' batches in step order, ``threads`` connections."""
     import threading
-
-    import pyarrow as pa
 
     from laggard.wire.batch import encode_batch
     from laggard.wire.client import Client
@@ -88,9 +125,7 @@ def generator(url: str, ranks: list[int], duration_s: float, threads: int, out: 
                 b, r = divmod(pos[0], len(ranks))
                 r = ranks[r]
                 pos[0] += 1
-            t = bases[r]
-            t = t.set_column(t.schema.get_field_index("step"), t.schema.field("step"),
-                             pa.array(t.column("step").to_numpy() + b * STEPS_PER_BATCH))
+            t = later(bases[r], b * STEPS_PER_BATCH)
             body = encode_batch(t, job_id="bench", rank=r, seq=b, meta=meta)
             t0 = time.perf_counter()
             c.post_batch(body)
