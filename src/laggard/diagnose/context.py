@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -123,16 +124,69 @@ def fast_peer_ref(values: np.ndarray, groups: np.ndarray, within: float) -> np.n
     where most DP replicas are slow GPUs would make the slow ones the norm and the healthy ones look
     fast; the fastest cluster is what a healthy worker of that stage computes."""
     out = np.zeros(len(values))
-    for i, peers in enumerate(fast_peers(values, groups, within)):
-        if len(peers):
-            out[i] = float(np.median(values[peers]))
+    fp = _FastPeers.of(values, groups, within)
+    if fp is None:  # NaN among the values: one group at a time
+        for i, peers in enumerate(fast_peers(values, groups, within)):
+            if len(peers):
+                out[i] = float(np.median(values[peers]))
+        return out
+    # the peers are the first k of the group's sorted values less the entry itself: the median of
+    # the others by index arithmetic (np.median's pick, and its mean of the middle two)
+    n = fp.k - fp.inside
+    lo, hi = (n - 1) // 2, n // 2
+    v = fp.v
+    at_lo = np.minimum(fp.start + lo + (fp.inside & (lo >= fp.j)), len(v) - 1)
+    at_hi = np.minimum(fp.start + hi + (fp.inside & (hi >= fp.j)), len(v) - 1)
+    out[fp.order] = np.where(n > 0, (v[at_lo] + v[at_hi]) / 2, 0.0)
     return out
+
+
+@dataclass(kw_only=True, slots=True)
+class _FastPeers:
+    """Each entry's fast peers as a run of its group's values sorted (by group, value, position):
+    positions ``start`` to ``start + k`` of ``order`` less the entry's own place ``j`` (when
+    ``inside``); all arrays in sorted order."""
+
+    order: np.ndarray
+    v: np.ndarray
+    start: np.ndarray
+    k: np.ndarray
+    j: np.ndarray
+    inside: np.ndarray
+
+    @classmethod
+    def of(cls, values: np.ndarray, groups: np.ndarray, within: float) -> _FastPeers | None:
+        if np.isnan(values).any():
+            return None
+        order = sort_by_group(values, groups)
+        v, g = values[order], groups[order]
+        start = np.searchsorted(g, g)
+        size = np.searchsorted(g, g, side="right") - start
+        j = np.arange(len(v)) - start
+        # the fastest of the others: the group's first, or its second for the first itself
+        m = v[np.minimum(start + (j == 0), len(v) - 1)]
+        # how many of the group's values are at most within x that (one searchsorted per group)
+        t = within * m
+        k = np.empty(len(v), dtype=np.int64)
+        for a in np.flatnonzero(j == 0).tolist():
+            b = a + int(size[a])
+            k[a:b] = np.searchsorted(v[a:b], t[a:b], side="right")
+        k = np.where(size > 1, k, 0)
+        return cls(order=order, v=v, start=start, k=k, j=j, inside=(j < k) & (size > 1))
 
 
 def fast_peers(values: np.ndarray, groups: np.ndarray, within: float) -> list[np.ndarray]:
     """For each entry, the indices of its fast peers (``fast_peer_ref``): the other entries of its
-    group at most ``within`` x the fastest of them (none where it is alone)."""
+    group at most ``within`` x the fastest of them (none where it is alone), in index order."""
     out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(values)
+    fp = _FastPeers.of(values, groups, within)
+    if fp is not None:
+        for p, i in enumerate(fp.order.tolist()):
+            a, k = int(fp.start[p]), int(fp.k[p])
+            if k:
+                run = fp.order[a : a + k]
+                out[i] = np.sort(np.delete(run, fp.j[p]) if fp.inside[p] else run)
+        return out
     for g in np.unique(groups):
         idx = np.flatnonzero(groups == g)
         if len(idx) < 2:

@@ -163,11 +163,17 @@ def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
         return {}
     rows, expected = mb
     ratio, ranks = ctx.w[rows] / expected, ctx.rank[rows]
-    order = np.argsort(ranks, kind="stable")
-    r_sorted, v_sorted = ranks[order], ratio[order]
-    bounds = np.flatnonzero(np.diff(r_sorted)) + 1
-    med = {int(rs[0]): float(np.median(vs)) for rs, vs in zip(np.split(r_sorted, bounds), np.split(v_sorted, bounds),
-                                                              strict=True) if len(rs)}
+    if np.isfinite(ratio).all():  # each rank's median in one sort (group_median picks as np.median does)
+        from laggard.diagnose.context import group_median
+
+        uniq, gi = np.unique(ranks, return_inverse=True)
+        med = dict(zip(uniq.tolist(), group_median(ratio, gi, len(uniq)).tolist(), strict=True))
+    else:
+        order = np.argsort(ranks, kind="stable")
+        r_sorted, v_sorted = ranks[order], ratio[order]
+        bounds = np.flatnonzero(np.diff(r_sorted)) + 1
+        med = {int(rs[0]): float(np.median(vs)) for rs, vs in zip(np.split(r_sorted, bounds), np.split(v_sorted, bounds),
+                                                                  strict=True) if len(rs)}
     # the fitted cost is one for all DP replicas of a stage, and the peers' median of a microbatch is
     # a slow one's where most replicas are slow: compare each rank with the fast peers of its stage
     from laggard.diagnose.context import fast_peer_ref
