@@ -175,6 +175,47 @@ class _FastPeers:
         return cls(order=order, v=v, start=start, k=k, j=j, inside=(j < k) & (size > 1))
 
 
+def fast_peer_row_median(values: np.ndarray, m: np.ndarray, groups: np.ndarray, within: float
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """For each entry i: ``noise.row_median(m[fast_peers(values, groups, within)[i]])`` (each column's
+    median over the rows of i's fast peers, NaN ignored; NaN where there is none) and the number of
+    its fast peers. Per group the peers are the first k of its sorted values less the entry itself
+    (k takes at most two values in a group): each column is sorted once per (group, k) and every
+    entry's median picked by index arithmetic (np.median's pick and mean of the middle two)."""
+    fp = _FastPeers.of(values, groups, within)
+    out = np.full(m.shape, np.nan)
+    if fp is None or np.isinf(m).any():  # NaN values, or inf cells (np.nanmedian keeps them): one at a time
+        from laggard.diagnose.noise import row_median
+
+        peers = fast_peers(values, groups, within)
+        for i, p in enumerate(peers):
+            if len(p):
+                out[i] = row_median(m[p])
+        return out, np.array([len(p) for p in peers], dtype=np.int64)
+    num = np.empty(len(values), dtype=np.int64)
+    num[fp.order] = fp.k - fp.inside
+    cols = np.arange(m.shape[1])
+    for a, k in sorted({(int(a), int(k)) for a, k in zip(fp.start.tolist(), fp.k.tolist(), strict=True) if k}):
+        sel = np.flatnonzero((fp.start == a) & (fp.k == k))  # entries (sorted positions) with these peers
+        x = m[fp.order[a : a + k]]  # the peers' rows, plus the entry's own where it is among them
+        o = np.argsort(x, axis=0, kind="stable")  # NaN last
+        y = np.take_along_axis(x, o, axis=0)
+        pos = np.empty_like(o)
+        np.put_along_axis(pos, o, np.arange(k)[:, None], axis=0)
+        c = np.isfinite(x).sum(axis=0)
+        inside = fp.inside[sel]
+        q = np.where(inside, fp.j[sel], 0)  # the entry's own row in x
+        own = inside[:, None] & np.isfinite(x[q])  # its own finite cell leaves the column
+        n = c[None, :] - own
+        lo, hi = (n - 1) // 2, n // 2
+        skip = pos[q]
+        at_lo = np.clip(lo + (own & (lo >= skip)), 0, k - 1)
+        at_hi = np.clip(hi + (own & (hi >= skip)), 0, k - 1)
+        val = (y[at_lo, cols[None, :]] + y[at_hi, cols[None, :]]) / 2
+        out[fp.order[sel]] = np.where(n > 0, val, np.nan)
+    return out, num
+
+
 def fast_peers(values: np.ndarray, groups: np.ndarray, within: float) -> list[np.ndarray]:
     """For each entry, the indices of its fast peers (``fast_peer_ref``): the other entries of its
     group at most ``within`` x the fastest of them (none where it is alone), in index order."""
