@@ -41,6 +41,7 @@ JOBS_FLUSH_STEPS = 3
 JOBS_WARMUP_ROUNDS = 2  # flushes before the measured ones (the first window needs 3 complete steps)
 JOBS_ROUNDS = int(os.environ.get("LAGGARD_BENCH_MONITOR_JOB_ROUNDS", "7"))  # flushes per job, warm-up included
 JOBS_N = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_JOBS", "1,2,4,8,12").split(","))
+JOBS_CONNECTIONS = 8  # per job, posting at once (a job's 1,024 tracers post concurrently: the store group-commits)
 FRESH_STEPS = 3  # a job holds when its steps are analysed within 3 steps of their end
 FRESH_SHARE = 0.9  # ... in at least 90% of its measured flushes (the 2 shared cores have bursts of other load)
 
@@ -241,11 +242,19 @@ def _jobs_run(tmp: Path, n: int) -> dict:
     try:
         for i in range(n):
             gens.append(subprocess.Popen([sys.executable, __file__, "job-generator", srv.url, f"job{i}", str(i + 1),
-                                          str(JOBS_ROUNDS), "2", str(tmp / f"job{n}-{i}.json")],
+                                          str(JOBS_ROUNDS), str(JOBS_CONNECTIONS), str(tmp / f"job{n}-{i}.json")],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         for g in gens:
             if g.stdout.readline().strip() != "ready":
                 raise RuntimeError("a job generator did not start")
+        sys.path.insert(0, str(HERE))
+        from proctree import children_of
+
+        def cpu_s() -> tuple[float, float]:  # (collector, its analysis process) user + system seconds
+            kids = sum(_proc_cpu_s(c) for c in children_of(srv.proc.pid))
+            return _proc_cpu_s(srv.proc.pid), kids
+
+        cpu0 = cpu_s()
         t0 = time.time() + 0.5
         for g in gens:
             g.stdin.write(f"{t0}\n")
@@ -266,6 +275,7 @@ def _jobs_run(tmp: Path, n: int) -> dict:
         for g in gens:
             g.wait(timeout=60)
         status, metrics = srv.request("GET", "/metrics")
+        cpu1 = cpu_s()
     finally:
         for g in gens:
             if g.poll() is None:
@@ -290,7 +300,19 @@ def _jobs_run(tmp: Path, n: int) -> dict:
     return {"jobs": n, "holds": fresh >= FRESH_SHARE, "fresh_share": fresh, "lag_steps_median": steps(statistics.median(lags)),
             "lag_steps_p90": steps(lags[int(0.9 * (len(lags) - 1) + 0.5)]), "lag_steps_max": steps(lags[-1]),
             "flush_post_s_max": round(max(send_lag), 2), "refreshes": n_ref,
-            "refresh_mean_s": m.get("laggard_window_refresh_seconds_sum", 0.0) / n_ref if n_ref else None}
+            "refresh_mean_s": m.get("laggard_window_refresh_seconds_sum", 0.0) / n_ref if n_ref else None,
+            # where the collector's CPU went, per job and step: ingest (HTTP, decoding, the store) and analysis
+            "collector_cpu_s_per_job_step": (cpu1[0] - cpu0[0]) / (n * JOBS_ROUNDS * JOBS_FLUSH_STEPS),
+            "analysis_cpu_s_per_job_step": (cpu1[1] - cpu0[1]) / (n * JOBS_ROUNDS * JOBS_FLUSH_STEPS)}
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (its own, not its children's); 0 once it is gone."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _many_jobs(tmp: Path) -> dict:
