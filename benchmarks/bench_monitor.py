@@ -8,6 +8,9 @@ and one all-reduce over all 1,024 ranks per step) over kept-alive connections, a
 collector takes them, for LAGGARD_BENCH_MONITOR_S seconds (default 60). Baseline: the same batches
 through ``Collector.ingest`` in-process (no HTTP), the ceiling of the HTTP service.
 The collector analyses windows in a child process (its peak RSS is reported beside the collector's).
+The 1,024-worker window analysis is timed in-process (CPU and wall, the job with its slow rank and
+healthy). Many jobs: N 1,024-rank jobs at 1 step/s stream into one collector over HTTP; the largest
+N whose windows are served within 3 steps, beside one job in the same run (``_many_jobs``).
 Detection runs in-process on the window analysis + alert rules (``laggard.monitor.evaluate``).
 """
 
