@@ -8,12 +8,17 @@ and one all-reduce over all 1,024 ranks per step) over kept-alive connections, a
 collector takes them, for LAGGARD_BENCH_MONITOR_S seconds (default 60). Baseline: the same batches
 through ``Collector.ingest`` in-process (no HTTP), the ceiling of the HTTP service.
 The collector analyses windows in a child process (its peak RSS is reported beside the collector's).
+The 1,024-worker window analysis is timed in-process (CPU and wall, the job with its slow rank and
+healthy). Many jobs: N 1,024-rank jobs at 1 step/s stream into one collector over HTTP; the largest
+N whose windows are served within 3 steps, beside one job in the same run (``_many_jobs``).
 Detection runs in-process on the window analysis + alert rules (``laggard.monitor.evaluate``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -31,24 +36,62 @@ TOKEN = "test-token-0123456789abcdef"  # tests/monitor_helpers.TOKEN: its Server
 DURATION_S = float(os.environ.get("LAGGARD_BENCH_MONITOR_S", "60"))
 NUM_SEEDS = int(os.environ.get("LAGGARD_BENCH_MONITOR_SEEDS", "20"))
 CLEAN_STEPS = int(os.environ.get("LAGGARD_BENCH_MONITOR_CLEAN_STEPS", "1000"))
+REFRESH_RUNS = 3  # window analyses timed per job (medians)
+# many jobs on one collector: N jobs of NUM_RANKS ranks at 1 step/s each; every JOBS_FLUSH_STEPS steps each
+# rank's tracer hands over those steps' ops (Tracer(flush_interval_s=3)), so a window completes every 3 steps
+JOBS_STEP_S = 1.0
+JOBS_FLUSH_STEPS = 3
+JOBS_WARMUP_ROUNDS = 2  # flushes before the measured ones (the first window needs 3 complete steps)
+JOBS_ROUNDS = int(os.environ.get("LAGGARD_BENCH_MONITOR_JOB_ROUNDS", "7"))  # flushes per job, warm-up included
+JOBS_N = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_JOBS", "1,2,4,8,12").split(","))
+JOBS_CONNECTIONS = 8  # per job, posting at once (a job's 1,024 tracers post concurrently: the store group-commits)
+FRESH_STEPS = 3  # a job holds when its steps are analysed within 3 steps of their end
+FRESH_SHARE = 0.9  # ... in at least 90% of its measured flushes (the 2 shared cores have bursts of other load)
 
 
-def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0):
-    """One rank's ops for ``num_steps`` steps of a data-parallel job (the load generators' batches)."""
+STEP_NS = 125_000_000  # a step every 125 ms of trace time (the trace's clock, not the wall clock)
+HOST_NS = 1_000_000  # untraced host time between a step's all-reduce and the next step (under the 2% modelled)
+SLOW = (5, 1.2)  # (rank, factor): one worker's computes take 1.2x (what the monitor is there to find)
+
+
+@functools.lru_cache(maxsize=8)
+def _compute_ns(seed: int, num_steps: int, slow: tuple[int, float] | None):
+    """Every rank's compute durations (rank, step, op), ``slow`` = (rank, factor) or None."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    dur = np.where(np.arange(2 * MB) < MB, 2.0e6, 4.0e6) * rng.lognormal(0.0, 0.05, (NUM_RANKS, num_steps, 2 * MB))
+    if slow is not None:
+        dur[slow[0]] *= slow[1]
+    return dur
+
+
+def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0, slow: tuple[int, float] | None = SLOW):
+    """One rank's ops for ``num_steps`` steps of a data-parallel job (the load generators' batches).
+
+    Every step starts at ``step * STEP_NS`` on every rank (a real job's ranks share step
+    boundaries: the all-reduce ends them together): its 16 forward and 16 backward computes run
+    back to back, then the all-reduce waits for the last rank and ends ``HOST_NS`` before the next
+    step. (Until issue 27, start times were a running sum over all steps wrapped modulo the step,
+    so every rank crossed a step boundary at a different op and the all-reduce ended at a different
+    time on each rank: a layout no job has, with large untraced "gaps" that were artifacts, and it
+    kept the analysis from seeing that the DP ranks are alike, ``laggard.engine.symmetry``.)"""
     import numpy as np
 
     from laggard.optable.ops import make_table
 
-    rng = np.random.default_rng(seed * 100_003 + rank)
+    comp = _compute_ns(seed, num_steps, slow)[rank]  # (steps, 2 * MB)
     per = 2 * MB + 1
     n = per * num_steps
     step = np.repeat(np.arange(first_step, first_step + num_steps), per)
     j = np.tile(np.arange(per), num_steps)
     fwd = j < MB
     coll = j == 2 * MB
-    dur = np.where(fwd, 2.0e6, 4.0e6) * rng.lognormal(0.0, 0.05, n)
-    dur[coll] = 5.0e6
-    start = (step * 200e6 + np.concatenate([[0], np.cumsum(dur)[:-1]]) % 200e6).astype(np.int64)
+    starts = np.concatenate([np.zeros((num_steps, 1)), np.cumsum(comp, axis=1)], axis=1)  # from the step's start
+    if starts[:, -1].max() >= STEP_NS - HOST_NS:
+        raise ValueError("the computes do not fit the step")
+    dur = np.concatenate([comp, (STEP_NS - HOST_NS - starts[:, -1])[:, None]], axis=1).ravel()
+    start = (step * STEP_NS + starts.ravel()).astype(np.int64)
     names = np.where(fwd, "forward-compute", np.where(coll, "grads-all-reduce", "backward-compute"))
     return make_table({
         "op_id": rank * 10**9 + step * per + j, "rank": np.full(n, rank, np.int32), "dp_rank": np.full(n, rank, np.int32),
@@ -58,17 +101,26 @@ def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0):
     })
 
 
-def meta_json() -> dict:
+def later(table, num_steps: int):
+    """``table``'s ops ``num_steps`` steps later (step, start time and op id moved on): the load
+    generators build each rank's first batch once and send it again as the later ones."""
+    import pyarrow as pa
+
+    for col, by in (("step", num_steps), ("start_ns", num_steps * STEP_NS), ("op_id", num_steps * (2 * MB + 1))):
+        i = table.schema.get_field_index(col)
+        table = table.set_column(i, table.schema.field(i), pa.array(table.column(col).to_numpy() + by))
+    return table
+
+
+def meta_json(name: str = "bench") -> dict:
     from laggard.optable.ops import JobMeta
 
-    return JobMeta(name="bench", world_size=NUM_RANKS, dp_size=NUM_RANKS, source="bench").to_json()
+    return JobMeta(name=name, world_size=NUM_RANKS, dp_size=NUM_RANKS, source="bench").to_json()
 
 
 def generator(url: str, ranks: list[int], duration_s: float, threads: int, out: str) -> None:
     """A load-generator process: ranks' batches in step order, ``threads`` connections."""
     import threading
-
-    import pyarrow as pa
 
     from laggard.wire.batch import encode_batch
     from laggard.wire.client import Client
@@ -88,9 +140,7 @@ def generator(url: str, ranks: list[int], duration_s: float, threads: int, out: 
                 b, r = divmod(pos[0], len(ranks))
                 r = ranks[r]
                 pos[0] += 1
-            t = bases[r]
-            t = t.set_column(t.schema.get_field_index("step"), t.schema.field("step"),
-                             pa.array(t.column("step").to_numpy() + b * STEPS_PER_BATCH))
+            t = later(bases[r], b * STEPS_PER_BATCH)
             body = encode_batch(t, job_id="bench", rank=r, seq=b, meta=meta)
             t0 = time.perf_counter()
             c.post_batch(body)
@@ -147,27 +197,176 @@ def _ingest(tmp: Path) -> dict:
             "window": detail.get("window"), "slowdown": detail.get("slowdown")}
 
 
+def job_generator(url: str, job_id: str, seed: int, rounds: int, threads: int, out: str) -> None:
+    """One job's tracers: every JOBS_FLUSH_STEPS steps (of JOBS_STEP_S), each of its NUM_RANKS ranks
+    posts those steps' ops. Bodies are encoded before the start (a tracer encodes in the training
+    process, not on the collector's cores); prints "ready", then reads the start time on stdin."""
+    import threading
+
+    from laggard.wire.batch import encode_batch
+    from laggard.wire.client import Client
+
+    meta = meta_json(job_id)
+    bodies = []
+    for r in range(NUM_RANKS):
+        base = rank_table(r, 0, JOBS_FLUSH_STEPS, seed=seed)
+        bodies.append([encode_batch(later(base, b * JOBS_FLUSH_STEPS), job_id=job_id, rank=r, seq=b, meta=meta)
+                       for b in range(rounds)])
+    print("ready", flush=True)
+    t0 = float(sys.stdin.readline())
+    due, done = [], []
+    clients = [Client(url, TOKEN, timeout_s=60) for _ in range(threads)]
+    for b in range(rounds):
+        due.append(t0 + (b + 1) * JOBS_FLUSH_STEPS * JOBS_STEP_S)  # the end of the round's last step
+        time.sleep(max(0.0, due[-1] - time.time()))
+
+        def post(i: int, b: int = b) -> None:
+            for r in range(i, NUM_RANKS, threads):
+                clients[i].post_batch(bodies[r][b])
+
+        ths = [threading.Thread(target=post, args=(i,)) for i in range(threads)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        done.append(time.time())
+    for c in clients:
+        c.close()
+    Path(out).write_text(json.dumps({"due": due, "done": done}))
+
+
+def _jobs_run(tmp: Path, n: int) -> dict:
+    """N jobs streaming into one collector: per job and measured flush, the time from the end of
+    the flushed steps until the collector serves a window that holds them (GET /api/v1/jobs)."""
+    from tests.monitor_helpers import Server  # noqa: PLC0415
+
+    srv = Server(str(tmp / f"jobs{n}.db"), tmp, token=TOKEN).start()
+    gens = []
+    try:
+        for i in range(n):
+            gens.append(subprocess.Popen([sys.executable, __file__, "job-generator", srv.url, f"job{i}", str(i + 1),
+                                          str(JOBS_ROUNDS), str(JOBS_CONNECTIONS), str(tmp / f"job{n}-{i}.json")],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        for g in gens:
+            if g.stdout.readline().strip() != "ready":
+                raise RuntimeError("a job generator did not start")
+        sys.path.insert(0, str(HERE))
+        from proctree import children_of
+
+        def cpu_s() -> tuple[float, float]:  # (collector, its analysis process) user + system seconds
+            kids = sum(_proc_cpu_s(c) for c in children_of(srv.proc.pid))
+            return _proc_cpu_s(srv.proc.pid), kids
+
+        cpu0 = cpu_s()
+        t0 = time.time() + 0.5
+        for g in gens:
+            g.stdin.write(f"{t0}\n")
+            g.stdin.flush()
+        seen: dict[str, list[tuple[float, int]]] = {f"job{i}": [] for i in range(n)}
+        schedule_s = JOBS_ROUNDS * JOBS_FLUSH_STEPS * JOBS_STEP_S
+        end = t0 + 3 * schedule_s  # at most: generators far behind their schedule do not hold anyway
+        grace = (FRESH_STEPS + 2) * JOBS_STEP_S  # after the last flush: time for its window
+        while time.time() < end:
+            status, jobs = srv.request("GET", "/api/v1/jobs")
+            now = time.time()
+            for j in jobs if status == 200 else []:
+                if j["id"] in seen and j["window"]:
+                    seen[j["id"]].append((now, j["window"][1]))
+            if all(g.poll() is not None for g in gens):
+                end = min(end, now + grace)
+            time.sleep(0.25)
+        for g in gens:
+            g.wait(timeout=60)
+        status, metrics = srv.request("GET", "/metrics")
+        cpu1 = cpu_s()
+    finally:
+        for g in gens:
+            if g.poll() is None:
+                g.kill()
+        srv.stop()
+    m = {ln.split()[0]: float(ln.split()[-1]) for ln in metrics.splitlines() if ln and not ln.startswith("#")}
+    lags, send_lag = [], []
+    for i in range(n):
+        gen = json.loads((tmp / f"job{n}-{i}.json").read_text())
+        for b in range(JOBS_WARMUP_ROUNDS, JOBS_ROUNDS):
+            last = b * JOBS_FLUSH_STEPS + JOBS_FLUSH_STEPS - 2  # complete once every rank sent step +1
+            t = next((ts for ts, hi in seen[f"job{i}"] if hi >= last), float("inf"))
+            lags.append((t - gen["due"][b]) / JOBS_STEP_S)
+            send_lag.append(gen["done"][b] - gen["due"][b])
+    lags.sort()
+    fresh = sum(x <= FRESH_STEPS for x in lags) / len(lags)
+    n_ref = m.get("laggard_window_refresh_seconds_count", 0.0)
+
+    def steps(x: float) -> float | None:  # None: never analysed while the run lasted
+        return round(x, 2) if math.isfinite(x) else None
+
+    return {"jobs": n, "holds": fresh >= FRESH_SHARE, "fresh_share": fresh, "lag_steps_median": steps(statistics.median(lags)),
+            "lag_steps_p90": steps(lags[int(0.9 * (len(lags) - 1) + 0.5)]), "lag_steps_max": steps(lags[-1]),
+            "flush_post_s_max": round(max(send_lag), 2), "refreshes": n_ref,
+            "refresh_mean_s": m.get("laggard_window_refresh_seconds_sum", 0.0) / n_ref if n_ref else None,
+            # where the collector's CPU went, per job and step: ingest (HTTP, decoding, the store) and analysis
+            "collector_cpu_s_per_job_step": (cpu1[0] - cpu0[0]) / (n * JOBS_ROUNDS * JOBS_FLUSH_STEPS),
+            "analysis_cpu_s_per_job_step": (cpu1[1] - cpu0[1]) / (n * JOBS_ROUNDS * JOBS_FLUSH_STEPS)}
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (its own, not its children's); 0 once it is gone."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _many_jobs(tmp: Path) -> dict:
+    """_jobs_run for each N of JOBS_N in turn, up to the first that does not hold."""
+    runs = []
+    for n in JOBS_N:
+        print(f"    {n} job(s) ...", file=sys.stderr, flush=True)
+        runs.append(_jobs_run(tmp, n))
+        if not runs[-1]["holds"]:
+            break
+    held = [r["jobs"] for r in runs if r["holds"]]
+    return {"max_jobs": max(held, default=0), "runs": runs}
+
+
 def _in_process(tmp: Path) -> dict:
-    """Baseline: the same batches through Collector.ingest, no HTTP; and one 1,024-worker window refresh."""
+    """Baseline: the same batches through Collector.ingest, no HTTP; and the 1,024-worker window
+    analysis (``analyser.analyse``, as the analysis process runs it) of the job with its slow rank
+    and of the same job healthy: CPU and wall medians of REFRESH_RUNS each."""
+    from laggard.monitor.analyser import analyse
     from laggard.monitor.config import MonitorConfig
     from laggard.monitor.service import Collector
     from laggard.monitor.store import Store
     from laggard.wire.batch import encode_batch
 
     meta = meta_json()
-    col = Collector(Store(tmp / "inproc.db"), MonitorConfig())
-    bodies = [encode_batch(rank_table(r, b * STEPS_PER_BATCH, STEPS_PER_BATCH), job_id="bench", rank=r, seq=b, meta=meta)
-              for b in range(2) for r in range(NUM_RANKS)]
-    t0 = time.perf_counter()
-    n = sum(col.ingest(body)["accepted"] for body in bodies)
-    ingest_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ran = col.refresh("bench")
-    refresh_s = time.perf_counter() - t0
-    win = col.windows["bench"]
-    col.stop()
-    return {"ops_per_s": n / ingest_s, "refresh_s": refresh_s, "ran": ran,
-            "window_ops": win.result.doc["num_ops"] if win.result else None}
+    out: dict = {}
+    for slow in (SLOW, None):
+        col = Collector(Store(tmp / f"inproc{'' if slow else '-healthy'}.db"), MonitorConfig())
+        bodies = [encode_batch(rank_table(r, b * STEPS_PER_BATCH, STEPS_PER_BATCH, slow=slow), job_id="bench", rank=r,
+                               seq=b, meta=meta) for b in range(2) for r in range(NUM_RANKS)]
+        t0 = time.perf_counter()
+        n = sum(col.ingest(body)["accepted"] for body in bodies)
+        ingest_s = time.perf_counter() - t0
+        win = col.windows["bench"]
+        last = win.complete_through()
+        table = win.window_table(last)
+        cpu, wall = [], []
+        for _ in range(REFRESH_RUNS):
+            c0, w0 = time.process_time(), time.perf_counter()
+            res = analyse(table, win.meta, col.cfg.analysis)
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - w0)
+        col.stop()
+        doc = res.doc or {}
+        key = "slow" if slow else "healthy"
+        out[key] = {"cpu_s": statistics.median(cpu), "wall_s": statistics.median(wall), "window_ops": table.num_rows,
+                    "verdict": doc.get("verdict"), "slowdown": doc.get("slowdown"),
+                    "findings": [f"{f['cause']} {[w['rank'] for w in f['workers']]}" for f in doc.get("findings", [])]}
+        if slow:
+            out["ops_per_s"] = n / ingest_s
+    return out
 
 
 def _tracer_cost(url: str | None, tmp: Path, n_ops: int = 200_000) -> float:
@@ -235,6 +434,8 @@ def run() -> list[dict]:
     ing = _ingest(tmp)
     print("  in-process baseline and 1,024-worker refresh ...", file=sys.stderr, flush=True)
     base = _in_process(tmp)
+    print(f"  many jobs on one collector ({NUM_RANKS} ranks each, 1 step/s) ...", file=sys.stderr, flush=True)
+    many = _many_jobs(tmp)
     print("  tracer per-op cost, streaming on vs off ...", file=sys.stderr, flush=True)
     tr = _tracer(tmp)
     print(f"  detection: {NUM_SEEDS} seeds, clean {NUM_SEEDS} x {CLEAN_STEPS} steps ...", file=sys.stderr, flush=True)
@@ -250,10 +451,28 @@ def run() -> list[dict]:
          "detail": {"p50_s": ing["p50_s"]}},
         {"name": "monitor collector peak RSS", "value": ing["rss_mib"], "unit": "MiB",
          "detail": {"analysis_process_peak_rss_mib": ing["child_rss_mib"]}},
-        {"name": "monitor refresh of the 1,024-worker window analysis", "value": base["refresh_s"], "unit": "s",
-         "target": "< 0.75 s", "ok": base["refresh_s"] < 0.75,
-         "detail": {"window_ops": base["window_ops"], "mean_refresh_in_service_s": ing["refresh_mean_s"],
-                    "num_refreshes_in_service": ing["num_refreshes"]}},
+        {"name": "monitor refresh of the 1,024-worker window analysis", "value": base["slow"]["wall_s"], "unit": "s",
+         "target": "< 0.75 s", "ok": base["slow"]["wall_s"] < 0.75,
+         "detail": {"cpu_s": base["slow"]["cpu_s"], "job": "1,024 DP ranks, rank 5 computing 1.2x; 6 steps",
+                    "median_of": REFRESH_RUNS, **{k: v for k, v in base["slow"].items() if k not in ("cpu_s", "wall_s")},
+                    "healthy_job": base["healthy"],
+                    "mean_refresh_in_service_s": ing["refresh_mean_s"], "num_refreshes_in_service": ing["num_refreshes"],
+                    "note": ("since issue 27 the bench job's ranks share step boundaries (before, start times were a "
+                             "running sum over all steps wrapped modulo the step: every rank crossed a step boundary "
+                             "at a different op, so the analysis modelled untraced-gap artifacts and could not use "
+                             "the DP ranks' symmetry, laggard.engine.symmetry), and rank 5 is slow so that the "
+                             "diagnosis runs in full")}},
+        {"name": f"monitor jobs of {NUM_RANKS} ranks at 1 step/s kept analysed within {FRESH_STEPS} steps",
+         "value": many["max_jobs"], "unit": "jobs",
+         "baseline": "1 job in the same run: its p90 lag in steps", "baseline_value": many["runs"][0]["lag_steps_p90"],
+         "target": ">= 8 jobs", "ok": many["max_jobs"] >= 8,
+         "detail": {"how": (f"a real collector over HTTP (token); per job a generator process, each rank posting its ops "
+                            f"every {JOBS_FLUSH_STEPS} steps (Tracer flush_interval_s {JOBS_FLUSH_STEPS:g} at 1 step/s), "
+                            f"{JOBS_ROUNDS - JOBS_WARMUP_ROUNDS} measured flushes after {JOBS_WARMUP_ROUNDS}; lag: from the end "
+                            "of the flushed steps to a served window holding them, in steps; a job count holds when "
+                            f">= {FRESH_SHARE:.0%} of its (job, flush) lags are <= {FRESH_STEPS} steps; N tried "
+                            "in turn up to the first that does not hold"),
+                    "runs": many["runs"]}},
         {"name": "tracer per-op cost with streaming on", "value": tr["on_ns"], "unit": "ns",
          "baseline": "streaming off", "baseline_value": tr["off_ns"]},
         {"name": "monitor detection delay of a 1.10x worker, median over seeds", "value": det["median"], "unit": "steps",
@@ -264,6 +483,10 @@ def run() -> list[dict]:
          "detail": {"alerts": det["clean_alerts"][:20], "wall_s": det["clean_s"]}},
     ]
 
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "job-generator":
+    sys.path.insert(0, str(ROOT))
+    job_generator(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7])
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "generator":
     sys.path.insert(0, str(ROOT))

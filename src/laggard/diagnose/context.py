@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -123,16 +124,110 @@ def fast_peer_ref(values: np.ndarray, groups: np.ndarray, within: float) -> np.n
     where most DP replicas are slow GPUs would make the slow ones the norm and the healthy ones look
     fast; the fastest cluster is what a healthy worker of that stage computes."""
     out = np.zeros(len(values))
-    for i, peers in enumerate(fast_peers(values, groups, within)):
-        if len(peers):
-            out[i] = float(np.median(values[peers]))
+    fp = _FastPeers.of(values, groups, within)
+    if fp is None:  # NaN among the values: one group at a time
+        for i, peers in enumerate(fast_peers(values, groups, within)):
+            if len(peers):
+                out[i] = float(np.median(values[peers]))
+        return out
+    # the peers are the first k of the group's sorted values less the entry itself: the median of
+    # the others by index arithmetic (np.median's pick, and its mean of the middle two)
+    n = fp.k - fp.inside
+    lo, hi = (n - 1) // 2, n // 2
+    v = fp.v
+    at_lo = np.minimum(fp.start + lo + (fp.inside & (lo >= fp.j)), len(v) - 1)
+    at_hi = np.minimum(fp.start + hi + (fp.inside & (hi >= fp.j)), len(v) - 1)
+    out[fp.order] = np.where(n > 0, (v[at_lo] + v[at_hi]) / 2, 0.0)
     return out
+
+
+@dataclass(kw_only=True, slots=True)
+class _FastPeers:
+    """Each entry's fast peers as a run of its group's values sorted (by group, value, position):
+    positions ``start`` to ``start + k`` of ``order`` less the entry's own place ``j`` (when
+    ``inside``); all arrays in sorted order."""
+
+    order: np.ndarray
+    v: np.ndarray
+    start: np.ndarray
+    k: np.ndarray
+    j: np.ndarray
+    inside: np.ndarray
+
+    @classmethod
+    def of(cls, values: np.ndarray, groups: np.ndarray, within: float) -> _FastPeers | None:
+        if np.isnan(values).any():
+            return None
+        order = sort_by_group(values, groups)
+        v, g = values[order], groups[order]
+        start = np.searchsorted(g, g)
+        size = np.searchsorted(g, g, side="right") - start
+        j = np.arange(len(v)) - start
+        # the fastest of the others: the group's first, or its second for the first itself
+        m = v[np.minimum(start + (j == 0), len(v) - 1)]
+        # how many of the group's values are at most within x that (one searchsorted per group)
+        t = within * m
+        k = np.empty(len(v), dtype=np.int64)
+        for a in np.flatnonzero(j == 0).tolist():
+            b = a + int(size[a])
+            k[a:b] = np.searchsorted(v[a:b], t[a:b], side="right")
+        k = np.where(size > 1, k, 0)
+        return cls(order=order, v=v, start=start, k=k, j=j, inside=(j < k) & (size > 1))
+
+
+def fast_peer_row_median(values: np.ndarray, m: np.ndarray, groups: np.ndarray, within: float
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """For each entry i: ``noise.row_median(m[fast_peers(values, groups, within)[i]])`` (each column's
+    median over the rows of i's fast peers, NaN ignored; NaN where there is none) and the number of
+    its fast peers. Per group the peers are the first k of its sorted values less the entry itself
+    (k takes at most two values in a group): each column is sorted once per (group, k) and every
+    entry's median picked by index arithmetic (np.median's pick and mean of the middle two)."""
+    fp = _FastPeers.of(values, groups, within)
+    out = np.full(m.shape, np.nan)
+    if fp is None or np.isinf(m).any():  # NaN values, or inf cells (np.nanmedian keeps them): one at a time
+        from laggard.diagnose.noise import row_median
+
+        peers = fast_peers(values, groups, within)
+        for i, p in enumerate(peers):
+            if len(p):
+                out[i] = row_median(m[p])
+        return out, np.array([len(p) for p in peers], dtype=np.int64)
+    num = np.empty(len(values), dtype=np.int64)
+    num[fp.order] = fp.k - fp.inside
+    cols = np.arange(m.shape[1])
+    for a, k in sorted({(int(a), int(k)) for a, k in zip(fp.start.tolist(), fp.k.tolist(), strict=True) if k}):
+        sel = np.flatnonzero((fp.start == a) & (fp.k == k))  # entries (sorted positions) with these peers
+        x = m[fp.order[a : a + k]]  # the peers' rows, plus the entry's own where it is among them
+        o = np.argsort(x, axis=0, kind="stable")  # NaN last
+        y = np.take_along_axis(x, o, axis=0)
+        pos = np.empty_like(o)
+        np.put_along_axis(pos, o, np.arange(k)[:, None], axis=0)
+        c = np.isfinite(x).sum(axis=0)
+        inside = fp.inside[sel]
+        q = np.where(inside, fp.j[sel], 0)  # the entry's own row in x
+        own = inside[:, None] & np.isfinite(x[q])  # its own finite cell leaves the column
+        n = c[None, :] - own
+        lo, hi = (n - 1) // 2, n // 2
+        skip = pos[q]
+        at_lo = np.clip(lo + (own & (lo >= skip)), 0, k - 1)
+        at_hi = np.clip(hi + (own & (hi >= skip)), 0, k - 1)
+        val = (y[at_lo, cols[None, :]] + y[at_hi, cols[None, :]]) / 2
+        out[fp.order[sel]] = np.where(n > 0, val, np.nan)
+    return out, num
 
 
 def fast_peers(values: np.ndarray, groups: np.ndarray, within: float) -> list[np.ndarray]:
     """For each entry, the indices of its fast peers (``fast_peer_ref``): the other entries of its
-    group at most ``within`` x the fastest of them (none where it is alone)."""
+    group at most ``within`` x the fastest of them (none where it is alone), in index order."""
     out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(values)
+    fp = _FastPeers.of(values, groups, within)
+    if fp is not None:
+        for p, i in enumerate(fp.order.tolist()):
+            a, k = int(fp.start[p]), int(fp.k[p])
+            if k:
+                run = fp.order[a : a + k]
+                out[i] = np.sort(np.delete(run, fp.j[p]) if fp.inside[p] else run)
+        return out
     for g in np.unique(groups):
         idx = np.flatnonzero(groups == g)
         if len(idx) < 2:

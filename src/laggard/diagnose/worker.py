@@ -76,7 +76,7 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     number of reference peers under ``worker.speed``)."""
     if "worker.step_ratios" in ctx.memo:
         return ctx.memo["worker.step_ratios"]
-    from laggard.diagnose.context import fast_peers
+    from laggard.diagnose.context import fast_peer_row_median
 
     per = ctx.per_rank_step(ctx.compute)
     speed = per
@@ -93,15 +93,16 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     if ctx.num_dp > 1:
         lv = np.array([load[int(r)] for r in ctx.ranks]) if mb is None else np.nanmedian(speed, axis=1)
         stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
-        peers = fast_peers(np.nan_to_num(lv, nan=np.inf), stage, cfg.worker_ratio)
+        # each rank's row_median over its fast peers' rows, all ranks at once
+        ref, num_ref = fast_peer_row_median(np.nan_to_num(lv, nan=np.inf), speed, stage, cfg.worker_ratio)
     else:
-        peers = [np.delete(np.arange(n), i) for i in range(n)]
-    ref = np.full(per.shape, np.nan)
-    for i, p in enumerate(peers):
-        if len(p):
-            ref[i] = noise.row_median(speed[p])
+        ref = np.full(per.shape, np.nan)
+        for i in range(n):
+            if n > 1:
+                ref[i] = noise.row_median(speed[np.delete(np.arange(n), i)])
+        num_ref = np.full(n, n - 1)
     ratio = noise.ratios(speed, ref)
-    ctx.memo["worker.speed"] = speed, np.array([len(p) for p in peers])
+    ctx.memo["worker.speed"] = speed, num_ref
     ctx.memo["worker.step_ratios"] = ratio, per * (1.0 - 1.0 / ratio)
     return ctx.memo["worker.step_ratios"]
 
@@ -163,11 +164,19 @@ def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
         return {}
     rows, expected = mb
     ratio, ranks = ctx.w[rows] / expected, ctx.rank[rows]
-    order = np.argsort(ranks, kind="stable")
-    r_sorted, v_sorted = ranks[order], ratio[order]
-    bounds = np.flatnonzero(np.diff(r_sorted)) + 1
-    med = {int(rs[0]): float(np.median(vs)) for rs, vs in zip(np.split(r_sorted, bounds), np.split(v_sorted, bounds),
-                                                              strict=True) if len(rs)}
+    if np.isfinite(ratio).all():  # each rank's median in one sort (group_median picks as np.median does)
+        from laggard.diagnose.context import group_median
+
+        gi = np.searchsorted(ctx.ranks, ranks)  # ctx.ranks: every rank, sorted
+        present = np.bincount(gi, minlength=len(ctx.ranks)) > 0
+        meds = group_median(ratio, gi, len(ctx.ranks))
+        med = dict(zip(ctx.ranks[present].tolist(), meds[present].tolist(), strict=True))
+    else:
+        order = np.argsort(ranks, kind="stable")
+        r_sorted, v_sorted = ranks[order], ratio[order]
+        bounds = np.flatnonzero(np.diff(r_sorted)) + 1
+        med = {int(rs[0]): float(np.median(vs)) for rs, vs in zip(np.split(r_sorted, bounds), np.split(v_sorted, bounds),
+                                                                  strict=True) if len(rs)}
     # the fitted cost is one for all DP replicas of a stage, and the peers' median of a microbatch is
     # a slow one's where most replicas are slow: compare each rank with the fast peers of its stage
     from laggard.diagnose.context import fast_peer_ref

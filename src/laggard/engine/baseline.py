@@ -9,7 +9,8 @@ transfer) of an op type, pooled over all workers, steps and microbatches; traced
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,9 @@ class Baseline:
     wall_step_s: np.ndarray  # per step: last end - the previous step's last end (wall clock)
     gaps: GapSummary  # untraced host time per rank, and what of it became host ops
     traced: Job | None = None  # the job as loaded, before host ops (a what-if may model gaps anew)
+    # what depends only on the job and its graph, computed once (the DP reduction,
+    # laggard.engine.symmetry): shared by a copy with other durations (dataclasses.replace keeps it)
+    structure: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def is_comm(self) -> np.ndarray:
         comm = np.array([k in COMM_KINDS for k in self.kinds], dtype=bool)

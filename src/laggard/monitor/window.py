@@ -98,6 +98,12 @@ def load_ratios(table: pa.Table) -> dict[int, float]:
     load = np.nanmedian(np.where(ran, per, np.nan), axis=1)
     st = np.zeros(len(ranks), dtype=np.int64)
     st[ri] = stage
+    if np.isfinite(load).all():  # each worker's peers' median from one sort (as np.median picks it)
+        from laggard.diagnose.context import peer_median
+
+        ref = peer_median(load, st)
+        alone = np.bincount(st - st.min())[st - st.min()] < 2
+        return {int(r): float(load[i] / ref[i]) for i, r in enumerate(ranks.tolist()) if not alone[i] and ref[i] > 0}
     out: dict[int, float] = {}
     for i, r in enumerate(ranks.tolist()):
         peers = load[(st == st[i]) & (np.arange(len(ranks)) != i)]

@@ -148,9 +148,15 @@ def replayed_wall_step_times(base: Baseline) -> np.ndarray:
 
 
 def _dp_reduction(base: Baseline) -> DPReduction | None:
+    """``reduce_dp`` of the base's job, once per job and graph (a base with other durations, as the
+    hidden-straggler pass replays, shares it: ``Baseline.structure``)."""
     from laggard.engine.symmetry import reduce_dp
 
-    return reduce_dp(base.job, base.graph)
+    job, graph, red = base.structure.get("dp_reduction", (None, None, None))
+    if job is not base.job or graph is not base.graph:
+        red = reduce_dp(base.job, base.graph)
+        base.structure["dp_reduction"] = (base.job, base.graph, red)
+    return red
 
 
 def by_dp_rank_step_times(base: Baseline, dps: np.ndarray, reduction: DPReduction | None = None) -> np.ndarray:
