@@ -126,11 +126,11 @@ def _flush_warnings(caught: list[warnings.WarningMessage]) -> None:
 
 
 def entry() -> None:
-    """Console entry point (see laggard.startup: no pandas, no OpenBLAS thread pool)."""
-    from laggard.startup import lean_process
+    """Console entry point (see laggard.startup: no pandas, no OpenBLAS thread pool, no teardown)."""
+    from laggard.startup import exit_now, lean_process
 
     lean_process()
-    sys.exit(main())
+    exit_now(main())
 
 
 if __name__ == "__main__":
