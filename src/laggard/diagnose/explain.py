@@ -4,7 +4,8 @@ Why Shapley values and not greedy explain-away: causes hide each other. A slow l
 a slow worker on DP rank 2 each leave the other pipeline as slow as before, so fixing either one
 alone gains ~nothing and a greedy first pick falls under the floor: both would be lost. The value
 of a set of fixes (the slowdown removed when all of them are applied together) is replayed for every
-subset of the candidates in one batched replay (2^n columns, n <= ``max_joint``); each candidate's
+subset of the candidates in one batched replay (2^n columns, n <= ``max_joint``; a candidate alone is
+the replay that scored it); each candidate's
 Shapley value is its average marginal gain over all orders, so the two hidden causes get half the
 combined gain each, and the shares add up to the combined gain. Candidates under the floor are
 dropped one at a time (the weakest first) and the values recomputed over the rest from the same
