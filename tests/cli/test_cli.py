@@ -49,6 +49,33 @@ def test_help_lists_commands(capsys):
         assert c in out
 
 
+def test_command_modules_list_what_they_register():
+    """`laggard NAME` imports only the module COMMAND_MODULES lists NAME under: the names must be the
+    ones its ``register`` adds (in the full app's order), and each name one module's."""
+    import importlib
+
+    import typer
+
+    from laggard.cli.base import COMMAND_MODULES
+
+    for module, names in COMMAND_MODULES.items():
+        one = typer.Typer()
+        importlib.import_module(module).register(one)
+        got = [c.name or c.callback.__name__.replace("_", "-") for c in one.registered_commands]
+        got += [g.name or g.typer_instance.info.name for g in one.registered_groups]
+        assert sorted(got) == sorted(names), module
+    every = [n for names in COMMAND_MODULES.values() for n in names]
+    assert len(every) == len(set(every))
+
+
+def test_one_command_imports_only_its_module():
+    code = ("import sys; from laggard.cli.base import main; main(['analyze', '--help']); "
+            "print(sorted(m for m in sys.modules if m.startswith('laggard.cli.')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "['laggard.cli.analyze', 'laggard.cli.base', 'laggard.cli.options']"
+
+
 def test_analyze_end_to_end_subprocess(tmp_path):
     out = tmp_path / "ar.json"
     p = subprocess.run(

@@ -14,28 +14,35 @@ from click import exceptions as click_exc
 
 from laggard.errors import LaggardError, LaggardWarning
 
-app = typer.Typer(
-    name="laggard",
-    help="Find, explain and fix stragglers in distributed training.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
 
-# Every command module has ``register(app)``, which adds its commands (or its command group).
-# Keep them light at import: `laggard` start-up time is benchmarked.
-COMMAND_MODULES: tuple[str, ...] = (
-    "laggard.cli.analyze",
-    "laggard.cli.diff",
-    "laggard.cli.simulate",
-    "laggard.cli.collectives",
-    "laggard.cli.mitigate",  # importing laggard.mitigate costs ~40 ms: only inside the commands
-    "laggard.cli.demo",
-    "laggard.cli.hang",
-    "laggard.cli.fleet",
-    "laggard.cli.dessim",  # simpy loads inside the command
-    "laggard.cli.monitor",
-)
+def _new_app() -> typer.Typer:
+    """The app with no command yet: its settings and the root options (``--version``)."""
+    one = typer.Typer(
+        name="laggard",
+        help="Find, explain and fix stragglers in distributed training.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    one.callback()(_root)
+    return one
+
+
+# Every command module has ``register(app)``, which adds the commands (or command groups) listed
+# beside it, in this order; `laggard NAME ...` imports only NAME's module (tests/cli checks the
+# names against what each module registers). Keep them light at import: start-up time is benchmarked.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "laggard.cli.analyze": ("analyze", "whatif", "convert", "synth"),
+    "laggard.cli.diff": ("diff",),
+    "laggard.cli.simulate": ("simulate",),
+    "laggard.cli.collectives": ("collectives", "bench"),
+    "laggard.cli.mitigate": ("fit-cost", "partition"),  # importing laggard.mitigate costs ~40 ms: only inside the commands
+    "laggard.cli.demo": ("demo",),
+    "laggard.cli.hang": ("hang",),
+    "laggard.cli.fleet": ("fleet",),
+    "laggard.cli.dessim": ("dessim",),  # simpy loads inside the command
+    "laggard.cli.monitor": ("monitor",),
+}
 
 
 def _version(value: bool) -> None:
@@ -50,7 +57,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def _root(
     _show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                        help="Print laggard's version and exit."),
@@ -58,28 +64,41 @@ def _root(
     """Find, explain and fix stragglers in distributed training."""
 
 
-def _register_commands() -> None:
+def _registered(modules: list[str]) -> typer.Typer:
     import importlib
 
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).register(app)
+    one = _new_app()
+    for module in modules:
+        importlib.import_module(module).register(one)
+    return one
 
 
-_register_commands()
+_FULL: list[typer.Typer] = []
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``app``: every command, registered on first use (a run of one command registers only its own)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _FULL:
+        _FULL.append(_registered(list(COMMAND_MODULES)))
+    return _FULL[0]
 
 
 def _app_for(argv: list[str]) -> typer.Typer:
-    """The app with only the command (or command group) that ``argv`` names, when it names one:
-    typer builds the click command of every registered function from its signature on each start
-    (~40 ms for all of them), and only one runs. Help, version and unknown names get the whole app."""
-    import copy
-
+    """The app with only the command (or command group) that ``argv`` names, when it names one, from
+    its module alone: typer builds the click command of every registered function from its signature
+    on each start (~40 ms for all of them), and importing the other command modules costs ~10 ms;
+    only one runs. Help, version and unknown names get the whole app."""
     name = argv[0] if argv else ""
-    cmds = [c for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == name]
-    groups = [g for g in app.registered_groups if (g.name or g.typer_instance.info.name) == name]
+    modules = [m for m, names in COMMAND_MODULES.items() if name in names]
+    if len(modules) != 1:
+        return __getattr__("app")
+    one = _registered(modules)
+    cmds = [c for c in one.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == name]
+    groups = [g for g in one.registered_groups if (g.name or g.typer_instance.info.name) == name]
     if len(cmds) + len(groups) != 1:
-        return app
-    one = copy.copy(app)
+        return __getattr__("app")
     one.registered_commands, one.registered_groups = cmds, groups
     return one
 
@@ -126,11 +145,11 @@ def _flush_warnings(caught: list[warnings.WarningMessage]) -> None:
 
 
 def entry() -> None:
-    """Console entry point (see laggard.startup: no pandas, no OpenBLAS thread pool)."""
-    from laggard.startup import lean_process
+    """Console entry point (see laggard.startup: no pandas, no OpenBLAS thread pool, no teardown)."""
+    from laggard.startup import exit_now, lean_process
 
     lean_process()
-    sys.exit(main())
+    exit_now(main())
 
 
 if __name__ == "__main__":

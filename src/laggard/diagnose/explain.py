@@ -4,7 +4,8 @@ Why Shapley values and not greedy explain-away: causes hide each other. A slow l
 a slow worker on DP rank 2 each leave the other pipeline as slow as before, so fixing either one
 alone gains ~nothing and a greedy first pick falls under the floor: both would be lost. The value
 of a set of fixes (the slowdown removed when all of them are applied together) is replayed for every
-subset of the candidates in one batched replay (2^n columns, n <= ``max_joint``); each candidate's
+subset of the candidates in one batched replay (2^n columns, n <= ``max_joint``; a candidate alone is
+the replay that scored it); each candidate's
 Shapley value is its average marginal gain over all orders, so the two hidden causes get half the
 combined gain each, and the shares add up to the combined gain. Candidates under the floor are
 dropped one at a time (the weakest first) and the values recomputed over the rest from the same
@@ -30,12 +31,15 @@ from laggard.util.shapley import shapley
 _BATCH = 32  # subsets replayed per pass (weights: ops x 32 float64)
 
 
-def replay_mean(ctx: Ctx, weights: list[np.ndarray]) -> np.ndarray:
-    """Mean step time of the job replayed with each of ``weights``."""
+def replay_mean(ctx: Ctx, weights: list[np.ndarray], *, batched: bool = False) -> np.ndarray:
+    """Mean step time of the job replayed with each of ``weights``. ``batched``: a lone column is
+    replayed beside a copy of itself, so its mean is the one it gets in a batch of several (numpy
+    sums one column's steps pairwise, several columns' step by step: the last bits differ)."""
     out = np.empty(len(weights))
     for i in range(0, len(weights), _BATCH):
-        w = np.stack(weights[i : i + _BATCH], axis=1)
-        out[i : i + _BATCH] = replay_steps(ctx.base.graph, w).mean(axis=0)
+        part = weights[i : i + _BATCH]
+        w = np.stack(part * 2 if batched and len(part) == 1 else part, axis=1)
+        out[i : i + _BATCH] = replay_steps(ctx.base.graph, w).mean(axis=0)[: len(part)]
     return out
 
 
@@ -60,12 +64,12 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
         return diagnosis_of(ctx, cfg, best, t_all=T - (best[0].score * gap if best and not _own_model(best[0]) else 0.0))
     # the strongest by their own score when there are too many for 2^n replays
     players = sorted(rep, key=lambda c: -c.finding.score)[: cfg.max_joint]
-    n = len(players)
-    subsets = [joint(ctx, [players[i] for i in range(n) if mask >> i & 1]) for mask in range(1, 1 << n)]
-    t_sub = replay_mean(ctx, subsets) if n else np.zeros(0)
-    t = np.concatenate([[T], t_sub])
+    # each candidate's time alone, and whether it was replayed beside others (replay_mean's batches)
+    alone = {id(c): (x, min(_BATCH, len(rep) - j // _BATCH * _BATCH) > 1)
+             for j, (c, x) in enumerate(zip(rep, t_alone.tolist() if rep else [], strict=True))}
+    t = _subset_times(ctx, players, alone)
     v = (T - t) / gap
-    alive = list(range(n))
+    alive = list(range(len(players)))
     phi = shapley(v, alive)
     while alive:
         strength = _strength(v, alive, phi)
@@ -81,6 +85,32 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     with_launch = [c.finding for c in launch if c.finding.share >= floor]
     full = sum(1 << i for i in alive)
     return diagnosis_of(ctx, cfg, found + with_launch, t_all=float(t[full]))
+
+
+def _subset_times(ctx: Ctx, players: list[Candidate], alone: dict[int, tuple[float, bool]]) -> np.ndarray:
+    """Mean step time with every subset of ``players`` fixed (``joint``), by the bitmask of the subset
+    (``[0]``: none fixed, the job's ``T``). A player fixed alone takes the time its score was replayed
+    with (``alone``: by ``id``, with whether it was replayed beside others), where its changes already
+    apply in ``_ACTION_ORDER`` (``joint`` would build the same weights again) and that replay was
+    batched as these are (beside others when there are several players): the same number, bit for
+    bit. Only the subsets of several players (and any other single one) are replayed."""
+    n = len(players)
+    t = np.empty(1 << n)
+    t[0] = ctx.T
+    reuse = {1 << i for i, c in enumerate(players) if _in_order(c) and alone[id(c)][1] == (n > 1)}
+    again = [m for m in range(1, 1 << n) if m not in reuse]
+    subsets = [joint(ctx, [players[i] for i in range(n) if m >> i & 1]) for m in again]
+    if again:
+        t[again] = replay_mean(ctx, subsets, batched=n > 1)
+    for i, c in enumerate(players):
+        if 1 << i in reuse:
+            t[1 << i] = alone[id(c)][0]
+    return t
+
+
+def _in_order(c: Candidate) -> bool:
+    ranks = [_ACTION_ORDER[ch.action] for ch in c.changes]
+    return ranks == sorted(ranks)
 
 
 def share_floor(ctx: Ctx, cfg: DiagnoseConfig) -> float:

@@ -47,9 +47,20 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], ranks: li
     """Each of ``ranks``' per-step compute speed over its fast stage peers' in that step
     (``step_ratios``), judged against the job's noise (``laggard.diagnose.noise``): the step-to-step
     spread of one rank's speed, pooled over the ranks not in ``ranks`` (every other rank when that
-    leaves none), widened for a reference of few peers (``noise.ratio_sigma``)."""
+    leaves none), widened for a reference of few peers (``noise.ratio_sigma``). Kept per job for the
+    last ``ranks`` and ``cfg`` (``ctx.memo``): ``detect`` judges again the ranks ``slow_workers`` judged,
+    where all of them stood out."""
     if not ranks:
         return {}
+    last = ctx.memo.get("worker.consistency")
+    if last is not None and last[0] == ranks and last[1] == cfg:
+        return dict(last[2])
+    out = _consistency(ctx, cfg, load, ranks)
+    ctx.memo["worker.consistency"] = list(ranks), cfg, dict(out)
+    return out
+
+
+def _consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], ranks: list[int]) -> dict[int, Consistency]:
     ratio, excess = step_ratios(ctx, cfg, load)
     speed, num_ref = ctx.memo["worker.speed"]
     pool = ~np.isin(ctx.ranks, ranks)

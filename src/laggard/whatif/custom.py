@@ -191,8 +191,11 @@ def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np
     for c, mask in zip(changes, masks, strict=True):
         if c.action == "peer":
             peers |= mask
+    peer_ref = None  # the stage means --peer sets: they read only non-peer ops, which only other actions write
     for c, mask in zip(changes, masks, strict=True):
         changed |= mask
+        if c.action != "peer":
+            peer_ref = None
         if c.action == "fix":
             w[mask] = base.ideal[mask]
         elif c.action == "zero":
@@ -200,7 +203,9 @@ def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np
         elif c.action == "scale":
             w[mask] = w[mask] * c.factor
         elif c.action == "peer":
-            ref, ok = group_mean(w, ~peers, [base.name_code, base.pp_rank])
+            if peer_ref is None:
+                peer_ref = group_mean(w, ~peers, [base.name_code, base.pp_rank])
+            ref, ok = peer_ref
             sel = mask & ok
             w[sel] = ref[sel]
         elif c.action == "even":

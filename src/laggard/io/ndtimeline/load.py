@@ -77,10 +77,11 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     if not gmc_present:
         gmc = mc * num_pp + stage
 
-    idx = np.nonzero(keep)[0]
-    dp, stage, step, seq, start, dur, mc, gmc, mb, codes = (
-        a[idx] for a in (dp, stage, step, seq, start, dur, mc, gmc, mb, codes)
-    )
+    if not keep.all():  # rows dropped (unknown op types, bad times)
+        idx = np.nonzero(keep)[0]
+        dp, stage, step, seq, start, dur, mc, gmc, mb, codes = (
+            a[idx] for a in (dp, stage, step, seq, start, dur, mc, gmc, mb, codes)
+        )
     steps, step_idx = np.unique(step, return_inverse=True)
     inst = step_idx * num_dp + dp  # one pipeline instance per (step, DP rank)
 
@@ -180,7 +181,11 @@ def _read_columns(table: pa.Table, where: str) -> tuple[dict[str, np.ndarray], l
 
 def _reference_instance(inst: np.ndarray, key: np.ndarray) -> int:
     """The first pipeline instance whose op set is the most common op set."""
-    order = np.lexsort((key, inst))
+    span = int(key.max()) + 1 if len(key) else 1
+    if (int(inst.max()) + 1 if len(inst) else 1) * span < 2**62:  # one int64 key: one stable sort, not two
+        order = np.argsort(inst * span + key, kind="stable")
+    else:
+        order = np.lexsort((key, inst))
     inst_sorted = inst[order]
     bounds = np.flatnonzero(np.diff(inst_sorted)) + 1
     starts_ = np.concatenate([[0], bounds])

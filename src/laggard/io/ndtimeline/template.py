@@ -62,14 +62,18 @@ class _Builder:
 
     def __init__(self, stage, name, seq, start, end, mc, gmc, mb, total_chunks: int, where: str) -> None:
         num_t = len(stage)
-        self.stage, self.name, self.seq, self.start, self.end = stage, name, seq, start, end
-        self.mc, self.gmc, self.mb, self.total_chunks, self.where = mc, gmc, mb, total_chunks, where
+        self.stage, self.name, self.total_chunks, self.where = stage, name, total_chunks, where
+        # the loops below read one op at a time: Python lists, not numpy scalars (several times faster)
+        self.seq, self.start, self.end = seq.tolist(), start.tolist(), end.tolist()
+        self.mc, self.gmc, self.mb = mc.tolist(), gmc.tolist(), mb.tolist()
         self.at: dict[tuple[int, str, int], int] = {}
-        for t in range(num_t):
-            k = (int(stage[t]), name[t], int(seq[t]))
+        self.by_stage: dict[int, list[int]] = {}  # each stage's ops, in order
+        for t, (st, sq) in enumerate(zip(stage.tolist(), self.seq, strict=True)):
+            k = (st, name[t], sq)
             if k in self.at:
-                raise LaggardError(f"{where}: op {name[t]} seq_id {seq[t]} appears twice on stage {stage[t]} in one step")
+                raise LaggardError(f"{where}: op {name[t]} seq_id {sq} appears twice on stage {st} in one step")
             self.at[k] = t
+            self.by_stage.setdefault(st, []).append(t)
         self.deps: list[list[int]] = [[] for _ in range(num_t)]
         self.scope: list[str | None] = [None] * num_t
         self.label: list[str | None] = [None] * num_t
@@ -86,7 +90,7 @@ class _Builder:
             self.deps[b].append(a)
 
     def _mine(self, s: int) -> list[int]:
-        return [t for t in range(len(self.stage)) if self.stage[t] == s]
+        return list(self.by_stage.get(s, []))
 
     def compute_and_p2p(self, s: int, num_pp: int) -> list[int]:
         """Stage ``s``'s compute stream in observed order, its p2p ops tied to their computes and
