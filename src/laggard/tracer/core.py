@@ -42,7 +42,7 @@ import numpy as np
 
 from laggard.optable.ops import LaggardError, LaggardWarning
 from laggard.tracer import _signals, abort, flight
-from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
+from laggard.tracer._contexts import _NULL, _CpuOpCtx, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
 from laggard.tracer._env import (
     _cuda_in_use,
     _dist_if_initialized,
@@ -162,7 +162,7 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         self._init_writer(name, meta, flush_interval_s=flush_interval_s)
         self._start_gc(record_gc=record_gc, gc_min_us=gc_min_us,
                        code=self._code("gc", "other", "cpu" if use_cuda else self._main_stream))
-        self._pool: list[_OpCtx] = []
+        self._pool: list[_CpuOpCtx] = []
         self._enabled = True
         self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
         _signals.register(self, handle_signals=handle_signals)
@@ -302,17 +302,25 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
             return _SkipCtx(self)
         return _StepCtx(self, int(step))
 
-    def op(self, name: str, *, microbatch: int = -1, kind: str = "compute", num_tokens: int | None = None,
-           seq_lens: list[int] | None = None, stream: str | None = None) -> _OpCtx | _NullCtx:
-        """Context timing one op, e.g. ``with tracer.op("forward-compute", microbatch=j):``."""
-        if kind == "compute" and stream is None and seq_lens is None and self._plain:
+    # not keyword-only: CPython fills a missing keyword-only argument from a dict (4 lookups a call here), a
+    # missing positional one from a tuple; pass them by keyword all the same
+    def op(self, name: str, microbatch: int = -1, kind: str = "compute", num_tokens: int | None = None,
+           seq_lens: list[int] | None = None, stream: str | None = None) -> _CpuOpCtx | _OpCtx | _NullCtx:
+        """Context timing one op, e.g. ``with tracer.op("forward-compute", microbatch=j):`` (pass the
+        arguments after ``name`` by keyword)."""
+        if self._plain and kind == "compute" and stream is None and seq_lens is None:
             code = self._compute_code.get(name)
-            if code is not None:  # the common case: a known compute op timed on the CPU
+            if code is not None:  # the common case: a known compute op timed on the CPU (_CpuOpCtx)
                 pool = self._pool
-                c = pool.pop() if pool else _OpCtx(self, code, microbatch, -1, None)
+                c = pool.pop() if pool else _CpuOpCtx(self)
                 c._code = code
                 c._mb = microbatch
                 c._ntok = -1 if num_tokens is None else num_tokens
+                if self._gcq:
+                    self._drain_gc()
+                c._excl0 = self._excl_ns
+                clock = self._clock  # an attribute: loaded as one, the call specialises
+                c._start = clock()  # last: the op starts here (entering its block runs no Python)
                 return c
         if not self._enabled or self._skip:
             return _NULL
