@@ -366,3 +366,22 @@ def test_the_writer_never_imports_pandas(tmp_path: Path) -> None:
     rows = _rows(tmp_path / "trace")
     assert len(rows) == int(num_ops) > 64 * 2  # several pages written
     assert sum(r["seq_lens"] == [3, 4] for r in rows) == 4 and sum(r["num_tokens"] is None for r in rows) > 80
+
+
+def test_side_data_stays_with_its_op_across_pages(tmp_path: Path) -> None:
+    """An op's seq_lens stay its own when its record lands on a later page than its start (a full page
+    handed off by its own record, or by the ops nested in it)."""
+    out = tmp_path / "trace"
+    with Tracer(out, record_gc=False, page_ops=16, num_pages=64) as t:
+        for s in range(6):
+            with t.step(s):
+                for j in range(10):
+                    with t.op("forward-compute", microbatch=j, seq_lens=[s, j]):
+                        for k in range(j % 3):
+                            with t.op("attention", microbatch=j, seq_lens=[j, s, k]):
+                                pass
+    rows = _rows(out)
+    assert t.num_ops_recorded == len(rows) == 6 * (10 + sum(j % 3 for j in range(10)))
+    for r in rows:
+        assert r["seq_lens"][:2] == ([r["step"], r["microbatch"]] if r["name"] == "forward-compute"
+                                     else [r["microbatch"], r["step"]])

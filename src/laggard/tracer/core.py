@@ -68,6 +68,9 @@ from laggard.tracer.comm import CommMixin, TracedWork  # noqa: F401 - TracedWork
 
 KIND_NAMES = ("compute", "collective", "p2p_send", "p2p_recv", "other")
 MAX_PENDING_OPS = 4096  # ops recorded between steps, attached to the next step
+# an aux tuple (size_bytes, seq, group, peer, side) carries its Side object (or -1) until the record
+# is written, where it becomes an index into that page's side list: the page may be handed off between
+# the op's start and its record (a full page, nested ops, CUDA ops resolved steps later)
 
 
 class Tracer(CommMixin, GcMixin, PagingMixin):
@@ -332,7 +335,7 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         else:
             code = self._code(name, kind, stream or self._main_stream)
         if seq_lens is not None:
-            aux = (-1, -1, -1, -1, self._add_side(Side(seq_lens=[int(x) for x in seq_lens])))
+            aux = (-1, -1, -1, -1, Side(seq_lens=[int(x) for x in seq_lens]))
         ntok = -1 if num_tokens is None else num_tokens
         if self._cuda is not None:
             return self._op_cls(self, code, microbatch, ntok, aux)
@@ -436,6 +439,8 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         a = -1
         try:
             if aux is not None:
+                if isinstance(aux[4], Side):  # into the side list of the page the record goes to (now)
+                    aux = (*aux[:4], self._add_side(aux[4]))
                 a = self._na
                 self._auxpack(self._amv, a * AUX_BYTES, *aux)
                 self._na = a + 1
@@ -458,12 +463,8 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         return self._write(step, *args)
 
     def _defer(self, args: tuple) -> None:
-        # the side entry travels as an object: the page (and its side list) may change before the step
         if len(self._pending) < MAX_PENDING_OPS:
-            aux = args[-1]
-            if aux is not None and aux[4] >= 0:
-                aux = (*aux[:4], self._side[aux[4]])
-            self._pending.append((*args[:-1], aux))
+            self._pending.append(args)
         else:
             self.num_ops_outside_steps_dropped += 1
 
@@ -483,10 +484,8 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
             self._bstep = step
         self._room = self._cap if not self._joins else 0
         pending, self._pending = self._pending, []
-        for *args, aux in pending:
-            if aux is not None and not isinstance(aux[4], int):
-                aux = (*aux[:4], self._add_side(aux[4]))
-            self._write(step, *args, aux)
+        for args in pending:
+            self._write(step, *args)
 
     def _end_step(self, *, flush: bool = True) -> None:
         self._end_step_gc()
@@ -504,7 +503,7 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         """On GPU, CPU-timed ops (GC, data waits) sit beside the GPU stream, with no dependencies."""
         if self._cuda is None:
             return None
-        return (-1, -1, -1, -1, self._add_side(Side(replace_chain=True, deps=[])))
+        return (-1, -1, -1, -1, Side(replace_chain=True, deps=[]))
 
     def _comm_aux(self, label: str, peer: int, size_bytes: int | None) -> tuple:
         gcode = self._group_code.get(label)
