@@ -310,7 +310,8 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
     def op(self, name: str, microbatch: int = -1, kind: str = "compute", num_tokens: int | None = None,
            seq_lens: list[int] | None = None, stream: str | None = None) -> _CpuOpCtx | _OpCtx | _NullCtx:
         """Context timing one op, e.g. ``with tracer.op("forward-compute", microbatch=j):`` (pass the
-        arguments after ``name`` by keyword)."""
+        arguments after ``name`` by keyword). The op starts at this call; ``with ... as x`` binds nothing
+        useful (None on the fast path)."""
         if self._plain and kind == "compute" and stream is None and seq_lens is None:
             code = self._compute_code.get(name)
             if code is not None:  # the common case: a known compute op timed on the CPU (_CpuOpCtx)
