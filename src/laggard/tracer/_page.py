@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from laggard.optable.ops import make_table
+from laggard.tracer._arrow import dictionary, ints, lists
 
 # one record per op, packed by the training thread with one struct.pack_into call; the fields
 # communication ops add go to a second ("aux") record; the step is stored once per run of rows
@@ -85,17 +86,12 @@ class Chain:
     last: dict[str, tuple[int, int]] = field(default_factory=dict)  # stream -> (step, op id)
 
 
-def _dict_col(codes: np.ndarray, labels: list[str], index_type: Any) -> pa.DictionaryArray:
-    valid = codes >= 0
-    idx = pa.array(np.where(valid, codes, 0).astype(index_type), mask=None if valid.all() else ~valid)
-    return pa.DictionaryArray.from_arrays(idx, pa.array(labels if labels else [""], type=pa.string()))
-
-
-def _lists(counts: np.ndarray, values: np.ndarray, valid: np.ndarray | None, value_type: pa.DataType) -> pa.Array:
-    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    mask = pa.array(~valid) if valid is not None and not valid.all() else None
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
+def last_step(page: FullPage) -> int:
+    """The largest step of the page's rows (the ``step`` column's max; reading it back from Arrow with
+    ``to_numpy`` would import pandas, see ``laggard.tracer._arrow``)."""
+    n, bounds = len(page.records), page.steps
+    ends = [b for b, _ in bounds[1:]] + [n]
+    return max(s for (b, s), e in zip(bounds, ends, strict=True) if e > b)
 
 
 def page_table(page: FullPage, *, rank: int, layout: tuple[int, int, int, int], offset_ns: int, chain: Chain,
@@ -133,33 +129,34 @@ def page_table(page: FullPage, *, rank: int, layout: tuple[int, int, int, int], 
     dep_rows = np.concatenate([np.flatnonzero(has_prev), np.asarray(side.extra_rows, dtype=np.int64)])
     dep_vals = np.concatenate([prev[has_prev], op_id_base(rank) + np.asarray(side.extra_vals, dtype=np.int64)])
     o = np.argsort(dep_rows, kind="stable")
-    deps = _lists(np.bincount(dep_rows, minlength=n), dep_vals[o], None, pa.int64())
-
-    def nullable(col: np.ndarray) -> pa.Array:
-        return pa.array(col, mask=col < 0, type=pa.int64())
+    deps = lists(np.bincount(dep_rows, minlength=n), dep_vals[o], None, pa.int64())
 
     dp, pp, tp, cp = layout
     gcode = aux_col("group", -1).astype(np.int64)
+    # every column built from its buffers (laggard.tracer._arrow: pa.array would import pandas)
+    i32, i64 = pa.int32(), pa.int64()
+    size_bytes, num_tokens = aux_col("size_bytes", -1), rec["num_tokens"]
     cols: dict[str, Any] = {
-        "op_id": op_id,
-        "rank": np.full(n, rank, dtype=np.int32),
-        "dp_rank": np.full(n, dp, dtype=np.int32),
-        "pp_rank": np.full(n, pp, dtype=np.int32),
-        "tp_rank": np.full(n, tp, dtype=np.int32),
-        "cp_rank": np.full(n, cp, dtype=np.int32),
-        "step": step,
-        "microbatch": rec["microbatch"].astype(np.int32),
-        "name": _dict_col(optype, names, np.int32),
-        "kind": _dict_col(kind_of[optype] if n else optype, kinds, np.int8),
-        "stream": _dict_col(stream, streams, np.int32),
-        "start_ns": rec["start_ns"] + np.int64(offset_ns),
-        "dur_ns": np.maximum(rec["dur_ns"], 0),
-        "group": _dict_col(gcode, page.groups, np.int32),
-        "seq": aux_col("seq", -1).astype(np.int64),
-        "peer": aux_col("peer", -1).astype(np.int32),
-        "size_bytes": nullable(aux_col("size_bytes", -1)),
-        "num_tokens": nullable(rec["num_tokens"]),
-        "seq_lens": _lists(side.seq_counts, np.asarray(side.seq_vals, dtype=np.int32), side.seq_valid, pa.int32()),
+        "op_id": ints(op_id, i64),
+        "rank": ints(np.full(n, rank), i32),
+        "dp_rank": ints(np.full(n, dp), i32),
+        "pp_rank": ints(np.full(n, pp), i32),
+        "tp_rank": ints(np.full(n, tp), i32),
+        "cp_rank": ints(np.full(n, cp), i32),
+        "vchunk": ints(np.full(n, -1), i32),  # the op table's default: not an interleaved chunk
+        "step": ints(step, i64),
+        "microbatch": ints(rec["microbatch"], i32),
+        "name": dictionary(optype, names, i32),
+        "kind": dictionary(kind_of[optype] if n else optype, kinds, pa.int8()),
+        "stream": dictionary(stream, streams, i32),
+        "start_ns": ints(rec["start_ns"] + np.int64(offset_ns), i64),
+        "dur_ns": ints(np.maximum(rec["dur_ns"], 0), i64),
+        "group": dictionary(gcode, page.groups, i32),
+        "seq": ints(aux_col("seq", -1), i64),
+        "peer": ints(aux_col("peer", -1), i32),
+        "size_bytes": ints(size_bytes, i64, size_bytes >= 0),
+        "num_tokens": ints(num_tokens, i64, num_tokens >= 0),
+        "seq_lens": lists(side.seq_counts, np.asarray(side.seq_vals, dtype=np.int32), side.seq_valid, i32),
         "deps": deps,
     }
     return make_table(cols, num_rows=n)

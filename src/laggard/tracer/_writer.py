@@ -20,9 +20,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from laggard.optable.ops import LaggardWarning
+import pyarrow as pa
+
+from laggard.optable.ops import OP_SCHEMA, LaggardWarning
 from laggard.optable.tracedir import shard_name, state_name
-from laggard.tracer._page import Chain, FullPage, page_table
+from laggard.tracer._page import Chain, FullPage, last_step, page_table
+
+# Parquet dictionary encoding for the dictionary columns only (name, kind, stream, group): pyarrow's
+# default tries it on every column, hashing each int64 column of each page (op ids, times: all distinct)
+# before falling back; without that a page is written in 0.75x the time, and the file is 0.65x the size
+_DICT_COLUMNS = [f.name for f in OP_SCHEMA if pa.types.is_dictionary(f.type)]
 
 
 def state_path(out_dir: Path, rank: int) -> Path:
@@ -103,14 +110,14 @@ class ShardWriter:
                     self.on_table(table)
                 final = self.out_dir / shard_name(self.rank, self.num_shards)
                 tmp = final.with_name(final.name + ".tmp")
-                pq.write_table(table, tmp, compression="zstd")
+                pq.write_table(table, tmp, compression="zstd", use_dictionary=_DICT_COLUMNS)
                 os.replace(tmp, final)
             except OSError as e:
                 self._fail(e)
                 return
             self.num_shards += 1
             self.num_written += len(page.records)
-            self.last_step_written = int(table.column("step").to_numpy().max())
+            self.last_step_written = last_step(page)
             self.write_state("running")
 
     def _fail(self, e: OSError) -> None:

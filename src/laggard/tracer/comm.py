@@ -157,7 +157,7 @@ class CommMixin:
         if not self._enabled:
             return
         deps = [w._issue_pred] if w._issue_pred >= 0 else []
-        aux = (*w._aux[:4], self._add_side(Side(replace_chain=True, deps=deps)))
+        aux = (*w._aux[:4], Side(replace_chain=True, deps=deps))
         if self._cuda is not None:
             ev1 = self._cuda.event()
             ev1.record()
@@ -174,10 +174,10 @@ class CommMixin:
     def _join(self, aux: tuple | None) -> tuple:
         deps = list(self._joins)
         self._joins.clear()
-        if aux is None or aux[4] < 0:
-            side = self._add_side(Side(deps=deps))
+        if aux is None or not isinstance(aux[4], Side):
+            side = Side(deps=deps)
             return (-1, -1, -1, -1, side) if aux is None else (*aux[:4], side)
-        s = self._side[aux[4]]
+        s = aux[4]
         s.deps = (s.deps or []) + deps
         return aux
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from laggard.optable.ops import LaggardError, LaggardWarning
 from laggard.tracer import _signals, abort, flight
-from laggard.tracer._contexts import _NULL, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
+from laggard.tracer._contexts import _NULL, _CpuOpCtx, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
 from laggard.tracer._env import (
     _cuda_in_use,
     _dist_if_initialized,
@@ -68,6 +68,9 @@ from laggard.tracer.comm import CommMixin, TracedWork  # noqa: F401 - TracedWork
 
 KIND_NAMES = ("compute", "collective", "p2p_send", "p2p_recv", "other")
 MAX_PENDING_OPS = 4096  # ops recorded between steps, attached to the next step
+# an aux tuple (size_bytes, seq, group, peer, side) carries its Side object (or -1) until the record
+# is written, where it becomes an index into that page's side list: the page may be handed off between
+# the op's start and its record (a full page, nested ops, CUDA ops resolved steps later)
 
 
 class Tracer(CommMixin, GcMixin, PagingMixin):
@@ -162,7 +165,7 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         self._init_writer(name, meta, flush_interval_s=flush_interval_s)
         self._start_gc(record_gc=record_gc, gc_min_us=gc_min_us,
                        code=self._code("gc", "other", "cpu" if use_cuda else self._main_stream))
-        self._pool: list[_OpCtx] = []
+        self._pool: list[_CpuOpCtx] = []
         self._enabled = True
         self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
         _signals.register(self, handle_signals=handle_signals)
@@ -302,17 +305,26 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
             return _SkipCtx(self)
         return _StepCtx(self, int(step))
 
-    def op(self, name: str, *, microbatch: int = -1, kind: str = "compute", num_tokens: int | None = None,
-           seq_lens: list[int] | None = None, stream: str | None = None) -> _OpCtx | _NullCtx:
-        """Context timing one op, e.g. ``with tracer.op("forward-compute", microbatch=j):``."""
-        if kind == "compute" and stream is None and seq_lens is None and self._plain:
+    # not keyword-only: CPython fills a missing keyword-only argument from a dict (4 lookups a call here), a
+    # missing positional one from a tuple; pass them by keyword all the same
+    def op(self, name: str, microbatch: int = -1, kind: str = "compute", num_tokens: int | None = None,
+           seq_lens: list[int] | None = None, stream: str | None = None) -> _CpuOpCtx | _OpCtx | _NullCtx:
+        """Context timing one op, e.g. ``with tracer.op("forward-compute", microbatch=j):`` (pass the
+        arguments after ``name`` by keyword). The op starts at this call; ``with ... as x`` binds nothing
+        useful (None on the fast path)."""
+        if self._plain and kind == "compute" and stream is None and seq_lens is None:
             code = self._compute_code.get(name)
-            if code is not None:  # the common case: a known compute op timed on the CPU
+            if code is not None:  # the common case: a known compute op timed on the CPU (_CpuOpCtx)
                 pool = self._pool
-                c = pool.pop() if pool else _OpCtx(self, code, microbatch, -1, None)
+                c = pool.pop() if pool else _CpuOpCtx(self)
                 c._code = code
                 c._mb = microbatch
                 c._ntok = -1 if num_tokens is None else num_tokens
+                if self._gcq:
+                    self._drain_gc()
+                c._excl0 = self._excl_ns
+                clock = self._clock  # an attribute: loaded as one, the call specialises
+                c._start = clock()  # last: the op starts here (entering its block runs no Python)
                 return c
         if not self._enabled or self._skip:
             return _NULL
@@ -324,7 +336,7 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         else:
             code = self._code(name, kind, stream or self._main_stream)
         if seq_lens is not None:
-            aux = (-1, -1, -1, -1, self._add_side(Side(seq_lens=[int(x) for x in seq_lens])))
+            aux = (-1, -1, -1, -1, Side(seq_lens=[int(x) for x in seq_lens]))
         ntok = -1 if num_tokens is None else num_tokens
         if self._cuda is not None:
             return self._op_cls(self, code, microbatch, ntok, aux)
@@ -428,6 +440,8 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         a = -1
         try:
             if aux is not None:
+                if isinstance(aux[4], Side):  # into the side list of the page the record goes to (now)
+                    aux = (*aux[:4], self._add_side(aux[4]))
                 a = self._na
                 self._auxpack(self._amv, a * AUX_BYTES, *aux)
                 self._na = a + 1
@@ -450,12 +464,8 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         return self._write(step, *args)
 
     def _defer(self, args: tuple) -> None:
-        # the side entry travels as an object: the page (and its side list) may change before the step
         if len(self._pending) < MAX_PENDING_OPS:
-            aux = args[-1]
-            if aux is not None and aux[4] >= 0:
-                aux = (*aux[:4], self._side[aux[4]])
-            self._pending.append((*args[:-1], aux))
+            self._pending.append(args)
         else:
             self.num_ops_outside_steps_dropped += 1
 
@@ -475,10 +485,8 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
             self._bstep = step
         self._room = self._cap if not self._joins else 0
         pending, self._pending = self._pending, []
-        for *args, aux in pending:
-            if aux is not None and not isinstance(aux[4], int):
-                aux = (*aux[:4], self._add_side(aux[4]))
-            self._write(step, *args, aux)
+        for args in pending:
+            self._write(step, *args)
 
     def _end_step(self, *, flush: bool = True) -> None:
         self._end_step_gc()
@@ -496,7 +504,7 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         """On GPU, CPU-timed ops (GC, data waits) sit beside the GPU stream, with no dependencies."""
         if self._cuda is None:
             return None
-        return (-1, -1, -1, -1, self._add_side(Side(replace_chain=True, deps=[])))
+        return (-1, -1, -1, -1, Side(replace_chain=True, deps=[]))
 
     def _comm_aux(self, label: str, peer: int, size_bytes: int | None) -> tuple:
         gcode = self._group_code.get(label)
