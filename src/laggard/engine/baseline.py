@@ -239,24 +239,34 @@ def _replay_columns(g: Graph, scen: list, a_w: np.ndarray, b_w: np.ndarray, cols
     b_node = np.zeros(g.num_nodes + 1, dtype=np.float64)
     b_node[g.op_pos] = b_w
     vals = np.empty(g.num_nodes + 1, dtype=np.float64)
-    per_block = {bi: sum(1 for s in scen if s[0] == bi) for bi, _, _ in scen}
-    sorted_by: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    placed: dict[int, np.ndarray | None] = {}
     for c, (bi, labels, v) in enumerate(scen):
         if labels is None:
             np.copyto(vals, a_node if v != 0 else b_node)
         else:
             np.copyto(vals, b_node)
-            if per_block[bi] <= 8:  # few values: compare every op with each
-                rows = np.flatnonzero(labels == v)
-            else:  # many (DP ranks of a job without DP symmetry): the ops sorted by label once
-                if bi not in sorted_by:
-                    order = np.argsort(labels, kind="stable")
-                    sorted_by[bi] = order, labels[order]
-                order, lab = sorted_by[bi]
-                rows = order[np.searchsorted(lab, v, side="left") : np.searchsorted(lab, v, side="right")]
-            at = g.op_pos[rows]
-            vals[at] = a_node[at]
+            if bi not in placed:
+                placed = {bi: _labels_by_node(g, labels)}  # one block's at a time
+            lab_node = placed[bi]
+            if lab_node is not None:  # node-ordered labels: two streaming passes, no scatter
+                np.copyto(vals, a_node, where=lab_node == v)
+            else:
+                at = g.op_pos[np.flatnonzero(labels == v)]
+                vals[at] = a_node[at]
         cols[:, c] = step_times_from_nodes(g, propagate(g, vals))
+
+
+def _labels_by_node(g: Graph, labels: np.ndarray) -> np.ndarray | None:
+    """Integer (or bool, as 0/1) labels at their ops' replay positions (int32 where they fit); None
+    for other labels (compared op by op). The group nodes and the sentinel get 0: they hold 0 in
+    both node value arrays, so whether a scenario's value matches there does not matter."""
+    lab = labels.astype(np.int8) if labels.dtype.kind == "b" else labels
+    if lab.dtype.kind not in "iu" or not len(lab):
+        return None
+    fits = int(lab.min()) >= -(2**31) and int(lab.max()) < 2**31
+    out = np.zeros(g.num_nodes + 1, dtype=np.int32 if fits else np.int64)
+    out[g.op_pos] = lab
+    return out
 
 
 def _replay_batches(g: Graph, scen: list, a_w: np.ndarray, b_w: np.ndarray, cols: np.ndarray) -> None:
