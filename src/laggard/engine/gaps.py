@@ -260,8 +260,12 @@ def _exclude_waits(job: Job, op_step: np.ndarray, start: np.ndarray, host: np.nd
     seq = job.column("seq")[rows]
     order = _order(op_step[rows], gcode[rows], seq, start[rows])
     r = rows[order]
-    new = np.ones(len(r), dtype=bool)
-    new[1:] = (op_step[r][1:] != op_step[r][:-1]) | (gcode[r][1:] != gcode[r][:-1]) | (seq[order][1:] != seq[order][:-1])
+    new = np.zeros(len(r), dtype=bool)
+    new[0] = True  # (rows is not empty)
+    for col, at in ((op_step, r), (gcode, r), (seq, order)):  # each gathered once, one at a time
+        c = col[at]
+        new[1:] |= c[1:] != c[:-1]
+    del c
     gid = np.cumsum(new) - 1
     bounds = np.append(np.flatnonzero(new), len(r))
     size = np.diff(bounds)[gid]
