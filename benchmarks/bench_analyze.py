@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 AR = ROOT / "tests" / "data" / "ndtimeline" / "trace-AR.parquet"
 LAGGARD = Path(sys.executable).with_name("laggard")
 SCALE = {"dp": 512, "pp": 8, "microbatches": 16, "steps": 20}
+# 16,384 workers (34.7M ops): time and peak RSS of the same analysis, 4x the ops of SCALE
+# (LAGGARD_BENCH_SKIP_XL=1 leaves it out: it needs ~11 GB of memory and minutes)
+SCALE_XL = {**SCALE, "dp": 2048}
 
 
 def _python_replay(graph, w):
@@ -255,15 +258,61 @@ def _chain_figure(chain_s: float, analysis_s: float, label: str) -> dict:
     }
 
 
+def _synth_job(sizes: dict, out: str) -> float:
+    """Write a synthetic job of these sizes (a fresh process); returns its wall time."""
+    gen = (
+        "from laggard.groundtruth.synth import SynthConfig, synthesize; from laggard.optable.ops import write_native; "
+        f"write_native(synthesize(SynthConfig(**{sizes!r})), {out!r})"
+    )
+    t_gen = time.perf_counter()
+    subprocess.run([sys.executable, "-c", gen], check=True)
+    return time.perf_counter() - t_gen
+
+
+_XL_SCRIPT = r"""
+import json, resource, sys, time
+t0, c0 = time.perf_counter(), time.process_time()
+from laggard.io import load_job
+from laggard.analysis.pipeline import analyze
+res = analyze(load_job(sys.argv[1]))
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "num_ops": res.num_ops, "num_workers": res.num_workers, "verdict": res.diagnosis.verdict}))
+"""
+
+
+def _scale_xl_figures() -> list[dict]:
+    """The whole process (imports, load_job, analyze) on 16,384 workers: wall, CPU and peak RSS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        gen_s = _synth_job(SCALE_XL, f"{tmp}/job")
+        p = subprocess.run([sys.executable, "-c", _XL_SCRIPT, f"{tmp}/job"], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(p.stderr[-2000:])
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+    gib = r["peak_rss_bytes"] / 2**30
+    label = f"{r['num_workers']} workers (dp {SCALE_XL['dp']} x pp {SCALE_XL['pp']}), {r['num_ops']:,} ops"
+    return [
+        {
+            "name": f"analyze with every attribution, {label} (imports, load_job and analyze in a fresh process)",
+            "value": r["seconds"],
+            "unit": "s",
+            "target": "measured (4x the ops of the 4,096-worker job)",
+            "ok": True,
+            "detail": {**r, "synth_s": gen_s},
+        },
+        {
+            "name": f"peak RSS of that analysis ({label})",
+            "value": gib,
+            "unit": "GiB",
+            "target": "measured (< 12 GiB)",
+            "ok": gib < 12,
+        },
+    ]
+
+
 def _scale_figures() -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        gen = (
-            "from laggard.groundtruth.synth import SynthConfig, synthesize; from laggard.optable.ops import write_native; "
-            f"write_native(synthesize(SynthConfig(**{SCALE!r})), {tmp!r} + '/job')"
-        )
-        t_gen = time.perf_counter()
-        subprocess.run([sys.executable, "-c", gen], check=True)
-        gen_s = time.perf_counter() - t_gen
+        gen_s = _synth_job(SCALE, f"{tmp}/job")
         p = subprocess.run([sys.executable, "-c", _SCALE_SCRIPT, f"{tmp}/job"], capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(p.stderr[-2000:])
@@ -314,4 +363,6 @@ def run() -> list[dict]:
     figs = _ar_figures() + _floor_figures() + _gap_figures()
     if os.environ.get("LAGGARD_BENCH_SKIP_SCALE") != "1":
         figs += _scale_figures()
+        if os.environ.get("LAGGARD_BENCH_SKIP_XL") != "1":
+            figs += _scale_xl_figures()
     return figs

@@ -38,6 +38,7 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
     from laggard.engine.warmup import skip_warmup
     from laggard.whatif.core import analyze as whatif_analyze
 
+    _release_arrow_pool()
     cfg = resolve_config(config, healthy_threshold=healthy_threshold, diagnose=diagnose, gaps=gaps,
                          skip_steps=skip_steps, warmup=warmup, num_layers=num_layers)
     from laggard.analysis.partition import check_num_layers, fill_partition
@@ -76,6 +77,17 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     report(phases, phases, "analysed")
     return res
+
+
+def _release_arrow_pool() -> None:
+    """Hand the pages Arrow's memory pool keeps after reading a trace back to the OS (mimalloc keeps
+    freed pages for reuse: 0.6 GB after reading 7.7M ops of Parquet, resident through the analysis'
+    peak while the analysis works in numpy). Skipped where pyarrow is not loaded yet."""
+    import sys
+
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        pa.default_memory_pool().release_unused()
 
 
 __all__ = ["analyze"]

@@ -18,57 +18,67 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     comm = ctx.synced & ~ctx.compute
     if comm.sum() < cfg.comm_min_ops:
         return []
-    # a link: (rank, peer) for p2p, (rank, op type) for collectives
-    is_p2p = (ctx.kind == "p2p_send") | (ctx.kind == "p2p_recv")
-    src = np.where(ctx.kind == "p2p_recv", ctx.peer, ctx.rank)
-    dst = np.where(ctx.kind == "p2p_recv", ctx.rank, ctx.peer)
-    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
-    link = np.where(is_p2p, lo * (int(ctx.rank.max()) + 2) + hi, -(ctx.rank + 1))
-    med_by_type = {int(c): float(np.median(ctx.w[comm & (ctx.name == c)])) for c in np.unique(ctx.name[comm])}
-    tmed = np.array([med_by_type.get(int(c), 0.0) for c in range(len(ctx.names))] + [0.0])[ctx.name]
+    # a link: (rank, peer) for p2p, (rank, op type) for collectives; every per-op array below is of
+    # the communication ops only (``rows``), not of all ops (7.7M at 4,096 workers)
     rows = np.flatnonzero(comm)
+    is_p2p = ctx.kind_is("p2p_send", "p2p_recv")[rows]
+    recv = ctx.kind_is("p2p_recv")[rows]
+    rank, peer = ctx.rank[rows], ctx.peer[rows]
+    src = np.where(recv, peer, rank)
+    dst = np.where(recv, rank, peer)
+    del recv, peer
+    link = np.where(is_p2p, np.minimum(src, dst) * (int(ctx.rank.max()) + 2) + np.maximum(src, dst), -(rank + 1))
+    w, name = ctx.w[rows], ctx.name[rows]
+    med_by_type = {int(c): float(np.median(w[name == c])) for c in np.unique(name)}
+    tmed = np.array([med_by_type.get(int(c), 0.0) for c in range(len(ctx.names))] + [0.0])[ctx.name]
     nn = len(ctx.names) + 1
-    key = link[rows] * nn + ctx.name[rows]
+    key = link * nn + name
+    del link
     uniq, inv = np.unique(key, return_inverse=True)
-    excess = np.bincount(inv, weights=np.maximum(ctx.w[rows] - tmed[rows], 0.0), minlength=len(uniq))
+    del key
+    excess = np.bincount(inv, weights=np.maximum(w - tmed[rows], 0.0), minlength=len(uniq))
     mx_link = np.zeros(len(uniq))
-    np.maximum.at(mx_link, inv, ctx.w[rows])
-    med_link = group_median(ctx.w[rows], inv, len(uniq))
+    np.maximum.at(mx_link, inv, w)
+    med_link = group_median(w, inv, len(uniq))
     base_med = np.array([med_by_type[int(k % nn)] for k in uniq])
     tail = ((med_link > cfg.comm_median_x * base_med) | (mx_link > cfg.comm_max_x * base_med)) & (excess > 0)
     tail &= excess >= cfg.comm_excess_of_top * excess.max()
     # a bad link stands out from the other links of its op type; when they all have the same slow
     # tail (hosts short of CPU, a congested fabric), no one link is to blame
     type_of = uniq % nn
-    key_p2p = is_p2p[rows[np.unique(inv, return_index=True)[1]]]
+    first = np.full(len(uniq), len(rows), dtype=np.int64)  # each key's first op (no second sort)
+    np.minimum.at(first, inv, np.arange(len(rows)))
+    key_p2p = is_p2p[first]
     slow = tail & (excess > cfg.comm_stands_out * peer_median(excess, type_of))
     # a link is named only when its transfers stand out from the job's noise, steadily or now and then
     judged = link_consistency(ctx, cfg, rows, inv, uniq, slow)
     slow &= np.isin(np.arange(len(uniq)), [i for i, c in judged.items() if noise.stands_out(c)])
     if not slow.any() or slow.mean() > cfg.comm_everywhere:
-        return _everywhere(ctx, rows, inv, uniq, tail, tmed, is_p2p, key_p2p)
-    bad_rows = rows[slow[inv]]
+        return _everywhere(ctx, rows, inv, uniq, tail, tmed, is_p2p[tail[inv]].all(), key_p2p)
+    bad = slow[inv]  # of ``rows``
+    bad_rows = rows[bad]
     changes = _link_fixes(ctx, uniq, slow, key_p2p)
     i0 = int(np.argmax(np.where(slow, excess, -1)))
-    rws = rows[inv == i0]
-    r_a, r_b = int(src[rws[0]]), int(dst[rws[0]])
+    at = np.flatnonzero(inv == i0)  # of ``rows``
+    rws = rows[at]
+    r_a, r_b = int(src[at[0]]), int(dst[at[0]])
     nm = ctx.names[int(uniq[i0] % nn)]
     n_slow = int((ctx.w[rws] > cfg.comm_median_x * base_med[i0]).sum())
-    where = f"from rank {r_a} to rank {r_b}" if is_p2p[rws[0]] else f"of rank {int(ctx.rank[rws[0]])}"
+    where = f"from rank {r_a} to rank {r_b}" if is_p2p[at[0]] else f"of rank {int(ctx.rank[rws[0]])}"
     ev = (
         f"{nm} transfers {where} take {1e3 * med_link[i0]:.2f} ms (median, max {1e3 * mx_link[i0]:.2f} ms) vs "
         f"{1e3 * base_med[i0]:.2f} ms elsewhere; {n_slow} of {len(rws)} are slow"
     )
-    ranks = sorted({int(x) for x in np.concatenate([src[bad_rows], dst[bad_rows]]) if x >= 0})
+    ranks = sorted({int(x) for x in np.concatenate([src[bad], dst[bad]]) if x >= 0})
     finding = Finding(
         cause="comm",
         workers=[ctx.worker_of[r] for r in ranks if r in ctx.worker_of][:16],
-        steps=ctx.steps_of(np.isin(np.arange(len(ctx.w)), bad_rows) & (ctx.w > cfg.comm_median_x * tmed)),
+        steps=ctx.steps_of(_mask(len(ctx.w), bad_rows) & (ctx.w > cfg.comm_median_x * tmed)),
         evidence=ev,
         fix=(
             f"check the link/NIC between rank {r_a} and rank {r_b} (flapping port, bad cable, congested switch); "
             "drain one of the two nodes or route around it"
-            if is_p2p[rws[0]]
+            if is_p2p[at[0]]
             else f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
         ),
         targets=[judged[i0]] + [judged[int(i)] for i in np.flatnonzero(slow) if i != i0],
@@ -122,8 +132,9 @@ def _link_fixes(ctx: Ctx, uniq: np.ndarray, chosen: np.ndarray, key_p2p: np.ndar
 
 
 def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, tail: np.ndarray,
-                tmed: np.ndarray, is_p2p: np.ndarray, key_p2p: np.ndarray) -> list[Candidate]:
-    """Transfers with the same slow tail on several links and ranks alike: not one link's fault."""
+                tmed: np.ndarray, all_p2p: bool, key_p2p: np.ndarray) -> list[Candidate]:
+    """Transfers with the same slow tail on several links and ranks alike: not one link's fault
+    (``all_p2p``: every one of them a point-to-point transfer)."""
     bad_rows = rows[tail[inv]]
     ranks = np.unique(ctx.rank[bad_rows])
     links = np.unique((uniq // (len(ctx.names) + 1))[tail])
@@ -132,7 +143,7 @@ def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, t
     changes = _link_fixes(ctx, uniq, tail, key_p2p)
     slow_ops = ctx.w[bad_rows] > 3 * tmed[bad_rows]
     ms = 1e3 * ctx.w[bad_rows]
-    what = "point-to-point transfers" if is_p2p[bad_rows].all() else "transfers"
+    what = "point-to-point transfers" if all_p2p else "transfers"
     ev = (
         f"{what} on {len(links)} links over {len(ranks)} ranks share the same slow tail: median "
         f"{float(np.median(ms)):.2f} ms, p90 {float(np.percentile(ms, 90)):.2f} ms, {int(slow_ops.sum())} of "
@@ -142,9 +153,16 @@ def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, t
         cause="comm",
         # job-wide: naming every rank would have on-call drain healthy nodes (the evidence counts them)
         workers=[],
-        steps=ctx.steps_of(np.isin(np.arange(len(ctx.w)), bad_rows[slow_ops])),
+        steps=ctx.steps_of(_mask(len(ctx.w), bad_rows[slow_ops])),
         evidence=ev,
         fix="not one bad link: ranks wait for peers that run late. Look for CPU contention on the hosts (more busy "
         "processes or threads than cores, data-loader workers, noisy neighbours) or fabric-wide congestion",
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+
+
+def _mask(n: int, rows: np.ndarray) -> np.ndarray:
+    """``np.isin(np.arange(n), rows)`` without the sort."""
+    out = np.zeros(n, dtype=bool)
+    out[rows] = True
+    return out

@@ -61,6 +61,11 @@ class Ctx:
         self.num_pp = len(unique_inverse(self.pp)[0])
         self.memo: dict[str, object] = {}  # what several detectors read, computed once (``worker.step_ratios``)
 
+    def kind_is(self, *kinds: str) -> np.ndarray:
+        """``np.isin(self.kind, kinds)`` by kind code (a lookup, not 7.7M string compares a mask)."""
+        flag = np.array([k in kinds for k in self.base.kinds], dtype=bool)
+        return flag[self.base.kind_code] if len(flag) else np.zeros(len(self.kind), dtype=bool)
+
     def group_mean(self, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Mean of ``w`` over ``mask_ref`` ops per key tuple; returns (per-op mean, has-reference)."""
         return group_mean(self.w, mask_ref, keys)

@@ -23,7 +23,7 @@ from laggard.whatif.custom import Change
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     out: list[Candidate] = []
-    host = ctx.kind == HOST_KIND
+    host = ctx.kind_is(HOST_KIND)
     if host.any():
         out += _host_ranks(ctx, cfg, host)
     # the ranks named for their own host time are left out of the launch overhead every rank pays

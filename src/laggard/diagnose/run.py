@@ -63,7 +63,7 @@ def cannot_judge(ctx: Ctx, cfg: DiagnoseConfig) -> str:
     import numpy as np
 
     base, res = ctx.base, ctx.res
-    p2p = np.isin(ctx.kind, ["p2p_send", "p2p_recv"]) & (base.measured > 0)
+    p2p = ctx.kind_is("p2p_send", "p2p_recv") & (base.measured > 0)
     if p2p.any():
         g = base.graph
         sizes = np.diff(g.group_ptr)

@@ -34,7 +34,8 @@ def unseen(ctx: Ctx, cfg: DiagnoseConfig) -> Diagnosis | None:
     """The diagnosis of a job S calls healthy when a fix S cannot see speeds it up by the healthy
     threshold (None when none does)."""
     causes = OVERHEAD_CAUSES + (PIPELINE_CAUSES if ctx.num_dp == 1 and ctx.num_pp > 1 else ())
-    cands = [c for c in candidates(ctx, cfg) if c.finding.cause in causes]
+    # only the detectors of these causes run (the others' nominees would be dropped here)
+    cands = [c for c in candidates(ctx, cfg, causes) if c.finding.cause in causes]
     if not cands:
         return None
     gains = _gains(ctx, cands)

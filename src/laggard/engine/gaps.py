@@ -170,39 +170,46 @@ def _order(*keys: np.ndarray) -> np.ndarray:
 def _measure(job: Job) -> _Gaps:
     """Host time before every op (see the module docstring), and each op's position type."""
     n = job.num_ops
-    rank = job.column("rank").astype(np.int64)
+    rank = job.column("rank").astype(np.int64, copy=False)
     steps, op_step = unique_inverse(job.column("step"))
-    start = job.column("start_ns").astype(np.int64)
-    end = start + job.column("dur_ns").astype(np.int64)
-    # the rank's ops in time order, one run per (rank, step)
+    start = job.column("start_ns").astype(np.int64, copy=False)
+    end = start + job.column("dur_ns").astype(np.int64, copy=False)
+    step_lo = np.full(len(steps), np.iinfo(np.int64).max)
+    np.minimum.at(step_lo, op_step, start)
+    step_hi = np.full(len(steps), np.iinfo(np.int64).min)
+    np.maximum.at(step_hi, op_step, end)
+    step_ns = float(np.median(step_hi - step_lo))
+    # the rank's ops in time order, one run per (rank, step); each op-sized temporary is let go
+    # as soon as it is used (7.7M ops: 60 MB each, and this is the analysis' memory peak)
     o = _order(rank, op_step, start)
     key = rank[o] * (len(steps) + 1) + op_step[o]
     first = np.ones(n, dtype=bool)
     first[1:] = key[1:] != key[:-1]
+    del key
     run = np.cumsum(first) - 1
     run_start = np.flatnonzero(first)
+    del first
     busy_until, busy_pos = _running_max(end[o], run, run_start)
+    del run, end
     idle_from = np.empty(n, dtype=np.int64)
     idle_from[1:] = busy_until[:-1]
     busy_row = np.full(n, -1, dtype=np.int64)
     busy_row[o[1:]] = o[busy_pos[:-1]]
+    del busy_pos
     busy_row[o[run_start]] = -1  # the first op of a step waits for nothing of this step
     # the first op of a run: since the rank's last op of the previous step if that step is
     # traced, else since the step began on the earliest rank
     run_end = np.append(run_start[1:], n) - 1
     prev = np.maximum(np.arange(len(run_start)) - 1, 0)
-    run_rank = rank[o][run_start]
-    run_step = steps[op_step[o][run_start]]
+    run_rank = rank[o[run_start]]
+    run_step = steps[op_step[o[run_start]]]
     has_prev = (np.arange(len(run_start)) > 0) & (run_rank == run_rank[prev]) & (run_step - run_step[prev] == 1)
-    step_lo = np.full(len(steps), np.iinfo(np.int64).max)
-    np.minimum.at(step_lo, op_step, start)
-    idle_from[run_start] = np.where(has_prev, busy_until[run_end][prev], step_lo[op_step[o][run_start]])
+    idle_from[run_start] = np.where(has_prev, busy_until[run_end][prev], step_lo[op_step[o[run_start]]])
+    del busy_until
     host = np.empty(n, dtype=np.int64)
     host[o] = np.maximum(start[o] - idle_from, 0)
+    del idle_from, o
     host = _exclude_waits(job, op_step, start, host)
-    step_hi = np.full(len(steps), np.iinfo(np.int64).min)
-    np.maximum.at(step_hi, op_step, end)
-    step_ns = float(np.median(step_hi - step_lo))
     return _Gaps(host_ns=host, step_ns=step_ns, busy_row=busy_row, op_step=op_step, start_ns=start)
 
 
@@ -217,15 +224,24 @@ def _running_max(values: np.ndarray, run: np.ndarray, run_start: np.ndarray) -> 
     rel -= rel_min
     span = int(rel.max()) + 1
     if len(run_start) * span < 2**62:
-        shifted = rel + run * span
+        off = run * span
+        shifted = rel
+        shifted += off
         best = np.maximum.accumulate(shifted)
-        running = best - run * span + rel_min + lo
         at_max = shifted == best
+        del shifted, rel
+        running = best
+        running -= off
+        running += rel_min
+        running += lo
+        del off, lo
     else:  # astronomically long runs: one running max per run
         bounds = np.append(run_start, n)
         running = np.concatenate([np.maximum.accumulate(values[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
         at_max = values == running
-    pos = np.maximum.accumulate(np.where(at_max, np.arange(n), 0))
+    pos = np.arange(n)
+    pos[~at_max] = 0
+    np.maximum.accumulate(pos, out=pos)
     return running, pos
 
 
@@ -244,16 +260,21 @@ def _exclude_waits(job: Job, op_step: np.ndarray, start: np.ndarray, host: np.nd
     seq = job.column("seq")[rows]
     order = _order(op_step[rows], gcode[rows], seq, start[rows])
     r = rows[order]
-    new = np.ones(len(r), dtype=bool)
-    new[1:] = (op_step[r][1:] != op_step[r][:-1]) | (gcode[r][1:] != gcode[r][:-1]) | (seq[order][1:] != seq[order][:-1])
+    new = np.zeros(len(r), dtype=bool)
+    new[0] = True  # (rows is not empty)
+    for col, at in ((op_step, r), (gcode, r), (seq, order)):  # each gathered once, one at a time
+        c = col[at]
+        new[1:] |= c[1:] != c[:-1]
+    del c
     gid = np.cumsum(new) - 1
     bounds = np.append(np.flatnonzero(new), len(r))
     size = np.diff(bounds)[gid]
     last = bounds[1:][gid] - 1  # the latest starter of each group (sorted by start)
     pos = np.arange(len(r))
     # the others' latest start: the group's last start, or the one before it for the last starter
-    others = np.where(pos == last, start[r][np.maximum(last - 1, 0)], start[r][last])
-    allowed = np.where(size >= 2, np.maximum(start[r] - others, 0), 0)
+    sr = start[r]
+    others = np.where(pos == last, sr[np.maximum(last - 1, 0)], sr[last])
+    allowed = np.where(size >= 2, np.maximum(sr - others, 0), 0)
     out[r] = np.minimum(out[r], allowed)
     return out
 

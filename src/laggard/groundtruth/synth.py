@@ -46,9 +46,10 @@ class SynthConfig:
     jitter: float = 0.03  # lognormal sigma of per-op noise
     name: str = "synthetic"
     costs_ms: dict[str, float] = field(default_factory=dict)  # overrides of OP_COSTS_MS means
-    # A generated op table is ~100 bytes per op in memory (and again while written): 20 M ops is
-    # ~2 GB, the most a laptop holds comfortably; larger sizes are typos (--steps 1e9), not jobs.
-    max_ops: int = 20_000_000
+    # A generated op table is ~100 bytes per op in memory (and again while written): 40 M ops is
+    # ~4 GB, room for 16,384 workers (dp 2048 x pp 8, 16 microbatches, 20 steps: 34.7 M ops; the
+    # scale benchmark's largest job); larger sizes are typos (--steps 1e9), not jobs.
+    max_ops: int = 40_000_000
 
     def __post_init__(self) -> None:
         for k in ("dp", "pp", "vpp", "microbatches", "steps", "tp"):

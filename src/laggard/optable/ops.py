@@ -384,11 +384,10 @@ def _indices(arr: pa.DictionaryArray) -> np.ndarray:
     idx = arr.indices
     if idx.null_count == 0:
         return _chunk_to_numpy(idx).astype(np.int64, copy=False)
-    out = np.asarray(idx.to_numpy(zero_copy_only=False))
-    valid = valid_mask(idx)
-    res = np.full(len(idx), -1, dtype=np.int64)
-    res[valid] = out[valid].astype(np.int64)
-    return res
+    # the data buffer as it is (a null's slot holds some index) and -1 where the validity bitmap says
+    # null: Arrow's to_numpy of an integer array with nulls goes through float64 (0.2 s per 4M rows)
+    raw = np.frombuffer(idx.buffers()[1], dtype=np.dtype(idx.type.to_pandas_dtype()), count=idx.offset + len(idx))
+    return np.where(valid_mask(idx), raw[idx.offset :], -1).astype(np.int64, copy=False)
 
 
 def write_native(job: Job, out_dir: str | Path, *, rows_per_shard: int = 4_000_000) -> Path:
