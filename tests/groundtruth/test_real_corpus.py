@@ -107,13 +107,19 @@ def test_clean_false_alarm_and_failed_analysis(rc):
 
 
 def test_simulator_figures_read_from_results(rc, tmp_path):
+    """Both stored sweeps, each under its own column: the simulator's own noise and the real jobs'."""
     doc = {"benchmarks": {"bench_diagnose_mixed": {"figures": [
         {"name": "mixture (1-4 causes): precision of named causes (x), 200 jobs", "value": 0.99},
         {"name": "mixture (1-4 causes): recall of named causes, 424 causes", "value": 0.97},
-        {"name": "mixture (1-4 causes): clean jobs called healthy", "value": 100.0}]}}}
+        {"name": "mixture (1-4 causes): clean jobs called healthy", "value": 100.0},
+        {"name": "mixture, real-job noise (1-4 causes): precision of named causes (x), 100 jobs", "value": 0.74},
+        {"name": "mixture, real-job noise (1-4 causes): clean jobs called healthy", "value": 25.0},
+        {"name": "single cause on the simulator: recall of named causes, 43 causes", "value": 0.5}]}}}
     (tmp_path / "r.json").write_text(json.dumps(doc))
-    assert rc.load_sibling("corpus_report").simulator_figures(tmp_path / "r.json") == {"precision": 0.99, "recall": 0.97,
-                                                         "clean_false_alarm_rate": 0.0}
+    assert rc.load_sibling("corpus_report").simulator_figures(tmp_path / "r.json") == {
+        "simulator": {"precision": 0.99, "recall": 0.97, "clean_healthy_rate": 1.0},
+        "sim, real noise": {"precision": 0.74, "clean_healthy_rate": 0.25}}
+    assert rc.load_sibling("corpus_report").simulator_figures(tmp_path / "missing.json") == {}
 
 
 def test_recall_by_measured_impact(rc, tmp_path):
