@@ -124,6 +124,24 @@ def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.nd
     return np.where(comm_name, median, mean)[name_code]
 
 
+def _attribution_types(names: list[str], kinds: list[str], name_code: np.ndarray,
+                       kind_code: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """(the attribution types, each op's code into them): each name's type from its first kind code
+    (the kinds it occurs with, from one count of the (name, kind) pairs; slot 0 is a null kind, code
+    -1, read as kinds[-1])."""
+    nk = len(kinds) + 1
+    named = name_code >= 0
+    pairs = np.bincount(name_code[named].astype(np.int64) * nk + kind_code[named] + 1,
+                        minlength=len(names) * nk).reshape(len(names), nk)
+    pair_kind = {}
+    for c, nm in enumerate(names):
+        ks = np.flatnonzero(pairs[c]) - 1
+        pair_kind[c] = attribution_type(nm, kinds[int(ks[0])]) if len(ks) else nm
+    attr_names = sorted(set(pair_kind.values()))
+    lut = np.array([attr_names.index(pair_kind[c]) for c in range(len(names))], dtype=np.int64)
+    return attr_names, lut[name_code]
+
+
 def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
     """Add host ops for untraced gaps, build the graph, drop steps the replay cannot model,
     compute measured and ideal weights."""
@@ -168,20 +186,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
     gc_name = np.array([is_gc_name(n) for n in names], dtype=bool)
     if gc_name.any():
         ideal = np.where(gc_name[name_code], 0.0, ideal)
-    # attribution types
-    # each name's first kind code (the kinds it occurs with, from one count of the (name, kind) pairs)
-    # (slot 0: a null kind, code -1, read as kinds[-1] as before)
-    nk = len(kinds) + 1
-    named = name_code >= 0
-    pairs = np.bincount(name_code[named].astype(np.int64) * nk + kind_code[named] + 1,
-                        minlength=len(names) * nk).reshape(len(names), nk)
-    pair_kind = {}
-    for c, nm in enumerate(names):
-        ks = np.flatnonzero(pairs[c]) - 1
-        pair_kind[c] = attribution_type(nm, kinds[int(ks[0])]) if len(ks) else nm
-    attr_names = sorted(set(pair_kind.values()))
-    lut = np.array([attr_names.index(pair_kind[c]) for c in range(len(names))], dtype=np.int64)
-    attr_code = lut[name_code]
+    attr_names, attr_code = _attribution_types(names, kinds, name_code, kind_code)
     so = graph.step_order
     sb = graph.step_bounds[:-1]
     step_end = np.maximum.reduceat(end_s[so], sb)
