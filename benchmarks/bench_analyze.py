@@ -281,14 +281,20 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_s": time.process_tim
 """
 
 
-def _scale_xl_figures() -> list[dict]:
-    """The whole process (imports, load_job, analyze) on 16,384 workers: wall, CPU and peak RSS."""
+def _on_synth_job(sizes: dict, script: str) -> tuple[float, dict]:
+    """Write a synthetic job of these sizes, run ``script`` on it in a fresh process: (the generation's
+    wall time, the JSON the script printed last)."""
     with tempfile.TemporaryDirectory() as tmp:
-        gen_s = _synth_job(SCALE_XL, f"{tmp}/job")
-        p = subprocess.run([sys.executable, "-c", _XL_SCRIPT, f"{tmp}/job"], capture_output=True, text=True)
+        gen_s = _synth_job(sizes, f"{tmp}/job")
+        p = subprocess.run([sys.executable, "-c", script, f"{tmp}/job"], capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(p.stderr[-2000:])
-        r = json.loads(p.stdout.strip().splitlines()[-1])
+        return gen_s, json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _scale_xl_figures() -> list[dict]:
+    """The whole process (imports, load_job, analyze) on 16,384 workers: wall, CPU and peak RSS."""
+    gen_s, r = _on_synth_job(SCALE_XL, _XL_SCRIPT)
     gib = r["peak_rss_bytes"] / 2**30
     label = f"{r['num_workers']} workers (dp {SCALE_XL['dp']} x pp {SCALE_XL['pp']}), {r['num_ops']:,} ops"
     return [
@@ -311,12 +317,7 @@ def _scale_xl_figures() -> list[dict]:
 
 
 def _scale_figures() -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        gen_s = _synth_job(SCALE, f"{tmp}/job")
-        p = subprocess.run([sys.executable, "-c", _SCALE_SCRIPT, f"{tmp}/job"], capture_output=True, text=True)
-        if p.returncode != 0:
-            raise RuntimeError(p.stderr[-2000:])
-        r = json.loads(p.stdout.strip().splitlines()[-1])
+    gen_s, r = _on_synth_job(SCALE, _SCALE_SCRIPT)
     projected = r["full_replay_per_dp_rank_s"] * r["num_dp"]
     gib = r["peak_rss_bytes"] / 2**30
     label = f"{r['num_workers']} workers (dp {SCALE['dp']} x pp {SCALE['pp']}), {r['num_ops']:,} ops"
