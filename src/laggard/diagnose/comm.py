@@ -8,7 +8,7 @@ import numpy as np
 
 from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx, existing, group_median, peer_median, weights_of
+from laggard.diagnose.context import Ctx, existing, group_median, peer_median, rows_mask, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.results.diagnosis import Consistency, Finding
 from laggard.whatif.custom import Change
@@ -73,7 +73,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     finding = Finding(
         cause="comm",
         workers=[ctx.worker_of[r] for r in ranks if r in ctx.worker_of][:16],
-        steps=ctx.steps_of(_mask(len(ctx.w), bad_rows) & (ctx.w > cfg.comm_median_x * tmed)),
+        steps=ctx.steps_of(rows_mask(len(ctx.w), bad_rows) & (ctx.w > cfg.comm_median_x * tmed)),
         evidence=ev,
         fix=(
             f"check the link/NIC between rank {r_a} and rank {r_b} (flapping port, bad cable, congested switch); "
@@ -153,16 +153,9 @@ def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, t
         cause="comm",
         # job-wide: naming every rank would have on-call drain healthy nodes (the evidence counts them)
         workers=[],
-        steps=ctx.steps_of(_mask(len(ctx.w), bad_rows[slow_ops])),
+        steps=ctx.steps_of(rows_mask(len(ctx.w), bad_rows[slow_ops])),
         evidence=ev,
         fix="not one bad link: ranks wait for peers that run late. Look for CPU contention on the hosts (more busy "
         "processes or threads than cores, data-loader workers, noisy neighbours) or fabric-wide congestion",
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
-
-
-def _mask(n: int, rows: np.ndarray) -> np.ndarray:
-    """``np.isin(np.arange(n), rows)`` without the sort."""
-    out = np.zeros(n, dtype=bool)
-    out[rows] = True
-    return out

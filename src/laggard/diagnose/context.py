@@ -27,10 +27,8 @@ class Ctx:
         self.name = base.name_code
         kinds = np.array(base.kinds, dtype=object)
         self.kind = kinds[base.kind_code] if len(kinds) else np.zeros(0, dtype=object)
-        # per-kind flags looked up by code: comparing 7.7M object strings costs ~0.1 s a mask
-        is_compute = np.array([k == "compute" for k in base.kinds], dtype=bool)[base.kind_code]
-        is_other = np.array([k == "other" for k in base.kinds], dtype=bool)[base.kind_code]
-        self.compute = is_compute | is_other
+        is_compute = self.kind_is("compute")
+        self.compute = self.kind_is("compute", "other")
         low = [n.lower() for n in base.names]
         fwd_names = np.array(["forward" in n for n in low] + [False], dtype=bool)
         bwd_names = np.array(["backward" in n for n in low] + [False], dtype=bool)
@@ -62,7 +60,8 @@ class Ctx:
         self.memo: dict[str, object] = {}  # what several detectors read, computed once (``worker.step_ratios``)
 
     def kind_is(self, *kinds: str) -> np.ndarray:
-        """``np.isin(self.kind, kinds)`` by kind code (a lookup, not 7.7M string compares a mask)."""
+        """``np.isin(self.kind, kinds)`` by kind code (a lookup: comparing 7.7M object strings costs
+        ~0.1 s a mask)."""
         flag = np.array([k in kinds for k in self.base.kinds], dtype=bool)
         return flag[self.base.kind_code] if len(flag) else np.zeros(len(self.kind), dtype=bool)
 
@@ -87,8 +86,7 @@ class Ctx:
             num_steps = int(self.step.max()) + 1 if len(self.step) else 1
             cell = ri * num_steps + self.step
             shape = (len(self.ranks), num_steps)
-            if shape[0] * shape[1] < 2**31:  # kept for the job's lifetime: half the memory
-                cell = cell.astype(np.int32)
+            cell = compact(cell, shape[0] * shape[1])
             ran = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape) > 0
             self.memo["ctx.rank_step_cells"] = cell, ran
         cell, ran = self.memo["ctx.rank_step_cells"]
@@ -120,6 +118,19 @@ def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     at_hi = np.minimum(start + hi + (hi >= j), len(v) - 1)
     out = np.empty(len(v))
     out[order] = np.where(size > 1, 0.5 * (v[at_lo] + v[at_hi]), 0.0)
+    return out
+
+
+def compact(index: np.ndarray, bound: int) -> np.ndarray:
+    """``index`` (values in ``[0, bound)``) as int32 where ``bound`` allows: for the op indices and
+    cells a detector keeps in ``Ctx.memo`` for the job's lifetime (half the memory at 4,096 workers)."""
+    return index.astype(np.int32) if bound < 2**31 else index
+
+
+def rows_mask(n: int, rows: np.ndarray) -> np.ndarray:
+    """The mask of ``n`` entries true at ``rows`` (``np.isin(np.arange(n), rows)`` without the sort)."""
+    out = np.zeros(n, dtype=bool)
+    out[rows] = True
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx, weights_of
+from laggard.diagnose.context import Ctx, compact, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
@@ -120,8 +120,7 @@ def _all_features(ctx: Ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         int((ends - starts).sum()))
     sq = np.bincount(owner, weights=values[idx] ** 2, minlength=len(rows))
     lin = np.bincount(owner, weights=values[idx], minlength=len(rows))
-    if len(ctx.w) < 2**31:
-        rows = rows.astype(np.int32)
+    rows = compact(rows, len(ctx.w))
     return rows, sq, lin
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx
+from laggard.diagnose.context import Ctx, compact, rows_mask
 from laggard.diagnose.findings import Candidate
 from laggard.results.diagnosis import Consistency, Finding
 
@@ -94,8 +94,7 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     mb = mb_expected(ctx) if ctx.num_dp > 1 else None
     if mb is not None:
         rows, expected = mb
-        mask = np.zeros(len(ctx.w), dtype=bool)
-        mask[rows] = True
+        mask = rows_mask(len(ctx.w), rows)
         spent = ctx.per_rank_step(mask)
         w_exp = np.zeros(len(ctx.w))
         w_exp[rows] = expected
@@ -108,9 +107,8 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
         ref, num_ref = fast_peer_row_median(np.nan_to_num(lv, nan=np.inf), speed, stage, cfg.worker_ratio)
     else:
         ref = np.full(per.shape, np.nan)
-        for i in range(n):
-            if n > 1:
-                ref[i] = noise.row_median(speed[np.delete(np.arange(n), i)])
+        for i in range(n if n > 1 else 0):
+            ref[i] = noise.row_median(speed[np.delete(np.arange(n), i)])
         num_ref = np.full(n, n - 1)
     ratio = noise.ratios(speed, ref)
     ctx.memo["worker.speed"] = speed, num_ref
@@ -126,8 +124,8 @@ def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     per job (``ctx.memo``)."""
     if "worker.mb_expected" not in ctx.memo:
         mb = _mb_expected(ctx)
-        if mb is not None and len(ctx.w) < 2**31:  # kept for the job's lifetime: int32 rows
-            mb = mb[0].astype(np.int32), mb[1]
+        if mb is not None:
+            mb = compact(mb[0], len(ctx.w)), mb[1]
         ctx.memo["worker.mb_expected"] = mb
     return ctx.memo["worker.mb_expected"]
 
