@@ -379,6 +379,20 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, inv.ravel().astype(np.int64, copy=False)
 
 
+def unique_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_index=True)`` for integer labels (ranks, DP ranks, stages), as
+    ``unique_inverse`` is for ``return_inverse``: a table over their range instead of a sort of every
+    op (0.2 s each at 4,096 workers)."""
+    if len(values) and values.dtype.kind in "iu":
+        lo, hi = int(values.min()), int(values.max())
+        if fits_table(hi - lo + 1, len(values)):
+            first = np.full(hi - lo + 1, len(values), dtype=np.int64)
+            np.minimum.at(first, values - lo, np.arange(len(values)))
+            present = np.flatnonzero(first < len(values))
+            return (present + lo).astype(values.dtype, copy=False), first[present]
+    return np.unique(values, return_index=True)
+
+
 def _indices(arr: pa.DictionaryArray) -> np.ndarray:
     """Dictionary indices as int numpy, null -> -1 (the last slot of a lookup table)."""
     idx = arr.indices

@@ -20,7 +20,7 @@ from laggard.engine.baseline import Baseline, _batch_size, prepare, replay_mixed
 from laggard.engine.gaps import GapConfig
 from laggard.engine.replay import replay_steps
 from laggard.engine.replay_chain import chained_wall_step_times, plan_chain
-from laggard.optable.ops import Job, LaggardWarning, fits_table
+from laggard.optable.ops import Job, LaggardWarning, unique_first
 from laggard.results.analysis import Analysis, Explained
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def analyze(job: Job, *, gaps: GapConfig | None = None) -> Analysis:
 def _analyze(base: Baseline) -> Analysis:
     g = base.graph
     # measured and ideal runs; then op types and stages with only that part measured
-    dps, stages = _unique_first(base.dp_rank)[0], _unique_first(base.pp_rank)[0]
+    dps, stages = unique_first(base.dp_rank)[0], unique_first(base.pp_rank)[0]
     attr_vals = np.arange(len(base.attr_names))
     reduction = _dp_reduction(base) if len(dps) > DP_REDUCTION_MIN else None
     last_stage = base.pp_rank == stages.max()
@@ -94,7 +94,7 @@ def _analyze(base: Baseline) -> Analysis:
     by_dp = dict(zip(dps.tolist(), _ratio(st_dp, st_ideal[:, None]).tolist(), strict=True))
     by_stage = dict(zip(stages.tolist(), _ratio(st_pp, st_ideal[:, None]).tolist(), strict=True))
     # workers: S_w = min(S_dp, S_stage); M_W fixes the top 3% of them
-    ranks, first = _unique_first(base.rank)
+    ranks, first = unique_first(base.rank)
     w_dp, w_pp = base.dp_rank[first], base.pp_rank[first]
     s_w = np.minimum([by_dp[int(d)] for d in w_dp], [by_stage[int(p)] for p in w_pp])
     order = np.lexsort((ranks, -s_w))
@@ -138,19 +138,6 @@ def _analyze(base: Baseline) -> Analysis:
         step_by_dp_s=np.asarray(st_dp, dtype=np.float64),
         step_by_stage_s=np.asarray(st_pp, dtype=np.float64),
     )
-
-
-def _unique_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_index=True)`` for integer labels (ranks, DP ranks, stages): a table
-    over their range instead of a sort of every op (0.2 s each at 4,096 workers)."""
-    if len(values) and values.dtype.kind in "iu":
-        lo, hi = int(values.min()), int(values.max())
-        if fits_table(hi - lo + 1, len(values)):
-            first = np.full(hi - lo + 1, len(values), dtype=np.int64)
-            np.minimum.at(first, values - lo, np.arange(len(values)))
-            present = np.flatnonzero(first < len(values))
-            return (present + lo).astype(values.dtype, copy=False), first[present]
-    return np.unique(values, return_index=True)
 
 
 def replayed_wall_step_times(base: Baseline) -> np.ndarray:
