@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from laggard.engine.graph import Graph, build_graph
-from laggard.optable.ops import Job
+from laggard.optable.ops import Job, unique_inverse
 
 
 @dataclass(kw_only=True, slots=True)
@@ -31,18 +31,9 @@ class DPReduction:
 
 def _dense(x: np.ndarray) -> tuple[np.ndarray, int]:
     """Each value's index among the sorted distinct values, and how many there are (``np.unique``'s
-    inverse; integers of a narrow range by counting instead of sorting)."""
-    x = np.asarray(x)
-    if x.dtype.kind in "iu" and len(x):
-        lo, hi = int(x.min()), int(x.max())
-        if hi - lo <= 4 * len(x):
-            off = x.astype(np.int64) - lo
-            seen = np.zeros(hi - lo + 1, dtype=bool)
-            seen[off] = True
-            rank = np.cumsum(seen) - 1
-            return rank[off].astype(np.int64), int(seen.sum())
-    u, inv = np.unique(x, return_inverse=True)
-    return inv.astype(np.int64), len(u)
+    inverse: ``unique_inverse``, which counts integers of a narrow range instead of sorting)."""
+    u, inv = unique_inverse(x)
+    return inv, len(u)
 
 
 def _canonical_order(job: Job, dp: np.ndarray) -> np.ndarray:
