@@ -6,6 +6,7 @@ warnings (``LaggardWarning``) are printed as one line each and the command goes 
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 
@@ -73,16 +74,17 @@ def _registered(modules: list[str]) -> typer.Typer:
     return one
 
 
-_FULL: list[typer.Typer] = []
+@functools.cache
+def _full_app() -> typer.Typer:
+    """Every command, registered once, on first use (a run of one command registers only its own)."""
+    return _registered(list(COMMAND_MODULES))
 
 
 def __getattr__(name: str) -> typer.Typer:
-    """``app``: every command, registered on first use (a run of one command registers only its own)."""
+    """``app``: the full app (``_full_app``)."""
     if name != "app":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if not _FULL:
-        _FULL.append(_registered(list(COMMAND_MODULES)))
-    return _FULL[0]
+    return _full_app()
 
 
 def _app_for(argv: list[str]) -> typer.Typer:
@@ -93,12 +95,12 @@ def _app_for(argv: list[str]) -> typer.Typer:
     name = argv[0] if argv else ""
     modules = [m for m, names in COMMAND_MODULES.items() if name in names]
     if len(modules) != 1:
-        return __getattr__("app")
+        return _full_app()
     one = _registered(modules)
     cmds = [c for c in one.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == name]
     groups = [g for g in one.registered_groups if (g.name or g.typer_instance.info.name) == name]
     if len(cmds) + len(groups) != 1:
-        return __getattr__("app")
+        return _full_app()
     one.registered_commands, one.registered_groups = cmds, groups
     return one
 
