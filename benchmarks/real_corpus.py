@@ -183,14 +183,14 @@ def plan_corpus(seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_JOBS) -> list[
 # ---------------------------------------------------------------- running the jobs
 
 
-def job_config(plan: JobPlan, job_dir: Path, steps: int):  # noqa: ANN201 - a laggard.demo.launch.JobConfig
+def job_config(plan: JobPlan, job_dir: Path, steps: int, profiler: bool = True):  # noqa: ANN201 - a JobConfig
     from laggard.demo.launch import JobConfig
     from laggard.groundtruth.inject import parse_injections
 
     return JobConfig(dp=plan.dp, pp=plan.pp, steps=steps, microbatches=MICROBATCHES, batch_size=4, seq_len=128,
                      d_model=128, num_heads=4, num_layers=2 * plan.pp if plan.pp > 1 else 2, seed=plan.job_seed,
                      injections=parse_injections([c["spec"] for c in plan.causes]), freeze_gc=True,
-                     trace_dir=str(job_dir / "trace"), profiler_dir=str(job_dir / "profiler"))
+                     trace_dir=str(job_dir / "trace"), profiler_dir=str(job_dir / "profiler") if profiler else None)
 
 
 def measured_factors(causes: list[dict], traced: list[int], step_ms: np.ndarray) -> float:
@@ -269,14 +269,15 @@ def gzip_profiler(job_dir: Path) -> None:
         path.unlink()
 
 
-def run_one(plan: JobPlan, job_dir: Path, steps: int, seed: int, on_step) -> dict | None:  # noqa: ANN001
+def run_one(plan: JobPlan, job_dir: Path, steps: int, seed: int, on_step,  # noqa: ANN001
+            profiler: bool = True) -> dict | None:
     """Run one job; its truth (written), or None when it failed (failed.json written)."""
     from laggard.demo.launch import run_job
 
     for sub in ("trace", "profiler"):
         shutil.rmtree(job_dir / sub, ignore_errors=True)
     job_dir.mkdir(parents=True, exist_ok=True)
-    cfg = job_config(plan, job_dir, steps)
+    cfg = job_config(plan, job_dir, steps, profiler)
     t0 = time.perf_counter()
     try:
         res = run_job(cfg, on_progress=on_step)
@@ -296,14 +297,43 @@ def run_one(plan: JobPlan, job_dir: Path, steps: int, seed: int, on_step) -> dic
 
 
 def generate(corpus: Path, *, seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_JOBS, steps: int = DEFAULT_STEPS,
-             retry_failed: bool = False, quiet: bool = False) -> dict:
-    """Run every job of the draw that CORPUS does not hold yet; {'done', 'skipped', 'failed'} job ids."""
+             retry_failed: bool = False, quiet: bool = False, only: set[str] | None = None, parallel: int = 1,
+             profiler: bool = True) -> dict:
+    """Run every job of the draw that CORPUS does not hold yet; {'done', 'skipped', 'failed'} job ids.
+    ``only``: these job ids of the draw alone; ``parallel`` > 1: that many jobs at once (a machine with a
+    core per rank of each: on 2 cores jobs at once would load each other)."""
+    before = set(sys.modules)  # (a caller may have loaded the analysis itself: make bench)
+    _check_plan(corpus, seed, num_jobs, steps)
+    plans = [p for p in plan_corpus(seed, num_jobs) if only is None or p.job_id in only]
+    if parallel > 1:
+        out = _generate_parallel(corpus, plans, steps, seed, retry_failed, parallel, profiler)
+    else:
+        out = _generate_serial(corpus, plans, steps, seed, retry_failed, quiet, profiler)
+    check_no_analysis(before, "the generator")
+    return out
+
+
+def _todo(job_dir: Path, retry_failed: bool) -> bool:
+    return not ((job_dir / "truth.json").exists() or ((job_dir / "failed.json").exists() and not retry_failed))
+
+
+def _generate_parallel(corpus: Path, plans: list[JobPlan], steps: int, seed: int, retry_failed: bool,
+                       parallel: int, profiler: bool) -> dict:
+    out: dict[str, list[str]] = {"done": [], "skipped": [], "failed": []}
+    todo = [p for p in plans if _todo(corpus / p.job_id, retry_failed)]
+    out["skipped"] = [p.job_id for p in plans if p not in todo]
+    with stderr_to(corpus / "generate.log"), ThreadPoolExecutor(parallel) as pool:
+        truths = pool.map(lambda p: run_one(p, corpus / p.job_id, steps, seed, None, profiler), todo)
+        for plan, truth in zip(todo, truths, strict=True):
+            out["done" if truth else "failed"].append(plan.job_id)
+    return out
+
+
+def _generate_serial(corpus: Path, plans: list[JobPlan], steps: int, seed: int, retry_failed: bool, quiet: bool,
+                     profiler: bool) -> dict:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    before = set(sys.modules)  # (a caller may have loaded the analysis itself: make bench)
-    _check_plan(corpus, seed, num_jobs, steps)
-    plans = plan_corpus(seed, num_jobs)
     out: dict[str, list[str]] = {"done": [], "skipped": [], "failed": []}
     console = Console(file=sys.stdout, quiet=quiet)
     with stderr_to(corpus / "generate.log"):  # the ranks' stderr (profiler chatter)
@@ -313,17 +343,17 @@ def generate(corpus: Path, *, seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_
             steps_task = bar.add_task("  steps", total=steps)
             for plan in plans:
                 job_dir = corpus / plan.job_id
-                if (job_dir / "truth.json").exists() or ((job_dir / "failed.json").exists() and not retry_failed):
+                if not _todo(job_dir, retry_failed):
                     out["skipped"].append(plan.job_id)
                     bar.advance(jobs)
                     continue
                 specs = " + ".join(c["spec"] for c in plan.causes) or "clean"
                 bar.update(jobs, description=f"{plan.job_id} {plan.layout} {specs}"[:90])
                 bar.reset(steps_task, total=steps)
-                truth = run_one(plan, job_dir, steps, seed, lambda k, n, loss: bar.update(steps_task, completed=k))
+                truth = run_one(plan, job_dir, steps, seed, lambda k, n, loss: bar.update(steps_task, completed=k),
+                                profiler)
                 out["done" if truth else "failed"].append(plan.job_id)
                 bar.advance(jobs)
-    check_no_analysis(before, "the generator")
     return out
 
 
@@ -547,7 +577,11 @@ def main(argv: list[str] | None = None) -> int:
             sp.add_argument("--jobs", type=int, default=DEFAULT_JOBS)
             sp.add_argument("--seed", type=int, default=DEFAULT_SEED)
             sp.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="traced steps per job")
-    sub.choices["generate"].add_argument("--retry-failed", action="store_true")
+    gen = sub.choices["generate"]
+    gen.add_argument("--retry-failed", action="store_true")
+    gen.add_argument("--only", default="", help="comma-separated job ids of the draw to run (default: all)")
+    gen.add_argument("--parallel", type=int, default=1, help="jobs at once (a core per rank of each)")
+    gen.add_argument("--no-profiler", action="store_true", help="the Tracer's trace only (no torch.profiler)")
     sc = sub.choices["score"]
     sc.add_argument("--cached", action="store_true", help="reuse the analyses in CORPUS/job*/analysis/")
     sc.add_argument("--procs", type=int, default=1, help="analyses run at once")
@@ -558,7 +592,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p.job_id} {p.layout:8} " + (" + ".join(f"{c['spec']} (x{c['factor']})" for c in p.causes) or "clean"))
         return 0
     if a.mode == "generate":
-        out = generate(a.corpus, seed=a.seed, num_jobs=a.jobs, steps=a.steps, retry_failed=a.retry_failed)
+        out = generate(a.corpus, seed=a.seed, num_jobs=a.jobs, steps=a.steps, retry_failed=a.retry_failed,
+                       only=set(a.only.split(",")) if a.only else None, parallel=a.parallel,
+                       profiler=not a.no_profiler)
         print(f"ran {len(out['done'])}, skipped {len(out['skipped'])} (already there), failed {len(out['failed'])}"
               + (f": {', '.join(out['failed'])} (see their failed.json)" if out["failed"] else ""))
         return 0

@@ -137,3 +137,15 @@ def test_with_two_ranks_the_slow_one_is_measured_against_the_other() -> None:
     _drive(ctl, [1e-3, 1.2e-3], range(10))
     assert [a.kind for a in ctl.actions] == ["rebalance"] and ctl.counts == [17, 15]
     assert ctl.actions[0].evidence["ratio_to_median"] == [pytest.approx(1 / 1.2, abs=1e-3), 1.2]
+
+
+def test_ranks_not_found_slow_share_their_part_evenly() -> None:
+    """Noise between healthy ranks (under slow_ratio) does not make one of them carry more: the first
+    split of a 1.6x rank among 4 is the speed split of (1, 1, 1.6, 1), not of the noisy readings."""
+    noisy = [0.93e-3, 1.0e-3, 1.6e-3, 1.06e-3]
+    ctl = Controller(global_batch=64, dp_rank=0, dp_size=4, min_samples=4)
+    _drive(ctl, noisy, range(10))
+    assert [a.kind for a in ctl.actions] == ["rebalance"] and ctl.counts == [18, 18, 11, 17]
+    raw = Controller(global_batch=64, dp_rank=0, dp_size=4, min_samples=4, config=ActConfig(pool_healthy=False))
+    _drive(raw, noisy, range(10))
+    assert raw.counts == split_samples(64, noisy, 4) != [18, 18, 11, 17]

@@ -183,7 +183,7 @@ def _dict_array(values: Any, index_type: pa.DataType) -> pa.Array:
         idx = _indices(values)
         labels = [str(x) for x in values.dictionary.to_pylist()]
         return pa.DictionaryArray.from_arrays(
-            pa.array(np.where(idx >= 0, idx, 0).astype(index_type.to_pandas_dtype()), mask=idx < 0),
+            pa.array(np.where(idx >= 0, idx, 0).astype(numpy_dtype(index_type)), mask=idx < 0),
             pa.array(labels, type=pa.string()),
         )
     if isinstance(values, pa.Array):
@@ -191,7 +191,7 @@ def _dict_array(values: Any, index_type: pa.DataType) -> pa.Array:
     arr = np.asarray(values, dtype=object)
     valid = np.array([v is not None for v in arr], dtype=bool) if arr.size else np.zeros(0, dtype=bool)
     labels, inv = np.unique(arr[valid].astype(str), return_inverse=True)
-    idx = np.zeros(len(arr), dtype=index_type.to_pandas_dtype())
+    idx = np.zeros(len(arr), dtype=numpy_dtype(index_type))
     idx[valid] = inv
     return pa.DictionaryArray.from_arrays(
         pa.array(idx, mask=~valid if not valid.all() else None), pa.array(labels.tolist(), type=pa.string())
@@ -229,7 +229,7 @@ def make_table(columns: dict[str, Any], *, num_rows: int | None = None) -> pa.Ta
         elif pa.types.is_list(fld.type):
             arrays.append(pa.array(v, type=fld.type))
         else:
-            arrays.append(pa.array(np.asarray(v).astype(fld.type.to_pandas_dtype(), copy=False), type=fld.type))
+            arrays.append(pa.array(np.asarray(v).astype(numpy_dtype(fld.type), copy=False), type=fld.type))
     return pa.Table.from_arrays(arrays, schema=OP_SCHEMA)
 
 
@@ -321,11 +321,21 @@ class Job:
         return _indices(arr).astype(np.int32, copy=False), arr.dictionary.to_pylist()
 
 
+def numpy_dtype(t: pa.DataType) -> np.dtype:
+    """The numpy dtype of an integer or floating Arrow type, without ``DataType.to_pandas_dtype``:
+    in pyarrow <= 25 that imports pandas and raises when it is not installed (or hidden)."""
+    if pa.types.is_integer(t):
+        return np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
+    if pa.types.is_floating(t):
+        return np.dtype(f"f{t.bit_width // 8}")
+    raise TypeError(f"no numpy dtype for Arrow type {t}")
+
+
 def _chunk_to_numpy(arr: pa.Array) -> np.ndarray:
     t = arr.type
     if (pa.types.is_integer(t) or pa.types.is_floating(t)) and arr.null_count == 0:
         # straight from the data buffer: zero-copy, and no pandas import (Array.to_numpy does one)
-        dtype = np.dtype(t.to_pandas_dtype())
+        dtype = numpy_dtype(t)
         buf = arr.buffers()[1]
         return np.frombuffer(buf, dtype=dtype, count=arr.offset + len(arr))[arr.offset :]
     return arr.to_numpy(zero_copy_only=False)
@@ -337,7 +347,7 @@ def to_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
         if col.num_chunks == 1:
             return _chunk_to_numpy(col.chunk(0))
         if col.num_chunks == 0:
-            return np.zeros(0, dtype=col.type.to_pandas_dtype())
+            return np.zeros(0, dtype=numpy_dtype(col.type))
         return np.concatenate([_chunk_to_numpy(ch) for ch in col.chunks])
     return _chunk_to_numpy(col)
 
@@ -400,7 +410,7 @@ def _indices(arr: pa.DictionaryArray) -> np.ndarray:
         return _chunk_to_numpy(idx).astype(np.int64, copy=False)
     # the data buffer as it is (a null's slot holds some index) and -1 where the validity bitmap says
     # null: Arrow's to_numpy of an integer array with nulls goes through float64 (0.2 s per 4M rows)
-    raw = np.frombuffer(idx.buffers()[1], dtype=np.dtype(idx.type.to_pandas_dtype()), count=idx.offset + len(idx))
+    raw = np.frombuffer(idx.buffers()[1], dtype=numpy_dtype(idx.type), count=idx.offset + len(idx))
     return np.where(valid_mask(idx), raw[idx.offset :], -1).astype(np.int64, copy=False)
 
 

@@ -4,8 +4,9 @@ PyTorch's Flight Recorder keeps a ring buffer of the last N collectives per rank
 gloo included, in torch 2.13). It is on when ``TORCH_FR_BUFFER_SIZE`` (or the older
 ``TORCH_NCCL_TRACE_BUFFER_SIZE``) is a positive number **when the process group is created**;
 ``torch._C._distributed_c10d._dump_fr_trace()`` returns the buffer as a pickle (``..._json()``
-as JSON). On gloo a dump names no rank, its ``pg_config`` is empty and point-to-point transfers
-are not recorded at all; a collective that timed out is ``retired`` like one that completed
+as JSON); CUDA builds keep NCCL's entries apart, in ``_dump_nccl_trace()`` (``read_buffers``).
+On gloo a dump names no rank, its ``pg_config`` is empty and point-to-point transfers are not
+recorded at all; a collective that timed out is ``retired`` like one that completed
 (``retired: False`` only until the error reaches the caller); and asking for the collectives'
 Python stacks from any thread but the main one blocks forever (this module asks only there).
 
@@ -244,7 +245,7 @@ class FlightDumper:
             # the collectives' Python stacks are symbolised only on the main thread: from any
             # other thread (the watchdog, the SIGTERM watcher) asking for them blocks forever
             stacks = threading.current_thread() is threading.main_thread()
-            data = pickle.loads(c10d._dump_fr_trace(includeStackTraces=stacks))  # noqa: S301 - our own bytes
+            data = read_buffers(c10d, stacks)
         except (RuntimeError, AttributeError, pickle.UnpicklingError) as e:
             warnings.warn(f"laggard flight recorder (rank {self.rank}): cannot read the buffer ({e})",
                           LaggardWarning, stacklevel=2)
@@ -315,6 +316,26 @@ class FlightDumper:
             elif now_key[1] and dumped_for != now_key and time.monotonic() - since > cfg.watchdog_s:
                 dumped_for = now_key
                 self.dump(f"watchdog: step {now_key[0]} ran over {cfg.watchdog_s:g} s")
+
+
+def read_buffers(c10d: Any, stacks: bool) -> dict[str, Any]:
+    """Torch's recorders, as one dump. CUDA builds keep NCCL's collectives in a recorder of their own
+    (``_dump_nccl_trace``; seen on torch 2.11+cu130: ``_dump_fr_trace`` then holds only the other
+    backends' entries, none for an NCCL job); both are read and their entries merged in creation order."""
+    data = pickle.loads(c10d._dump_fr_trace(includeStackTraces=stacks))  # noqa: S301 - our own bytes
+    dump_nccl = getattr(c10d, "_dump_nccl_trace", None)
+    if dump_nccl is None:
+        return data
+    nccl = pickle.loads(dump_nccl(includeStackTraces=stacks))  # noqa: S301
+    if not nccl.get("entries"):
+        return data
+    if not data.get("entries"):
+        return {**data, **nccl}
+    entries = [*data["entries"], *nccl["entries"]]
+    entries.sort(key=lambda e: e.get("time_created_ns", 0))
+    pg_status = {**(data.get("pg_status") or {}), **(nccl.get("pg_status") or {})}
+    return {**data, **nccl, "entries": entries, "pg_config": {**(data.get("pg_config") or {}),
+                                                              **(nccl.get("pg_config") or {})}, "pg_status": pg_status}
 
 
 def attach(tracer: Any, watchdog_s: float | None) -> FlightDumper | None:

@@ -71,7 +71,10 @@ def select_collectives(
     """(event indices, backend, source description) of the rank's collectives."""
     nm = ev.name
     if device == "gpu":
-        return np.flatnonzero(gpu & is_name["nccl_kernel"][nm]), "nccl", "NCCL kernels"
+        coll = np.flatnonzero(gpu & is_name["nccl_kernel"][nm])
+        if len(coll) or not (cpu & is_name["gloo"][nm]).any():
+            return coll, "nccl", "NCCL kernels"
+        # a GPU rank whose collectives run on the host (gloo on CUDA tensors, or on host copies)
     coll = np.flatnonzero(cpu & is_name["gloo"][nm])
     if len(coll):
         return coll, "gloo", "gloo events"
@@ -112,7 +115,7 @@ def read_collectives(
         else:
             ctype = type_of_name.get(code, "")
             if not ctype:
-                ctype = _type_from_name(names[code], device)
+                ctype = _type_from_name(names[code], device if backend == "nccl" else "cpu")
                 type_of_name[code] = ctype
         c_name.append(f"{backend}:{ctype}")
         pg = m.get("pg_name", default_pg)

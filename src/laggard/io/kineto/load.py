@@ -508,7 +508,7 @@ def _dict_column(codes: np.ndarray, labels: list[str], column: str) -> Any:
     sorted, as ``make_table`` would encode the strings themselves (without building them)."""
     import pyarrow as pa
 
-    from laggard.optable.ops import OP_SCHEMA
+    from laggard.optable.ops import OP_SCHEMA, numpy_dtype
 
     index_type = OP_SCHEMA.field(column).type.index_type
     valid = codes >= 0
@@ -517,7 +517,7 @@ def _dict_column(codes: np.ndarray, labels: list[str], column: str) -> Any:
     order = np.argsort(text, kind="stable")
     lut = np.zeros(max(len(labels), 1), np.int64)
     lut[used[order]] = np.arange(len(used))
-    idx = np.where(valid, lut[np.where(valid, codes, 0)], 0).astype(index_type.to_pandas_dtype())
+    idx = np.where(valid, lut[np.where(valid, codes, 0)], 0).astype(numpy_dtype(index_type))
     return pa.DictionaryArray.from_arrays(
         pa.array(idx, mask=~valid if not valid.all() else None), pa.array(text[order].tolist(), type=pa.string())
     )
