@@ -41,6 +41,8 @@ def figures(summary: dict, sims: dict[str, dict]) -> list[dict]:
     rows = []
     for which in ("tracer", "profiler"):
         s = summary[which]
+        if s["num_jobs"] and s["errors"] == s["num_jobs"]:
+            continue  # no trace of this kind (generate --no-profiler): no figure, not a zero
         tag = f"real corpus, {which} traces ({s['num_jobs']} jobs)"
         low = s["recall_by_factor"].get("1.15-1.25", {})
         rows += [

@@ -586,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--cached", action="store_true", help="reuse the analyses in CORPUS/job*/analysis/")
     sc.add_argument("--procs", type=int, default=1, help="analyses run at once")
     sc.add_argument("--results", default=str(RESULTS), help="results.json to add the figures to ('': none)")
+    sc.add_argument("--key", default="real_corpus", help="the figures' name in results.json (another corpus: "
+                    "another key, e.g. real_corpus_16c)")
     a = ap.parse_args(argv)
     if a.mode == "plan":
         for p in plan_corpus(a.seed, a.jobs):
@@ -609,8 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     if out["failed_jobs"]:
         print(f"jobs that failed to run (not scored): {', '.join(out['failed_jobs'])}")
     if a.results:
-        report.write_results(report.figures(out, sim), time.perf_counter() - t0, Path(a.results))
-        print(f"wrote {a.corpus / 'score.json'} and the figures to {a.results} (real_corpus)")
+        report.write_results(report.figures(out, sim), time.perf_counter() - t0, Path(a.results), key=a.key)
+        print(f"wrote {a.corpus / 'score.json'} and the figures to {a.results} ({a.key})")
     return 0
 
 
