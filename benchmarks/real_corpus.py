@@ -51,6 +51,22 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+
+
+def load_sibling(name: str):  # noqa: ANN201 - a module of benchmarks/ (not a package)
+    import importlib.util
+
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+_match = load_sibling("corpus_match")  # matching findings to the truth (pure functions)
+BUCKETS, JobScore, match, score_job, summarize = (_match.BUCKETS, _match.JobScore, _match.match, _match.score_job,
+                                                  _match.summarize)
 RESULTS = HERE / "results.json"  # where `score` writes its figures
 DEFAULT_SEED, DEFAULT_JOBS, DEFAULT_STEPS = 2024, 64, 16
 FAMILIES = ("ddp", "dp2xpp2", "dp1xpp3", "dp1xpp4")
@@ -64,7 +80,6 @@ MICROBATCHES = 4
 # wall ms per step of clean jobs of each (dp, pp) on this 2-core machine (d_model 128, 128 tokens x 4
 # per microbatch, 4 microbatches, 2 blocks per rank), the base of the nominal factors
 NOMINAL_STEP_MS = {(2, 1): 170.0, (3, 1): 220.0, (4, 1): 300.0, (2, 2): 330.0, (1, 3): 230.0, (1, 4): 300.0}
-BUCKETS = ((1.15, 1.25), (1.25, 1.5), (1.5, float("inf")))
 # the modules that analyse a trace: the generator must not load them
 ANALYSIS_MODULES = ("laggard.analysis", "laggard.diagnose", "laggard.whatif", "laggard.engine", "laggard.io")
 
@@ -408,131 +423,6 @@ def analyze_job(job_dir: Path, which: str, *, cached: bool, timeout_s: float = 6
     return {"ok": True, "doc": json.loads(dest.read_text()), "seconds": secs}
 
 
-# injected cause -> the diagnosis's cause for it; host-stall is the launch-delay finding that names
-# the stalled rank's own host time ("rank R (dpD/ppS): X ms per step of host time no traced op covers")
-DIAGNOSIS_CAUSE = {"slow-worker": "worker", "heavy-stage": "stage-imbalance", "heavy-last-stage": "stage-imbalance",
-                   "seqlen-imbalance": "sequence-imbalance", "gc-pauses": "gc", "slow-link": "comm",
-                   "launch-delay": "launch-delay", "host-stall": "launch-delay"}
-JOB_WIDE = {"seqlen-imbalance", "gc-pauses", "launch-delay"}  # every rank: no target to check
-
-
-def _ranks(f: dict) -> list[int]:
-    return sorted({int(w["rank"]) for w in f.get("workers") or []})
-
-
-def match(cause: dict, f: dict, dp: int, pp: int) -> bool:
-    """Whether finding ``f`` names injected ``cause``: the diagnosis's cause and the same target. Every
-    DP replica of one stage slow is a heavy stage in every op of a trace (and a heavy stage of a pure
-    pipeline is one slow rank), so a worker finding naming exactly a stage's ranks and a stage finding
-    on the stage of the slow ranks match each other's cause too (as in groundtruth.evaluate_mixed)."""
-    c, t, fc = cause["cause"], cause["target"], f["cause"]
-    if c in ("slow-worker", "heavy-stage", "heavy-last-stage"):
-        stages = list(f.get("stages") or [])
-        if fc == "worker":
-            return _ranks(f) == t["ranks"]
-        if fc != "stage-imbalance" or len(stages) != 1:
-            return False
-        if "stage" in t:
-            return stages == [t["stage"]]
-        return t["ranks"] == [d * pp + stages[0] for d in range(dp)]
-    if fc != DIAGNOSIS_CAUSE[c]:
-        return False
-    if c in ("slow-link", "host-stall"):
-        return _ranks(f) == t["ranks"]
-    return True
-
-
-@dataclass(kw_only=True)
-class JobScore:
-    job: str
-    status: str  # ok | error | verdict text when not judged
-    verdict: str | None = None
-    hits: list[str] = field(default_factory=list)  # injected specs named
-    misses: list[str] = field(default_factory=list)
-    wrong: list[str] = field(default_factory=list)  # findings that name no injected cause
-    num_findings: int = 0
-    named_ranks: list[int] = field(default_factory=list)
-    extra_ranks: list[int] = field(default_factory=list)
-    false_alarm: bool = False  # a clean job with a finding that names a rank, stage or link
-    by_factor: list[tuple[float | None, bool]] = field(default_factory=list)  # (factor, named) per cause
-    by_kind: list[tuple[str, bool]] = field(default_factory=list)
-
-
-def _describe(f: dict) -> str:
-    return f"{f['cause']}:ranks={_ranks(f)}" + (f":stages={f['stages']}" if f.get("stages") else "")
-
-
-def score_job(truth: dict, result: dict) -> JobScore:
-    """One job's findings against its truth (rank-specific causes matched first)."""
-    s = JobScore(job=truth["job"], status="ok" if result["ok"] else "error")
-    doc = result.get("doc") or {}
-    findings = list(doc.get("findings") or [])
-    s.verdict, s.num_findings = doc.get("verdict"), len(findings)
-    causes = sorted(truth["causes"], key=lambda c: c["cause"] in JOB_WIDE)
-    dp, pp = truth["layout"]["dp"], truth["layout"]["pp"]
-    used: dict[int, dict] = {}
-    for c in causes:
-        hit = next((i for i, f in enumerate(findings) if i not in used and match(c, f, dp, pp)), None)
-        (s.hits if hit is not None else s.misses).append(c["spec"])
-        s.by_factor.append((c.get("factor"), hit is not None))
-        s.by_kind.append((c["kind"], hit is not None))
-        if hit is not None:
-            used[hit] = c
-    targeted = {r for c in truth["causes"] for r in c["target"].get("ranks", [])}
-    named, extra = set(), set()
-    for i, f in enumerate(findings):
-        if i not in used:
-            s.wrong.append(_describe(f))
-        rs = set(_ranks(f))
-        named |= rs
-        if not (i in used and used[i]["cause"] in JOB_WIDE):
-            extra |= rs - targeted
-    s.named_ranks, s.extra_ranks = sorted(named), sorted(extra)
-    s.false_alarm = truth["clean"] and any(_ranks(f) or f.get("stages") for f in findings)
-    if not result["ok"]:
-        s.status = "error: " + result["error"]
-    return s
-
-
-def _bucket(f: float | None) -> str:
-    if f is None:
-        return "no factor"
-    return next(f"{lo:.2f}-{hi:.2f}" if hi < 9 else f"{lo:.2f}+" for lo, hi in BUCKETS if f < hi)
-
-
-def summarize(scores: list[JobScore], truths: dict[str, dict]) -> dict:
-    hits = sum(len(s.hits) for s in scores)
-    causes = hits + sum(len(s.misses) for s in scores)
-    wrong = sum(len(s.wrong) for s in scores)
-    named = sum(len(s.named_ranks) for s in scores)
-    extra = sum(len(s.extra_ranks) for s in scores)
-    clean = [s for s in scores if truths[s.job]["clean"]]
-    buckets: dict[str, list[int]] = {}
-    for f, ok in (x for s in scores for x in s.by_factor):
-        b = buckets.setdefault(_bucket(f), [0, 0])
-        b[0], b[1] = b[0] + ok, b[1] + 1
-    kinds: dict[str, list[int]] = {}
-    for k, ok in (x for s in scores for x in s.by_kind):
-        b = kinds.setdefault(k, [0, 0])
-        b[0], b[1] = b[0] + ok, b[1] + 1
-    strong = [ok for s in scores for f, ok in s.by_factor if f is None or f >= 1.25]
-    return {
-        "num_jobs": len(scores), "num_causes": causes, "num_findings": hits + wrong,
-        "precision": hits / max(hits + wrong, 1), "recall": hits / max(causes, 1),
-        "recall_factor_ge_1.25": sum(strong) / max(len(strong), 1),
-        "recall_by_factor": {k: {"named": h, "causes": n, "recall": h / max(n, 1)} for k, (h, n) in sorted(buckets.items())},
-        "recall_by_kind": {k: {"named": h, "causes": n, "recall": h / max(n, 1)} for k, (h, n) in sorted(kinds.items())},
-        "named_ranks": named, "extra_ranks": extra, "extra_rank_rate": extra / max(named, 1),
-        "rank_precision": 1 - extra / max(named, 1),
-        "jobs_with_extra_ranks": sum(bool(s.extra_ranks) for s in scores) / max(len(scores), 1),
-        "clean_jobs": len(clean),  # the rates are nan without clean jobs
-        "clean_false_alarm_rate": sum(s.false_alarm for s in clean) / len(clean) if clean else float("nan"),
-        "clean_healthy_rate": sum(s.verdict == "healthy" for s in clean) / len(clean) if clean else float("nan"),
-        "errors": sum(s.status != "ok" for s in scores),
-        "verdicts": {v: sum(str(s.verdict) == v for s in scores) for v in sorted({str(s.verdict) for s in scores})},
-    }
-
-
 def score(corpus: Path, *, cached: bool = False, procs: int = 1) -> dict:
     """Analyse every generated job (Tracer and profiler trace) and score it: {'tracer': summary,
     'profiler': summary, 'jobs': per-job scores}; also written to CORPUS/score.json."""
@@ -553,17 +443,6 @@ def score(corpus: Path, *, cached: bool = False, procs: int = 1) -> dict:
             out["jobs"].setdefault(s.job, {})[which] = {**asdict(s), "seconds": results[(s.job, which)]["seconds"]}
     _write_json(corpus / "score.json", out)
     return out
-
-
-def load_sibling(name: str):  # noqa: ANN201 - a module of benchmarks/ (not a package)
-    import importlib.util
-
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 def main(argv: list[str] | None = None) -> int:
