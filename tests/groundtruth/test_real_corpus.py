@@ -148,3 +148,28 @@ def test_recall_by_measured_impact(rc, tmp_path):
                                    "1.25+": {"named": 1, "causes": 1, "recall": 1.0}}
     assert out["clean_twin_ratio"]["n"] == 1 and out["clean_twin_ratio"]["max_abs_dev"] == pytest.approx(0.02)
     assert impact.median_step_ms([100.0, 102.0, 98.0, 500.0]) == 100.0  # the last step writes the profiler trace
+
+
+def test_generate_only_some_jobs_in_parallel_resumes(rc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--only / --parallel: the chosen jobs of the draw, each run once, a failure recorded, and a
+    second call skipping what is there (run_one stands in for the real job here)."""
+    calls: list[tuple[str, bool]] = []
+
+    def fake_run_one(plan, job_dir, steps, seed, on_step, profiler=True):  # noqa: ANN001
+        calls.append((plan.job_id, profiler))
+        job_dir.mkdir(parents=True, exist_ok=True)
+        if plan.job_id == "job003":
+            (job_dir / "failed.json").write_text("{}")
+            return None
+        (job_dir / "truth.json").write_text(json.dumps({"job": plan.job_id}))
+        return {"job": plan.job_id}
+
+    monkeypatch.setattr(rc, "run_one", fake_run_one)
+    only = {"job001", "job003", "job005", "job007"}
+    out = rc.generate(tmp_path, seed=2026, num_jobs=8, only=only, parallel=3, profiler=False)
+    assert sorted(out["done"]) == ["job001", "job005", "job007"] and out["failed"] == ["job003"]
+    assert sorted(calls) == sorted((j, False) for j in only)
+    again = rc.generate(tmp_path, seed=2026, num_jobs=8, only=only, parallel=3, profiler=False)
+    assert sorted(again["skipped"]) == sorted(only) and not again["done"]
+    with pytest.raises(SystemExit):  # another draw in the same directory
+        rc.generate(tmp_path, seed=7, num_jobs=8, only=only)
