@@ -292,11 +292,20 @@ def _on_synth_job(sizes: dict, script: str) -> tuple[float, dict]:
         return gen_s, json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _scale_label(r: dict, sizes: dict) -> str:
+    return f"{r['num_workers']} workers (dp {sizes['dp']} x pp {sizes['pp']}), {r['num_ops']:,} ops"
+
+
+def _peak_rss_figure(r: dict, label: str, limit_gib: float, target: str) -> dict:
+    gib = r["peak_rss_bytes"] / 2**30
+    return {"name": f"peak RSS of that analysis ({label})", "value": gib, "unit": "GiB", "target": target,
+            "ok": gib < limit_gib}
+
+
 def _scale_xl_figures() -> list[dict]:
     """The whole process (imports, load_job, analyze) on 16,384 workers: wall, CPU and peak RSS."""
     gen_s, r = _on_synth_job(SCALE_XL, _XL_SCRIPT)
-    gib = r["peak_rss_bytes"] / 2**30
-    label = f"{r['num_workers']} workers (dp {SCALE_XL['dp']} x pp {SCALE_XL['pp']}), {r['num_ops']:,} ops"
+    label = _scale_label(r, SCALE_XL)
     return [
         {
             "name": f"analyze with every attribution, {label} (imports, load_job and analyze in a fresh process)",
@@ -306,21 +315,14 @@ def _scale_xl_figures() -> list[dict]:
             "ok": True,
             "detail": {**r, "synth_s": gen_s},
         },
-        {
-            "name": f"peak RSS of that analysis ({label})",
-            "value": gib,
-            "unit": "GiB",
-            "target": "measured (< 12 GiB)",
-            "ok": gib < 12,
-        },
+        _peak_rss_figure(r, label, 12, "measured (< 12 GiB)"),
     ]
 
 
 def _scale_figures() -> list[dict]:
     gen_s, r = _on_synth_job(SCALE, _SCALE_SCRIPT)
     projected = r["full_replay_per_dp_rank_s"] * r["num_dp"]
-    gib = r["peak_rss_bytes"] / 2**30
-    label = f"{r['num_workers']} workers (dp {SCALE['dp']} x pp {SCALE['pp']}), {r['num_ops']:,} ops"
+    label = _scale_label(r, SCALE)
     return [
         {
             "name": f"analyze with every attribution, {label}",
@@ -350,13 +352,7 @@ def _scale_figures() -> list[dict]:
             "target": "seconds (< 30 s)",
             "ok": gen_s < 30,
         },
-        {
-            "name": f"peak RSS of that analysis ({label})",
-            "value": gib,
-            "unit": "GiB",
-            "target": "< 3 GiB",
-            "ok": gib < 3,
-        },
+        _peak_rss_figure(r, label, 3, "< 3 GiB"),
     ]
 
 
