@@ -329,13 +329,9 @@ def read_buffers(c10d: Any, stacks: bool) -> dict[str, Any]:
     nccl = pickle.loads(dump_nccl(includeStackTraces=stacks))  # noqa: S301
     if not nccl.get("entries"):
         return data
-    if not data.get("entries"):
-        return {**data, **nccl}
-    entries = [*data["entries"], *nccl["entries"]]
-    entries.sort(key=lambda e: e.get("time_created_ns", 0))
-    pg_status = {**(data.get("pg_status") or {}), **(nccl.get("pg_status") or {})}
-    return {**data, **nccl, "entries": entries, "pg_config": {**(data.get("pg_config") or {}),
-                                                              **(nccl.get("pg_config") or {})}, "pg_status": pg_status}
+    entries = sorted([*(data.get("entries") or []), *nccl["entries"]], key=lambda e: e.get("time_created_ns", 0))
+    merged = {k: {**(data.get(k) or {}), **(nccl.get(k) or {})} for k in ("pg_config", "pg_status")}
+    return {**data, **nccl, "entries": entries, **merged}
 
 
 def attach(tracer: Any, watchdog_s: float | None) -> FlightDumper | None:
