@@ -73,3 +73,15 @@ def test_launch_overhead_on_every_rank_is_found_although_s_is_near_1() -> None:
 def test_clean_pure_pipeline_stays_healthy() -> None:
     d, _ = _diagnose("job009")
     assert d.verdict == "healthy", d.findings
+
+
+def test_the_slower_of_two_links_is_measured_against_the_other() -> None:
+    """A dp 2 x pp 2 job run with a core per rank (c16p2_job062): link 2-3's forward transfers take
+    ~71 ms, link 1-0's 0.3 ms, and rank 1 stalls 73 ms per step on the host. Against its op type's
+    median over both links (halfway between them) the slow link stood at 2x, not 3x, and the job got
+    only an "unexplained" finding; against the other link it is named."""
+    d, truth = _diagnose("c16p2_job062")
+    link = next(c for c in truth["causes"] if c["kind"] == "slow-link")
+    comm = [f for f in d.findings if f.cause == "comm"]
+    assert comm and sorted(w["rank"] for w in comm[0].workers) == sorted(link["target"]["ranks"]), d.findings
+    assert "unexplained" not in {f.cause for f in d.findings}, d.findings

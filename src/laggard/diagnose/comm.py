@@ -40,15 +40,15 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     mx_link = np.zeros(len(uniq))
     np.maximum.at(mx_link, inv, w)
     med_link = group_median(w, inv, len(uniq))
-    base_med = np.array([med_by_type[int(k % nn)] for k in uniq])
-    tail = ((med_link > cfg.comm_median_x * base_med) | (mx_link > cfg.comm_max_x * base_med)) & (excess > 0)
-    tail &= excess >= cfg.comm_excess_of_top * excess.max()
-    # a bad link stands out from the other links of its op type; when they all have the same slow
-    # tail (hosts short of CPU, a congested fabric), no one link is to blame
     type_of = uniq % nn
     first = np.full(len(uniq), len(rows), dtype=np.int64)  # each key's first op (no second sort)
     np.minimum.at(first, inv, np.arange(len(rows)))
     key_p2p = is_p2p[first]
+    base_med = _elsewhere(med_link, type_of, np.array([med_by_type[int(k)] for k in type_of]), key_p2p)
+    tail = ((med_link > cfg.comm_median_x * base_med) | (mx_link > cfg.comm_max_x * base_med)) & (excess > 0)
+    tail &= excess >= cfg.comm_excess_of_top * excess.max()
+    # a bad link stands out from the other links of its op type; when they all have the same slow
+    # tail (hosts short of CPU, a congested fabric), no one link is to blame
     slow = tail & (excess > cfg.comm_stands_out * peer_median(excess, type_of))
     # a link is named only when its transfers stand out from the job's noise, steadily or now and then
     judged = link_consistency(ctx, cfg, rows, inv, uniq, slow)
@@ -84,6 +84,17 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         targets=[judged[i0]] + [judged[int(i)] for i in np.flatnonzero(slow) if i != i0],
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+
+
+def _elsewhere(med_link: np.ndarray, type_of: np.ndarray, med_type: np.ndarray, p2p: np.ndarray) -> np.ndarray:
+    """Per (link, op type) key, the same transfers elsewhere: for a point-to-point link, the median
+    of the other links' medians of its op type, not the type's median over every op: with two links
+    (a dp 2 x pp 2 job's two pipelines), half the ops are the slow link's, so that median lies halfway
+    and a link 250x slower than the other stood at 2x it (real corpus, c16p2 job062). A collective (a
+    rank's key) keeps its type's median: half the ranks of a group wait in it for the other half, and
+    against the fast half those waits would pass for a slow link; so does a key alone in its type."""
+    others = p2p & (np.bincount(type_of)[type_of] > 1)
+    return np.where(others, peer_median(med_link, type_of), med_type)
 
 
 def link_consistency(ctx: Ctx, cfg: DiagnoseConfig, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray,
