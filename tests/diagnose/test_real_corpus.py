@@ -85,3 +85,41 @@ def test_the_slower_of_two_links_is_measured_against_the_other() -> None:
     comm = [f for f in d.findings if f.cause == "comm"]
     assert comm and sorted(w["rank"] for w in comm[0].workers) == sorted(link["target"]["ranks"]), d.findings
     assert "unexplained" not in {f.cause for f in d.findings}, d.findings
+
+
+def test_ranks_slower_only_than_one_fast_peer_do_not_ride_along() -> None:
+    """A ddp4 job run with a core per rank (c16p2_job040): rank 2 computes 1.72x (injected), and rank
+    3 ran anomalously fast (the job's own CPU timers: 91 ms per step against 116-123 ms for ranks 0
+    and 1). Against their fast peer, ranks 0 and 1 are 1.1-1.4x and were named beside rank 2; alone,
+    their steps are within the job's noise, and only rank 2 is named. With the check
+    off (``rider_max_cells=0``), they ride along again."""
+    d, truth = _diagnose("c16p2_job040")
+    assert _named(d) == set(truth["causes"][0]["target"]["ranks"]) == {2}, d.findings
+    d, _ = _diagnose("c16p2_job040", DiagnoseConfig(rider_max_cells=0))
+    assert _named(d) == {0, 1, 2}, d.findings
+
+
+def test_a_low_confidence_finding_names_no_rank_within_the_noise() -> None:
+    """A dp 1 x pp 4 job run with a core per rank (c16p2_job042), rank 2 computing 1.17x: no detector
+    fires and the never-silent finding names the largest carrier of the residual. That was rank 3
+    (the last stage), whose own effect on the step is within the job's noise; it is no longer named
+    (nor its stage: one rank per stage). With the check off (``rider_max_cells=0``) it is again."""
+    d, truth = _diagnose("c16p2_job042")
+    targeted = {r for c in truth["causes"] for r in c["target"].get("ranks", [])}
+    assert _named(d) <= targeted and not any(3 in f.stages for f in d.findings), d.findings
+    d, _ = _diagnose("c16p2_job042", DiagnoseConfig(rider_max_cells=0))
+    assert 3 in _named(d), d.findings
+
+
+def test_a_rank_named_at_low_confidence_says_how_consistent_it_is() -> None:
+    """A clean ddp4 job run with a core per rank (c16p2_job002) whose rank 3 nonetheless ran slow: the
+    job's own CPU timers (truth.json, taken by the job, not the analysis) give it 137 ms per step
+    against 95-116 ms. No cause's signature fits; the low-confidence finding names rank 3 and says
+    how consistent its effect on the step is."""
+    d, truth = _diagnose("c16p2_job002")
+    cpu = truth["measured"]["cpu_ms_by_rank"]
+    slowest = int(max(cpu, key=cpu.get))
+    f = d.findings[0]
+    assert f.cause == "unexplained" and [w["rank"] for w in f.workers] == [slowest] == [3], d.findings
+    assert f.targets and f.targets[0].pattern == "consistent" and f.targets[0].basis == "step", f.targets
+    assert f.consistency_text.startswith("rank 3: slow in "), f.consistency_text

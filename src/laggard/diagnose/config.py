@@ -63,6 +63,13 @@ class DiagnoseConfig:
     # 6/14 -> 8/14, named-rank precision unchanged; simulator sweep at the 1.15 floor: recall 0.960 ->
     # 0.979, precision 1.0 -> 0.988
     worker_ratio: float = 1.1
+    # of several slow workers, one whose own effect on the step (its ops measured, the rest ideal)
+    # stays within the job's noise while another's stands out is not named (``worker.impact_riders``):
+    # the other ranks giving that noise, at most this many (a replay column each)
+    rider_reference_ranks: int = 15
+    # ...and the check is skipped when the replay would hold more op weights than this (8 bytes each:
+    # 400 MB), e.g. several slow ranks of a 4,096-worker job (7.7M ops)
+    rider_max_cells: int = 50_000_000
     heavy_row_ratio: float = 1.25  # a stage is heavy when its compute is 1.25x the other stages' (the
     # demo job's last stage computes 1.02-1.1x the first with no injection)
     stage_compute_min: float = 1.1  # an S_w-hot row is a stage finding only with 1.1x the compute

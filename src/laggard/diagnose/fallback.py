@@ -12,7 +12,8 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate
-from laggard.results.diagnosis import Finding
+from laggard.diagnose.impact import step_impact
+from laggard.results.diagnosis import Consistency, Finding
 
 # how many of each kind of carrier are replayed (the largest by their attribution)
 _TOP = 3
@@ -39,6 +40,28 @@ def _carriers(ctx: Ctx) -> list[tuple[str, str, float, dict]]:
     return out
 
 
+def _within_noise_dropped(ctx: Ctx, cfg: DiagnoseConfig, carriers: list[tuple[str, str, float, dict]]
+                         ) -> tuple[list[tuple[str, str, float, dict]], dict[str, Consistency]]:
+    """``carriers`` less the ranks whose own effect on the step is within the job's noise
+    (``laggard.diagnose.impact``), and in a pure pipeline (one rank per stage) the stages of such
+    ranks: on-call drains what is named, and on real jobs the rank that carried the most of a small
+    residual was often the noisiest, not the slow one (a pure pipeline's last stage named beside a
+    1.17x rank whose steps stood out). With the consistency of each kept rank's (or stage's), by selector."""
+    def rank_of(sel: str) -> int | None:
+        kind, _, value = sel.partition("=")
+        if kind == "rank":
+            return int(value)
+        if kind == "stage" and ctx.num_dp == 1:
+            return next((int(r) for r in ctx.ranks if ctx.worker_of[int(r)]["stage"] == int(value)), None)
+        return None
+
+    ranks = sorted({r for _, sel, _, _ in carriers if (r := rank_of(sel)) is not None})
+    judged = step_impact(ctx, cfg, ranks) if ranks else {}
+    noisy = {r for r, c in judged.items() if c.pattern == "noise"}
+    kept = [c for c in carriers if rank_of(c[1]) not in noisy]
+    return kept, {sel: judged[r] for _, sel, _, _ in kept if (r := rank_of(sel)) in judged}
+
+
 def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
     """The carrier whose fix (its ops at their ideal durations) removes the most of the slowdown, as a
     low-confidence candidate; None when nothing carries any (every attribution at or below 1). The
@@ -47,7 +70,7 @@ def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
     from laggard.diagnose.explain import replay_mean
     from laggard.whatif.custom import parse_changes
 
-    carriers = _carriers(ctx)
+    carriers, judged = _within_noise_dropped(ctx, cfg, _carriers(ctx))
     if not carriers or ctx.gap <= 0:
         return None
     changes = [parse_changes([sel], [], []) for _, sel, _, _ in carriers]
@@ -57,7 +80,7 @@ def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
     narrow = {"rank": 0, "stage": 1, "optype": 2}
     close = np.flatnonzero(shares >= shares.max() - cfg.row_tie)
     best = int(min(close, key=lambda i: (narrow[carriers[i][1].split("=", 1)[0]], -shares[i])))
-    what, sel, attribution, targets = carriers[best]
+    what, sel, attribution, named = carriers[best]
     share = float(shares[best])
     kind = sel.split("=", 1)[0]
     measure = {"optype": "S_t", "stage": "S_stage", "rank": "S_w"}[kind]
@@ -69,7 +92,8 @@ def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
                   f"{100 * share:.0f}% of the slowdown goes"),
         fix=(f"look at {what}: compare its ops across ranks and steps in the Perfetto trace and profile it; "
              f"the what-if below measures the gain, not the cause"),
-        **targets,
+        **named,
+        targets=[judged[sel]] if sel in judged else [],
     )
     cand = Candidate(finding=f, changes=changes[best], weights=weights[best])
     f.score = f.share = max(share, 0.0)

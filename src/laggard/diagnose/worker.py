@@ -13,6 +13,7 @@ from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, compact, rows_mask
 from laggard.diagnose.findings import Candidate
+from laggard.diagnose.impact import step_impact
 from laggard.results.diagnosis import Consistency, Finding
 
 
@@ -40,7 +41,23 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
     # named only when consistently slow beyond the job's noise (a noisy rank of a busy host, whose
     # median step happens to be 1.25x its fastest peer's, is not a slow GPU)
     judged = consistency(ctx, cfg, load, flagged)
-    return [r for r in flagged if noise.stands_out(judged[r], transient_ok=False)]
+    slow = [r for r in flagged if noise.stands_out(judged[r], transient_ok=False)]
+    riders = impact_riders(ctx, cfg, slow)
+    return [r for r in slow if r not in riders]
+
+
+def impact_riders(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> set[int]:
+    """Of several slow ``ranks``, those that ride along: alone, their steps are within the job's noise
+    while another of ``ranks`` stands out (``laggard.diagnose.impact``). The compute ratio against
+    fast peers names a rank slower than one anomalously fast peer (a real ddp4 job: two healthy ranks
+    at 1.2-1.4x of the fastest, beside a 2.3x one); its own effect on the step shows whether it slows
+    the job."""
+    if len(ranks) < 2:
+        return set()
+    judged = step_impact(ctx, cfg, ranks)
+    if not any(c.pattern == "consistent" for c in judged.values()):
+        return set()
+    return {r for r, c in judged.items() if c.pattern == "noise"}
 
 
 def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], ranks: list[int]) -> dict[int, Consistency]:

@@ -34,10 +34,12 @@ class Consistency:
     """How consistent one named target's excess is over the job's steps, against the job's own noise
     (``laggard.diagnose.noise``). Per step: the target's time (compute, transfer or host time) over
     its reference (its stage peers', the other stages', its op type's other links'); for host time
-    (``basis`` "host") the ratio is the rank's step lengthened by its excess: 1 + excess / ideal step."""
+    (``basis`` "host") the ratio is the rank's step lengthened by its excess: 1 + excess / ideal step;
+    for its own effect on the step (``basis`` "step") the replay with only its ops measured over the
+    all-ideal one (``laggard.diagnose.impact``)."""
 
     target: str  # "rank 3", "stage 1", "link 2->3 (backward-recv)"
-    basis: str  # compute | transfer | host
+    basis: str  # compute | transfer | host | step
     pattern: str  # consistent | transient | noise (within the job's noise: not named) | unjudged (no reference)
     steps_total: int  # steps judged
     slow_steps: list[int]  # the steps where it exceeds its reference beyond the noise
