@@ -79,11 +79,17 @@ def test_the_slower_of_two_links_is_measured_against_the_other() -> None:
     """A dp 2 x pp 2 job run with a core per rank (c16p2_job062): link 2-3's forward transfers take
     ~71 ms, link 1-0's 0.3 ms, and rank 1 stalls 73 ms per step on the host. Against its op type's
     median over both links (halfway between them) the slow link stood at 2x, not 3x, and the job got
-    only an "unexplained" finding; against the other link it is named."""
+    only an "unexplained" finding; against the other link it is named. Its fix sets its transfers to
+    the other link's (``--peer``), not to their op type's mean (35 ms, half the slow link's own): the
+    stall on the other pipeline, hidden behind the half-fixed link, is then named too."""
     d, truth = _diagnose("c16p2_job062")
     link = next(c for c in truth["causes"] if c["kind"] == "slow-link")
+    stall = next(c for c in truth["causes"] if c["cause"] == "host-stall")
     comm = [f for f in d.findings if f.cause == "comm"]
     assert comm and sorted(w["rank"] for w in comm[0].workers) == sorted(link["target"]["ranks"]), d.findings
+    assert comm[0].whatif[0] == "--peer", comm[0].whatif
+    host = [f for f in d.findings if f.cause == "launch-delay" and f.workers]
+    assert host and [w["rank"] for w in host[0].workers] == stall["target"]["ranks"] == [1], d.findings
     assert "unexplained" not in {f.cause for f in d.findings}, d.findings
 
 
