@@ -57,9 +57,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         return _everywhere(ctx, rows, inv, uniq, tail, tmed, is_p2p[tail[inv]].all(), key_p2p)
     bad = slow[inv]  # of ``rows``
     bad_rows = rows[bad]
-    changes = _link_fixes(ctx, uniq, slow, key_p2p)
-    changes = [*_to_peers(ctx, [c for c in changes if 'peer=' in c.selector]),
-               *[c for c in changes if 'peer=' not in c.selector]]
+    changes = _to_peers(ctx, _link_fixes(ctx, uniq, slow, key_p2p))
     i0 = int(np.argmax(np.where(slow, excess, -1)))
     at = np.flatnonzero(inv == i0)  # of ``rows``
     rws = rows[at]
@@ -150,7 +148,8 @@ def _to_peers(ctx: Ctx, changes: list[Change]) -> list[Change]:
     mean over every link, the slow one's too: with two links, a link of 71 ms transfers was "fixed"
     to 35 ms, not to the other link's 0.3 ms, and a second cause on the other pipeline stayed hidden
     behind it (real corpus c16p2 job062: a 73 ms host stall per step). Where a stage has no other
-    link of the type (a pure pipeline), ``--peer`` would change nothing: the change stays ``--fix``."""
+    link of the type (a pure pipeline), ``--peer`` would change nothing: the change stays ``--fix``;
+    so does a collective's (only point-to-point transfers are peers here)."""
     from laggard.whatif.custom import select_ops
 
     masks = [select_ops(ctx.base, c.selector) for c in changes]

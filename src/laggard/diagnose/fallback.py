@@ -47,19 +47,18 @@ def _within_noise_dropped(ctx: Ctx, cfg: DiagnoseConfig, carriers: list[tuple[st
     ranks: on-call drains what is named, and on real jobs the rank that carried the most of a small
     residual was often the noisiest, not the slow one (a pure pipeline's last stage named beside a
     1.17x rank whose steps stood out). With the consistency of each kept rank's (or stage's), by selector."""
-    def rank_of(sel: str) -> int | None:
-        kind, _, value = sel.partition("=")
-        if kind == "rank":
-            return int(value)
-        if kind == "stage" and ctx.num_dp == 1:
-            return next((int(r) for r in ctx.ranks if ctx.worker_of[int(r)]["stage"] == int(value)), None)
+    def rank_of(named: dict) -> int | None:  # the rank a carrier stands for (its finding targets)
+        if named.get("workers"):
+            return int(named["workers"][0]["rank"])
+        if named.get("stages") and ctx.num_dp == 1:
+            return next((int(r) for r in ctx.ranks if ctx.worker_of[int(r)]["stage"] == named["stages"][0]), None)
         return None
 
-    ranks = sorted({r for _, sel, _, _ in carriers if (r := rank_of(sel)) is not None})
+    ranks = sorted({r for *_, named in carriers if (r := rank_of(named)) is not None})
     judged = step_impact(ctx, cfg, ranks) if ranks else {}
     noisy = {r for r, c in judged.items() if c.pattern == "noise"}
-    kept = [c for c in carriers if rank_of(c[1]) not in noisy]
-    return kept, {sel: judged[r] for _, sel, _, _ in kept if (r := rank_of(sel)) in judged}
+    kept = [c for c in carriers if rank_of(c[3]) not in noisy]
+    return kept, {sel: judged[r] for _, sel, _, named in kept if (r := rank_of(named)) in judged}
 
 
 def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
