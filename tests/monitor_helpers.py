@@ -38,24 +38,28 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.log = tmp / f"server-{self.port}.log"
 
-    def start(self, timeout_s: float = 60.0) -> Server:
+    what = "collector"
+
+    def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "laggard.cli.base", "monitor", "serve", "--db", self.db, "--port", str(self.port),
                *self.extra]
-        if self.token is not None:
-            cmd += ["--token", self.token]
+        return cmd + (["--token", self.token] if self.token is not None else [])
+
+    def start(self, timeout_s: float = 60.0) -> Server:
+        cmd = self.command()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LAGGARD_TOKEN", None)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(self.log, "ab"), env=env)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"collector exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+                raise RuntimeError(f"{self.what} exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
                 urllib.request.urlopen(self.url + "/healthz", timeout=1).close()
                 return self
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError(f"collector did not start: {self.log.read_text()[-2000:]}")
+        raise RuntimeError(f"{self.what} did not start: {self.log.read_text()[-2000:]}")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -117,6 +121,21 @@ class Server:
                 return last
             time.sleep(0.3)
         raise AssertionError(f"timed out waiting on {path}: {last}")
+
+
+class RelayProc(Server):
+    """``laggard monitor relay`` in a subprocess, in front of the collector at ``upstream``."""
+
+    def __init__(self, upstream: str, tmp: Path, *, extra: list[str] | None = None) -> None:
+        super().__init__("", tmp, extra=extra)
+        self.upstream = upstream
+        self.log = tmp / f"relay-{self.port}.log"
+
+    what = "relay"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "laggard.cli.base", "monitor", "relay", "--url", self.upstream,
+                "--port", str(self.port), "--token", TOKEN, *self.extra]
 
 
 class Postgres:

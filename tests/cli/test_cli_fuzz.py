@@ -29,7 +29,7 @@ from hypothesis import strategies as st  # noqa: E402
 from tests.conftest import DATA, ND, run_cli  # noqa: E402
 
 # Commands that train, serve or start real process groups: only arguments that fail while parsing.
-PARSE_ONLY = {"demo", "monitor serve", "bench allreduce"}
+PARSE_ONLY = {"demo", "monitor serve", "monitor relay", "bench allreduce"}
 # Values that would start long or external work however valid the rest is.
 NEVER = {("fleet", "--engine"): {"ray"}, ("fleet", "--ray-address"): None, ("collectives model", "--calibrate"): None}
 # Where a command's default runs for long (many trials, a process per CPU), this value is given

@@ -1,4 +1,5 @@
-"""``laggard monitor serve|push``: the collector service and replaying a trace into it. Light at import."""
+"""``laggard monitor serve|relay|push``: the collector service, a node's relay, and replaying a trace
+into a collector. Light at import."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def serve(
     max_report_bytes: Annotated[int, typer.Option("--max-report-bytes", help="Largest hang report (a rank's Flight Recorder dump) accepted.")] = 16 * 2**20,
     hang_reports_per_job: Annotated[int, typer.Option("--hang-reports-per-job", help="Hang reports held per job for a verdict (the oldest dropped first; said in the verdict's warnings).")] = 4096,
     hang_report_bytes_per_job: Annotated[int, typer.Option("--hang-report-bytes-per-job", help="... and their bytes per job (at least --max-report-bytes).")] = 256 * 2**20,
+    analysis_workers: Annotated[int, typer.Option("--analysis-workers", help="Processes analysing windows (jobs side by side); about one per 2 jobs of 1,024 ranks at 1 step/s.")] = 2,
 ) -> None:
     """Run the collector: ingest API, sliding-window analysis, alerts, /metrics and the dashboard at /."""
     _need_extra()
@@ -58,7 +60,7 @@ def serve(
     cfg = MonitorConfig(window_steps=window_steps, refresh_every_steps=max(1, window_steps // 2),
                         metrics_top_k=metrics_top_k, hang_after_s=hang_after_s, hang_collect_s=hang_collect_s,
                         max_report_bytes=max_report_bytes, hang_reports_per_job=hang_reports_per_job,
-                        hang_report_bytes_per_job=hang_report_bytes_per_job)
+                        hang_report_bytes_per_job=hang_report_bytes_per_job, analysis_workers=analysis_workers)
     given = token or os.environ.get("LAGGARD_TOKEN") or None
     token_path = auth.default_token_path(db)
     if given is not None:
@@ -86,6 +88,43 @@ def serve(
         server.run(sockets=[sock])
     finally:
         collector.stop()
+        sock.close()
+
+
+@app.command()
+def relay(
+    url: Annotated[str, typer.Option("--url", help="The collector, e.g. http://collector:8765.")] = "http://127.0.0.1:8765",
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback: the node's own ranks).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port the node's tracers post to (their monitor URL).")] = 8766,
+    token: Annotated[str | None, typer.Option("--token", help="The collector's bearer token (default: LAGGARD_TOKEN); the relay asks it of its tracers too.")] = None,
+    gather_ms: Annotated[float, typer.Option("--gather-ms", help="How long a bundle waits for more of the node's batches after its first.")] = 50.0,
+    max_parts: Annotated[int, typer.Option("--max-parts", help="Batches per bundle at most.")] = 256,
+) -> None:
+    """Run a node's relay: its ranks' tracers post to it; it sends their batches to the collector in bundles."""
+    _need_extra()
+    import logging
+
+    import uvicorn
+
+    from laggard.errors import LaggardError
+    from laggard.monitor.relay import Relay, RelayConfig, relay_app
+    from laggard.monitor.serving import listen
+    from laggard.wire.client import Client
+
+    tok = token or os.environ.get("LAGGARD_TOKEN")
+    if not tok:
+        raise LaggardError("relay: the collector's token is needed: --token or LAGGARD_TOKEN")
+    cfg = RelayConfig(gather_s=gather_ms / 1000.0, max_parts=max_parts)
+    Client(url, tok)  # checks --url
+    sock = listen(host, port)
+    typer.echo(f"relay: http://{host}:{port} -> {url}", err=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    r = Relay(url, tok, cfg).start()
+    try:
+        server = uvicorn.Server(uvicorn.Config(relay_app(r), log_level="warning", access_log=False))
+        server.run(sockets=[sock])
+    finally:
+        r.close()
         sock.close()
 
 

@@ -3,9 +3,11 @@
 A 1,024-worker window takes seconds of pure-Python replay; run in the collector's own process it
 holds the GIL against the HTTP event loop and the ingest threads for as long (profiled under the
 bench load: ~15% of the collector's samples, and ingest threads queued behind it). The collector's
-analyser thread hands the window's op table (Arrow IPC bytes) to one long-lived child and waits
-(without the GIL) for the ``laggard analyze --json`` document and the load ratios; the child runs
-exactly ``window.analyse_window`` and ``window.load_ratios``, the code used in-process.
+analyser thread hands each due window (its batches' bodies as received, ``window.WindowCut``) to a
+pool of long-lived children (``MonitorConfig.analysis_workers``: several jobs analysed at once) and
+collects the ``laggard analyze --json`` documents and load ratios as they come back; a child builds
+the window's table and runs exactly ``window.analyse_window`` and ``window.load_ratios``, the code
+used in-process.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from laggard.monitor.window import WindowCut
 from laggard.optable.ops import JobMeta
 
 if TYPE_CHECKING:
@@ -38,26 +41,23 @@ class WindowAnalysis:
     refresh_s: float  # wall time of the analysis itself (in whichever process ran it)
 
 
-def analyse(table: pa.Table, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
-    """The window's analysis document (or why it failed) and its load ratios, in this process."""
-    from laggard.monitor.window import analyse_window, load_ratios
+def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
+    """The window's analysis document (or why it failed) and its load ratios, in this process
+    (``window``: its cut, built into the op table here, or the table)."""
+    from laggard.monitor.window import analyse_window, build_window, load_ratios
 
     t0 = time.perf_counter()
+    table = build_window(window) if isinstance(window, WindowCut) else window
+    if table is None:
+        return WindowAnalysis(doc=None, error="no ops in the window's steps", load_ratio={},
+                              refresh_s=time.perf_counter() - t0)
     doc, err = analyse_window(table, meta, config)
     loads = load_ratios(table)
     return WindowAnalysis(doc=doc, error=err, load_ratio=loads, refresh_s=time.perf_counter() - t0)
 
 
-def _to_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _child_analyse(body: bytes, meta: JobMeta, config: AnalysisConfig | None) -> WindowAnalysis:
-    table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
-    return analyse(table, meta, config)
+def _child_analyse(cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None) -> WindowAnalysis:
+    return analyse(cut, meta, config)
 
 
 # how often the analysis child checks that the collector is still there
@@ -81,39 +81,59 @@ def _exit_with_parent(parent_pid: int) -> None:
     os._exit(0)
 
 
-class AnalysisProcess:
-    """One child process (spawned: the collector has threads, so no fork) that analyses windows."""
+class AnalysisPool:
+    """Long-lived child processes (spawned: the collector has threads, so no fork) that analyse
+    windows, ``workers`` at once: jobs are analysed side by side, a job's windows one at a time
+    (the collector submits a job's next window once its last one is back)."""
 
-    def __init__(self, nice: int = 0) -> None:
-        self.nice = nice
+    def __init__(self, workers: int = 1, nice: int = 0) -> None:
+        self.workers, self.nice = workers, nice
         self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
 
     def _executor(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_child_init, initargs=(self.nice, os.getpid()))
-        return self._pool
+        self.replace_broken()
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_child_init, initargs=(self.nice, os.getpid()))
+            return self._pool
 
-    def pid(self) -> int | None:
-        """The child's pid once it runs (the bench reads its peak memory)."""
-        procs = getattr(self._pool, "_processes", None) or {}
-        return next(iter(procs), None)
+    def pids(self) -> list[int]:
+        """The children's pids once they run (the bench reads their peak memory)."""
+        return sorted(getattr(self._pool, "_processes", None) or {})
 
-    def run(self, table: pa.Table, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
-        """The child's analysis of ``table``; a child that died (killed, out of memory) is replaced
-        and the window analysed again once."""
-        body = _to_ipc(table)
-        for attempt in (0, 1):
-            try:
-                return self._executor().submit(_child_analyse, body, meta, config).result()
-            except BrokenProcessPool:
-                log.warning("the analysis process died; starting a new one")
+    def submit(self, cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None = None) -> Future:
+        """The analysis of the window ``cut`` (its batches' bodies: the child builds the table) in a
+        child; its future's result is a ``WindowAnalysis``."""
+        try:
+            return self._executor().submit(_child_analyse, cut, meta, config)
+        except BrokenProcessPool:  # a child died since the check
+            return self._executor().submit(_child_analyse, cut, meta, config)
+
+    def replace_broken(self) -> None:
+        """After a child died (killed, out of memory: its futures raise ``BrokenProcessPool``): the
+        next submit starts a new pool (once, however many futures report the same death)."""
+        with self._lock:
+            if self._pool is not None and getattr(self._pool, "_broken", False):
+                log.warning("an analysis process died; starting new ones")
+                self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
+
+    def run(self, cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
+        """``submit``'s result, waited for; a child that died is replaced and the window analysed again once."""
+        for attempt in (0, 1):
+            fut = self.submit(cut, meta, config)
+            try:
+                return fut.result()
+            except BrokenProcessPool:
+                self.replace_broken()
                 if attempt:
                     raise
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None

@@ -24,13 +24,14 @@ from laggard.monitor import auth
 from laggard.monitor.hangs import BadReport
 from laggard.monitor.service import Collector, UnknownJob
 from laggard.wire.batch import BadBatch
+from laggard.wire.bundle import BUNDLE_CONTENT_TYPE
 
 COOKIE = "laggard_token"
 
 
 def create_app(collector: Collector, token: str) -> FastAPI:
     app = FastAPI(title="laggard monitor", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(_Guard, token=token)
+    app.add_middleware(TokenGuard, token=token)
     _error_handlers(app)
     _job_routes(app, collector)
     _control_routes(app, collector)
@@ -77,8 +78,10 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
     @app.post("/api/v1/ops")
     async def ingest(request: Request) -> Response:
         body = await read_body(request, collector.cfg.max_body_bytes)
+        # a relay's bundle of batches (laggard.wire.bundle) or one tracer's batch
+        bundle = request.headers.get("content-type", "").startswith(BUNDLE_CONTENT_TYPE)
         # a worker thread: the store write blocks until durable; the answer skips FastAPI's encoder
-        ans = await run_in_threadpool(collector.ingest, body)
+        ans = await run_in_threadpool(collector.ingest_bundle if bundle else collector.ingest, body)
         return Response(orjson.dumps(ans), media_type="application/json")
 
     @app.get("/api/v1/jobs")
@@ -213,7 +216,7 @@ async def read_json(request: Request, limit: int) -> Any:
         raise HTTPException(400, f"body is not JSON ({e})") from None
 
 
-class _Guard:
+class TokenGuard:
     """The token check (everything but ``/healthz``) and the last-resort 500, as plain ASGI: Starlette's
     ``BaseHTTPMiddleware`` costs a task group and a body stream per request on the ingest path."""
 

@@ -63,6 +63,11 @@ class MonitorConfig:
     # pure-Python replay that would otherwise hold the GIL against ingest; off, the analyser thread
     # runs it in the collector's interpreter (in-process callers of Collector.refresh always do)
     analysis_process: bool = True
+    # ... in this many child processes: jobs are analysed side by side (a job's windows one at a time).
+    # A 1,024-rank window takes ~1.0-1.3 s of one core every 3 steps (bench_monitor: building its
+    # table from the bodies included), so at 1 step/s one child keeps ~2 such jobs fresh; 2 is what
+    # a small collector host (2-4 cores) can give without starving ingest; raise it with the cores
+    analysis_workers: int = 2
     # the analysis child's niceness: 0 (the same CPU priority as ingest). The analysis share above
     # already bounds its CPU; a higher value trades refresh time for ingest on a busy host
     analysis_nice: int = 0
@@ -76,7 +81,8 @@ class MonitorConfig:
         from laggard.errors import LaggardError
 
         for k in ("window_steps", "refresh_every_steps", "hang_min_steps", "trend_len", "metrics_top_k", "top_k",
-                  "max_body_bytes", "max_report_bytes", "hang_reports_per_job", "hang_report_bytes_per_job"):
+                  "max_body_bytes", "max_report_bytes", "hang_reports_per_job", "hang_report_bytes_per_job",
+                  "analysis_workers"):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")

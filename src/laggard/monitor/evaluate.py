@@ -10,7 +10,6 @@ truth (which rank, from which step) is the injection, outside the analysis.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,11 +17,12 @@ import numpy as np
 import pyarrow as pa
 
 from laggard.monitor.alerts import Rule, RuleState, default_rules, evaluate_window
+from laggard.monitor.analyser import analyse
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.push import step_batches
 from laggard.monitor.service import Collector
 from laggard.monitor.store import Store
-from laggard.monitor.window import JobWindow, analyse_window, load_ratios
+from laggard.monitor.window import JobWindow
 from laggard.optable.ops import Job, to_numpy
 from laggard.wire.batch import encode_batch
 
@@ -94,13 +94,12 @@ def feed_windows(job: Job, cfg: MonitorConfig | None = None, rules: list[Rule] |
         cut = win.cut()
         if cut is None:
             continue
-        t0 = time.perf_counter()
-        doc, err = analyse_window(cut[1], win.meta)
-        loads = load_ratios(cut[1])
-        refresh_s.append(time.perf_counter() - t0)
-        win.apply(cut[0], doc, err, refresh_s[-1], loads)
-        if doc is not None:
-            alerts += [(s, a.rule, a.detail) for a in evaluate_window(rules, state, win.job_id, doc, loads)]
+        res = analyse(cut, win.meta)
+        refresh_s.append(res.refresh_s)
+        win.apply(cut.last, res.doc, res.error, res.refresh_s, res.load_ratio)
+        if res.doc is not None:
+            alerts += [(s, a.rule, a.detail) for a in evaluate_window(rules, state, win.job_id, res.doc,
+                                                                         res.load_ratio)]
     return Run(alerts=alerts, num_windows=len(refresh_s), refresh_s=refresh_s)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from laggard.errors import LaggardError
@@ -22,14 +24,14 @@ from laggard.monitor.alerts import (
     evaluate_hang_verdict,
     evaluate_window,
 )
-from laggard.monitor.analyser import AnalysisProcess, analyse
+from laggard.monitor.analyser import AnalysisPool, WindowAnalysis, analyse
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.hangs import parse_beat, parse_report
 from laggard.monitor.metrics import Metrics
 from laggard.monitor.store import BatchRow, Store
-from laggard.monitor.window import JobWindow
+from laggard.monitor.window import JobWindow, WindowCut
 from laggard.optable.ops import JobMeta
-from laggard.wire.batch import Batch, decode_batch
+from laggard.wire.batch import Batch, decode_batch, decode_batches
 
 log = logging.getLogger("laggard.monitor")
 
@@ -70,7 +72,8 @@ class Collector:
         self._hung_since: dict[str, float] = {}  # job -> when its standing hang verdict was decided
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._analyser: AnalysisProcess | None = None  # the child process analysing windows (start())
+        self._analyser: AnalysisPool | None = None  # the child processes analysing windows (start())
+        self._running: dict[str, tuple[Future, WindowCut, int]] = {}  # job -> its window in a child, attempt
         # runtime actions (laggard.mitigate.Controller): job -> {"act": kill switch, "actions": the job's log};
         # both stored (a restart must not forget a kill switch an operator set)
         self.act: dict[str, dict[str, Any]] = {}
@@ -90,7 +93,7 @@ class Collector:
             since = min(p[3] for p in progress) - self.cfg.window_steps - 1
             for row in self.store.batches_since(job_id, since):
                 b = decode_batch(row.body)
-                win.add(b.table, b.rank, b.min_step, b.max_step)
+                win.add(b.table, b.rank, b.min_step, b.max_step, body=row.body)
             for rank, _, num_ops, _ in progress:
                 st = win.ranks.get(rank)
                 if st is not None:
@@ -108,45 +111,80 @@ class Collector:
     # ------------------------------------------------------------------ ingest
     def ingest(self, body: bytes) -> dict[str, Any]:
         """Store one batch and add it to its job's window; raises BadBatch on a bad body."""
-        t0 = time.perf_counter()
-        b = decode_batch(body)
-        with self._lock:
-            win = self.windows.get(b.job_id)
-            if win is None:
-                if b.meta is None:
-                    from laggard.wire.batch import BadBatch
+        return self.ingest_many([body])[0]
 
-                    raise BadBatch(f"job {b.job_id!r} is new: its first batch must carry laggard.meta")
-                self.store.add_job(b.job_id, b.meta)
-                win = self._window(b.job_id, b.meta)
+    def ingest_bundle(self, body: bytes) -> dict[str, Any]:
+        """A relay's bundle (``laggard.wire.bundle``): each batch as ``ingest`` takes it, all checked
+        before any is stored (a bad part refuses the bundle, saying which), one commit for all."""
+        from laggard.wire.bundle import decode_bundle
+
+        return {"parts": self.ingest_many(decode_bundle(body), bundle=True)}
+
+    def ingest_many(self, bodies: list[bytes], bundle: bool = False) -> list[dict[str, Any]]:
+        """Store batches (one transaction) and add each new one to its job's window: per batch, what
+        ``ingest`` answers."""
+        t0 = time.perf_counter()
+        batches = decode_batches(bodies) if bundle else [decode_batch(b) for b in bodies]
+        wins: list[JobWindow] = []
+        with self._lock:
+            for i, b in enumerate(batches):
+                wins.append(self._job_of(b, i if bundle else None))
+        rows = [BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step, max_step=b.max_step,
+                         num_ops=b.table.num_rows, body=body)
+                for b, w, body in zip(batches, wins, bodies, strict=True) if w.tracing]
+        stored = iter(self.store.add_batches(rows) if rows else [])
+        out = []
+        for b, win, body in zip(batches, wins, bodies, strict=True):
             if not win.tracing:
                 self.metrics.batches.labels(result="tracing_off").inc()
-                return {"accepted": 0, "duplicate": False, "tracing": False, "dump_request": win.dump_request}
-        new = self.store.add_batch(BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step,
-                                            max_step=b.max_step, num_ops=b.table.num_rows, body=body))
-        if new:
-            self._add(win, b)
-            self.metrics.ops.inc(b.table.num_rows)
-        self.metrics.batches.labels(result="stored" if new else "duplicate").inc()
+                out.append({"accepted": 0, "duplicate": False, "tracing": False, "dump_request": win.dump_request})
+                continue
+            new = next(stored)
+            if new:
+                self._add(win, b, body)
+                self.metrics.ops.inc(b.table.num_rows)
+            self.metrics.batches.labels(result="stored" if new else "duplicate").inc()
+            out.append({"accepted": b.table.num_rows if new else 0, "duplicate": not new, "tracing": True,
+                        "dump_request": win.dump_request})
         self.metrics.latency.observe(time.perf_counter() - t0)
-        return {"accepted": b.table.num_rows if new else 0, "duplicate": not new, "tracing": True,
-                "dump_request": win.dump_request}
+        return out
 
-    def _add(self, win: JobWindow, b: Batch) -> None:
+    def _job_of(self, b: Batch, part: int | None) -> JobWindow:
+        """The batch's job window, the job created from its meta when new (call under the lock)."""
+        win = self.windows.get(b.job_id)
+        if win is None:
+            if b.meta is None:
+                from laggard.wire.batch import BadBatch
+
+                where = "" if part is None else f"bundle part {part}: "
+                raise BadBatch(f"{where}job {b.job_id!r} is new: its first batch must carry laggard.meta")
+            self.store.add_job(b.job_id, b.meta)
+            win = self._window(b.job_id, b.meta)
+        return win
+
+    def _add(self, win: JobWindow, b: Batch, body: bytes) -> None:
         with self._lock:
-            win.add(b.table, b.rank, b.min_step, b.max_step)
+            win.add(b.table, b.rank, b.min_step, b.max_step, body=body)
 
     # ------------------------------------------------------------------ analysis
     def refresh(self, job_id: str) -> bool:
-        """Analyse the job's latest window if steps completed; raise alerts. True if it ran."""
-        with self._lock:
-            win = self.windows[job_id]
-            cut = win.cut()
+        """Analyse the job's latest window if steps completed (waiting for it); raise alerts. True if it ran."""
+        cut = self._cut(job_id)
         if cut is None:
             return False
-        last, table = cut
         acfg = self.cfg.analysis
-        res = self._analyser.run(table, win.meta, acfg) if self._analyser is not None else analyse(table, win.meta, acfg)
+        win = self.windows[job_id]
+        res = self._analyser.run(cut, win.meta, acfg) if self._analyser is not None else analyse(cut, win.meta, acfg)
+        self._finish(job_id, cut.last, res)
+        return True
+
+    def _cut(self, job_id: str) -> WindowCut | None:
+        with self._lock:
+            return self.windows[job_id].cut()
+
+    def _finish(self, job_id: str, last: int, res: WindowAnalysis) -> None:
+        """Keep a window's analysis and raise its alerts."""
+        win = self.windows[job_id]
         doc = res.doc
         with self._lock:
             win.apply(last, doc, res.error, res.refresh_s, res.load_ratio)
@@ -154,7 +192,39 @@ class Collector:
         if doc is not None:
             self.metrics.set_job(job_id, doc)
             self._raise(evaluate_window(self.rules, self.rule_state, job_id, doc, res.load_ratio))
-        return True
+        share = self.cfg.analysis_share
+        self._next_refresh[job_id] = time.monotonic() + res.refresh_s * (1.0 - share) / share
+
+    def _collect(self) -> None:
+        """Keep the analyses the children finished; a window whose child died is submitted again once."""
+        for job_id, (fut, cut, attempt) in list(self._running.items()):
+            if not fut.done():
+                continue
+            del self._running[job_id]
+            try:
+                res = fut.result()
+            except BrokenProcessPool:
+                self._analyser.replace_broken()
+                if attempt == 0:
+                    self._running[job_id] = (self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis),
+                                             cut, 1)
+                    continue
+                log.error("analysis of job %s failed: its analysis process died twice", job_id)
+                continue
+            except Exception:  # one job's bug must not stop the others; it is logged
+                log.exception("analysis of job %s failed", job_id)
+                continue
+            self._finish(job_id, cut.last, res)
+
+    def _dispatch(self) -> None:
+        """Hand each job's due window to the pool (a job's windows one at a time, oldest first)."""
+        for job_id in list(self.windows):
+            if job_id in self._running or time.monotonic() < self._next_refresh.get(job_id, 0.0):
+                continue
+            cut = self._cut(job_id)
+            if cut is not None:
+                self._running[job_id] = (self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis),
+                                         cut, 0)
 
     def check_hangs(self) -> None:
         """Suspect hangs (asking the job's tracers for their hang reports); decide the verdicts that are due."""
@@ -243,26 +313,27 @@ class Collector:
             self.notifier.send(a)
 
     def tick(self) -> None:
-        share = self.cfg.analysis_share
-        for job_id in list(self.windows):
-            if time.monotonic() < self._next_refresh.get(job_id, 0.0):
-                continue
-            try:
-                if self.refresh(job_id):
-                    res = self.windows[job_id].result
-                    dt = res.refresh_s if res is not None else 0.0
-                    self._next_refresh[job_id] = time.monotonic() + dt * (1.0 - share) / share
-            except Exception:  # the analyser thread must survive one job's bug; it is logged
-                log.exception("analysis of job %s failed", job_id)
+        """One round of the background analyser: collect finished analyses and start due ones (in
+        the pool; without one, each due job is analysed here in turn), then the hang checks."""
+        try:
+            if self._analyser is not None:
+                self._collect()
+                self._dispatch()
+            else:
+                for job_id in list(self.windows):
+                    if time.monotonic() >= self._next_refresh.get(job_id, 0.0):
+                        self.refresh(job_id)
+        except Exception:  # the analyser thread must survive one job's bug; it is logged
+            log.exception("window analysis failed")
         try:
             self.check_hangs()
         except Exception:  # the same for a hang verdict
             log.exception("hang check failed")
 
     def start(self) -> None:
-        """Start the background analyser (with its child process unless ``cfg.analysis_process`` is off)."""
+        """Start the background analyser (with its child processes unless ``cfg.analysis_process`` is off)."""
         if self.cfg.analysis_process:
-            self._analyser = AnalysisProcess(nice=self.cfg.analysis_nice)
+            self._analyser = AnalysisPool(workers=self.cfg.analysis_workers, nice=self.cfg.analysis_nice)
 
         def run() -> None:
             while not self._stop.wait(self.cfg.tick_s):

@@ -49,14 +49,14 @@ class BatchRow:
 
 
 class _Pending:
-    """A batch waiting for the group commit that writes it."""
+    """A request's batches waiting for the group commit that writes them."""
 
-    __slots__ = ("row", "done", "new", "error")
+    __slots__ = ("rows", "done", "new", "error")
 
-    def __init__(self, row: BatchRow) -> None:
-        self.row, self.done, self.new, self.error = row, False, False, None
+    def __init__(self, rows: list[BatchRow]) -> None:
+        self.rows, self.done, self.new, self.error = rows, False, [], None
 
-    def result(self) -> bool:
+    def result(self) -> list[bool]:
         if self.error is not None:
             raise self.error
         return self.new
@@ -172,13 +172,18 @@ class Store:
 
     # ------------------------------------------------------------------ batches
     def add_batch(self, b: BatchRow) -> bool:
-        """Store a batch; False when (job, rank, seq) was stored before (a retry): nothing changes.
+        """Store a batch; False when (job, rank, seq) was stored before (a retry): nothing changes."""
+        return self.add_batches([b])[0]
 
-        Returns once the batch is committed. Group commit: batches arriving from several request
+    def add_batches(self, rows: list[BatchRow]) -> list[bool]:
+        """Store batches (a relay's bundle) in one transaction; per batch, False when (job, rank,
+        seq) was stored before (a retry): nothing changes for it.
+
+        Returns once the batches are committed. Group commit: batches arriving from several request
         threads while a commit is under way are written together in the next transaction, by
-        whichever of their threads comes first (no extra thread, no timer: a lone batch commits at
-        once); each caller still returns only after the transaction holding its batch committed."""
-        mine = _Pending(b)
+        whichever of their threads comes first (no extra thread, no timer: a lone request commits at
+        once); each caller still returns only after the transaction holding its batches committed."""
+        mine = _Pending(rows)
         with self._group:
             self._queue.append(mine)
             while not mine.done and self._committing:
@@ -189,9 +194,10 @@ class Store:
             group, self._queue = self._queue, []
         try:
             try:
-                new = self._insert_batches([p.row for p in group])
-                for p, n in zip(group, new, strict=True):
-                    p.new = n
+                new = self._insert_batches([r for p in group for r in p.rows])
+                at = 0
+                for p in group:
+                    p.new, at = new[at:at + len(p.rows)], at + len(p.rows)
             except Exception as e:  # every batch of the failed transaction fails alike
                 for p in group:
                     p.error = e

@@ -8,6 +8,7 @@ as JSON; needed on a job's first batch). ``encode_batch`` and ``decode_batch`` a
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -88,8 +89,42 @@ def _fast_conform(table: pa.Table) -> pa.Table:
         raise BadBatch(str(e)) from None
 
 
+def read_body(body: bytes) -> pa.Table:
+    """The ops of a body ``decode_batch`` accepted before (stored or held by the collector): read
+    without checking again, the schema's metadata dropped."""
+    table = pa.ipc.open_stream(pa.py_buffer(body), options=_READ_OPTIONS).read_all()
+    return table.replace_schema_metadata(None)
+
+
 def decode_batch(body: bytes) -> Batch:
     """Parse and check a request body; every problem is a ``BadBatch`` with one line saying what."""
+    return _checked(_head(body))
+
+
+def decode_batches(bodies: list[bytes]) -> list[Batch]:
+    """A bundle's bodies, each checked as ``decode_batch`` checks it (a problem is a ``BadBatch``
+    saying which part). The column checks run once over all the parts' ops where every part is in
+    the op schema itself (the tracer's), ~60 us a batch instead of ~170; the part at fault is then
+    checked alone for its message."""
+    heads = _each_part(_head, bodies)
+    if all(h.table.schema.equals(OP_SCHEMA) for h in heads) and _all_ok(heads):
+        return [_batch(h) for h in heads]
+    return _each_part(_checked, heads)
+
+
+def _each_part(fn: Any, parts: list) -> list[Batch]:
+    """``fn`` of each part; its ``BadBatch`` says which part."""
+    out = []
+    for i, p in enumerate(parts):
+        try:
+            out.append(fn(p))
+        except BadBatch as e:
+            raise BadBatch(f"bundle part {i}: {e}") from None
+    return out
+
+
+def _head(body: bytes) -> Batch:
+    """The body read and its metadata checked; the ops not yet (``_checked``)."""
     if not body:
         raise BadBatch("empty body: expected an Arrow IPC stream of ops")
     try:
@@ -109,22 +144,56 @@ def decode_batch(body: bytes) -> Batch:
     valid_job_id(job_id)
     if rank < 0 or seq < 0:
         raise BadBatch(f"rank {rank} / seq {seq}: must be non-negative")
-    meta = None
-    if b"laggard.meta" in md:
-        try:
-            meta = json.loads(md[b"laggard.meta"])
-            JobMeta.from_json(meta, where="laggard.meta")
-        except (ValueError, LaggardError) as e:
-            raise BadBatch(f"schema metadata laggard.meta: {e}") from None
+    meta = _meta(md[b"laggard.meta"]) if b"laggard.meta" in md else None
     if table.num_rows == 0:
         raise BadBatch("the batch has no ops")
-    table = _fast_conform(table.replace_schema_metadata(None))
+    return Batch(job_id=job_id, rank=rank, seq=seq, meta=meta, table=table.replace_schema_metadata(None),
+                 min_step=0, max_step=0)
+
+
+@functools.lru_cache(maxsize=256)
+def _meta(raw: bytes) -> dict[str, Any]:
+    """A job's meta, parsed and checked once per distinct value (every batch of a job carries the
+    same; 30 us of each batch's decoding). Shared: read it, never change it."""
+    try:
+        meta = json.loads(raw)
+        JobMeta.from_json(meta, where="laggard.meta")
+    except (ValueError, LaggardError) as e:
+        raise BadBatch(f"schema metadata laggard.meta: {e}") from None
+    return meta
+
+
+def _checked(h: Batch) -> Batch:
+    """``_head``'s batch with its ops checked: the op schema, its rank, no negative durations."""
+    table = _fast_conform(h.table)
     ranks = to_numpy(table.column("rank"))
-    if (ranks != rank).any():
-        raise BadBatch(f"batch of rank {rank} holds ops of rank(s) {sorted(set(np.unique(ranks).tolist()) - {rank})}")
+    if (ranks != h.rank).any():
+        raise BadBatch(f"batch of rank {h.rank} holds ops of rank(s) {sorted(set(np.unique(ranks).tolist()) - {h.rank})}")
     dur = to_numpy(table.column("dur_ns"))
     if (dur < 0).any():
         raise BadBatch(f"{int((dur < 0).sum())} op(s) have negative dur_ns")
+    h.table = table
+    return _batch(h)
+
+
+def _batch(h: Batch) -> Batch:
+    """The checked batch: one chunk per column, its step range."""
+    table = h.table if h.table.column(0).num_chunks == 1 else h.table.combine_chunks()
     steps = to_numpy(table.column("step"))
-    return Batch(job_id=job_id, rank=rank, seq=seq, meta=meta, table=table.combine_chunks(),
+    return Batch(job_id=h.job_id, rank=h.rank, seq=h.seq, meta=h.meta, table=table,
                  min_step=int(steps.min()), max_step=int(steps.max()))
+
+
+def _all_ok(heads: list[Batch]) -> bool:
+    """Whether every part passes ``_checked``'s checks, tested once over all their ops (the parts
+    in the op schema itself)."""
+    ops = pa.concat_tables([h.table for h in heads])
+    if any(ops.column(i).null_count for i in _NOT_NULL):
+        return False
+    if {k for ch in ops.column("kind").chunks for k in ch.dictionary.to_pylist()} - _KNOWN_KINDS:
+        return False
+    lens = [h.table.num_rows for h in heads]
+    ranks = to_numpy(ops.column("rank"))
+    if (ranks != np.repeat(np.array([h.rank for h in heads]), lens)).any():
+        return False
+    return not (to_numpy(ops.column("dur_ns")) < 0).any()

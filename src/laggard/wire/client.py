@@ -15,6 +15,14 @@ class CollectorDown(OSError):
     """The collector cannot be reached or answered 5xx: worth retrying later."""
 
 
+class Refused(LaggardError):
+    """The collector answered 4xx: ``status`` and its one-line reason ``detail``."""
+
+    def __init__(self, message: str, status: int, detail: str) -> None:
+        super().__init__(message)
+        self.status, self.detail = status, detail
+
+
 class Client:
     def __init__(self, url: str, token: str | None, timeout_s: float = 10.0) -> None:
         u = urllib.parse.urlsplit(url)
@@ -57,11 +65,30 @@ class Client:
             doc = None
         if resp.status >= 400:
             why = doc.get("detail") if isinstance(doc, dict) else " ".join(data[:200].decode(errors="replace").split())
-            raise LaggardError(f"collector refused {method} {path}: {resp.status} {why}")
+            raise Refused(f"collector refused {method} {path}: {resp.status} {why}", resp.status, str(why))
         return doc
 
     def post_batch(self, body: bytes) -> dict[str, Any]:
         return self.request("POST", "/api/v1/ops", body, CONTENT_TYPE)
+
+    def raw(self, method: str, path: str, body: bytes | None, content_type: str | None
+            ) -> tuple[int, bytes, str]:
+        """One request passed through as is (the relay's other routes): (status, body, content type);
+        ``CollectorDown`` when the collector cannot be reached."""
+        headers = {"Content-Type": content_type} if content_type else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        for attempt in (0, 1):
+            conn = self._connection()
+            try:
+                conn.request(method, self._prefix + path, body=body, headers=headers)
+                resp = conn.getresponse()
+                return resp.status, resp.read(), resp.getheader("Content-Type") or "application/json"
+            except (http.client.HTTPException, OSError) as e:
+                self.close()
+                if attempt:
+                    raise CollectorDown(f"{self._host}:{self._port}: {e}") from None
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         if self._conn is not None:

@@ -1,0 +1,213 @@
+"""A node's relay (``laggard monitor relay``): its ranks' tracers post here; it posts bundles upstream.
+
+Every rank's tracer posts a batch of ops each flush; a 1,024-rank job is ~340 requests a second
+into one collector at 1 step/s, and the collector's CPU per request (HTTP, the commit) is twice its
+CPU per batch. A relay on each node takes its ranks' batches, checks each as the collector would
+(a bad batch is refused to its tracer, not to the node), gathers those that arrive within
+``RelayConfig.gather_s`` of the first, and posts them as one bundle (``laggard.wire.bundle``).
+
+Nothing is acknowledged early: a tracer's request waits until the collector answered the bundle
+holding its batch, and gets that batch's own answer (stored, duplicate, tracing paused, dump
+request). A relay that dies loses nothing a tracer was told is stored; a collector that is down is
+a 503 to every waiting tracer, which spools and retries as it would without a relay. Every other
+route (heartbeats, hang reports, the controller's calls) is passed through as is. The relay checks
+the collector's token itself: it never forwards for a caller without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from laggard.errors import LaggardError
+from laggard.monitor.app import TokenGuard, read_body
+from laggard.wire.batch import CONTENT_TYPE, BadBatch, decode_batch
+from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, MAX_PARTS, encode_bundle
+from laggard.wire.client import Client, CollectorDown, Refused
+
+log = logging.getLogger("laggard.monitor.relay")
+
+
+@dataclass(kw_only=True, slots=True)
+class RelayConfig:
+    # how long a bundle waits for more batches after its first: a node's ranks flush at the same
+    # step boundary, within milliseconds of each other; 50 ms gathers them for 50 ms of freshness
+    # (a window is re-analysed every 3 steps of ~1 s)
+    gather_s: float = 0.05
+    # batches per bundle at most: a node's ranks' batches of a flush, or a backlog after an outage
+    # (the collector's cap is laggard.wire.bundle.MAX_PARTS)
+    max_parts: int = 256
+    # bytes per bundle at most: under the collector's default 32 MiB body limit
+    max_bundle_bytes: int = 16 * 2**20
+    # the collector's answer, at most (a bundle is committed before it is answered)
+    upstream_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.gather_s <= 10:
+            raise LaggardError(f"relay: gather time must be 0-10 s, got {self.gather_s!r}")
+        if not 1 <= self.max_parts <= MAX_PARTS:
+            raise LaggardError(f"relay: max_parts must be 1-{MAX_PARTS}, got {self.max_parts!r}")
+        if self.max_bundle_bytes < 1 or self.upstream_timeout_s <= 0:
+            raise LaggardError("relay: max_bundle_bytes and upstream_timeout_s must be positive")
+
+
+@dataclass(slots=True)
+class RelayStats:
+    batches: int = 0  # batches sent upstream (in bundles)
+    bundles: int = 0
+    refused: int = 0  # batches refused here or by the collector
+    down: int = 0  # batches answered 503: the collector was down
+
+
+class Relay:
+    """The gathering and forwarding, HTTP-free (``relay_app`` is the HTTP layer over it)."""
+
+    def __init__(self, upstream: str, token: str, cfg: RelayConfig | None = None) -> None:
+        self.cfg = cfg or RelayConfig()
+        self.token = token
+        self.upstream = upstream
+        self._bundler = Client(upstream, token, timeout_s=self.cfg.upstream_timeout_s)
+        self._local = threading.local()  # a kept-alive connection per passing-through thread
+        self._q: queue.Queue[tuple[bytes, Future] | None] = queue.Queue()
+        self.stats = RelayStats()
+        self._thread: threading.Thread | None = None
+        self._carry: tuple[bytes, Future] | None = None  # a batch that did not fit the last bundle
+
+    # ------------------------------------------------------------------ batches
+    def submit(self, body: bytes) -> Future:
+        """Queue a checked batch for the next bundle; the future holds the collector's answer for
+        it (a dict), or raises ``BadBatch`` / ``Refused`` (4xx) or ``CollectorDown`` (503)."""
+        decode_batch(body)  # BadBatch: refused to its own tracer, never part of a bundle
+        fut: Future = Future()
+        self._q.put((body, fut))
+        return fut
+
+    def start(self) -> Relay:
+        self._thread = threading.Thread(target=self._run, name="laggard-relay", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join(self.cfg.upstream_timeout_s + 5)
+            self._thread = None
+        self._bundler.close()
+
+    def _run(self) -> None:
+        while True:
+            items = self._gather()
+            if items is None:
+                return
+            self._send(items)
+
+    def _gather(self) -> list[tuple[bytes, Future]] | None:
+        """The next bundle's batches: the first to come, and those within gather_s of it."""
+        first, self._carry = self._carry or self._q.get(), None
+        if first is None:
+            return None
+        items, size = [first], len(first[0])
+        deadline = time.monotonic() + self.cfg.gather_s
+        while len(items) < self.cfg.max_parts:
+            wait = deadline - time.monotonic()
+            try:
+                nxt = self._q.get(timeout=wait) if wait > 0 else self._q.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                self._q.put(None)  # close after this bundle
+                break
+            if size + len(nxt[0]) > self.cfg.max_bundle_bytes:
+                self._carry = nxt  # first in the next bundle
+                break
+            items.append(nxt)
+            size += len(nxt[0])
+        return items
+
+    def _send(self, items: list[tuple[bytes, Future]]) -> None:
+        """Post one bundle; each batch's future gets its own answer. A bundle the collector refuses
+        (a job's first batch without its meta behind another's, say) is sent again batch by batch,
+        so that only the batches at fault are refused."""
+        try:
+            ans = self._bundler.request("POST", "/api/v1/ops", encode_bundle([b for b, _ in items]),
+                                        BUNDLE_CONTENT_TYPE)
+            parts = ans["parts"] if isinstance(ans, dict) else None
+            if not isinstance(parts, list) or len(parts) != len(items):
+                raise CollectorDown("the collector's answer to a bundle does not list its parts")
+        except CollectorDown as e:
+            self.stats.down += len(items)
+            for _, fut in items:
+                fut.set_exception(e)
+            return
+        except Refused as e:
+            if len(items) > 1:
+                for it in items:
+                    self._send([it])
+                return
+            self.stats.refused += 1
+            items[0][1].set_exception(e)
+            return
+        self.stats.bundles += 1
+        self.stats.batches += len(items)
+        for (_, fut), part in zip(items, parts, strict=True):
+            fut.set_result(part)
+
+    # ------------------------------------------------------------------ everything else
+    def forward(self, method: str, path: str, body: bytes | None, content_type: str | None) -> tuple[int, bytes, str]:
+        """One request passed through to the collector: (status, body, content type)."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = Client(self.upstream, self.token, timeout_s=self.cfg.upstream_timeout_s)
+        return client.raw(method, path, body, content_type)
+
+
+def relay_app(relay: Relay) -> Any:
+    """The relay's HTTP API: ``POST /api/v1/ops`` gathered into bundles, every other route passed through."""
+    app = FastAPI(title="laggard relay", docs_url=None, redoc_url=None, openapi_url=None)
+    limit = relay.cfg.max_bundle_bytes
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        st = relay.stats
+        return {"ok": True, "relay": True, "upstream": relay.upstream, "batches": st.batches, "bundles": st.bundles,
+                "refused": st.refused, "down": st.down}
+
+    @app.post("/api/v1/ops")
+    async def ops(request: Request) -> Response:
+        body = await read_body(request, limit)
+        if request.headers.get("content-type", CONTENT_TYPE).startswith(BUNDLE_CONTENT_TYPE):
+            return JSONResponse({"detail": "a relay takes single batches (it bundles them)"}, status_code=415)
+        try:
+            fut = relay.submit(body)
+            ans = await run_in_threadpool(fut.result)
+        except BadBatch as e:
+            relay.stats.refused += 1
+            return JSONResponse({"detail": str(e)}, status_code=422)  # as the collector answers it
+        except Refused as e:
+            return JSONResponse({"detail": e.detail}, status_code=e.status)
+        except CollectorDown as e:
+            return JSONResponse({"detail": f"the collector is down ({e})"}, status_code=503)
+        return Response(orjson.dumps(ans), media_type="application/json")
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE"])
+    async def passthrough(path: str, request: Request) -> Response:
+        body = await read_body(request, limit)
+        target = "/" + path + (f"?{request.url.query}" if request.url.query else "")
+        try:
+            status, data, ctype = await run_in_threadpool(relay.forward, request.method, target, body or None,
+                                                          request.headers.get("content-type"))
+        except CollectorDown as e:
+            return JSONResponse({"detail": f"the collector is down ({e})"}, status_code=503)
+        return Response(data, status_code=status, media_type=ctype)
+
+    return TokenGuard(app, relay.token)
