@@ -56,10 +56,6 @@ def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig 
     return WindowAnalysis(doc=doc, error=err, load_ratio=loads, refresh_s=time.perf_counter() - t0)
 
 
-def _child_analyse(cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None) -> WindowAnalysis:
-    return analyse(cut, meta, config)
-
-
 # how often the analysis child checks that the collector is still there
 PARENT_POLL_S = 1.0
 
@@ -107,9 +103,9 @@ class AnalysisPool:
         """The analysis of the window ``cut`` (its batches' bodies: the child builds the table) in a
         child; its future's result is a ``WindowAnalysis``."""
         try:
-            return self._executor().submit(_child_analyse, cut, meta, config)
+            return self._executor().submit(analyse, cut, meta, config)
         except BrokenProcessPool:  # a child died since the check
-            return self._executor().submit(_child_analyse, cut, meta, config)
+            return self._executor().submit(analyse, cut, meta, config)
 
     def replace_broken(self) -> None:
         """After a child died (killed, out of memory: its futures raise ``BrokenProcessPool``): the

@@ -79,7 +79,7 @@ def _fast_conform(table: pa.Table) -> pa.Table:
             n = table.column(i).null_count
             if n:
                 raise BadBatch(f"batch: column {OP_SCHEMA[i].name} has {n} null value(s)")
-        bad = {k for ch in table.column("kind").chunks for k in ch.dictionary.to_pylist()} - _KNOWN_KINDS
+        bad = _unknown_kinds(table)
         if bad:
             raise BadBatch(f"batch: unknown op kind(s) {sorted(bad)} (known: {', '.join(KINDS)})")
         return table if same else pa.Table.from_arrays(table.columns, schema=OP_SCHEMA)
@@ -87,6 +87,11 @@ def _fast_conform(table: pa.Table) -> pa.Table:
         return conform(table, where="batch")
     except LaggardError as e:
         raise BadBatch(str(e)) from None
+
+
+def _unknown_kinds(table: pa.Table) -> set[str]:
+    """The op kinds of ``table`` (in the op schema) that laggard does not know."""
+    return {k for ch in table.column("kind").chunks for k in ch.dictionary.to_pylist()} - _KNOWN_KINDS
 
 
 def read_body(body: bytes) -> pa.Table:
@@ -190,7 +195,7 @@ def _all_ok(heads: list[Batch]) -> bool:
     ops = pa.concat_tables([h.table for h in heads])
     if any(ops.column(i).null_count for i in _NOT_NULL):
         return False
-    if {k for ch in ops.column("kind").chunks for k in ch.dictionary.to_pylist()} - _KNOWN_KINDS:
+    if _unknown_kinds(ops):
         return False
     lens = [h.table.num_rows for h in heads]
     ranks = to_numpy(ops.column("rank"))

@@ -43,29 +43,16 @@ class Client:
 
     def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
                 ) -> Any:
-        headers = {"Content-Type": content_type}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
-            conn = self._connection()
-            try:
-                conn.request(method, self._prefix + path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-                break
-            except (http.client.HTTPException, OSError) as e:
-                self.close()
-                if attempt:
-                    raise CollectorDown(f"{self._host}:{self._port}: {e}") from None
-        if resp.status >= 500:
-            raise CollectorDown(f"collector answered {resp.status}")
+        status, data, _ = self.raw(method, path, body, content_type)
+        if status >= 500:
+            raise CollectorDown(f"collector answered {status}")
         try:
             doc = json.loads(data) if data else None
         except ValueError:
             doc = None
-        if resp.status >= 400:
+        if status >= 400:
             why = doc.get("detail") if isinstance(doc, dict) else " ".join(data[:200].decode(errors="replace").split())
-            raise Refused(f"collector refused {method} {path}: {resp.status} {why}", resp.status, str(why))
+            raise Refused(f"collector refused {method} {path}: {status} {why}", status, str(why))
         return doc
 
     def post_batch(self, body: bytes) -> dict[str, Any]:
@@ -73,12 +60,12 @@ class Client:
 
     def raw(self, method: str, path: str, body: bytes | None, content_type: str | None
             ) -> tuple[int, bytes, str]:
-        """One request passed through as is (the relay's other routes): (status, body, content type);
-        ``CollectorDown`` when the collector cannot be reached."""
+        """One request as is (``request`` reads its answer; the relay passes it through): (status,
+        body, content type); ``CollectorDown`` when the collector cannot be reached."""
         headers = {"Content-Type": content_type} if content_type else {}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        for attempt in (0, 1):
+        for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
             conn = self._connection()
             try:
                 conn.request(method, self._prefix + path, body=body, headers=headers)
