@@ -88,8 +88,13 @@ class AnalysisPool:
         self._lock = threading.Lock()
 
     def _executor(self) -> ProcessPoolExecutor:
-        self.replace_broken()
+        """The pool; a new one after a child died (killed, out of memory: the old pool's futures
+        raise ``BrokenProcessPool``), once however many futures report the same death."""
         with self._lock:
+            if self._pool is not None and getattr(self._pool, "_broken", False):
+                log.warning("an analysis process died; starting new ones")
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_child_init, initargs=(self.nice, os.getpid()))
@@ -107,23 +112,13 @@ class AnalysisPool:
         except BrokenProcessPool:  # a child died since the check
             return self._executor().submit(analyse, cut, meta, config)
 
-    def replace_broken(self) -> None:
-        """After a child died (killed, out of memory: its futures raise ``BrokenProcessPool``): the
-        next submit starts a new pool (once, however many futures report the same death)."""
-        with self._lock:
-            if self._pool is not None and getattr(self._pool, "_broken", False):
-                log.warning("an analysis process died; starting new ones")
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-
     def run(self, cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
         """``submit``'s result, waited for; a child that died is replaced and the window analysed again once."""
         for attempt in (0, 1):
             fut = self.submit(cut, meta, config)
             try:
                 return fut.result()
-            except BrokenProcessPool:
-                self.replace_broken()
+            except BrokenProcessPool:  # submitted again to new children
                 if attempt:
                     raise
         raise AssertionError("unreachable")

@@ -203,8 +203,7 @@ class Collector:
             del self._running[job_id]
             try:
                 res = fut.result()
-            except BrokenProcessPool:
-                self._analyser.replace_broken()
+            except BrokenProcessPool:  # the next submit starts new children
                 if attempt == 0:
                     self._running[job_id] = (self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis),
                                              cut, 1)
