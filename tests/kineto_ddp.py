@@ -5,6 +5,7 @@ Each rank trains a small MLP with DistributedDataParallel (one thread per proces
 its backward pass, so it reaches the next step's gradient all-reduces late.
 
     python tests/kineto_ddp.py OUT_DIR [--world 4] [--slow-rank 2] [--steps 5] [--extra-matmuls 30] [--host-stall-ms 0]
+        [--stall-mid-step]
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def _free_port() -> int:
 
 
 def _worker(
-    rank: int, world: int, port: int, out: str, slow_rank: int, steps: int, extra_matmuls: int, host_stall_ms: float
+    rank: int, world: int, port: int, out: str, slow_rank: int, steps: int, extra_matmuls: int, host_stall_ms: float,
+    stall_mid_step: bool = False,
 ) -> None:
     import time
 
@@ -54,10 +56,14 @@ def _worker(
         activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule, record_shapes=True, on_trace_ready=save
     ) as prof:
         for _ in range(steps + 2):
-            if rank == slow_rank and host_stall_ms:
+            stall = rank == slow_rank and host_stall_ms
+            if stall and not stall_mid_step:
                 # host-side work no profiler op covers (a slow data loader, Python, a noisy neighbour)
                 time.sleep(host_stall_ms / 1e3)
-            ddp(x).sum().backward()
+            loss = ddp(x).sum()
+            if stall and stall_mid_step:  # ... between two ops of the step's compute
+                time.sleep(host_stall_ms / 1e3)
+            loss.backward()
             if rank == slow_rank and extra_matmuls:  # the straggler: real extra compute on this rank only
                 a = torch.randn(300, 300)
                 for _ in range(extra_matmuls):
@@ -70,13 +76,15 @@ def _worker(
 
 
 def make_traces(
-    out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30, host_stall_ms: float = 0.0
+    out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30, host_stall_ms: float = 0.0,
+    stall_mid_step: bool = False,
 ) -> Path:
     import torch.multiprocessing as mp
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms), nprocs=world)
+    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms, stall_mid_step),
+             nprocs=world)
     return out
 
 
@@ -88,6 +96,8 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--extra-matmuls", type=int, default=30, help="extra compute on the slow rank (0: none)")
     ap.add_argument("--host-stall-ms", type=float, default=0.0, help="untraced host time per step on the slow rank")
+    ap.add_argument("--stall-mid-step", action="store_true", help="stall between the forward and the backward "
+                    "(inside the step's compute) instead of before the step")
     args = ap.parse_args()
     make_traces(args.out, world=args.world, slow_rank=args.slow_rank, steps=args.steps,
-                extra_matmuls=args.extra_matmuls, host_stall_ms=args.host_stall_ms)
+                extra_matmuls=args.extra_matmuls, host_stall_ms=args.host_stall_ms, stall_mid_step=args.stall_mid_step)
