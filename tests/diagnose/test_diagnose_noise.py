@@ -82,6 +82,27 @@ def test_judge_reads_consistent_transient_and_noise():
     assert judge("link 0-1", "transfer", np.full(24, np.nan), np.zeros(24), steps, quiet, cfg).pattern == "unjudged"
 
 
+def test_far_rate_of_a_clean_reference_is_not_zero():
+    """Two reference ranks with no far step in 16 steps each: their rate is the Jeffreys estimate
+    (1/2 / 33), not 0, so three far steps of a rank (descheduled three times on a busy host) are not
+    "transient", and five still are. With the bare share (0) both were."""
+    cfg = DiagnoseConfig()
+    ref = np.ones((2, 16))
+    noise = JobNoise.of(0.02, ref, cfg)
+    assert noise.far_rate == pytest.approx(0.5 / 33)
+    steps = np.arange(16)
+    three, five = np.ones(16), np.ones(16)
+    three[[8, 14, 15]] = 1.15
+    five[[1, 4, 7, 10, 13]] = 1.15
+    assert judge("rank 0", "host", three, np.zeros(16), steps, noise, cfg).pattern == "noise"
+    assert judge("rank 0", "host", five, np.zeros(16), steps, noise, cfg).pattern == "transient"
+    assert judge("rank 0", "host", three, np.zeros(16), steps, JobNoise(sigma=0.02, far_rate=0.0),
+                 cfg).pattern == "transient"
+    # far steps seen in the reference raise the rate (2 of 32 -> 2.5 / 33)
+    ref[0, [3, 9]] = 1.5
+    assert JobNoise.of(0.02, ref, cfg).far_rate == pytest.approx(2.5 / 33)
+
+
 def test_noise_helpers():
     assert step_spans([15, 7, 8, 9]) == "7-9 and 15" and step_spans([3]) == "3" and step_spans([1, 3, 5]) == "1, 3 and 5"
     assert binom_tail(0, 5, 0.1) == 1.0 and binom_tail(5, 5, 0.5) == pytest.approx(1 / 32)
