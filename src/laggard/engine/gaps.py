@@ -257,7 +257,11 @@ def _exclude_waits(job: Job, op_step: np.ndarray, start: np.ndarray, host: np.nd
     rows = np.flatnonzero(grouped)
     if len(rows) == 0:
         return out
-    seq = job.column("seq")[rows]
+    seq_all = job.column("seq")
+    rows = _groups_with_gaps(rows, op_step, gcode, seq_all, out)
+    if len(rows) == 0:
+        return out
+    seq = seq_all[rows]
     order = _order(op_step[rows], gcode[rows], seq, start[rows])
     r = rows[order]
     new = np.zeros(len(r), dtype=bool)
@@ -277,6 +281,29 @@ def _exclude_waits(job: Job, op_step: np.ndarray, start: np.ndarray, host: np.nd
     allowed = np.where(size >= 2, np.maximum(sr - others, 0), 0)
     out[r] = np.minimum(out[r], allowed)
     return out
+
+
+def _groups_with_gaps(rows: np.ndarray, op_step: np.ndarray, gcode: np.ndarray, seq: np.ndarray,
+                      host: np.ndarray) -> np.ndarray:
+    """The ``rows`` (grouped communication) in an instance (step, group, seq) that has a participant
+    with host time: the others keep 0, whatever the rule says. One mark per instance in a table over
+    the packed key where it is no larger than the rows' index, instead of sorting every instance: at 4,096
+    workers 8% of 4.9M transfers and collectives have a gap before them."""
+    gap = host[rows] > 0
+    if gap.all():
+        return rows
+    if not gap.any():
+        return rows[:0]
+    st, gc, sq = op_step[rows], gcode[rows], seq[rows]
+    sq_lo = int(sq.min())
+    widths = (int(st.max()) + 1, int(gc.max()) + 1, int(sq.max()) - sq_lo + 1)
+    num_keys = widths[0] * widths[1] * widths[2]
+    if num_keys > 8 * len(rows) + 1024:  # a byte per key: no more memory than the rows' int64 index
+        return rows
+    key = (st.astype(np.int64) * widths[1] + gc) * widths[2] + (sq - sq_lo)
+    mark = np.zeros(num_keys, dtype=bool)
+    mark[key[gap]] = True
+    return rows[mark[key]]
 
 
 def _positions(job: Job, rank: np.ndarray, op_step: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, list[str]]:

@@ -61,6 +61,9 @@ PARENT_POLL_S = 1.0
 
 
 def _child_init(nice: int, parent_pid: int) -> None:
+    from laggard.startup import reuse_memory
+
+    reuse_memory()  # an analysis process allocates like `laggard analyze` (laggard.startup)
     if nice:
         os.nice(nice)
     logging.getLogger("laggard").setLevel(logging.WARNING)
