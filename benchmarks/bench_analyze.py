@@ -149,6 +149,8 @@ def _floor_figures() -> list[dict]:
 
 _SCALE_SCRIPT = r"""
 import json, resource, sys, time
+from laggard.startup import reuse_memory
+reuse_memory()  # what the `laggard` CLI sets at start-up (laggard.startup), before numpy is imported
 import numpy as np
 from laggard.io import load_job
 from laggard.analysis.pipeline import analyze
@@ -272,6 +274,8 @@ def _synth_job(sizes: dict, out: str) -> float:
 _XL_SCRIPT = r"""
 import json, resource, sys, time
 t0, c0 = time.perf_counter(), time.process_time()
+from laggard.startup import reuse_memory
+reuse_memory()  # what the `laggard` CLI sets at start-up (laggard.startup)
 from laggard.io import load_job
 from laggard.analysis.pipeline import analyze
 res = analyze(load_job(sys.argv[1]))

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from laggard.io.ndtimeline.clean import invalid_times, unknown_optypes
 from laggard.io.ndtimeline.meta import fmt_list, read_meta, resolve_layout
 from laggard.io.ndtimeline.template import build_template
-from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, to_numpy, valid_mask
+from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, to_numpy, unique_inverse, valid_mask
 from laggard.optable.template import template_columns
 
 REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id")
@@ -64,7 +64,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     group = (dp * (int(stage.max()) + 1) + stage) * len(labels) + codes  # one per (worker, op type)
     keep = invalid_times(keep, group, step, start, dur, where)
     vpp_trace = int(mc[keep].max()) + 1
-    lay = resolve_layout(meta_obj, meta_path, path, np.unique(dp[keep]), np.unique(stage[keep]), vpp_trace)
+    lay = resolve_layout(meta_obj, meta_path, path, unique_inverse(dp[keep])[0], unique_inverse(stage[keep])[0], vpp_trace)
     num_dp, num_pp, vpp = lay.num_dp, lay.num_pp, lay.vpp
     _check_workers(dp[keep], stage[keep], step[keep], num_dp, num_pp, where, meta_path)
 
@@ -82,7 +82,7 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
         dp, stage, step, seq, start, dur, mc, gmc, mb, codes = (
             a[idx] for a in (dp, stage, step, seq, start, dur, mc, gmc, mb, codes)
         )
-    steps, step_idx = np.unique(step, return_inverse=True)
+    steps, step_idx = unique_inverse(step)
     inst = step_idx * num_dp + dp  # one pipeline instance per (step, DP rank)
 
     n_codes = len(labels)
