@@ -33,7 +33,16 @@ import pyarrow.parquet as pq
 from laggard.io.ndtimeline.clean import invalid_times, unknown_optypes
 from laggard.io.ndtimeline.meta import fmt_list, read_meta, resolve_layout
 from laggard.io.ndtimeline.template import build_template
-from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, make_table, to_numpy, unique_inverse, valid_mask
+from laggard.optable.ops import (
+    Job,
+    JobMeta,
+    LaggardError,
+    LaggardWarning,
+    make_table,
+    to_numpy,
+    unique_inverse,
+    valid_mask,
+)
 from laggard.optable.template import template_columns
 
 REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id")
