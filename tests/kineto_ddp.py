@@ -88,6 +88,23 @@ def make_traces(
     return out
 
 
+def make_traces_in_subprocess(out: str | Path, *, timeout_s: float = 170, **kwargs: object) -> Path:
+    """``make_traces`` in a fresh interpreter (the test process keeps no torch state or spawned
+    children); keyword arguments as for ``make_traces``."""
+    import json
+    import subprocess
+    import sys
+
+    here = Path(__file__).parent
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from kineto_ddp import make_traces; "
+            "make_traces(sys.argv[2], **json.loads(sys.argv[3]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(here), str(out), json.dumps(kwargs)], capture_output=True,
+                          text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the traced DDP job failed: {proc.stderr[-2000:]}")
+    return Path(out)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -20,22 +18,16 @@ from laggard.engine.gaps import GapConfig, insert_host_gaps
 from laggard.errors import LaggardWarning
 from laggard.optable.ops import Job
 from tests.conftest import job_from_rows, run_cli
+from tests.kineto_ddp import make_traces_in_subprocess
 
-HERE = Path(__file__).parents[1]
 STALL_MS = 30.0
 SLOW = 2
 
 
 @pytest.fixture(scope="module")
 def stall_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ddp-stall")
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from kineto_ddp import make_traces; "
-        f"make_traces(sys.argv[2], world=4, slow_rank={SLOW}, steps=8, extra_matmuls=0, host_stall_ms={STALL_MS})"
-    )
-    proc = subprocess.run([sys.executable, "-c", code, str(HERE), str(out)], capture_output=True, text=True, timeout=170)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return out
+    return make_traces_in_subprocess(tmp_path_factory.mktemp("ddp-stall"), world=4, slow_rank=SLOW, steps=8,
+                                     extra_matmuls=0, host_stall_ms=STALL_MS)
 
 
 def _load(path: Path) -> Job:

@@ -11,8 +11,6 @@ importer before) names a slow worker: the check can fail.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -23,23 +21,16 @@ from laggard.analysis.pipeline import analyze
 from laggard.errors import LaggardWarning
 from laggard.io import load_job
 from laggard.io.kineto import segments
+from tests.kineto_ddp import make_traces_in_subprocess
 
-HERE = Path(__file__).parents[1]
 STALL_MS = 40.0
 SLOW = 2
 
 
 @pytest.fixture(scope="module")
 def stall_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ddp-mid-stall")
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from kineto_ddp import make_traces; "
-        f"make_traces(sys.argv[2], world=4, slow_rank={SLOW}, steps=8, extra_matmuls=0, host_stall_ms={STALL_MS}, "
-        "stall_mid_step=True)"
-    )
-    proc = subprocess.run([sys.executable, "-c", code, str(HERE), str(out)], capture_output=True, text=True, timeout=170)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return out
+    return make_traces_in_subprocess(tmp_path_factory.mktemp("ddp-mid-stall"), world=4, slow_rank=SLOW, steps=8,
+                                     extra_matmuls=0, host_stall_ms=STALL_MS, stall_mid_step=True)
 
 
 def _analyze(path: Path):
