@@ -9,10 +9,10 @@ without the interpreter's teardown (``exit_now``).
 Memory (``reuse_memory``): the analysis allocates and frees arrays of every op (60 MB each at 4,096
 workers) hundreds of times. By default glibc maps each one fresh and unmaps it when freed, and numpy
 asks for transparent huge pages on each: every array is faulted in (and zeroed) again, and with THP
-in ``madvise`` mode a fault may wait for the kernel to compact memory. Measured on this 2-core VM,
-4,096 workers (7.7M ops, load + analyze, 3 runs each): 11.3-18.8 s with 4.3-11.4 s of system time by
-default, 9.3-9.9 s with 1.1-1.3 s once freed memory is kept and reused and numpy's huge-page advice is
-off (peak RSS 2.77 -> 2.90 GiB).
+in ``madvise`` mode a fault may wait for the kernel to compact memory. Measured on a 2-core VM,
+`laggard analyze` of 4,096 workers (7.7M ops, 3 runs each): 11.4-16.5 s with 4.5-10.5 s of system
+time by default, 8.2-8.6 s with 1.1-1.3 s once freed memory is kept and reused and numpy's
+huge-page advice is off (peak RSS 2.75 -> 2.84 GiB).
 """
 
 from __future__ import annotations
@@ -35,13 +35,19 @@ def hide_pandas() -> None:
         sys.meta_path.insert(0, _HidePandas())
 
 
+# the environment variables through which a user tunes glibc's malloc themselves
+_USER_MALLOC = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                "GLIBC_TUNABLES")
+
+
 def reuse_memory() -> None:
     """Keep freed memory for the next array instead of returning it to the kernel (glibc: no mmap'd
     chunks, no trimming under 2 GiB free at the heap's top) and no huge-page advice from numpy (read
-    when numpy is imported; the user's own NUMPY_MADVISE_HUGEPAGE wins). A no-op where libc has no
-    ``mallopt`` (musl, macOS)."""
+    when numpy is imported; the user's own NUMPY_MADVISE_HUGEPAGE wins, and so do their own malloc
+    settings: with any of ``_USER_MALLOC`` in the environment mallopt is left alone). A no-op where
+    libc has no ``mallopt`` (musl, macOS)."""
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or any(v in os.environ for v in _USER_MALLOC):
         return
     import ctypes
 

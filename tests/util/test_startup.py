@@ -52,5 +52,7 @@ def test_freed_arrays_are_reused_not_faulted_in_again():
     assert on["hugepage"] is False
 
 
-def test_the_users_huge_page_setting_wins():
+def test_the_users_own_settings_win():
     assert _probe("on", NUMPY_MADVISE_HUGEPAGE="1")["hugepage"] is True
+    # their own malloc tuning (here: glibc's defaults asked for explicitly) is left as they set it
+    assert _probe("on", MALLOC_MMAP_THRESHOLD_="131072")["faults"] > 5 * 30
