@@ -242,3 +242,17 @@ def test_a_link_within_the_noise_of_the_others_is_not_blamed():
     d = analyze(job).diagnosis
     assert _workers(d, "comm") == [[]]  # the tail every link shares: job-wide, no rank named
     assert "no link stands out" in next(f for f in d.findings if f.cause == "comm").evidence
+
+
+def test_one_ranks_stall_is_not_an_overhead_every_rank_pays():
+    """Two ranks, one stalling 40 ms a step on the host: the stalling rank is named, and the median
+    rank's host time (left over once it is out) is no job-wide launch overhead. With the stalled rank
+    in that median (half its stall), a second finding blamed every rank (real 2-rank profiler jobs)."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.inject import parse_injections
+    from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
+
+    truth = synthesize_with_truth(SynthConfig(dp=2, pp=1, microbatches=4, steps=8, seed=3),
+                                  parse_injections(["host-stall:rank=1,ms=40,every=1"]))
+    found = [(f.cause, [w["rank"] for w in f.workers]) for f in analyze(truth.job).diagnosis.findings]
+    assert found == [("launch-delay", [1])], found
