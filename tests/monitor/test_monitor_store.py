@@ -161,3 +161,43 @@ def test_the_pool_analyses_jobs_side_by_side_each_as_the_in_process_analysis_doe
         assert col.windows["pool1"].result.doc["findings"]  # the slow job's window was analysed, not skipped
     finally:
         col.stop()
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+def test_a_job_whose_analysis_fails_does_not_hold_up_the_others(tmp_path, monkeypatch, in_process):
+    """The first job's window fails to analyse (in the analyser thread) or to be handed to the pool;
+    the job after it is analysed, or handed over, in the same tick, not a tick later."""
+    import laggard.monitor.service as service
+
+    def failing(real):
+        def call(cut, meta, acfg):
+            if meta.name == "bad0":
+                raise RuntimeError("a bug in one job's analysis")
+            return real(cut, meta, acfg)
+        return call
+
+    cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, idle_refresh_s=1e9, analysis_process=not in_process)
+    col = Collector(Store(tmp_path / "m.db"), cfg)
+    if in_process:
+        monkeypatch.setattr(service, "analyse", failing(service.analyse))
+    else:
+        col.start()
+        col._stop.set()  # this test ticks by hand
+        col._thread.join()
+        monkeypatch.setattr(col._analyser, "submit", failing(col._analyser.submit))
+    try:
+        for name in ("bad0", "good1"):  # the failing job first: it is looked at first
+            job = synthesize(SynthConfig(dp=2, pp=1, microbatches=2, steps=8, seed=3, name=name))
+            for s, r, t in step_batches(job):
+                col.ingest(encode_batch(t, job_id=name, rank=r, seq=s, meta=job.meta.to_json()))
+        col.tick()
+        if in_process:
+            assert col.windows["good1"].result is not None and col.windows["good1"].result.doc["num_ops"] > 0
+        else:
+            assert "good1" in col._running and "bad0" not in col._running
+        assert col.windows["bad0"].result is None
+    finally:
+        if in_process:
+            col.store.close()
+        else:
+            col.stop()

@@ -202,28 +202,25 @@ class Collector:
                 continue
             del self._running[job_id]
             try:
-                res = fut.result()
+                self._finish(job_id, cut.last, fut.result())
             except BrokenProcessPool:  # the next submit starts new children
                 if attempt == 0:
-                    self._running[job_id] = (self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis),
-                                             cut, 1)
-                    continue
-                log.error("analysis of job %s failed: its analysis process died twice", job_id)
-                continue
+                    self._submit(job_id, cut, 1)
+                else:
+                    log.error("analysis of job %s failed: its analysis process died twice", job_id)
             except Exception:  # one job's bug must not stop the others; it is logged
                 log.exception("analysis of job %s failed", job_id)
-                continue
-            self._finish(job_id, cut.last, res)
 
-    def _dispatch(self) -> None:
-        """Hand each job's due window to the pool (a job's windows one at a time, oldest first)."""
-        for job_id in list(self.windows):
-            if job_id in self._running or time.monotonic() < self._next_refresh.get(job_id, 0.0):
-                continue
-            cut = self._cut(job_id)
-            if cut is not None:
-                self._running[job_id] = (self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis),
-                                         cut, 0)
+    def _dispatch(self, job_id: str) -> None:
+        """Hand the job's window to the pool if one is due (a job's windows one at a time, oldest first)."""
+        if job_id in self._running:
+            return
+        cut = self._cut(job_id)
+        if cut is not None:
+            self._submit(job_id, cut, 0)
+
+    def _submit(self, job_id: str, cut: WindowCut, attempt: int) -> None:
+        self._running[job_id] = (self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis), cut, attempt)
 
     def check_hangs(self) -> None:
         """Suspect hangs (asking the job's tracers for their hang reports); decide the verdicts that are due."""
@@ -314,16 +311,21 @@ class Collector:
     def tick(self) -> None:
         """One round of the background analyser: collect finished analyses and start due ones (in
         the pool; without one, each due job is analysed here in turn), then the hang checks."""
-        try:
-            if self._analyser is not None:
+        if self._analyser is not None:
+            try:
                 self._collect()
-                self._dispatch()
-            else:
-                for job_id in list(self.windows):
-                    if time.monotonic() >= self._next_refresh.get(job_id, 0.0):
-                        self.refresh(job_id)
-        except Exception:  # the analyser thread must survive one job's bug; it is logged
-            log.exception("window analysis failed")
+            except Exception:  # a resubmission that failed; the thread goes on
+                log.exception("collecting window analyses failed")
+        for job_id in list(self.windows):
+            if time.monotonic() < self._next_refresh.get(job_id, 0.0):
+                continue
+            try:
+                if self._analyser is not None:
+                    self._dispatch(job_id)
+                else:
+                    self.refresh(job_id)
+            except Exception:  # one job's bug must not stop the thread, nor the jobs after it; it is logged
+                log.exception("analysis of job %s failed", job_id)
         try:
             self.check_hangs()
         except Exception:  # the same for a hang verdict
