@@ -143,11 +143,11 @@ def test_the_pool_analyses_jobs_side_by_side_each_as_the_in_process_analysis_doe
                        [parse_injection("slow-worker:rank=1,factor=1.5")] if s == 1 else None) for s in (1, 2)]
     cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=0.05, analysis_workers=2, idle_refresh_s=1e9)
     col = Collector(Store(tmp_path / "m.db"), cfg)
+    for job in jobs:  # every step in before the analyser starts: its first cut is then the window through step 6
+        for s, r, t in step_batches(job):
+            col.ingest(encode_batch(t, job_id=job.meta.name, rank=r, seq=s, meta=job.meta.to_json()))
     col.start()
     try:
-        for job in jobs:
-            for s, r, t in step_batches(job):
-                col.ingest(encode_batch(t, job_id=job.meta.name, rank=r, seq=s, meta=job.meta.to_json()))
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not all(
                 (w := col.windows[j.meta.name].result) is not None and w.steps[1] >= 6 for j in jobs):
