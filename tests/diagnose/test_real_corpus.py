@@ -129,3 +129,20 @@ def test_a_rank_named_at_low_confidence_says_how_consistent_it_is() -> None:
     assert f.cause == "unexplained" and [w["rank"] for w in f.workers] == [slowest] == [3], d.findings
     assert f.targets and f.targets[0].pattern == "consistent" and f.targets[0].basis == "step", f.targets
     assert f.consistency_text.startswith("rank 3: slow in "), f.consistency_text
+
+
+def test_a_pure_pipelines_slow_rank_under_the_heavy_ratio_is_its_stage() -> None:
+    """A dp 1 x pp 3 job run with a core per rank (c16_job024), stage 0's compute x1.303 (injected):
+    it computes 1.24x the other stages' median, under ``heavy_row_ratio`` (1.25), so the stage
+    detector did not count it heavy, and the worker detector, which sets a slow rank to its stage
+    peers, has none in a pure pipeline. The slow worker (beyond the job's noise) makes its stage heavy
+    there; fixing it gains over the healthy threshold although S is 1.02. With the worker bar raised
+    over its 1.24x (``worker_ratio=1.3``) the job is healthy again, so the rule is what finds it."""
+    d, truth = _diagnose("c16_job024")
+    assert truth["causes"][0]["target"] == {"scope": "stage", "stage": 0, "ranks": [0]}
+    assert d.verdict == "straggling" and d.note, d
+    top = d.findings[0]
+    assert top.cause == "stage-imbalance" and top.stages == [0] and _named(d) == {0}, d.findings
+    assert top.gain >= 1.05 and top.targets and top.targets[0].pattern == "consistent", top
+    d, _ = _diagnose("c16_job024", DiagnoseConfig(worker_ratio=1.3))
+    assert d.verdict == "healthy", d.findings

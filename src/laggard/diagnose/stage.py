@@ -28,11 +28,17 @@ def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_wor
     ``heavy_row_ratio`` x the other stages' median worker); the slow workers (``worker``) are left
     out of their row when some of it is left, so that most of a stage's replicas being slow GPUs
     does not make the stage heavy. With one worker per stage (a pure pipeline) a heavy stage and a
-    slow GPU look the same: the row is its one worker, and the finding says so."""
+    slow GPU look the same: the row is its one worker, and the finding says so; there a slow worker
+    (``worker.slow_workers``: ``worker_ratio`` x the other stages' median, beyond the noise) makes its
+    stage heavy, as the worker finding has no stage peers to set it to (a real dp 1 x pp 3 job's
+    1.30x stage 0 computed 1.24x the others' and was named by neither)."""
     hot = hot_workers(ctx, cfg)
     by_stage = _rows(ctx, slow_workers)
     out = []
     for s, rs in by_stage.items():
+        if ctx.num_dp == 1 and set(rs) <= set(slow_workers):
+            out.append(s)
+            continue
         others = [load[r] for r in load if ctx.worker_of[r]["stage"] != s]
         ref = float(np.median(others)) if others else 0.0
         heavy = sum(ref > 0 and load[r] >= cfg.heavy_row_ratio * ref for r in rs)
@@ -51,8 +57,9 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
     the sequences drawn); in a two-stage pipeline from one worker's spread (``noise.cell_sigma``) over
     its replicas and against the other stage's, and
     more than ``row_majority`` of its replicas must be heavy too: computing ``heavy_row_ratio`` x the
-    other stages' median worker, or standing out from the workers' noise (``worker.step_ratios``,
-    each against its stage peers): one slow replica makes a slow worker, not a heavy stage."""
+    other stages' median worker, standing out from the workers' noise (``worker.step_ratios``,
+    each against its stage peers), or a slow worker left in a row that is all slow workers (a pure
+    pipeline's): one slow replica makes a slow worker, not a heavy stage."""
     from laggard.diagnose.worker import step_ratios
 
     per = ctx.per_rank_step(ctx.compute)
@@ -84,8 +91,10 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
         reps = [noise.judge(f"rank {int(ctx.ranks[j])}", "compute", noise.ratios(per[j], ref), per[j] - ref, steps,
                             wjob, cfg) for j in i]
         ref_load = float(np.median([load[int(r)] for r in ctx.ranks[stage_of != s]]))
-        heavy = sum(noise.stands_out(c, transient_ok=False) or load[int(ctx.ranks[j])] >= cfg.heavy_row_ratio * ref_load
-                    for c, j in zip(reps, i, strict=True))
+        # a replica left in its row only because all of it is slow (a pure pipeline's one worker) was
+        # judged beyond the noise by the worker detector already
+        heavy = sum(noise.stands_out(c, transient_ok=False) or int(ctx.ranks[j]) in slow_workers
+                    or load[int(ctx.ranks[j])] >= cfg.heavy_row_ratio * ref_load for c, j in zip(reps, i, strict=True))
         ok = noise.stands_out(row, transient_ok=False) and heavy > cfg.row_majority * len(reps)
         out[s] = [row, *reps] if ok else []
     return out
