@@ -5,12 +5,13 @@ Each rank trains a small MLP with DistributedDataParallel (one thread per proces
 its backward pass, so it reaches the next step's gradient all-reduces late.
 
     python tests/kineto_ddp.py OUT_DIR [--world 4] [--slow-rank 2] [--steps 5] [--extra-matmuls 30] [--host-stall-ms 0]
-        [--stall-mid-step]
+        [--stall-mid-step] [--microbatches 1] [--rows-sigma 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import os
 import shutil
@@ -26,7 +27,7 @@ def _free_port() -> int:
 
 def _worker(
     rank: int, world: int, port: int, out: str, slow_rank: int, steps: int, extra_matmuls: int, host_stall_ms: float,
-    stall_mid_step: bool = False,
+    stall_mid_step: bool = False, microbatches: int = 1, rows_sigma: float = 0.0,
 ) -> None:
     import time
 
@@ -43,6 +44,15 @@ def _worker(
     ddp = DDP(model, bucket_cap_mb=0.1)  # two gradient buckets: two all-reduces per step
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     x = torch.randn(64, 256)
+    # microbatches of uneven size (rows_sigma: a lognormal spread of their rows, drawn per rank and
+    # microbatch, as documents of uneven length make uneven microbatches): forward and backward of
+    # one microbatch take longer together
+    draw = torch.Generator().manual_seed(1000 + rank)
+
+    def rows() -> int:
+        if not rows_sigma:
+            return 64
+        return int(min(max(64 * float(torch.exp(rows_sigma * torch.randn(1, generator=draw))), 8), 512))
 
     def save(prof: torch.profiler.profile) -> None:
         tmp = Path(out) / f"rank{rank}.json"
@@ -60,10 +70,12 @@ def _worker(
             if stall and not stall_mid_step:
                 # host-side work no profiler op covers (a slow data loader, Python, a noisy neighbour)
                 time.sleep(host_stall_ms / 1e3)
-            loss = ddp(x).sum()
-            if stall and stall_mid_step:  # ... between two ops of the step's compute
-                time.sleep(host_stall_ms / 1e3)
-            loss.backward()
+            for m in range(microbatches):  # gradient accumulation: the last microbatch all-reduces
+                with ddp.no_sync() if m < microbatches - 1 else contextlib.nullcontext():
+                    loss = ddp(x if microbatches == 1 else torch.randn(rows(), 256)).sum()
+                    if stall and stall_mid_step and m == 0:  # ... between two ops of the step's compute
+                        time.sleep(host_stall_ms / 1e3)
+                    loss.backward()
             if rank == slow_rank and extra_matmuls:  # the straggler: real extra compute on this rank only
                 a = torch.randn(300, 300)
                 for _ in range(extra_matmuls):
@@ -77,14 +89,14 @@ def _worker(
 
 def make_traces(
     out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30, host_stall_ms: float = 0.0,
-    stall_mid_step: bool = False,
+    stall_mid_step: bool = False, microbatches: int = 1, rows_sigma: float = 0.0,
 ) -> Path:
     import torch.multiprocessing as mp
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms, stall_mid_step),
-             nprocs=world)
+    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms, stall_mid_step,
+                            microbatches, rows_sigma), nprocs=world)
     return out
 
 
@@ -115,6 +127,9 @@ if __name__ == "__main__":
     ap.add_argument("--host-stall-ms", type=float, default=0.0, help="untraced host time per step on the slow rank")
     ap.add_argument("--stall-mid-step", action="store_true", help="stall between the forward and the backward "
                     "(inside the step's compute) instead of before the step")
+    ap.add_argument("--microbatches", type=int, default=1, help="forward/backward passes per step (gradient accumulation)")
+    ap.add_argument("--rows-sigma", type=float, default=0.0, help="lognormal spread of the microbatches' rows (0: 64 each)")
     args = ap.parse_args()
     make_traces(args.out, world=args.world, slow_rank=args.slow_rank, steps=args.steps,
-                extra_matmuls=args.extra_matmuls, host_stall_ms=args.host_stall_ms, stall_mid_step=args.stall_mid_step)
+                extra_matmuls=args.extra_matmuls, host_stall_ms=args.host_stall_ms, stall_mid_step=args.stall_mid_step,
+                microbatches=args.microbatches, rows_sigma=args.rows_sigma)

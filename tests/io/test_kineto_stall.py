@@ -53,7 +53,7 @@ def test_a_stall_between_two_ops_is_the_ranks_host_time(stall_dir: Path) -> None
 
 @pytest.mark.timeout(240)
 def test_kept_inside_the_segment_the_stall_reads_as_a_slow_worker(stall_dir: Path, monkeypatch) -> None:
-    monkeypatch.setattr(segments, "_HOST_GAP_SHARE", np.inf)
+    monkeypatch.setattr(segments, "HOST_GAP_SHARE", np.inf)
     res = _analyze(stall_dir)
     assert res.to_json()["untraced_gaps"]["per_rank_s_per_step"][str(SLOW)] < 0.25 * STALL_MS / 1e3
     assert any(f.cause == "worker" and [w["rank"] for w in f.workers] == [SLOW] for f in res.diagnosis.findings)

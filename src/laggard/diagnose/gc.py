@@ -1,5 +1,8 @@
 """``gc``: rare long forward passes on different ranks at different steps, the backward passes of
-the same microbatches untouched; or garbage collections traced as their own ops."""
+the same microbatches untouched; or garbage collections traced as their own ops. Where the trace
+records every collection (the Tracer's), a stall must have one inside it; where the importer took
+the pauses out of the ops (CPU profiler traces: ``HOST_GAP_CUT_KEY``), a stretched forward is the
+busy host, and collections, which no op records there, are not named."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.engine.spikes import SpikeConfig, spikes
-from laggard.optable.ops import is_gc_name
+from laggard.optable.ops import HOST_GAP_CUT_KEY, is_gc_name
 from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
 
@@ -29,6 +32,10 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     traced = gc_time >= cfg.gc_traced_share * ctx.T
     if records_collections(ctx):  # a stall no collection ran in is not GC
         fwd_out &= _collected_in(ctx, fwd_out, fmed, gc_ops, cfg.gc_traced_cover)
+    elif HOST_GAP_CUT_KEY in ctx.base.job.meta.extra:
+        # the importer took the pauses inside an op out of it (host time, before the op): what still
+        # stretches a forward pass is the host being busy, not a collection, which no op records here
+        fwd_out[:] = False
     n_out = int(fwd_out.sum())
     if n_out < 2 and not traced:
         return []

@@ -137,7 +137,8 @@ def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     """The forward and backward passes with a microbatch (op indices) and what each should cost: the
     fitted cost of its sequences where the trace has their lengths (a*sum(len^2) + b*sum(len) + c
     per stage and op type), else the median of the same (step, stage, op type, microbatch) on the
-    other DP ranks (passes with no such peer are left out). None when there are none. Computed once
+    other DP ranks (passes with no such peer are left out). None when there are none (or none has a
+    peer). Computed once
     per job (``ctx.memo``)."""
     if "worker.mb_expected" not in ctx.memo:
         mb = _mb_expected(ctx)
@@ -177,6 +178,8 @@ def _mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     _, group = unique_inverse(key)
     peers = peer_median(ctx.w[on], group)
     ok = peers > 0
+    if not ok.any():  # no pass has a peer (e.g. microbatches on one DP rank only)
+        return None
     return np.flatnonzero(on)[ok], peers[ok]
 
 

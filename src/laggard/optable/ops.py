@@ -105,6 +105,11 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
+# ``JobMeta.extra`` key: the share of a step over which an importer took idle gaps out of compute ops
+# (they are host time, before the op), absent where it did not (laggard.io.kineto.segments)
+HOST_GAP_CUT_KEY = "host_gaps_cut_share"
+
+
 @dataclass(kw_only=True, slots=True)
 class JobMeta:
     """Job-wide metadata: the parallel layout and where the trace came from."""

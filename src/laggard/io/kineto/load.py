@@ -328,7 +328,7 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
     order = np.argsort(dst, kind="stable")
     fields = {}
     for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "issue_ns", "group", "meta_seq", "size_bytes",
-              "peer", "has_deps", "phase"):
+              "peer", "has_deps", "phase", "microbatch"):
         fields[f] = getattr(r, f)[keep]
     out = RankOps(**{**{k: getattr(r, k) for k in r.__slots__ if k not in fields}, **fields,
                      "dep_ptr": ptr, "dep_idx": src[order]})  # type: ignore[attr-defined]
@@ -362,8 +362,9 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
     kind = cat([r.kind for r in ranks]).astype(np.int64)
     peer = cat([r.peer for r in ranks])
     name_c, names = relabel("name", "names")
-    if layout.pp_size > 1:
+    if layout.pp_size > 1 or all(r.device == "cpu" for r in ranks):  # segments cut by phase (rank.build_rank)
         name_c, names = _phase_names(name_c, names, cat([r.phase for r in ranks]))
+    if layout.pp_size > 1:
         name_c, names = _transfer_names(name_c, names, kind, peer, rank_of, layout)
     stream_c, streams = relabel("stream", "streams")
     group_c, groups = relabel("group", "groups")
@@ -399,6 +400,7 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
         "pp_rank": coord_of[:, 1],
         "tp_rank": coord_of[:, 2] if layout.tp_size > 1 else np.full(n, -1, np.int32),
         "step": step,
+        "microbatch": cat([r.microbatch for r in ranks]),
         "name": _dict_column(name_c, names, "name"),
         "kind": _dict_column(kind, list(KIND_LABELS), "kind"),
         "stream": _dict_column(stream_c, streams, "stream"),
@@ -460,8 +462,9 @@ def _deps_column(ranks: list[RankOps], offs: np.ndarray, n: int) -> Any:
 def _job_meta(ranks: list[RankOps], files: list[Path], layout: Layout, matched_by: dict[str, str], *,
               clock_offsets_s: dict[str, float], num_domains: int) -> Any:
     """The job's metadata: layout, clock offsets, process groups, devices, decoding costs."""
+    from laggard.io.kineto.segments import HOST_GAP_SHARE
     from laggard.optable.hosts import HOSTS_KEY, host_entry
-    from laggard.optable.ops import JobMeta
+    from laggard.optable.ops import HOST_GAP_CUT_KEY, JobMeta
 
     declared = next((r.world_size for r in ranks if r.world_size is not None), None)
     pg_info: dict[str, Any] = {}
@@ -492,6 +495,9 @@ def _job_meta(ranks: list[RankOps], files: list[Path], layout: Layout, matched_b
             "clock_domains": num_domains,
             "declared_world_size": declared,
             "devices": devices,
+            # CPU ranks: idle gaps over this share of a step were taken out of the compute segments
+            # (segments.HOST_GAP_SHARE): a pause that long is host time here, never a longer op
+            **({HOST_GAP_CUT_KEY: HOST_GAP_SHARE} if "cpu" in devices else {}),
             "collectives_from": sorted({r.coll_source for r in ranks if r.coll_source}),
             "process_groups": pg_info,
             "num_bytes": int(sum(r.num_bytes for r in ranks)),
@@ -531,7 +537,7 @@ def _job_name(files: list[Path]) -> str:
 
 
 def _phase_names(name_c: np.ndarray, names: list[str], phase: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Pipeline layouts: compute segments are named by their training phase and lane
+    """Pipeline layouts and CPU ranks: compute segments are named by their training phase and lane
     (``cpu-forward``, ``gpu-backward``, ...), not by their position among the step's collectives,
     which differs from stage to stage: the same phase on every stage is one op type, idealised
     to its mean over all stages (as the tracer's ``forward-compute`` is), so stage imbalance shows."""

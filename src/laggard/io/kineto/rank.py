@@ -36,6 +36,7 @@ from laggard.io.kineto.segments import (
     Segments,
     Streams,
     cut_segments,
+    microbatches,
     stream_label,
     streams,
     top_level,
@@ -84,6 +85,7 @@ class RankOps:
     dep_idx: np.ndarray
     has_deps: np.ndarray  # bool
     phase: np.ndarray  # int8 code into kineto_segments.PHASES (compute ops; 0 for collectives)
+    microbatch: np.ndarray  # int32: a CPU rank's forward/backward segment's microbatch (segments.microbatches), else -1
     group_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     coll_source: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -331,9 +333,14 @@ def build_rank(ev: RankEvents) -> RankOps:
     # segments are named by position: their phases are not worth the launchers' lookup)
     stage = bool(np.isin(co.kind, (KIND_SEND, KIND_RECV)).any()) or any(
         n.rsplit(":", 1)[-1] in ("send", "recv") for n in set(co.name))  # transfers without peer ranks too
+    # a CPU rank's ops carry their phase in their names (``autograd::engine::...`` in backward), so
+    # every CPU rank is cut by phase too: a DDP rank's forward and backward passes of each microbatch
+    # become segments of their own (else one segment held a step's every microbatch)
     u_phase = _unit_phases(ev, lb, es, unit, cpu=cpu, gpu=gpu, from_launchers=stage and device == "gpu")
-    seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase, split_phases=stage)
-    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, warns)
+    seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase,
+                       split_phases=stage or device == "cpu")
+    seg_mb = microbatches(seg, merge_runs=not stage) if device == "cpu" else np.full(seg.num, -1)
+    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, warns)
     ops.identity = rank_identity(ev, gpu)
     return ops
 
@@ -359,8 +366,9 @@ def _unit_phases(ev: RankEvents, lb: _Labels, es: _EventSteps, unit: np.ndarray,
 
 
 def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list[dict[str, Any]], co: Collectives,
-              c_step: np.ndarray, st: Streams, seg: Segments, warns: list[str]) -> RankOps:
-    """The rank's ops: segments first, then collectives, with explicit dependency lists."""
+              c_step: np.ndarray, st: Streams, seg: Segments, seg_mb: np.ndarray, warns: list[str]) -> RankOps:
+    """The rank's ops: segments first, then collectives, with explicit dependency lists; ``seg_mb``:
+    each segment's microbatch (-1: none)."""
     ts, dur = ev.ts_us, ev.dur_us
     base_ns = ev.header.get("baseTimeNanoseconds")
     base = int(base_ns) if isinstance(base_ns, int) else 0
@@ -417,6 +425,7 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
         dep_idx=dep_idx,
         has_deps=np.ones(n_ops, bool),
         phase=np.concatenate([seg.phase, np.zeros(len(coll), np.int8)]).astype(np.int8),
+        microbatch=np.concatenate([seg_mb, np.full(len(coll), -1)]).astype(np.int32),
         group_info=co.group_info,
         coll_source=co.source,
         warnings=warns,

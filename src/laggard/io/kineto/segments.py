@@ -8,7 +8,7 @@ until the collective ended, i.e. was waiting for it). Segments are named by how 
 of the step were launched and finished before them, so the same work has the same name on every
 rank. A GPU segment lasts the sum of its kernels (launch gaps removed); a CPU segment its span (the
 Python between its ops is its work) less the idle gaps inside it that are a noticeable share of a
-step (``_HOST_GAP_SHARE``): those are host time no op covers (a stall, a sleep, a collection), and
+step (``HOST_GAP_SHARE``): those are host time no op covers (a stall, a sleep, a collection), and
 the segment starts after them, so that the replay's gap model (``laggard.engine.gaps``) sees them as
 the rank's untraced host time, as it sees the gaps between the Tracer's ops, instead of slower compute.
 """
@@ -39,7 +39,7 @@ _GLUE_SHARE = 0.02
 # at most 16 ms (4.4% of a 370 ms step) in clean jobs, with a median op gap of 5 us; the host stalls
 # the corpus injects are 33 ms and up (10%+). 5% keeps the descheduling inside the compute it
 # interrupted (the Tracer counts it there too) and takes every stall out.
-_HOST_GAP_SHARE = 0.05
+HOST_GAP_SHARE = 0.05
 
 
 def unit_phases(names: list[str]) -> np.ndarray:
@@ -225,8 +225,41 @@ def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndar
     return part, link
 
 
+def microbatches(seg: Segments, *, merge_runs: bool = False) -> np.ndarray:
+    """Per segment, its microbatch (-1: none): the k-th forward of a (stream, step) and its k-th
+    backward are microbatch k, where the two counts agree. One forward and one backward per
+    microbatch, each in microbatch order, is what gradient accumulation (F0 B0 F1 B1 ...) and a 1F1B
+    stage both run. ``merge_runs`` (ranks without transfers): segments of one phase in a row are one
+    pass (DDP cuts the last backward at its gradient all-reduces); a 1F1B stage runs backwards in a
+    row, so there each segment is one. A (stream, step) whose counts differ gets none, rather than a
+    wrong pairing."""
+    fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
+    rows = np.flatnonzero((seg.phase == fwd) | (seg.phase == bwd))
+    out = np.full(seg.num, -1, np.int32)
+    if not len(rows):
+        return out
+    cell = seg.sid[rows].astype(np.int64) * (int(seg.step.max()) + 1) + seg.step[rows]  # (stream, step)
+    order = np.lexsort((seg.start_us[rows], cell))
+    c, is_b = cell[order], (seg.phase[rows][order] == bwd).astype(np.int64)
+    new = np.r_[True, c[1:] != c[:-1]]
+    new |= np.r_[True, is_b[1:] != is_b[:-1]] if merge_runs else True
+    unit = np.cumsum(new) - 1  # each row's pass
+    key = (c * 2 + is_b)[new]  # per pass: (cell, phase), in start order within the cell
+    k_order = np.argsort(key, kind="stable")
+    ks = key[k_order]
+    first = np.r_[True, ks[1:] != ks[:-1]]
+    ordinal = np.empty(len(key), np.int64)
+    ordinal[k_order] = np.arange(len(ks)) - np.maximum.accumulate(np.where(first, np.arange(len(ks)), 0))
+    _, ci = np.unique(key // 2, return_inverse=True)
+    pb = key % 2
+    agree = (np.bincount(ci, weights=1 - pb) == np.bincount(ci, weights=pb))[ci]  # per pass
+    ok = agree[unit]
+    out[rows[order[ok]]] = ordinal[unit[ok]]
+    return out
+
+
 def _host_gaps(st: np.ndarray, cum_end: np.ndarray, sp: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """Per unit: the idle gap before it inside its segment when over ``_HOST_GAP_SHARE`` of the
+    """Per unit: the idle gap before it inside its segment when over ``HOST_GAP_SHARE`` of the
     stream's median step (first unit to last end), else 0."""
     gap = np.zeros(len(st))
     gap[1:] = st[1:] - cum_end[:-1]
@@ -235,7 +268,7 @@ def _host_gaps(st: np.ndarray, cum_end: np.ndarray, sp: np.ndarray, new: np.ndar
         return gap
     bounds = np.flatnonzero(np.r_[True, sp[1:] != sp[:-1]])
     step_span = np.maximum.reduceat(cum_end, bounds) - st[bounds]
-    thr = _HOST_GAP_SHARE * float(np.median(step_span))
+    thr = HOST_GAP_SHARE * float(np.median(step_span))
     return np.where(gap > thr, gap, 0.0)
 
 
