@@ -37,6 +37,10 @@ def _check_slow_rank(job, slow: int) -> None:
     assert worst["rank"] == slow, res.by_worker
     assert worst["slowdown"] > max(w["slowdown"] for w in res.by_worker[1:])
     assert res.fixed_workers == [slow]
+    # the slow rank's extra matrix products run after its backward (read as optimizer-phase work,
+    # outside the microbatch passes): a slow worker all the same, not cleared by its passes' speed
+    top = res.diagnosis.findings[0]
+    assert top.cause == "worker" and [w["rank"] for w in top.workers] == [slow], res.diagnosis.findings
 
 
 def _read(path, **kw):

@@ -34,7 +34,9 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
     rel = lv / np.maximum(ref, 1e-12)
     if ctx.num_dp > 1:
         per_mb = per_microbatch(ctx, cfg)
-        rel = np.minimum(rel, np.array([per_mb.get(r, np.inf) for r in ranks]))
+        if per_mb:
+            per_mb_rel = np.array([per_mb.get(r, np.inf) for r in ranks])
+            rel = np.minimum(rel, np.maximum(per_mb_rel, _outside_passes(ctx, cfg, ranks, stage, ref)))
     keep = rel >= cfg.worker_ratio
     order = np.argsort(-rel[keep], kind="stable")
     flagged = [int(r) for r in np.array(ranks)[keep][order]]
@@ -44,6 +46,21 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
     slow = [r for r in flagged if noise.stands_out(judged[r], transient_ok=False)]
     riders = impact_riders(ctx, cfg, slow)
     return [r for r in slow if r not in riders]
+
+
+def _outside_passes(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], stage: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per rank: 1 + its compute outside the microbatch passes (the optimizer, work between passes)
+    over its fast stage peers' (the median per step, as ``worker_loads``), as a share of their whole
+    compute (``ref``). The per-microbatch speed clears a rank whose passes only drew longer sequences;
+    it must not clear one whose extra work is outside them (a real profiled DDP job's slow rank ran its
+    extra matrix products after its backward, read as optimizer work: 1 + 1.4)."""
+    other = np.nanmedian(ctx.per_rank_step(ctx.compute & (ctx.mb < 0)), axis=1)
+    idx = np.searchsorted(ctx.ranks, ranks)
+    lo = np.nan_to_num(other[idx], nan=0.0)
+    from laggard.diagnose.context import fast_peer_ref
+
+    ref_other = fast_peer_ref(lo, stage, cfg.worker_ratio)
+    return 1.0 + np.maximum(lo - ref_other, 0.0) / np.maximum(ref, 1e-12)
 
 
 def impact_riders(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> set[int]:
@@ -115,7 +132,8 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
         spent = ctx.per_rank_step(mask)
         w_exp = np.zeros(len(ctx.w))
         w_exp[rows] = expected
-        speed = spent / np.where(spent > 0, ctx.per_rank_step(mask, w_exp), np.nan)
+        exp_spent = np.where(spent > 0, ctx.per_rank_step(mask, w_exp), np.nan)
+        speed = _with_outside_work(ctx, cfg, spent, exp_spent, mask)
     n = len(ctx.ranks)
     if ctx.num_dp > 1:
         lv = np.array([load[int(r)] for r in ctx.ranks]) if mb is None else np.nanmedian(speed, axis=1)
@@ -131,6 +149,45 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     ctx.memo["worker.speed"] = speed, num_ref
     ctx.memo["worker.step_ratios"] = ratio, per * (1.0 - 1.0 / ratio)
     return ctx.memo["worker.step_ratios"]
+
+
+def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expected: np.ndarray,
+                       mask: np.ndarray) -> np.ndarray:
+    """Per (rank, step): the passes' speed (time over expected cost); for a rank whose compute outside
+    the passes (optimizer, work between passes) makes it ``worker_ratio`` x slower still (the median
+    over steps), that compute counted too, against its stage peers' per-step median. A real profiled
+    DDP job's slow rank ran its extra matrix products after its backward: its passes ran at 1.1x, its
+    step's compute at 14x; for every other rank the speed stays its passes' (their step-to-step
+    spread is the job's noise, and optimizer time would only widen it)."""
+    speed = spent / expected
+    other = np.nan_to_num(ctx.per_rank_step(ctx.compute & ~mask), nan=0.0)
+    stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
+    other_ref = np.zeros_like(other)
+    for st in np.unique(stage):
+        rows = np.flatnonzero(stage == st)
+        other_ref[rows] = median_of_others(other[rows])
+    whole = (spent + other) / (expected + other_ref)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        heavy = np.nanmedian(whole / speed, axis=1) >= cfg.worker_ratio
+    speed[heavy] = whole[heavy]
+    return speed
+
+
+def median_of_others(m: np.ndarray) -> np.ndarray:
+    """Per row and column, the median of the column's other rows (0 where there are none), as
+    np.median picks it: the column sorted once, the row's own value skipped by index arithmetic."""
+    n = m.shape[0]
+    if n < 2:
+        return np.zeros_like(m)
+    order = np.argsort(m, axis=0, kind="stable")
+    srt = np.take_along_axis(m, order, axis=0)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(n)[:, None].repeat(m.shape[1], axis=1), axis=0)
+    lo, hi = (n - 2) // 2, (n - 1) // 2  # the middle of the n - 1 others
+    at_lo = lo + (lo >= pos)
+    at_hi = hi + (hi >= pos)
+    cols = np.arange(m.shape[1])[None, :]
+    return (srt[at_lo, cols] + srt[at_hi, cols]) / 2
 
 
 def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
