@@ -7,7 +7,8 @@ The real case: a 2-rank DDP job (gloo, torch.profiler, ``tests/kineto_ddp.py``) 
 accumulation over 4 microbatches whose rows are drawn uneven (lognormal sigma 0.8, per rank and
 microbatch: what documents of uneven length do). The last microbatch's backward is cut by DDP's
 gradient all-reduces; its pieces are one pass. Before, each step was one segment holding all eight
-passes, and no microbatch was found: the test fails on that importer.
+passes, and no microbatch was found: the test fails on that importer. The structure is checked on
+the committed run and on one made here; the diagnosis on the committed run only.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from laggard.io import load_job
 from tests.kineto_ddp import make_traces_in_subprocess
 
 MICROBATCHES = 4
+COMMITTED = Path(__file__).parents[1] / "data" / "kineto" / "ddp_uneven_microbatches"  # README there
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +41,9 @@ def _load(path: Path):
 
 
 @pytest.mark.timeout(240)
-def test_each_step_has_its_microbatches_forward_and_backward(uneven_dir: Path) -> None:
-    t = _load(uneven_dir).table
+@pytest.mark.parametrize("which", ["committed", "fresh"])
+def test_each_step_has_its_microbatches_forward_and_backward(which: str, request: pytest.FixtureRequest) -> None:
+    t = _load(COMMITTED if which == "committed" else request.getfixturevalue("uneven_dir")).table
     name = np.array(t.column("name").to_pylist(), dtype=object)
     mb = t.column("microbatch").to_numpy()
     rank, step = t.column("rank").to_numpy(), t.column("step").to_numpy()
@@ -55,11 +58,13 @@ def test_each_step_has_its_microbatches_forward_and_backward(uneven_dir: Path) -
             assert sorted(set(got)) == list(range(MICROBATCHES)), (phase, r, s, got)
 
 
-@pytest.mark.timeout(240)
-def test_uneven_microbatches_are_named_sequence_imbalance(uneven_dir: Path) -> None:
+@pytest.mark.timeout(60)
+def test_uneven_microbatches_are_named_sequence_imbalance() -> None:
+    """On the committed run (a quiet machine): the times of a run made during the test depend on what
+    else the machine runs."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LaggardWarning)
-        res = analyze(_load(uneven_dir))
+        res = analyze(_load(COMMITTED))
     causes = [f.cause for f in res.diagnosis.findings]
     assert "sequence-imbalance" in causes, res.diagnosis.findings
     assert not any(f.cause in ("gc", "worker") for f in res.diagnosis.findings), res.diagnosis.findings
