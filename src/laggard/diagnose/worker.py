@@ -7,6 +7,8 @@ a replay of the whole job, where one slow pipeline hides another)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from laggard.diagnose import noise
@@ -167,7 +169,8 @@ def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expecte
         rows = np.flatnonzero(stage == st)
         other_ref[rows] = median_of_others(other[rows])
     whole = (spent + other) / (expected + other_ref)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a rank with no pass in any step: all NaN
         heavy = np.nanmedian(whole / speed, axis=1) >= cfg.worker_ratio
     speed[heavy] = whole[heavy]
     return speed
