@@ -64,13 +64,3 @@ def test_fast_peer_row_median_matches_row_median_per_entry() -> None:
         assert _same(got, want)
         assert num.tolist() == [len(p) for p in peers]
 
-
-def test_median_of_others_is_numpys_median_without_the_row():
-    from laggard.diagnose.worker import median_of_others
-
-    rng = np.random.default_rng(5)
-    for n in (1, 2, 3, 4, 7):
-        m = rng.integers(0, 4, size=(n, 9)).astype(float)  # ties included
-        want = np.array([[np.median(np.delete(m[:, c], i)) if n > 1 else 0.0 for c in range(m.shape[1])]
-                         for i in range(n)])
-        assert np.array_equal(median_of_others(m), want), n

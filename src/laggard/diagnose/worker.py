@@ -161,36 +161,20 @@ def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expecte
     DDP job's slow rank ran its extra matrix products after its backward: its passes ran at 1.1x, its
     step's compute at 14x; for every other rank the speed stays its passes' (their step-to-step
     spread is the job's noise, and optimizer time would only widen it)."""
+    from laggard.diagnose.context import peer_median
+
     speed = spent / expected
     other = np.nan_to_num(ctx.per_rank_step(ctx.compute & ~mask), nan=0.0)
     stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
-    other_ref = np.zeros_like(other)
-    for st in np.unique(stage):
-        rows = np.flatnonzero(stage == st)
-        other_ref[rows] = median_of_others(other[rows])
+    # each (rank, step): the median of the same step's other ranks of its stage (0 where none)
+    cell = stage[:, None] * other.shape[1] + np.arange(other.shape[1])[None, :]
+    other_ref = peer_median(other.ravel(), cell.ravel()).reshape(other.shape)
     whole = (spent + other) / (expected + other_ref)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a rank with no pass in any step: all NaN
         heavy = np.nanmedian(whole / speed, axis=1) >= cfg.worker_ratio
     speed[heavy] = whole[heavy]
     return speed
-
-
-def median_of_others(m: np.ndarray) -> np.ndarray:
-    """Per row and column, the median of the column's other rows (0 where there are none), as
-    np.median picks it: the column sorted once, the row's own value skipped by index arithmetic."""
-    n = m.shape[0]
-    if n < 2:
-        return np.zeros_like(m)
-    order = np.argsort(m, axis=0, kind="stable")
-    srt = np.take_along_axis(m, order, axis=0)
-    pos = np.empty_like(order)
-    np.put_along_axis(pos, order, np.arange(n)[:, None].repeat(m.shape[1], axis=1), axis=0)
-    lo, hi = (n - 2) // 2, (n - 1) // 2  # the middle of the n - 1 others
-    at_lo = lo + (lo >= pos)
-    at_hi = hi + (hi >= pos)
-    cols = np.arange(m.shape[1])[None, :]
-    return (srt[at_lo, cols] + srt[at_hi, cols]) / 2
 
 
 def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
