@@ -56,7 +56,7 @@ def _outside_passes(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], stage: np.n
     compute (``ref``). The per-microbatch speed clears a rank whose passes only drew longer sequences;
     it must not clear one whose extra work is outside them (a real profiled DDP job's slow rank ran its
     extra matrix products after its backward, read as optimizer work: 1 + 1.4)."""
-    other = np.nanmedian(ctx.per_rank_step(ctx.compute & (ctx.mb < 0)), axis=1)
+    other = np.nanmedian(outside_compute(ctx), axis=1)
     idx = np.searchsorted(ctx.ranks, ranks)
     lo = np.nan_to_num(other[idx], nan=0.0)
     from laggard.diagnose.context import fast_peer_ref
@@ -135,7 +135,7 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
         w_exp = np.zeros(len(ctx.w))
         w_exp[rows] = expected
         exp_spent = np.where(spent > 0, ctx.per_rank_step(mask, w_exp), np.nan)
-        speed = _with_outside_work(ctx, cfg, spent, exp_spent, mask)
+        speed = _with_outside_work(ctx, cfg, spent, exp_spent)
     n = len(ctx.ranks)
     if ctx.num_dp > 1:
         lv = np.array([load[int(r)] for r in ctx.ranks]) if mb is None else np.nanmedian(speed, axis=1)
@@ -153,8 +153,7 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     return ctx.memo["worker.step_ratios"]
 
 
-def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expected: np.ndarray,
-                       mask: np.ndarray) -> np.ndarray:
+def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """Per (rank, step): the passes' speed (time over expected cost); for a rank whose compute outside
     the passes (optimizer, work between passes) makes it ``worker_ratio`` x slower still (the median
     over steps), that compute counted too, against its stage peers' per-step median. A real profiled
@@ -164,7 +163,7 @@ def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expecte
     from laggard.diagnose.context import peer_median
 
     speed = spent / expected
-    other = np.nan_to_num(ctx.per_rank_step(ctx.compute & ~mask), nan=0.0)
+    other = np.nan_to_num(outside_compute(ctx), nan=0.0)
     stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
     # each (rank, step): the median of the same step's other ranks of its stage (0 where none)
     cell = stage[:, None] * other.shape[1] + np.arange(other.shape[1])[None, :]
@@ -175,6 +174,18 @@ def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expecte
         heavy = np.nanmedian(whole / speed, axis=1) >= cfg.worker_ratio
     speed[heavy] = whole[heavy]
     return speed
+
+
+def outside_compute(ctx: Ctx) -> np.ndarray:
+    """Seconds of compute per (rank, step) outside the passes ``mb_expected`` has a cost for (the
+    optimizer, work between passes; ``Ctx.per_rank_step``: NaN where the rank ran nothing); every
+    compute op where there are none. Computed once per job (``ctx.memo``): ``slow_workers`` and
+    ``step_ratios`` both read it."""
+    if "worker.outside_compute" not in ctx.memo:
+        mb = mb_expected(ctx)
+        passes = rows_mask(len(ctx.w), mb[0]) if mb is not None else np.zeros(len(ctx.w), dtype=bool)
+        ctx.memo["worker.outside_compute"] = ctx.per_rank_step(ctx.compute & ~passes)
+    return ctx.memo["worker.outside_compute"]
 
 
 def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
