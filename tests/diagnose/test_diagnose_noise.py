@@ -221,7 +221,8 @@ def test_a_rank_with_host_blips_does_not_ride_along():
     assert host_ranks(d) == [[3]]
     f = next(f for f in d.findings if f.cause == "launch-delay" and f.targets)
     assert f.targets[0].pattern == "consistent" and f.targets[0].excess_s == pytest.approx(0.03, rel=0.05)
-    assert f.consistency_text.startswith("rank 3: slow in 16 of 16 steps, +30.0 ms of host time per step")
+    # against the median of its 3 stage peers (launch.peer_groups), whose blips raise it in 2 steps
+    assert f.consistency_text.startswith("rank 3: slow in 14 of 16 steps, +30.0 ms of host time per step")
 
 
 def test_a_link_within_the_noise_of_the_others_is_not_blamed():
