@@ -57,6 +57,7 @@ class JobScore:
     named_ranks: list[int] = field(default_factory=list)
     extra_ranks: list[int] = field(default_factory=list)
     false_alarm: bool = False  # a clean job with a finding that names a rank, stage or link
+    rank_alarm: bool = False  # a clean job with a finding that names a rank (what on-call would drain)
     by_factor: list[tuple[float | None, bool]] = field(default_factory=list)  # (factor, named) per cause
     by_kind: list[tuple[str, bool]] = field(default_factory=list)
 
@@ -92,6 +93,7 @@ def score_job(truth: dict, result: dict) -> JobScore:
             extra |= rs - targeted
     s.named_ranks, s.extra_ranks = sorted(named), sorted(extra)
     s.false_alarm = truth["clean"] and any(_ranks(f) or f.get("stages") for f in findings)
+    s.rank_alarm = truth["clean"] and any(_ranks(f) for f in findings)
     if not result["ok"]:
         s.status = "error: " + result["error"]
     return s
@@ -130,6 +132,7 @@ def summarize(scores: list[JobScore], truths: dict[str, dict]) -> dict:
         "jobs_with_extra_ranks": sum(bool(s.extra_ranks) for s in scores) / max(len(scores), 1),
         "clean_jobs": len(clean),  # the rates are nan without clean jobs
         "clean_false_alarm_rate": sum(s.false_alarm for s in clean) / len(clean) if clean else float("nan"),
+        "clean_rank_alarm_rate": sum(s.rank_alarm for s in clean) / len(clean) if clean else float("nan"),
         "clean_healthy_rate": sum(s.verdict == "healthy" for s in clean) / len(clean) if clean else float("nan"),
         "errors": sum(s.status != "ok" for s in scores),
         "verdicts": {v: sum(str(s.verdict) == v for s in scores) for v in sorted({str(s.verdict) for s in scores})},

@@ -66,6 +66,7 @@ def figures(summary: dict, sims: dict[str, dict]) -> list[dict]:
             {"name": f"{tag}: clean jobs with a false alarm (a rank, stage or link named)",
              "value": 100 * s["clean_false_alarm_rate"], "unit": "%", "target": "0%", "ok": s["clean_false_alarm_rate"] == 0,
              "detail": {"clean_jobs": s["clean_jobs"], "clean_healthy_rate": s["clean_healthy_rate"],
+                        "clean_rank_alarm_rate": s.get("clean_rank_alarm_rate"),
                         "sim_clean_healthy_rate": sim.get("clean_healthy_rate"),
                         "sim_real_noise_clean_healthy_rate": real.get("clean_healthy_rate")}},
         ]
@@ -88,6 +89,7 @@ def print_report(summary: dict, sims: dict[str, dict]) -> None:
             ("precision of named ranks", lambda s: s["rank_precision"], None),
             ("jobs naming an extra rank", lambda s: s["jobs_with_extra_ranks"], None),
             ("clean jobs: false alarm", lambda s: s["clean_false_alarm_rate"], None),
+            ("clean jobs: a rank named", lambda s: s.get("clean_rank_alarm_rate"), None),
             ("clean jobs: called healthy", lambda s: s["clean_healthy_rate"], "clean_healthy_rate")]
     t, p = summary["tracer"], summary["profiler"]
     cols = list(SWEEPS)

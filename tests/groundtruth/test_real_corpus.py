@@ -100,10 +100,14 @@ def test_clean_false_alarm_and_failed_analysis(rc):
     quiet = rc.score_job(_truth([]), _doc(verdict="healthy"))
     alarm = rc.score_job(_truth([]), _doc(_finding("comm", [0, 1])))
     assert not quiet.false_alarm and alarm.false_alarm and alarm.extra_ranks == [0, 1]
+    assert alarm.rank_alarm and not quiet.rank_alarm
+    stage = rc.score_job(_truth([]), _doc(_finding("unexplained", [], stages=[1])))
+    assert stage.false_alarm and not stage.rank_alarm  # a stage named, no rank
     failed = rc.score_job(_truth([SLOW]), {"ok": False, "error": "boom", "seconds": 1.0})
     assert failed.misses == [SLOW["spec"]] and failed.status == "error: boom"
     s = rc.summarize([quiet, alarm], {"job000": _truth([])})
     assert s["clean_false_alarm_rate"] == 0.5 and s["clean_healthy_rate"] == 0.5
+    assert rc.summarize([quiet, stage], {"job000": _truth([])})["clean_rank_alarm_rate"] == 0.0
 
 
 def test_simulator_figures_read_from_results(rc, tmp_path):

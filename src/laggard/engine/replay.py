@@ -15,14 +15,20 @@ from laggard.engine.graph import Graph
 _COLUMNS_UP_TO = 8
 
 
+def node_values(graph: Graph, weights: np.ndarray) -> np.ndarray:
+    """The node values a replay starts from (by replay position): each op's weight, 0 for group
+    nodes and the sentinel (the last row)."""
+    w = np.asarray(weights, dtype=np.float64)
+    vals = np.zeros((graph.num_nodes + 1,) + w.shape[1:], dtype=np.float64)
+    vals[graph.op_pos] = w
+    return vals
+
+
 def replay_nodes(graph: Graph, weights: np.ndarray,
                  floor: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """End time of every node (by replay position; the last row is the sentinel 0). ``floor``
     (1-D weights only): (sorted replay positions, times), the earliest those nodes may start."""
-    w = np.asarray(weights, dtype=np.float64)
-    vals = np.zeros((graph.num_nodes + 1,) + w.shape[1:], dtype=np.float64)
-    vals[graph.op_pos] = w
-    return propagate(graph, vals, floor)
+    return propagate(graph, node_values(graph, weights), floor)
 
 
 def propagate(graph: Graph, vals: np.ndarray, floor: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from laggard.engine.graph import Graph
-from laggard.engine.replay import replay_nodes, wall_step_times
+from laggard.engine.replay import node_values, propagate, step_times_from_nodes, wall_step_times
 from laggard.optable.ops import unique_inverse
 
 # Floors that moved by less than this between passes have converged: 1 ns is below the clock
@@ -46,8 +46,9 @@ class ChainPlan:
     follows: np.ndarray  # per step: its number follows the previous step's
     num_ranks: int
     num_rs: int
-    # ops grouped by (step, rank, stream): order and boundaries; groups grouped by (step, rank)
-    order: np.ndarray
+    # ops grouped by (step, rank, stream), as replay positions (node values are read in this order
+    # without first gathering the op ends), and the group boundaries; groups grouped by (step, rank)
+    node_order: np.ndarray
     bounds: np.ndarray
     grp_step: np.ndarray
     grp_rs: np.ndarray
@@ -68,8 +69,7 @@ def plan_chain(graph: Graph, rank: np.ndarray, stream: np.ndarray, is_host: np.n
                start_s: np.ndarray) -> ChainPlan:
     """``rank`` and ``stream`` are per-op integer codes; ``start_s`` finds each stream's
     first op in a step."""
-    rank_idx = unique_inverse(rank)[1]
-    rs_idx = unique_inverse(rank_idx * (int(stream.max(initial=0)) + 1) + stream)[1]  # (rank, stream), rank-major
+    rank_idx, rs_idx = _rank_codes(graph, rank, stream)
     num_rs = int(rs_idx.max(initial=-1)) + 1
     num_ranks = int(rank_idx.max(initial=-1)) + 1
     step = graph.op_step
@@ -93,7 +93,7 @@ def plan_chain(graph: Graph, rank: np.ndarray, stream: np.ndarray, is_host: np.n
         follows=follows,
         num_ranks=num_ranks,
         num_rs=num_rs,
-        order=order,
+        node_order=graph.op_pos[order],
         bounds=bounds,
         grp_step=grp_step,
         grp_rs=grp_rs,
@@ -106,6 +106,19 @@ def plan_chain(graph: Graph, rank: np.ndarray, stream: np.ndarray, is_host: np.n
         wait_pos=wait_pos,
         wait_node=wait_node.ravel(),
     )
+
+
+def _rank_codes(graph: Graph, rank: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: its rank's index among the job's ranks and its (rank, stream)'s, rank-major. Where
+    every step has the same rows in the same order (``Graph.ops_per_step``), the first step's codes
+    repeated: the same codes, without sorting every op (7.7M at 4,096 workers: 0.06 s)."""
+    m = graph.ops_per_step
+    reps = len(rank) // m if m else 1
+    if m:
+        rank, stream = rank[:m], stream[:m]
+    rank_idx = unique_inverse(rank)[1]
+    rs_idx = unique_inverse(rank_idx * (int(stream.max(initial=0)) + 1) + stream)[1]
+    return (np.tile(rank_idx, reps), np.tile(rs_idx, reps)) if reps > 1 else (rank_idx, rs_idx)
 
 
 def _groups(graph: Graph, step: np.ndarray, rs_idx: np.ndarray, num_rs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -135,11 +148,11 @@ def _first_ops(order: np.ndarray, bounds: np.ndarray, start_s: np.ndarray) -> np
     return order[cand[keep]]
 
 
-def _floors(plan: ChainPlan, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """From per-step replayed op ends: the floor of each held-back node (``plan.wait_pos``) and each
+def _floors(plan: ChainPlan, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """From the per-step replay's node values (end times by replay position): the floor of each held-back node (``plan.wait_pos``) and each
     step's shift (where its frame starts in the previous step's frame; 0 where a chain starts)."""
     S = plan.num_steps
-    group_end = np.maximum.reduceat(ends[plan.order], plan.bounds[:-1])
+    group_end = np.maximum.reduceat(vals[plan.node_order], plan.bounds[:-1])
     rs_end = np.full(S * plan.num_rs, np.nan)
     rs_end[plan.grp_step * plan.num_rs + plan.grp_rs] = group_end
     rank_end = np.full((S, plan.num_ranks), np.nan)
@@ -166,14 +179,18 @@ def chained_wall_step_times(graph: Graph, plan: ChainPlan, weights: np.ndarray) 
     number of passes it took."""
     floor = None
     passes = 0
+    start = node_values(graph, weights)  # each pass starts from these
+    vals = np.empty_like(start)
     while True:
-        ends = replay_nodes(graph, weights, None if floor is None else (plan.wait_pos, floor))[graph.op_pos]
+        np.copyto(vals, start)
+        propagate(graph, vals, None if floor is None else (plan.wait_pos, floor))
         passes += 1
-        new, shift = _floors(plan, ends)
+        new, shift = _floors(plan, vals)
         done = not len(new) or (floor is not None and float(np.max(np.abs(new - floor))) <= CONVERGED_S)
         floor = new
         if done or passes > plan.num_steps:  # pass p is exact for the first p steps
             break
-    # each step's frame starts ``shift`` into the previous one's (0 where a chain starts)
-    step_end = np.maximum.reduceat(ends[graph.step_order], graph.step_bounds[:-1])
+    # each step's frame starts ``shift`` into the previous one's (0 where a chain starts); a step's
+    # last end is one of its sinks' (durations are not negative)
+    step_end = step_times_from_nodes(graph, vals)
     return wall_step_times(graph.steps, step_end, step_end) + shift, passes
