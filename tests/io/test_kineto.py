@@ -348,8 +348,8 @@ def test_workers_are_forked_when_the_process_is_single_threaded(tmp_path):
     script = tmp_path / "fork.py"
     script.write_text(
         "import multiprocessing as mp, sys\n"
-        "from laggard.io.kineto import load as kineto\n"
-        "print(kineto._worker_context(mp).get_start_method(), 'pyarrow' in sys.modules)\n"
+        "from laggard.io.kineto import files, load as kineto\n"
+        "print(files._worker_context(mp).get_start_method(), 'pyarrow' in sys.modules)\n"
         f"a = kineto.read_kineto({str(DDP)!r}, workers=2)\n"
         f"b = kineto.read_kineto({str(DDP)!r}, workers=1)\n"
         "print(a.table.equals(b.table), a.meta.extra['worker_cpu_s'] > 0)\n"
@@ -364,10 +364,10 @@ def test_workers_come_from_a_server_when_threads_run(monkeypatch):
     """A caller with threads (forking could copy a held lock): workers start from a fork server."""
     import multiprocessing as mp
 
-    from laggard.io.kineto import load as kineto
+    from laggard.io.kineto import files
 
-    monkeypatch.setattr(kineto, "_os_threads", lambda: 3)
-    assert kineto._worker_context(mp).get_start_method() in ("forkserver", "spawn")
+    monkeypatch.setattr(files, "_os_threads", lambda: 3)
+    assert files._worker_context(mp).get_start_method() in ("forkserver", "spawn")
     a, _ = _load(DDP, workers=2)
     b, _ = _load(DDP, workers=1)
     assert a.table.equals(b.table)

@@ -73,7 +73,7 @@ def analyze(
 def _run(job, healthy_threshold, skip_steps, num_layers, on_progress):  # noqa: ANN001, ANN202 - thin CLI glue
     from laggard.analysis.config import AnalysisConfig
     from laggard.analysis.pipeline import (
-        analyze as run_analysis,  # after loading: see laggard.io.kineto.load.decode_all
+        analyze as run_analysis,  # after loading: see laggard.io.kineto.files.decode_all
     )
 
     cfg = AnalysisConfig(healthy_threshold=healthy_threshold, skip_steps=skip_steps, num_layers=num_layers)

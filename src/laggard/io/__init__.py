@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from laggard.optable.ops import Job
 
 # laggard.optable.ops (and so pyarrow) is imported inside the functions: Kineto traces are decoded in
-# worker processes forked before pyarrow is loaded (see laggard.io.kineto.load.decode_all)
+# worker processes forked before pyarrow is loaded (see laggard.io.kineto.files.decode_all)
 
 
 FORMATS = ("auto", "native", "ndtimeline", "kineto")
@@ -95,7 +95,7 @@ def _check_several(paths: Sequence[str | Path]) -> None:
             what = "an NDTimeline parquet" if p.suffix == ".parquet" else "a native job.json"
             raise LaggardError(f"{several}; {p} is not one: {what} is passed alone")
         elif not p.name.endswith((".json", ".json.gz")) and p.stat().st_size > 0:
-            from laggard.io.kineto.load import looks_like_kineto
+            from laggard.io.kineto.files import looks_like_kineto
 
             if not looks_like_kineto(p):
                 raise LaggardError(f"{several}; {p} is not one (no traceEvents in its first bytes)")

@@ -1,5 +1,5 @@
 """PyTorch-profiler (Kineto) traces, one file per rank: ``load`` reads them into the op table.
-Decoding (``events``), collectives and p2p (``comm``), work units and streams (``segments``),
+The files and their decoding in worker processes (``files``), events (``events``), collectives and p2p (``comm``), work units and streams (``segments``),
 one rank's ops (``rank``), ProfilerStep alignment (``steps``), collectives matched across ranks
 and clock offsets (``match``), send/recv without peer ranks matched across ranks (``p2p``), and
 the parallel layout (``layout``)."""
@@ -8,5 +8,7 @@ from __future__ import annotations
 
 from laggard.util.lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, dict.fromkeys(
-    ("decode_all", "looks_like_kineto", "read_kineto", "trace_files"), "laggard.io.kineto.load"))
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    **dict.fromkeys(("decode_all", "looks_like_kineto", "trace_files"), "laggard.io.kineto.files"),
+    "read_kineto": "laggard.io.kineto.load",
+})
