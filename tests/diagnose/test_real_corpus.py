@@ -146,3 +146,17 @@ def test_a_pure_pipelines_slow_rank_under_the_heavy_ratio_is_its_stage() -> None
     assert top.gain >= 1.05 and top.targets and top.targets[0].pattern == "consistent", top
     d, _ = _diagnose("c16_job024", DiagnoseConfig(worker_ratio=1.3))
     assert d.verdict == "healthy", d.findings
+
+
+def test_slow_links_that_share_a_rank_name_that_rank() -> None:
+    """A dp 1 x pp 3 job on 2 cores (c24_job008), rank 1 computing 1.40x (injected): short of CPU, it
+    served its transfers late, and links 0-1 (forward) and 1-2 (backward) both stood out from the
+    other links. The comm finding named ranks 0, 1 and 2; both slow links have rank 1 at one end, so
+    rank 1 is the one named (its NIC or its host), and ranks 0 and 2 are not."""
+    d, truth = _diagnose("c24_job008")
+    comm = [f for f in d.findings if f.cause == "comm" and f.workers]
+    assert comm, d.findings
+    assert [w["rank"] for w in comm[0].workers] == truth["causes"][0]["target"]["ranks"] == [1]
+    assert "every slow link has rank 1 at one end" in comm[0].evidence
+    assert len(comm[0].whatif) >= 4  # both links' transfers are still what its what-if fixes
+    assert _named(d) == {1}, d.findings

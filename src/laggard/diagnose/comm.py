@@ -70,20 +70,41 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         f"{1e3 * base_med[i0]:.2f} ms elsewhere; {n_slow} of {len(rws)} are slow"
     )
     ranks = sorted({int(x) for x in np.concatenate([src[bad], dst[bad]]) if x >= 0})
+    shared = shared_end(src, dst, inv, slow)
+    if shared is not None:
+        ranks = [shared]
+        ev += f"; every slow link has rank {shared} at one end"
+        fix = (f"check rank {shared}'s node: its NIC, and its host (a host short of CPU serves every transfer "
+               "late); drain it if the slow transfers persist")
+    elif is_p2p[at[0]]:
+        fix = (f"check the link/NIC between rank {r_a} and rank {r_b} (flapping port, bad cable, congested switch); "
+               "drain one of the two nodes or route around it")
+    else:
+        fix = f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
     finding = Finding(
         cause="comm",
         workers=[ctx.worker_of[r] for r in ranks if r in ctx.worker_of][:16],
         steps=ctx.steps_of(rows_mask(len(ctx.w), bad_rows) & (ctx.w > cfg.comm_median_x * tmed)),
         evidence=ev,
-        fix=(
-            f"check the link/NIC between rank {r_a} and rank {r_b} (flapping port, bad cable, congested switch); "
-            "drain one of the two nodes or route around it"
-            if is_p2p[at[0]]
-            else f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
-        ),
+        fix=fix,
         targets=[judged[i0]] + [judged[int(i)] for i in np.flatnonzero(slow) if i != i0],
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+
+
+def shared_end(src: np.ndarray, dst: np.ndarray, inv: np.ndarray, slow: np.ndarray) -> int | None:
+    """The one rank every slow link has at one end, when there are two links or more (a collective's
+    key is its rank's): their common end is what is slow, its NIC or its host (a real dp 1 x pp 3
+    job's slow rank 1, short of CPU, served both its links' transfers late, and both links' three
+    ranks were named). None for one link, whose two ends cannot be told apart, or no common end."""
+    ends: set[tuple[int, ...]] = set()
+    for k in np.flatnonzero(slow).tolist():
+        i = int(np.flatnonzero(inv == k)[0])
+        ends.add(tuple(sorted({int(x) for x in (src[i], dst[i]) if x >= 0})))
+    if len(ends) < 2:
+        return None
+    common = set.intersection(*(set(e) for e in ends))
+    return common.pop() if len(common) == 1 else None
 
 
 def _elsewhere(med_link: np.ndarray, type_of: np.ndarray, med_type: np.ndarray, p2p: np.ndarray) -> np.ndarray:
@@ -110,11 +131,11 @@ def link_consistency(ctx: Ctx, cfg: DiagnoseConfig, rows: np.ndarray, inv: np.nd
     cnt = np.bincount(cell, minlength=len(uniq) * ns).reshape(len(uniq), ns)
     mean = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
     ref = np.full(mean.shape, np.nan)
-    for s in range(ns):
-        ok = np.isfinite(mean[:, s])
-        if ok.sum() >= 2:
-            pm = peer_median(mean[ok, s], uniq[ok] % nn)
-            ref[ok, s] = np.where(pm > 0, pm, np.nan)
+    # every (key, step) cell against the other keys of its op type in that step, in one sort (a cell
+    # alone in its (step, op type) gets 0 from peer_median: no reference)
+    ki, si = np.nonzero(np.isfinite(mean))
+    pm = peer_median(mean[ki, si], si * nn + uniq[ki] % nn)
+    ref[ki, si] = np.where(pm > 0, pm, np.nan)
     ratio = noise.ratios(mean, ref)
     steps = ctx.step_numbers()[:ns]
     out = {}

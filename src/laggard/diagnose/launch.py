@@ -104,8 +104,9 @@ def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.nd
     per = np.nan_to_num(ctx.per_rank_step(host))
     steps = ctx.step_numbers()[: per.shape[1]]
     n = len(ctx.ranks)
-    groups = peer_groups(ctx)
-    ref = np.stack([peer_median(per[:, s], groups) for s in range(per.shape[1])], axis=1)
+    ns = per.shape[1]
+    cell = peer_groups(ctx)[:, None] * ns + np.arange(ns)[None, :]  # (peer group, step): one sort
+    ref = peer_median(per.ravel(), cell.ravel()).reshape(per.shape)
     ex = per - ref
     ratio = 1.0 + ex / max(ctx.T_ideal, 1e-12)
     pool = ~np.isin(np.arange(n), hot)
@@ -133,10 +134,13 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
     per_type = np.bincount(ctx.name, weights=gaps, minlength=len(ctx.names))
     nsteps = max(len(g.steps), 1)
     worst = int(np.argmax(per_rank))
+    # over the other ranks' median and over its stage peers' (``peer_groups``): one peer alone is a
+    # poor yardstick on a busy host, and all ranks are no yardstick for a stage's place in the pipeline
+    others = (np.arange(len(per_rank)) != worst) & (per_rank >= 0)
     groups = peer_groups(ctx)
-    others = per_rank[(groups == groups[worst]) & (np.arange(len(per_rank)) != worst) & (per_rank >= 0)]
-    stands_out = bool(len(others)) and per_rank[worst] / nsteps >= cfg.host_min_share * ctx.T_ideal \
-        and per_rank[worst] >= cfg.launch_rank_ratio * float(np.median(others))
+    refs = [per_rank[others], per_rank[others & (groups == groups[worst])]]
+    stands_out = all(len(r) for r in refs) and per_rank[worst] / nsteps >= cfg.host_min_share * ctx.T_ideal \
+        and all(per_rank[worst] >= cfg.launch_rank_ratio * float(np.median(r)) for r in refs)
     hidden = ""
     if idle_med_s > 0:
         hidden = (f"; the median rank spends {1e3 * idle_med_s:.1f} ms per step of host time no traced op covers "
