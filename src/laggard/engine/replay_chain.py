@@ -149,8 +149,9 @@ def _first_ops(order: np.ndarray, bounds: np.ndarray, start_s: np.ndarray) -> np
 
 
 def _floors(plan: ChainPlan, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """From the per-step replay's node values (end times by replay position): the floor of each held-back node (``plan.wait_pos``) and each
-    step's shift (where its frame starts in the previous step's frame; 0 where a chain starts)."""
+    """From the per-step replay's node values (end times by replay position): the floor of each
+    held-back node (``plan.wait_pos``) and each step's shift (where its frame starts in the previous
+    step's frame; 0 where a chain starts)."""
     S = plan.num_steps
     group_end = np.maximum.reduceat(vals[plan.node_order], plan.bounds[:-1])
     rs_end = np.full(S * plan.num_rs, np.nan)
