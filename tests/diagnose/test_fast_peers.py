@@ -63,4 +63,3 @@ def test_fast_peer_row_median_matches_row_median_per_entry() -> None:
         got, num = fast_peer_row_median(v, m, g, 1.25)
         assert _same(got, want)
         assert num.tolist() == [len(p) for p in peers]
-

@@ -70,7 +70,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         f"{1e3 * base_med[i0]:.2f} ms elsewhere; {n_slow} of {len(rws)} are slow"
     )
     ranks = sorted({int(x) for x in np.concatenate([src[bad], dst[bad]]) if x >= 0})
-    shared = shared_end(src, dst, inv, slow)
+    shared = shared_end(src[first], dst[first], slow)
     if shared is not None:
         ranks = [shared]
         ev += f"; every slow link has rank {shared} at one end"
@@ -92,15 +92,13 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
 
 
-def shared_end(src: np.ndarray, dst: np.ndarray, inv: np.ndarray, slow: np.ndarray) -> int | None:
-    """The one rank every slow link has at one end, when there are two links or more (a collective's
-    key is its rank's): their common end is what is slow, its NIC or its host (a real dp 1 x pp 3
-    job's slow rank 1, short of CPU, served both its links' transfers late, and both links' three
-    ranks were named). None for one link, whose two ends cannot be told apart, or no common end."""
-    ends: set[tuple[int, ...]] = set()
-    for k in np.flatnonzero(slow).tolist():
-        i = int(np.flatnonzero(inv == k)[0])
-        ends.add(tuple(sorted({int(x) for x in (src[i], dst[i]) if x >= 0})))
+def shared_end(src: np.ndarray, dst: np.ndarray, slow: np.ndarray) -> int | None:
+    """The one rank every slow link has at one end (``src``/``dst``: each key's, from its first op),
+    when there are two links or more (a collective's key is its rank's): their common end is what is
+    slow, its NIC or its host (a real dp 1 x pp 3 job's slow rank 1, short of CPU, served both its
+    links' transfers late, and both links' three ranks were named). None for one link, whose two ends
+    cannot be told apart, or no common end."""
+    ends = {tuple(sorted({int(x) for x in (a, b) if x >= 0})) for a, b in zip(src[slow], dst[slow], strict=True)}
     if len(ends) < 2:
         return None
     common = set.intersection(*(set(e) for e in ends))

@@ -13,7 +13,17 @@ import numpy as np
 
 from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx, compact, rows_mask
+from laggard.diagnose.context import (
+    Ctx,
+    compact,
+    existing,
+    fast_peer_ref,
+    fast_peer_row_median,
+    group_median,
+    peer_median,
+    rows_mask,
+    weights_of,
+)
 from laggard.diagnose.findings import Candidate
 from laggard.diagnose.impact import step_impact
 from laggard.results.diagnosis import Consistency, Finding
@@ -28,8 +38,6 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
     stage = np.array([ctx.worker_of[r]["stage"] for r in ranks])
     lv = np.array([load[r] for r in ranks])
     if ctx.num_dp > 1:
-        from laggard.diagnose.context import fast_peer_ref
-
         ref = fast_peer_ref(lv, stage, cfg.worker_ratio)
     else:  # no DP replicas: compare with the other stages
         ref = np.full(len(lv), float(np.median(lv)))
@@ -59,8 +67,6 @@ def _outside_passes(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], stage: np.n
     other = np.nanmedian(outside_compute(ctx), axis=1)
     idx = np.searchsorted(ctx.ranks, ranks)
     lo = np.nan_to_num(other[idx], nan=0.0)
-    from laggard.diagnose.context import fast_peer_ref
-
     ref_other = fast_peer_ref(lo, stage, cfg.worker_ratio)
     return 1.0 + np.maximum(lo - ref_other, 0.0) / np.maximum(ref, 1e-12)
 
@@ -123,8 +129,6 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     number of reference peers under ``worker.speed``)."""
     if "worker.step_ratios" in ctx.memo:
         return ctx.memo["worker.step_ratios"]
-    from laggard.diagnose.context import fast_peer_row_median
-
     per = ctx.per_rank_step(ctx.compute)
     speed = per
     mb = mb_expected(ctx) if ctx.num_dp > 1 else None
@@ -160,8 +164,6 @@ def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expecte
     DDP job's slow rank ran its extra matrix products after its backward: its passes ran at 1.1x, its
     step's compute at 14x; for every other rank the speed stays its passes' (their step-to-step
     spread is the job's noise, and optimizer time would only widen it)."""
-    from laggard.diagnose.context import peer_median
-
     speed = spent / expected
     other = np.nan_to_num(outside_compute(ctx), nan=0.0)
     stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
@@ -204,7 +206,6 @@ def mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
-    from laggard.diagnose.context import peer_median
     from laggard.diagnose.sequence import seq_features
     from laggard.optable.ops import unique_inverse
 
@@ -249,8 +250,6 @@ def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
     rows, expected = mb
     ratio, ranks = ctx.w[rows] / expected, ctx.rank[rows]
     if np.isfinite(ratio).all():  # each rank's median in one sort (group_median picks as np.median does)
-        from laggard.diagnose.context import group_median
-
         gi = np.searchsorted(ctx.ranks, ranks)  # ctx.ranks: every rank, sorted
         present = np.bincount(gi, minlength=len(ctx.ranks)) > 0
         meds = group_median(ratio, gi, len(ctx.ranks))
@@ -263,8 +262,6 @@ def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
                                                                   strict=True) if len(rs)}
     # the fitted cost is one for all DP replicas of a stage, and the peers' median of a microbatch is
     # a slow one's where most replicas are slow: compare each rank with the fast peers of its stage
-    from laggard.diagnose.context import fast_peer_ref
-
     rs = sorted(med)
     stage = np.array([ctx.worker_of[r]["stage"] for r in rs])
     v = np.array([med[r] for r in rs])
@@ -279,7 +276,6 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
     ref, ok = ctx.group_mean(ctx.compute & ~np.isin(ctx.rank, cells), [ctx.name, ctx.pp])
     if not ok[on].any():
         return []
-    from laggard.diagnose.context import existing, weights_of
     from laggard.whatif.custom import Change
 
     # each slow worker's compute set to its stage peers' mean, op type by op type
