@@ -270,6 +270,26 @@ def existing(ctx: Ctx, selectors: list[str]) -> list[str]:
     return out
 
 
+def to_peers(ctx: Ctx, changes: list, among: np.ndarray) -> list:
+    """``changes`` with each ``--fix`` made ``--peer`` (the mean of the same op type on the same stage
+    over the ops no change selects) where every op it selects has such ops of its type on its stage
+    among ``among``. ``--fix`` sets an op to its type's median over the whole job, the slow ops and
+    the other stages included; its stage peers are the nearer reference. Where a stage has no other
+    such op (a pure pipeline, every replica of the stage named), ``--peer`` would change nothing: the
+    change stays ``--fix``."""
+    from laggard.whatif.custom import Change, select_ops
+
+    masks = [select_ops(ctx.base, c.selector) for c in changes]
+    chosen = np.logical_or.reduce(masks) if masks else np.zeros(len(ctx.w), dtype=bool)
+    nn = len(ctx.names)
+    cell = ctx.name.astype(np.int64) + nn * ctx.pp.astype(np.int64)  # (op type, stage)
+    has_peer = np.zeros(nn * (int(ctx.pp.max()) + 1), dtype=bool)
+    has_peer[np.unique(cell[~chosen & among])] = True
+    return [Change(action="peer", selector=c.selector, factor=c.factor)
+            if c.action == "fix" and m.any() and has_peer[cell[m]].all() else c
+            for c, m in zip(changes, masks, strict=True)]
+
+
 def weights_of(ctx: Ctx, changes: list) -> np.ndarray:
     """The measured durations with these ``laggard.whatif.custom`` changes applied."""
     from laggard.whatif.custom import apply_changes

@@ -62,8 +62,11 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
         for f in best:
             f.share = f.score
         return diagnosis_of(ctx, cfg, best, t_all=T - (best[0].score * gap if best and not _own_model(best[0]) else 0.0))
-    # the strongest by their own score when there are too many for 2^n replays
-    players = sorted(rep, key=lambda c: -c.finding.score)[: cfg.max_joint]
+    # the strongest by their own score when there are too many for 2^n replays; not one whose fix
+    # alone slows the step by more than the floor: it removes no cause, it moves time onto the
+    # critical path, and another fix's interaction could keep it (real profiler traces of a ddp2 job
+    # with a stalled host: an --even of the microbatches, 0.98x alone, was reported with 2%)
+    players = sorted((c for c in rep if c.finding.score > -floor), key=lambda c: -c.finding.score)[: cfg.max_joint]
     # each candidate's time alone, and whether it was replayed beside others (replay_mean's batches)
     alone = {id(c): (x, min(_BATCH, len(rep) - j // _BATCH * _BATCH) > 1)
              for j, (c, x) in enumerate(zip(rep, t_alone.tolist() if rep else [], strict=True))}

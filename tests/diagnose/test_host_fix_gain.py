@@ -1,0 +1,63 @@
+"""A host stall's fix, judged against the stall injected (issue 24): a real ddp2 gloo job traced
+with torch.profiler (the demo job, 10 steps) whose rank 1 sleeps 60 ms before every step's first
+forward, a host stall every step pays (rank 0 waits for it in the gradient all-reduce).
+
+The finding's what-if sets the stalled rank's host time to its peers' (``context.to_peers``). It
+used to set it to its op type's median over every rank, the stalled one included: with two ranks the
+median lies halfway, so the predicted speed-up was about half of what removing the stall gains
+(a corpus job: 1.13x predicted, 1.22x with the peers' host time). The ground truth is the stall
+the job was given: the measured wall-clock step over that step less 60 ms (a clean twin run beside
+it is no steadier a yardstick: two runs on this machine differed by 10% of the step).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from laggard.demo.launch import JobConfig, run_job
+from laggard.groundtruth.inject import parse_injections
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _run(base: Path, specs: list[str]) -> Path:
+    cfg = JobConfig.quick(dp=2, pp=1, steps=10, injections=parse_injections(specs), freeze_gc=True,
+                          trace_dir=str(base / "trace"), profiler_dir=str(base / "prof"))
+    res = run_job(cfg)
+    assert res.ok, res.failures
+    return base / "prof"
+
+
+def _analysis(path: Path):
+    from laggard.analysis.pipeline import analyze
+    from laggard.io import load_job
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # gloo's collectives carry no process-group name
+        return analyze(load_job(path))
+
+
+STALL_S = 0.060
+
+
+@pytest.fixture(scope="module")
+def stalled(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - an Analysis
+    return _analysis(_run(tmp_path_factory.mktemp("host-fix"), [f"host-stall:rank=1,ms={1e3 * STALL_S:g},every=1"]))
+
+
+def test_the_stall_fix_predicts_what_removing_the_stall_gains(stalled) -> None:  # noqa: ANN001
+    found = [f for f in stalled.diagnosis.findings if f.cause == "launch-delay" and not f.hidden
+             and [w["rank"] for w in f.workers] == [1]]
+    assert found, [(f.cause, f.workers, f.evidence) for f in stalled.diagnosis.findings]
+    step_s = float(np.median(stalled.step_wall_s))
+    measured = step_s / (step_s - STALL_S)
+    predicted = found[0].gain
+    assert "--peer" in found[0].whatif, found[0].whatif
+    # the speed-up beyond 1 within a quarter of the stall's (the host is busy: rank 1 also waits for
+    # CPU now and then; the job-wide median's fix predicted half of it)
+    assert abs(predicted - measured) <= (measured - 1) / 4, (predicted, measured)
+
