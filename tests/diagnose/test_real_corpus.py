@@ -160,3 +160,19 @@ def test_slow_links_that_share_a_rank_name_that_rank() -> None:
     assert "every slow link has rank 1 at one end" in comm[0].evidence
     assert len(comm[0].whatif) >= 4  # both links' transfers are still what its what-if fixes
     assert _named(d) == {1}, d.findings
+
+
+def test_a_stage_fix_only_brings_op_types_down() -> None:
+    """The same draw's job024 run again on 2 cores (c64b_job024: dp 1 x pp 3, stage 0's compute
+    x1.303, injected): stage 0 computes 1.23x the other stages', and its fix set each op type to the
+    other stages' mean, which for the forward holds the last stage's loss: the stage's forward was
+    scaled up 1.05x, and the fix gained 1.048x, under the healthy threshold; the job was called
+    healthy (S = 1.05 keeps a pure pipeline's total work). A fix now leaves the op types already at or
+    under the others' level alone."""
+    d, truth = _diagnose("c64b_job024")
+    assert truth["causes"][0]["target"] == {"scope": "stage", "stage": 0, "ranks": [0]}
+    assert d.verdict == "straggling" and d.note, d
+    top = d.findings[0]
+    assert top.cause == "stage-imbalance" and top.stages == [0] and _named(d) == {0}, d.findings
+    factors = [float(a.split(":")[-1]) for a in top.whatif if a.startswith("stage=")]
+    assert factors and max(factors) < 1 and top.gain >= 1.05, (top.whatif, top.gain)

@@ -139,7 +139,12 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         ratio = per_worker[s] / max(others, 1e-12)
         if ratio < cfg.stage_compute_min:
             continue  # its compute is not heavier than the others'
-        if ratio < cfg.heavy_row_ratio:
+        # a pure pipeline's stage whose one worker is slow beyond the noise (``slow_workers``) needs no
+        # S_stage from ``pure_stage_ratio`` on: the pooled ideal keeps the pipeline's total work, so
+        # S_stage stays near 1 (real dp 1 x pp 3 jobs: a 1.30x stage computing 1.23x the others' read
+        # S_stage 0.997-1.0)
+        pure_slow = ctx.num_dp == 1 and set(rows[s]) <= set(slow_workers) and ratio >= cfg.pure_stage_ratio
+        if ratio < cfg.heavy_row_ratio and not pure_slow:
             # hot in the heatmap but only a little heavier: its S_stage must stand out too
             others_ex = [v for k, v in stage_ex.items() if k != s]
             if stage_ex[s] <= 0 or stage_ex[s] < 0.5 * max(stage_ex.values()):
@@ -156,12 +161,19 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         row_ref = on & ~np.isin(ctx.rank, slow_workers)
         mine, mine_ok = ctx.group_mean(row_ref if row_ref.any() else on, [ctx.name])
         sel = on & ok & mine_ok & (mine > 0)
-        # one --scale per op type (the factor printed to 6 digits is the one replayed)
+        # one --scale per op type (the factor printed to 6 digits is the one replayed), of the op types
+        # over the other stages' level only: a fix does not make a stage's op heavier (the last stage's
+        # forward holds the loss, so a first stage's forward was scaled up 1.05x, its GC 8.7x, and the
+        # fix of a real 1.30x stage 0 gained 1.048x, under the healthy threshold)
         changes = []
         for c in np.unique(ctx.name[sel]):
             i = int(np.flatnonzero(sel & (ctx.name == c))[0])
+            if ref[i] >= mine[i]:
+                continue
             changes.append(Change(action="scale", selector=f"stage={s},optype={ctx.names[int(c)]}",
                                   factor=float(f"{ref[i] / mine[i]:.6g}")))
+        if not changes:
+            continue
         share = 1.0 - float(per_worker.mean()) / per_worker[s] if per_worker[s] > 0 else 0.0
         ref_load = float(np.median([load[r] for r in load if ctx.worker_of[r]["stage"] != s]))
         num_heavy = sum(load[r] >= cfg.heavy_row_ratio * ref_load for r in rs)
