@@ -152,26 +152,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
             if others_ex and stage_ex[s] < cfg.stage_vs_median * max(float(np.median(others_ex)), 0.0):
                 continue  # every stage is hot: not one stage's problem
         rs = sorted(r for r, w in ctx.worker_of.items() if w["stage"] == s)
-        on = (ctx.pp == s) & ctx.compute
-        # the fix moves the stage's work to the other stages' level, op type by op type, and leaves
-        # what a slow worker of the stage adds on top of its peers (that is the worker finding's)
-        ref, ok = ctx.group_mean(ctx.compute & (ctx.pp != s), [ctx.name])
-        if not ok[on].any():
-            continue
-        row_ref = on & ~np.isin(ctx.rank, slow_workers)
-        mine, mine_ok = ctx.group_mean(row_ref if row_ref.any() else on, [ctx.name])
-        sel = on & ok & mine_ok & (mine > 0)
-        # one --scale per op type (the factor printed to 6 digits is the one replayed), of the op types
-        # over the other stages' level only: a fix does not make a stage's op heavier (the last stage's
-        # forward holds the loss, so a first stage's forward was scaled up 1.05x, its GC 8.7x, and the
-        # fix of a real 1.30x stage 0 gained 1.048x, under the healthy threshold)
-        changes = []
-        for c in np.unique(ctx.name[sel]):
-            i = int(np.flatnonzero(sel & (ctx.name == c))[0])
-            if ref[i] >= mine[i]:
-                continue
-            changes.append(Change(action="scale", selector=f"stage={s},optype={ctx.names[int(c)]}",
-                                  factor=float(f"{ref[i] / mine[i]:.6g}")))
+        changes = _scale_down(ctx, s, slow_workers)
         if not changes:
             continue
         share = 1.0 - float(per_worker.mean()) / per_worker[s] if per_worker[s] > 0 else 0.0
@@ -197,3 +178,26 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         )
         out.append(Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes)))
     return out
+
+
+def _scale_down(ctx: Ctx, s: int, slow_workers: list[int]) -> list[Change]:
+    """Stage ``s``'s fix: one ``--scale`` per op type of its compute to the other stages' mean (the
+    factor printed to 6 digits is the one replayed), leaving what a slow worker of the stage adds on
+    top of its peers (that is the worker finding's). Only the op types over that level: a fix does
+    not make a stage's op heavier (the last stage's forward holds the loss, so a first stage's
+    forward was scaled up 1.05x, its GC 8.7x, and the fix of a real 1.30x stage 0 gained 1.048x,
+    under the healthy threshold). Empty when no op type of the stage is over it."""
+    on = (ctx.pp == s) & ctx.compute
+    ref, ok = ctx.group_mean(ctx.compute & (ctx.pp != s), [ctx.name])
+    if not ok[on].any():
+        return []
+    row_ref = on & ~np.isin(ctx.rank, slow_workers)
+    mine, mine_ok = ctx.group_mean(row_ref if row_ref.any() else on, [ctx.name])
+    sel = on & ok & mine_ok & (mine > 0)
+    changes = []
+    for c in np.unique(ctx.name[sel]):
+        i = int(np.flatnonzero(sel & (ctx.name == c))[0])
+        if ref[i] < mine[i]:
+            changes.append(Change(action="scale", selector=f"stage={s},optype={ctx.names[int(c)]}",
+                                  factor=float(f"{ref[i] / mine[i]:.6g}")))
+    return changes
