@@ -1,13 +1,17 @@
 """A host stall's fix, judged against the stall injected (issue 24): a real ddp2 gloo job traced
-with torch.profiler (the demo job, 10 steps) whose rank 1 sleeps 60 ms before every step's first
+with torch.profiler (the demo job, 10 steps) whose rank 1 sleeps 300 ms before every step's first
 forward, a host stall every step pays (rank 0 waits for it in the gradient all-reduce).
 
 The finding's what-if sets the stalled rank's host time to its peers' (``context.to_peers``). It
 used to set it to its op type's median over every rank, the stalled one included: with two ranks the
 median lies halfway, so the predicted speed-up was about half of what removing the stall gains
 (a corpus job: 1.13x predicted, 1.22x with the peers' host time). The ground truth is the stall
-the job was given: the measured wall-clock step over that step less 60 ms (a clean twin run beside
-it is no steadier a yardstick: two runs on this machine differed by 10% of the step).
+the job was given: the time per step the fix removes (wall-clock step x (1 - 1 / its predicted
+speed-up)) against the 300 ms slept (a clean twin run beside it is no steadier a yardstick: two runs
+on this machine differed by 10% of the step). On a busy machine rank 0 is descheduled too (55-65 ms
+per step beside a full suite run), which the trace shows as its own host time and which removing the
+stall would not remove: with a stall several times that, the fix removes at least 60% of it; the
+job-wide median's fix removed about half (43-48% of a 150 or 300 ms stall, busy).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def _analysis(path: Path):
         return analyze(load_job(path))
 
 
-STALL_S = 0.060
+STALL_S = 0.300
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +58,6 @@ def test_the_stall_fix_predicts_what_removing_the_stall_gains(stalled) -> None: 
              and [w["rank"] for w in f.workers] == [1]]
     assert found, [(f.cause, f.workers, f.evidence) for f in stalled.diagnosis.findings]
     step_s = float(np.median(stalled.step_wall_s))
-    measured = step_s / (step_s - STALL_S)
-    predicted = found[0].gain
     assert "--peer" in found[0].whatif, found[0].whatif
-    # the speed-up beyond 1 within a quarter of the stall's (the host is busy: rank 1 also waits for
-    # CPU now and then; the job-wide median's fix predicted half of it)
-    assert abs(predicted - measured) <= (measured - 1) / 4, (predicted, measured)
-
+    removed_s = step_s * (1 - 1 / found[0].gain)
+    assert 0.6 * STALL_S <= removed_s <= 1.3 * STALL_S, (removed_s, step_s, found[0].gain)
