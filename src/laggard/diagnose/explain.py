@@ -11,7 +11,9 @@ combined gain each, and the shares add up to the combined gain. Candidates under
 dropped one at a time (the weakest first) and the values recomputed over the rest from the same
 table, so a nominee that explains nothing does not dilute the others. A candidate stays when its
 Shapley value or its gain removed last (fixed after all the others) reaches the floor: a cause the
-others hide today is what the step pays once they are fixed.
+others hide today is what the step pays once they are fixed. A candidate whose fix alone slows the
+step by more than the floor takes no part: it removes no cause, whatever another fix's interaction
+gives it.
 """
 
 from __future__ import annotations
