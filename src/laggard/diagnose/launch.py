@@ -5,8 +5,8 @@ overhead, CPU contention on their host), fixed by a what-if that gives their hos
 peers' value (the typical value of their position where they have no peers); and many gaps too
 small to be modelled one by one, on every rank (a launch overhead): wall-clock steps longer than the
 replay, or untraced host time on the median rank (other causes hide a launch overhead: a host that
-waits for a slow device has time to spare). It is scored
-by the what-if that models every gap as host ops and removes them (``--gap-share 0 --zero kind=host``).
+waits for a slow device has time to spare). It is scored by the what-if that models every gap as
+host ops and removes them (``--gap-share 0 --zero kind=host``).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_wor
     by_stage = _rows(ctx, slow_workers)
     out = []
     for s, rs in by_stage.items():
-        if ctx.num_dp == 1 and set(rs) <= set(slow_workers):
+        if _slow_worker_row(ctx, rs, slow_workers):
             out.append(s)
             continue
         others = [load[r] for r in load if ctx.worker_of[r]["stage"] != s]
@@ -100,6 +100,11 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
     return out
 
 
+def _slow_worker_row(ctx: Ctx, row: list[int], slow_workers: list[int]) -> bool:
+    """Whether ``row`` is a pure pipeline's stage that is its slow worker (one worker per stage)."""
+    return ctx.num_dp == 1 and set(row) <= set(slow_workers)
+
+
 def _row_mean(m: np.ndarray) -> np.ndarray:
     """The mean of each column over its rows, NaN ignored (NaN where a column has none)."""
     ok = np.isfinite(m)
@@ -143,7 +148,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         # S_stage from ``pure_stage_ratio`` on: the pooled ideal keeps the pipeline's total work, so
         # S_stage stays near 1 (real dp 1 x pp 3 jobs: a 1.30x stage computing 1.23x the others' read
         # S_stage 0.997-1.0)
-        pure_slow = ctx.num_dp == 1 and set(rows[s]) <= set(slow_workers) and ratio >= cfg.pure_stage_ratio
+        pure_slow = _slow_worker_row(ctx, rows[s], slow_workers) and ratio >= cfg.pure_stage_ratio
         if ratio < cfg.heavy_row_ratio and not pure_slow:
             # hot in the heatmap but only a little heavier: its S_stage must stand out too
             others_ex = [v for k, v in stage_ex.items() if k != s]
