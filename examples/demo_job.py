@@ -194,6 +194,23 @@ class Stage(nn.Module):
 # ---------------------------------------------------------------- injected stragglers
 
 
+class _ExtraGradWork(torch.autograd.Function):
+    """An identity whose backward burns the slow rank's extra backward compute: the autograd engine runs
+    it inside ``autograd.backward``, where a larger model's extra layers would run (and where a profiler
+    trace's autograd events put it). Work added after ``backward()`` returns would read, in a trace cut by
+    op names, as another forward."""
+
+    @staticmethod
+    def forward(ctx, x, inj):
+        ctx.inj = inj
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.inj.burn_backward()
+        return grad, None
+
+
 class Stragglers:
     """The --inject causes that touch this rank, each a real effect."""
 
@@ -223,6 +240,13 @@ class Stragglers:
             elif inj.cause == "launch-delay":
                 self.launch_delay_s = p["ms"] / 1e3
         self.compute_s = 0.0  # forward + backward time this step, burn included (what act measures)
+        # the backward's burn runs inside autograd (_ExtraGradWork), before the rest of the backward it
+        # scales has run: it burns (factor - 1) x this microbatch's forward time x the rank's measured
+        # backward/forward ratio (the last backward's own time over its forward's)
+        self.forward_s: dict[int, float] = {}  # microbatch -> its forward's own time (burn excluded)
+        self.backward_ratio: float | None = None
+        self._backward_burn_s = 0.0  # what _ExtraGradWork burned in the backward under way
+        self._backward_m = -1  # the microbatch whose backward is under way
         self.rng = np.random.default_rng([cfg.seed, rank, 7])
         self.heap: list = []
         self._burn = torch.randn(64, 64)
@@ -231,13 +255,47 @@ class Stragglers:
         # a block costs ~12 d^2 multiply-adds per token, the head d x vocab: pad by factor blocks
         return int(round(self.head_factor * 12 * d_model))
 
-    def burn(self, elapsed_s: float, cpu0_s: float) -> None:
-        """slow-worker: real extra compute, (factor - 1) x what the op took. Adds the op's CPU time, burn
-        included, to compute_s (CPU time: 4 ranks on 2 cores stretch everyone's wall time alike)."""
-        end = time.perf_counter() + (self.slow - 1.0) * elapsed_s
+    def _spin(self, seconds: float) -> None:
+        end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             self._burn @ self._burn
+
+    def burn(self, elapsed_s: float, cpu0_s: float) -> None:
+        """slow-worker / heavy-stage: real extra compute, (factor - 1) x what the op took. Adds the op's CPU
+        time, burn included, to compute_s (CPU time: 4 ranks on 2 cores stretch everyone's wall time alike)."""
+        self._spin((self.slow - 1.0) * elapsed_s)
         self.compute_s += time.thread_time() - cpu0_s
+
+    def slow_backward(self, out: torch.Tensor, m: int, forward_s: float) -> torch.Tensor:
+        """``out`` with the extra backward compute attached (see _ExtraGradWork); records the forward's time."""
+        self.forward_s[m] = forward_s
+        if self.slow == 1.0 or not out.requires_grad:
+            return out
+        return _ExtraGradWork.apply(out, self)
+
+    def burn_backward(self) -> None:
+        """Inside autograd: (factor - 1) x the backward expected of this microbatch (none before the first
+        backward has been measured: the first is burned after it, as ``burn``)."""
+        if self.backward_ratio is None or self._backward_m not in self.forward_s:
+            return
+        t0 = time.perf_counter()
+        self._spin((self.slow - 1.0) * self.backward_ratio * self.forward_s[self._backward_m])
+        self._backward_burn_s += time.perf_counter() - t0
+
+    def backward(self, out: torch.Tensor, grad: torch.Tensor | None, m: int) -> None:
+        """``autograd.backward`` of microbatch m with its extra compute inside; the measured own time
+        (burn excluded) updates the backward/forward ratio."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        self._backward_m, self._backward_burn_s = m, 0.0
+        torch.autograd.backward(out, grad_tensors=grad)
+        own_s = time.perf_counter() - t0 - self._backward_burn_s
+        first = self.backward_ratio is None
+        forward_s = self.forward_s.pop(m, None)
+        if forward_s:
+            self.backward_ratio = own_s / forward_s
+        if first and self.slow != 1.0:
+            self._spin((self.slow - 1.0) * own_s)  # not measured yet: burned after it, this once
+        self.compute_s += time.thread_time() - c0
 
     def host_stall(self, step: int) -> None:
         """host-stall: untraced CPU work on the host (pure Python, so no profiler or tracer op covers it)
@@ -455,6 +513,7 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
         with tracer.op("forward-compute", microbatch=m, num_tokens=x.numel(), seq_lens=seq_lens):
             t0, c0 = time.perf_counter(), time.thread_time()
             out = model(x if first else inputs[m], seq_lens if data.balanced else None)
+            out = inj.slow_backward(out, m, time.perf_counter() - t0)
             if last:  # the loss is part of the last stage's forward
                 w = x.shape[0] / global_rows if weighted and not data.balanced else 1 / (M * (cfg.dp if weighted else 1))
                 out = F.cross_entropy(out.flatten(0, 1), y.flatten()) * w
@@ -473,9 +532,7 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
         x, _, seq_lens = batch(m)
         inj.launch_delay()
         with tracer.op("backward-compute", microbatch=m, num_tokens=x.numel(), seq_lens=seq_lens):
-            t0, c0 = time.perf_counter(), time.thread_time()
-            torch.autograd.backward(outputs.pop(m), grad_tensors=grad)
-            inj.burn(time.perf_counter() - t0, c0)
+            inj.backward(outputs.pop(m), grad, m)
 
     def send_backward(m):
         if not first:
