@@ -8,9 +8,11 @@ until the collective ended, i.e. was waiting for it). Segments are named by how 
 of the step were launched and finished before them, so the same work has the same name on every
 rank. A GPU segment lasts the sum of its kernels (launch gaps removed); a CPU segment its span (the
 Python between its ops is its work) less the idle gaps inside it that are a noticeable share of a
-step (``HOST_GAP_SHARE``): those are host time no op covers (a stall, a sleep, a collection), and
-the segment starts after them, so that the replay's gap model (``laggard.engine.gaps``) sees them as
-the rank's untraced host time, as it sees the gaps between the Tracer's ops, instead of slower compute.
+step (``HOST_GAP_SHARE``) or that cut a crumb of work off its start or end (``_CRUMB_SHARE``: a
+batch's slicing before a sleep, autograd's seed of the loss's gradient after one): those are host
+time no op covers (a stall, a sleep, a collection), and the segment starts after them, so that the
+replay's gap model (``laggard.engine.gaps``) sees them as the rank's untraced host time, as it sees
+the gaps between the Tracer's ops, instead of slower compute.
 """
 
 from __future__ import annotations
@@ -40,6 +42,20 @@ _GLUE_SHARE = 0.02
 # the corpus injects are 33 ms and up (10%+). 5% keeps the descheduling inside the compute it
 # interrupted (the Tracer counts it there too) and takes every stall out.
 HOST_GAP_SHARE = 0.05
+# CPU ranks: an idle gap over ``_CRUMB_GAP_SHARE`` of the median step is host time too when it cuts a
+# crumb off a segment's end: the units before it (or after it) hold under ``_CRUMB_SHARE`` of the
+# segment's busy time. A real pure pipeline's ranks slept 12 ms before each pass (launch delay): its
+# forward began with the batch's slicing (lift_fresh, view, slice: 0.03 ms), then the sleep, then the
+# layers; the last stage's ended with the loss's item(), the sleep before the backward, then
+# autograd's ones_like for the loss's gradient (named like forward work). Each forward held both sleeps, 1.3x the other stages' (the
+# Tracer's forward op starts after the sleep: 1.03x), and the last stage was named heavy. 2%, as
+# glue (``_GLUE_SHARE``): far below a real pass's work.
+_CRUMB_SHARE = 0.02
+# 1%: the Python between a pass's first ops is 3-5 us a gap, and real clean 2-core pipelines (3-4
+# ranks) have 2-4.5 ms per step of such gaps near a segment's ends, 99% of them under 0.25 ms; taken
+# out as host time they tipped clean jobs over the healthy threshold. The launch delays the corpus
+# injects are 1.4% of a step and up (5.8 ms of 410 ms).
+_CRUMB_GAP_SHARE = 0.01
 
 
 def unit_phases(names: list[str]) -> np.ndarray:
@@ -214,7 +230,7 @@ def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndar
     seg_busy = np.add.reduceat(en - st, first)
     seg_span = np.maximum.reduceat(en, first) - fs
     if not gpu:  # host time inside a CPU segment: before it (see the module docstring)
-        lost = np.add.reduceat(_host_gaps(st, cum_end, sp, new), first)
+        lost = np.add.reduceat(_host_gaps(st, en, cum_end, sp, new), first)
         fs, seg_span = fs + lost, seg_span - lost
     # the phase holding most of the segment's busy time
     busy = np.stack([np.add.reduceat((en - st) * (phase == k), first) for k in range(len(PHASES))], axis=1)
@@ -258,9 +274,10 @@ def microbatches(seg: Segments, *, merge_runs: bool = False) -> np.ndarray:
     return out
 
 
-def _host_gaps(st: np.ndarray, cum_end: np.ndarray, sp: np.ndarray, new: np.ndarray) -> np.ndarray:
+def _host_gaps(st: np.ndarray, en: np.ndarray, cum_end: np.ndarray, sp: np.ndarray, new: np.ndarray) -> np.ndarray:
     """Per unit: the idle gap before it inside its segment when over ``HOST_GAP_SHARE`` of the
-    stream's median step (first unit to last end), else 0."""
+    stream's median step (first unit to last end), or when it cuts a crumb off the segment's start or
+    end (``_CRUMB_SHARE``), else 0."""
     gap = np.zeros(len(st))
     gap[1:] = st[1:] - cum_end[:-1]
     gap[new] = 0.0
@@ -268,8 +285,17 @@ def _host_gaps(st: np.ndarray, cum_end: np.ndarray, sp: np.ndarray, new: np.ndar
         return gap
     bounds = np.flatnonzero(np.r_[True, sp[1:] != sp[:-1]])
     step_span = np.maximum.reduceat(cum_end, bounds) - st[bounds]
-    thr = HOST_GAP_SHARE * float(np.median(step_span))
-    return np.where(gap > thr, gap, 0.0)
+    step_s = float(np.median(step_span))
+    thr = HOST_GAP_SHARE * step_s
+    # each unit's segment's busy time before it and from it on
+    busy = en - st
+    first = np.flatnonzero(new)
+    seg = np.cumsum(new) - 1
+    done = np.cumsum(busy) - busy
+    before = done - done[first][seg]
+    seg_busy = np.add.reduceat(busy, first)[seg]
+    crumb = np.minimum(before, seg_busy - before) < _CRUMB_SHARE * seg_busy
+    return np.where((gap > thr) | ((gap > _CRUMB_GAP_SHARE * step_s) & crumb), gap, 0.0)
 
 
 def _tail(seg_phase: np.ndarray, seg_step: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
