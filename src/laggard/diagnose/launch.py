@@ -101,11 +101,14 @@ def peer_groups(ctx: Ctx) -> np.ndarray:
     return np.zeros(len(ctx.ranks), dtype=np.int64)
 
 
-def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.ndarray) -> dict[int, Consistency]:
+def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.ndarray,
+                     values: np.ndarray | None = None, pool: np.ndarray | None = None) -> dict[int, Consistency]:
     """Per ``hot`` rank (index into ``ranks``): per step, its host time's excess over the median of its
     peers' (``peer_groups``) in that step, as a ratio of the step (1 + excess / ideal step: a reference of zero
-    host time has no ratio of its own), judged against the same ratio of the ranks not hot."""
-    per = np.nan_to_num(ctx.per_rank_step(host))
+    host time has no ratio of its own), judged against the same ratio of the ranks not hot (``pool``: of
+    those, the ranks to judge against, default all). Host time: the ``host`` ops' durations, or their
+    ``values`` (seconds per op)."""
+    per = np.nan_to_num(ctx.per_rank_step(host, values))
     steps = ctx.step_numbers()[: per.shape[1]]
     n = len(ctx.ranks)
     ns = per.shape[1]
@@ -113,7 +116,7 @@ def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.nd
     ref = peer_median(per.ravel(), cell.ravel()).reshape(per.shape)
     ex = per - ref
     ratio = 1.0 + ex / max(ctx.T_ideal, 1e-12)
-    pool = ~np.isin(np.arange(n), hot)
+    pool = ~np.isin(np.arange(n), hot) & (True if pool is None else pool)
     return {int(i): noise.judge(f"rank {int(ctx.ranks[i])}", "host", ratio[i], ex[i], steps,
                                 noise.noise_for(ratio, int(i), cfg, pool), cfg) for i in hot.tolist()}
 
@@ -145,6 +148,12 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
     refs = [per_rank[others], per_rank[others & (groups == groups[worst])]]
     stands_out = all(len(r) for r in refs) and per_rank[worst] / nsteps >= cfg.host_min_share * ctx.T_ideal \
         and all(per_rank[worst] >= cfg.launch_rank_ratio * float(np.median(r)) for r in refs)
+    # ... and only when its gaps stand out from the job's step-to-step noise, as every named rank: on
+    # 2 shared cores one rank of a clean pipeline is descheduled more than the others in a few steps
+    judged = None
+    if stands_out:
+        judged = host_consistency(ctx, cfg, gaps > 0, np.array([worst]), gaps, per_rank >= 0)[worst]
+        stands_out = noise.stands_out(judged)
     hidden = ""
     if idle_med_s > 0:
         hidden = (f"; the median rank spends {1e3 * idle_med_s:.1f} ms per step of host time no traced op covers "
@@ -163,6 +172,7 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
         ),
         fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
         "profile the host, overlap data loading, use CUDA graphs",
+        targets=[judged] if stands_out and judged is not None else [],
     )
     selector = ",".join([f"kind={HOST_KIND}"] + [f"rank!={r}" for r in hot])
     return Candidate(finding=finding, changes=[Change(action="zero", selector=selector)], gap_share=0.0,
