@@ -203,3 +203,17 @@ def test_the_overhead_finding_names_no_rank_within_the_noise() -> None:
     host = [f for f in d.findings if f.cause == "launch-delay" and f.workers]
     assert [[w["rank"] for w in f.workers] for f in host] == [[0]], [(f.workers, f.evidence) for f in d.findings]
     assert host[0].targets[0].pattern == "transient" and _named(d) == {0}, d.findings
+
+
+def test_a_three_stage_pipelines_stage_noise_is_not_read_off_a_one_stage_reference() -> None:
+    """The same draw's job024 run a third time (c64c_job024: dp 1 x pp 3, stage 0's compute x1.303):
+    stage 0 computes 1.27x the others' median, its one rank consistently slow (1.28x, 15 of 16 steps).
+    The stage's own judgement read the noise off the other two stages' ratios, each to the one stage
+    left: 0.156, over the 0.135 a ratio to the median of two has, so the 2-sigma bar stood at 1.31 and
+    the job was called healthy with no finding (S = 1.01)."""
+    d, truth = _diagnose("c64c_job024")
+    assert truth["causes"][0]["target"] == {"scope": "stage", "stage": 0, "ranks": [0]}
+    top = d.findings[0]
+    assert d.verdict == "straggling" and top.cause == "stage-imbalance" and top.stages == [0], d.findings
+    assert top.targets[0].target == "stage 0" and top.targets[0].pattern == "consistent", top.targets
+    assert _named(d) == {0}, d.findings

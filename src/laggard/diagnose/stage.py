@@ -82,7 +82,11 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
                  if len(others) > 1]
         pool = (stage_of != s) & ~np.isin(ctx.ranks, slow_workers)
         if peers:
+            # each peer's ratio is to one stage fewer than this stage's is: its spread overstates this
+            # ratio's noise (3 stages: to one other stage against the median of two, sqrt(2 / 1.5))
             job = noise.noise_for(np.stack(peers), None, cfg)
+            narrow = noise.ratio_sigma(1.0, len(others)) / noise.ratio_sigma(1.0, len(others) - 1)
+            job = noise.JobNoise(sigma=max(job.sigma * narrow, cfg.noise_floor), far_rate=job.far_rate)
         else:  # two stages: one worker's step-to-step spread, over the stage's replicas, against the other's
             cell = noise.cell_sigma(per, pool if pool.any() else stage_of != s, cfg)
             job = noise.JobNoise(sigma=noise.ratio_sigma(cell / np.sqrt(len(i)), 1))
