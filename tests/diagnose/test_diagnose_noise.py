@@ -103,6 +103,32 @@ def test_far_rate_of_a_clean_reference_is_not_zero():
     assert JobNoise.of(0.02, ref, cfg).far_rate == pytest.approx(2.5 / 33)
 
 
+def test_a_stall_ten_times_the_others_blips_is_transient():
+    """A real profiled dp 2 x pp 2 job (corpus job055, its per-step host ratios): rank 3 stalls 117-129
+    ms in 4 of 16 steps (ratio 1.43-1.47); one step of rank 0 sits at 1.052, just past the 3-sigma bar
+    (1.051), and made the others' rate of far steps 1.5 / 49, under which 4 far steps of 16 were not
+    rare enough (p = 0.0011): the stall was called noise. Counted at half the stall's own excess, the
+    others have no such step, and it is transient again. Far steps no higher than the bar get no such
+    second look."""
+    cfg = DiagnoseConfig()
+    others = np.array([
+        [1.039, 0.999, 0.984, 1.004, 0.982, 0.993, 1.0, 0.986, 0.987, 0.992, 1.052, 0.992, 0.999, 1.006, 1.019, 0.982],
+        [1.028, 0.569, 1.01, 0.974, 1.007, 0.534, 0.967, 0.967, 1.012, 0.551, 0.98, 0.962, 1.0, 0.573, 1.022, 1.008],
+        [0.961, 1.001, 1.016, 0.996, 1.018, 1.007, 1.0, 1.014, 1.013, 1.008, 0.948, 1.008, 1.001, 0.994, 0.981, 1.018]])
+    stall = np.array([0.972, 1.431, 0.99, 1.026, 0.993, 1.466, 1.033, 1.033, 0.988, 1.449, 1.02, 1.038, 1.0, 1.427,
+                      0.978, 0.992])
+    job = JobNoise.of(0.016858, others, cfg)
+    assert job.far_rate == pytest.approx(1.5 / 49)
+    steps = np.arange(16)
+    c = judge("rank 3", "host", stall, np.zeros(16), steps, job, cfg)
+    assert c.pattern == "transient" and c.slow_steps == [1, 5, 9, 13] and c.ratio == pytest.approx(1.44, abs=0.01)
+    # the old reading: only the rate at the bar
+    assert judge("rank 3", "host", stall, np.zeros(16), steps, JobNoise(sigma=0.016858, far_rate=1.5 / 49),
+                 cfg).pattern == "noise"
+    low = np.where(stall > 1.2, 1.06, stall)  # the same steps, just past the bar: as before
+    assert judge("rank 3", "host", low, np.zeros(16), steps, job, cfg).pattern == "noise"
+
+
 def test_noise_helpers():
     assert step_spans([15, 7, 8, 9]) == "7-9 and 15" and step_spans([3]) == "3" and step_spans([1, 3, 5]) == "1, 3 and 5"
     assert binom_tail(0, 5, 0.1) == 1.0 and binom_tail(5, 5, 0.5) == pytest.approx(1 / 32)

@@ -144,6 +144,9 @@ class DiagnoseConfig:
     # chance (binomial tail under 0.1%): on gloo every link has them in 10-30% of steps (ratios 0.05-20x)
     noise_transient_min_steps: int = 2  # ...and at least 2 of them: one step far out is a blip every rank of
     # a busy host has now and then (the demo job: 5-20 ms host stalls on random ranks and steps)
+    noise_transient_level: float = 0.5  # ...where "such steps" are also counted at half the target's own far
+    # excess (the median over its far steps): on 2 shared cores one other rank's 5%-of-a-step blip past
+    # the 3-sigma bar made a real 117 ms stall in 4 of 16 steps (44% of the step) no longer transient
 
     def __post_init__(self) -> None:
         if not self.min_gain >= 1.0:

@@ -17,7 +17,10 @@ on). A step is slow when its ratio is over 1 + ``noise_step_k`` sigmas. A target
 - *transient* when it is not, but has at least ``noise_transient_min_steps`` steps
   ``noise_transient_k`` sigmas over 1, more of them than the others' rate of such steps gives by
   chance (binomial tail under ``noise_transient_p``): bursts of host work, a link that stalls now
-  and then; not the tail every link of a busy host has. Its slow steps are those far steps;
+  and then; not the tail every link of a busy host has. Where its far steps stand higher than that
+  bar, "such steps" are also counted at ``noise_transient_level`` of their excess (a few of the
+  others' blips just past the bar do not hide a stall ten times their size). Its slow steps are
+  those far steps;
 - within the noise otherwise: a detector does not name it (a rank riding along in a multi-rank
   finding is dropped from it);
 - unjudged when it has a reference in no step (the only link of its op type): the detector's rule
@@ -29,7 +32,7 @@ The detectors build the per-step series (``ratios`` from values and references p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -111,13 +114,20 @@ class JobNoise:
 
     sigma: float
     far_rate: float = 0.0
+    others: np.ndarray | None = field(default=None, compare=False, repr=False)  # their ratios (finite)
 
     @staticmethod
     def of(sigma: float, others: np.ndarray, cfg: DiagnoseConfig) -> JobNoise:
         """``sigma``, with the far rate of the other targets' per-step ratios ``others`` (NaN ignored)."""
         r = others[np.isfinite(others)]
         far = int(np.sum(r > 1.0 + cfg.noise_transient_k * sigma))
-        return JobNoise(sigma=sigma, far_rate=(far + 0.5) / (len(r) + 1) if len(r) else 0.0)
+        return JobNoise(sigma=sigma, far_rate=(far + 0.5) / (len(r) + 1) if len(r) else 0.0, others=r)
+
+    def rate_over(self, level: float) -> float | None:
+        """The Jeffreys rate of the other targets' steps over ``level`` (None without their ratios)."""
+        if self.others is None or not len(self.others):
+            return None
+        return (int(np.sum(self.others > level)) + 0.5) / (len(self.others) + 1)
 
 
 def noise_for(ratio: np.ndarray, i: int | None, cfg: DiagnoseConfig, pool: np.ndarray | None = None) -> JobNoise:
@@ -152,10 +162,8 @@ def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, step
     slow = r > 1.0 + cfg.noise_step_k * noise
     med = float(np.median(r)) if n else float("nan")
     consistent = n > 0 and slow.sum() >= cfg.noise_consistent_share * n and med >= 1.0 + cfg.noise_median_k * noise
-    # transient: steps far outside the noise, more of them than the others' rate of such steps gives by chance
-    far = r > 1.0 + cfg.noise_transient_k * noise
-    transient = (not consistent and far.sum() >= cfg.noise_transient_min_steps
-                 and binom_tail(int(far.sum()), n, job.far_rate) < cfg.noise_transient_p)
+    far = None if consistent else _transient(r, job, cfg)
+    transient = far is not None
     pattern = "consistent" if consistent else "transient" if transient else "noise" if n else "unjudged"
     if transient:
         slow = far
@@ -167,6 +175,30 @@ def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, step
         ratio_spread=MAD_SIGMA * float(np.median(np.abs(sel - np.median(sel)))) if len(sel) else float("nan"),
         noise=float(noise), excess_s=float(np.median(ex[over])) if len(sel) else 0.0,
     )
+
+
+def _rare(k: int, n: int, rate: float, cfg: DiagnoseConfig) -> bool:
+    return k >= cfg.noise_transient_min_steps and binom_tail(k, n, rate) < cfg.noise_transient_p
+
+
+def _transient(r: np.ndarray, job: JobNoise, cfg: DiagnoseConfig) -> np.ndarray | None:
+    """The steps that make a target transient (None: it is not): far outside the noise, more of them
+    than the others' rate of such steps gives by chance; over the ``noise_transient_k`` sigma bar, or,
+    where the target's far steps stand higher, over ``noise_transient_level`` of their excess (the
+    others' rate counted at that level: a few of their blips just past the bar do not hide a stall
+    ten times their size)."""
+    bar = 1.0 + cfg.noise_transient_k * job.sigma
+    far = r > bar
+    if _rare(int(far.sum()), len(r), job.far_rate, cfg):
+        return far
+    if not far.any():
+        return None
+    level = 1.0 + cfg.noise_transient_level * (float(np.median(r[far])) - 1.0)
+    rate = job.rate_over(level)
+    if rate is None or level <= bar:
+        return None
+    high = r > level
+    return high if _rare(int(high.sum()), len(r), rate, cfg) else None
 
 
 def stands_out(c: Consistency, *, transient_ok: bool = True) -> bool:

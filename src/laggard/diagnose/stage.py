@@ -4,6 +4,8 @@ the row must not hide it; it becomes a worker finding of its own (``laggard.diag
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from laggard.diagnose import noise
@@ -86,7 +88,7 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
             # ratio's noise (3 stages: to one other stage against the median of two, sqrt(2 / 1.5))
             job = noise.noise_for(np.stack(peers), None, cfg)
             narrow = noise.ratio_sigma(1.0, len(others)) / noise.ratio_sigma(1.0, len(others) - 1)
-            job = noise.JobNoise(sigma=max(job.sigma * narrow, cfg.noise_floor), far_rate=job.far_rate)
+            job = dataclasses.replace(job, sigma=max(job.sigma * narrow, cfg.noise_floor))
         else:  # two stages: one worker's step-to-step spread, over the stage's replicas, against the other's
             cell = noise.cell_sigma(per, pool if pool.any() else stage_of != s, cfg)
             job = noise.JobNoise(sigma=noise.ratio_sigma(cell / np.sqrt(len(i)), 1))
