@@ -178,6 +178,7 @@ def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, step
 
 
 def _rare(k: int, n: int, rate: float, cfg: DiagnoseConfig) -> bool:
+    """Whether ``k`` far steps of ``n`` are at least the minimum and unlikely at the others' ``rate``."""
     return k >= cfg.noise_transient_min_steps and binom_tail(k, n, rate) < cfg.noise_transient_p
 
 

@@ -47,9 +47,9 @@ HOST_GAP_SHARE = 0.05
 # segment's busy time. A real pure pipeline's ranks slept 12 ms before each pass (launch delay): its
 # forward began with the batch's slicing (lift_fresh, view, slice: 0.03 ms), then the sleep, then the
 # layers; the last stage's ended with the loss's item(), the sleep before the backward, then
-# autograd's ones_like for the loss's gradient (named like forward work). Each forward held both sleeps, 1.3x the other stages' (the
-# Tracer's forward op starts after the sleep: 1.03x), and the last stage was named heavy. 2%, as
-# glue (``_GLUE_SHARE``): far below a real pass's work.
+# autograd's ones_like for the loss's gradient (named like forward work). Each forward held both
+# sleeps, 1.3x the other stages' compute (the Tracer's forward op starts after the sleep: 1.03x), and
+# the last stage was named heavy. 2%, as glue (``_GLUE_SHARE``): far below a real pass's work.
 _CRUMB_SHARE = 0.02
 # 1%: the Python between a pass's first ops is 3-5 us a gap, and real clean 2-core pipelines (3-4
 # ranks) have 2-4.5 ms per step of such gaps near a segment's ends, 99% of them under 0.25 ms; taken
@@ -281,7 +281,7 @@ def microbatches(seg: Segments, *, merge_runs: bool = False) -> np.ndarray:
 def _host_gaps(st: np.ndarray, en: np.ndarray, cum_end: np.ndarray, sp: np.ndarray, new: np.ndarray) -> np.ndarray:
     """Per unit: the idle gap before it inside its segment when over ``HOST_GAP_SHARE`` of the
     stream's median step (first unit to last end), or when it cuts a crumb off the segment's start or
-    end (``_CRUMB_SHARE``), else 0."""
+    end in most of the stream's steps (``_CRUMB_SHARE``, ``_CRUMB_STEPS_SHARE``), else 0."""
     gap = np.zeros(len(st))
     gap[1:] = st[1:] - cum_end[:-1]
     gap[new] = 0.0
