@@ -245,7 +245,11 @@ def truth_of(plan: JobPlan, cfg, res, seed: int) -> dict:  # noqa: ANN001
         "measured": {"wall_s": round(res.wall_s, 2), "step_ms": [round(float(x), 2) for x in step_ms],
                      "base_step_ms": round(base_ms, 2),
                      "step_ms_by_rank": {r: round(1e3 * float(np.median(res.ranks[r]["step_s"])), 2) for r in ranks},
-                     "cpu_ms_by_rank": {r: round(1e3 * float(np.median(res.ranks[r]["step_cpu_s"])), 2) for r in ranks}},
+                     "cpu_ms_by_rank": {r: round(1e3 * float(np.median(res.ranks[r]["step_cpu_s"])), 2) for r in ranks},
+                     # each rank's forward and backward passes alone, by its own CPU timers (injected burns
+                     # included): a rank slow with no cause injected (a noisy neighbour) shows here
+                     "compute_cpu_ms_by_rank": {r: round(1e3 * float(np.median(res.ranks[r].get("compute_cpu_s") or [0.0])), 2)
+                                                for r in ranks}},
         "nominal_step_ms": NOMINAL_STEP_MS[(plan.dp, plan.pp)],
     }
 

@@ -243,7 +243,7 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
                                 **_mitigation_meta(cfg)},
                     enabled=cfg.trace_dir is not None, record_every=cfg.record_every,
                     monitor_url=cfg.monitor_url, token=cfg.monitor_token, monitor_job=cfg.monitor_job)
-    step_s, cpu_s, loss_value, losses = [], [], None, []
+    step_s, cpu_s, compute_s, loss_value, losses = [], [], [], None, []
     prof = _profiler(cfg, rank)
     ctl = _controller(cfg, dp, data)  # None unless cfg.act
     with tracer, prof:  # closes (flushes) the trace however the loop ends
@@ -258,13 +258,14 @@ def _train_loop(rank, cfg, report, model, opt, dp_group, data, inj, dp, s, plann
                 prof.step()  # ends ProfilerStep#N: the profiler's step annotation
             step_s.append(time.perf_counter() - t0)
             cpu_s.append(time.thread_time() - c0)  # this thread's CPU time: what tracing would add to
+            compute_s.append(inj.compute_s)  # its forward and backward passes' CPU time, burn included
             if ctl is not None:  # the decision is the same on every rank; it applies from the next step
                 planned = _act(ctl, step - cfg.warmup_steps, step_s[-1], inj, data, planned)
             losses.append(loss_value)
             if report is not None:
                 report(step - cfg.warmup_steps, loss_value)
-    out = {"rank": rank, "step_s": step_s, "step_cpu_s": cpu_s, "loss": loss_value, "num_blocks": len(model.blocks),
-           "losses": losses}
+    out = {"rank": rank, "step_s": step_s, "step_cpu_s": cpu_s, "compute_cpu_s": compute_s, "loss": loss_value,
+           "num_blocks": len(model.blocks), "losses": losses}
     if ctl is not None:
         ctl.close()
         out["actions"] = [a.to_json() for a in ctl.actions]
