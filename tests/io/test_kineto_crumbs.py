@@ -44,7 +44,7 @@ def _load(path: Path):
         return load_job(path)
 
 
-def _forward_ms_per_step(job, name: str) -> dict[int, float]:
+def _ms_per_step(job, name: str) -> dict[int, float]:
     t = job.table
     rank, step, dur = t["rank"].to_numpy(), t["step"].to_numpy(), t["dur_ns"].to_numpy()
     on = np.asarray(t["name"].to_pylist()) == name
@@ -53,8 +53,8 @@ def _forward_ms_per_step(job, name: str) -> dict[int, float]:
 
 
 def test_a_sleep_beside_a_crumb_is_not_forward_compute(run: Path) -> None:
-    prof = _forward_ms_per_step(_load(run / "prof"), "cpu-forward")
-    tracer = _forward_ms_per_step(_load(run / "trace"), "forward-compute")
+    prof = _ms_per_step(_load(run / "prof"), "cpu-forward")
+    tracer = _ms_per_step(_load(run / "trace"), "forward-compute")
     assert sorted(prof) == sorted(tracer) == [0, 1, 2]
     for r in tracer:  # 8 sleeps of 12 ms a step on the last stage were its "forward": 96 ms over
         assert prof[r] == pytest.approx(tracer[r], rel=0.2, abs=5.0), (r, prof, tracer)
@@ -65,9 +65,9 @@ def test_the_stages_weigh_what_the_tracer_measures(run: Path) -> None:
     last stage holds the LM head and the loss (1.1-1.2x here by the Tracer); both sleeps in its
     forwards made it 1.6x and more in the profiler trace."""
     prof, tracer = _load(run / "prof"), _load(run / "trace")
-    p = {r: a + b for (r, a), b in zip(_forward_ms_per_step(prof, "cpu-forward").items(),
-                                      _forward_ms_per_step(prof, "cpu-backward").values(), strict=True)}
-    t = {r: a + b for (r, a), b in zip(_forward_ms_per_step(tracer, "forward-compute").items(),
-                                      _forward_ms_per_step(tracer, "backward-compute").values(), strict=True)}
+    p = {r: a + b for (r, a), b in zip(_ms_per_step(prof, "cpu-forward").items(),
+                                      _ms_per_step(prof, "cpu-backward").values(), strict=True)}
+    t = {r: a + b for (r, a), b in zip(_ms_per_step(tracer, "forward-compute").items(),
+                                      _ms_per_step(tracer, "backward-compute").values(), strict=True)}
     last_p, last_t = p[2] / np.mean([p[0], p[1]]), t[2] / np.mean([t[0], t[1]])
     assert last_p == pytest.approx(last_t, abs=0.1), (p, t)

@@ -116,7 +116,7 @@ def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.nd
     ref = peer_median(per.ravel(), cell.ravel()).reshape(per.shape)
     ex = per - ref
     ratio = 1.0 + ex / max(ctx.T_ideal, 1e-12)
-    pool = ~np.isin(np.arange(n), hot) & (True if pool is None else pool)
+    pool = ~np.isin(np.arange(n), hot) if pool is None else pool & ~np.isin(np.arange(n), hot)
     return {int(i): noise.judge(f"rank {int(ctx.ranks[i])}", "host", ratio[i], ex[i], steps,
                                 noise.noise_for(ratio, int(i), cfg, pool), cfg) for i in hot.tolist()}
 

@@ -195,8 +195,8 @@ def _transient(r: np.ndarray, job: JobNoise, cfg: DiagnoseConfig) -> np.ndarray 
     if not far.any():
         return None
     level = 1.0 + cfg.noise_transient_level * (float(np.median(r[far])) - 1.0)
-    rate = job.rate_over(level)
-    if rate is None or level <= bar:
+    rate = job.rate_over(level) if level > bar else None
+    if rate is None:
         return None
     high = r > level
     return high if _rare(int(high.sum()), len(r), rate, cfg) else None

@@ -231,13 +231,14 @@ def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndar
     launched = _rank_count(p_l, first, f_lo)
     finished = _rank_count(p_w, first, f_lo)
     fs = st[first]
-    seg_busy = np.add.reduceat(en - st, first)
+    unit_busy = en - st
+    seg_busy = np.add.reduceat(unit_busy, first)
     seg_span = np.maximum.reduceat(en, first) - fs
     if not gpu:  # host time inside a CPU segment: before it (see the module docstring)
-        lost = np.add.reduceat(_host_gaps(st, en, cum_end, sp, new), first)
+        lost = np.add.reduceat(_host_gaps(st, cum_end, sp, new, seg, first, unit_busy, seg_busy), first)
         fs, seg_span = fs + lost, seg_span - lost
     # the phase holding most of the segment's busy time
-    busy = np.stack([np.add.reduceat((en - st) * (phase == k), first) for k in range(len(PHASES))], axis=1)
+    busy = np.stack([np.add.reduceat(unit_busy * (phase == k), first) for k in range(len(PHASES))], axis=1)
     seg_phase = np.argmax(busy, axis=1)
     if split_phases:
         seg_phase = _glue(_tail(seg_phase, sp[first], fs), seg_busy)
@@ -278,10 +279,13 @@ def microbatches(seg: Segments, *, merge_runs: bool = False) -> np.ndarray:
     return out
 
 
-def _host_gaps(st: np.ndarray, en: np.ndarray, cum_end: np.ndarray, sp: np.ndarray, new: np.ndarray) -> np.ndarray:
+def _host_gaps(st: np.ndarray, cum_end: np.ndarray, sp: np.ndarray, new: np.ndarray, seg: np.ndarray,
+               first: np.ndarray, busy: np.ndarray, seg_busy: np.ndarray) -> np.ndarray:
     """Per unit: the idle gap before it inside its segment when over ``HOST_GAP_SHARE`` of the
     stream's median step (first unit to last end), or when it cuts a crumb off the segment's start or
-    end in most of the stream's steps (``_CRUMB_SHARE``, ``_CRUMB_STEPS_SHARE``), else 0."""
+    end in most of the stream's steps (``_CRUMB_SHARE``, ``_CRUMB_STEPS_SHARE``), else 0. ``seg``,
+    ``first``: each unit's segment and each segment's first unit; ``busy``, ``seg_busy``: the units'
+    and the segments' busy time."""
     gap = np.zeros(len(st))
     gap[1:] = st[1:] - cum_end[:-1]
     gap[new] = 0.0
@@ -292,13 +296,10 @@ def _host_gaps(st: np.ndarray, en: np.ndarray, cum_end: np.ndarray, sp: np.ndarr
     step_s = float(np.median(step_span))
     thr = HOST_GAP_SHARE * step_s
     # each unit's segment's busy time before it and from it on
-    busy = en - st
-    first = np.flatnonzero(new)
-    seg = np.cumsum(new) - 1
     done = np.cumsum(busy) - busy
     before = done - done[first][seg]
-    seg_busy = np.add.reduceat(busy, first)[seg]
-    crumb = (gap > _CRUMB_GAP_SHARE * step_s) & (np.minimum(before, seg_busy - before) < _CRUMB_SHARE * seg_busy)
+    total = seg_busy[seg]
+    crumb = (gap > _CRUMB_GAP_SHARE * step_s) & (np.minimum(before, total - before) < _CRUMB_SHARE * total)
     # ... where they recur: in most of the stream's steps (a delay before every pass), not now and
     # then (a descheduled rank, whose pause stays in the compute it interrupted, as the Tracer has it)
     steps_with = len(np.unique(sp[crumb]))
