@@ -5,6 +5,7 @@ injected causes a finding names (``match``), one job's hits, misses, extra ranks
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 # factor buckets of the recall curve (the draw's thirds: 1.15-1.25, 1.25-1.5, 1.5-2.0)
@@ -17,6 +18,10 @@ DIAGNOSIS_CAUSE = {"slow-worker": "worker", "heavy-stage": "stage-imbalance", "h
                    "seqlen-imbalance": "sequence-imbalance", "gc-pauses": "gc", "slow-link": "comm",
                    "launch-delay": "launch-delay", "host-stall": "launch-delay"}
 JOB_WIDE = {"seqlen-imbalance", "gc-pauses", "launch-delay"}  # every rank: no target to check
+# an extra rank whose own forward+backward CPU per step (the job's timers, truth.json) is this much over
+# its DP peers' median was slow with no cause injected (a noisy neighbour on the VM host): the
+# corpus's smallest drawn factor, so that such a rank is as slow as the weakest straggler we inject
+OWN_TIMERS_SLOW_X = 1.15
 
 
 def _ranks(f: dict) -> list[int]:
@@ -56,6 +61,7 @@ class JobScore:
     num_findings: int = 0
     named_ranks: list[int] = field(default_factory=list)
     extra_ranks: list[int] = field(default_factory=list)
+    extra_slow_by_own_timers: list[int] = field(default_factory=list)  # of extra_ranks (slow_by_own_timers)
     false_alarm: bool = False  # a clean job with a finding that names a rank, stage or link
     rank_alarm: bool = False  # a clean job with a finding that names a rank (what on-call would drain)
     by_factor: list[tuple[float | None, bool]] = field(default_factory=list)  # (factor, named) per cause
@@ -64,6 +70,23 @@ class JobScore:
 
 def _describe(f: dict) -> str:
     return f"{f['cause']}:ranks={_ranks(f)}" + (f":stages={f['stages']}" if f.get("stages") else "")
+
+
+def slow_by_own_timers(truth: dict, ranks: list[int]) -> list[int]:
+    """Of ``ranks``, those the job's own CPU timers show slow: forward+backward CPU per step (truth.json
+    ``measured.compute_cpu_ms_by_rank``, the job's thread_time, not the analysis) at least
+    ``OWN_TIMERS_SLOW_X`` times the median of the same stage's other DP replicas that no cause
+    targets. A pure pipeline has no such peers (its stages differ by design) and older truth files
+    lack the field: nothing confirmed there."""
+    cpu = {int(r): float(v) for r, v in (truth.get("measured", {}).get("compute_cpu_ms_by_rank") or {}).items()}
+    pp = truth["layout"]["pp"]
+    targeted = {r for c in truth["causes"] for r in c["target"].get("ranks", [])}
+    out = []
+    for r in ranks:
+        peers = [cpu[q] for q in cpu if q != r and q % pp == r % pp and q not in targeted and cpu[q] > 0]
+        if r in cpu and peers and cpu[r] >= OWN_TIMERS_SLOW_X * statistics.median(peers):
+            out.append(r)
+    return out
 
 
 def score_job(truth: dict, result: dict) -> JobScore:
@@ -92,6 +115,7 @@ def score_job(truth: dict, result: dict) -> JobScore:
         if not (i in used and used[i]["cause"] in JOB_WIDE):
             extra |= rs - targeted
     s.named_ranks, s.extra_ranks = sorted(named), sorted(extra)
+    s.extra_slow_by_own_timers = slow_by_own_timers(truth, s.extra_ranks)
     s.false_alarm = truth["clean"] and any(_ranks(f) or f.get("stages") for f in findings)
     s.rank_alarm = truth["clean"] and any(_ranks(f) for f in findings)
     if not result["ok"]:
@@ -111,6 +135,7 @@ def summarize(scores: list[JobScore], truths: dict[str, dict]) -> dict:
     wrong = sum(len(s.wrong) for s in scores)
     named = sum(len(s.named_ranks) for s in scores)
     extra = sum(len(s.extra_ranks) for s in scores)
+    own = sum(len(s.extra_slow_by_own_timers) for s in scores)
     clean = [s for s in scores if truths[s.job]["clean"]]
     buckets: dict[str, list[int]] = {}
     for f, ok in (x for s in scores for x in s.by_factor):
@@ -129,6 +154,8 @@ def summarize(scores: list[JobScore], truths: dict[str, dict]) -> dict:
         "recall_by_kind": {k: {"named": h, "causes": n, "recall": h / max(n, 1)} for k, (h, n) in sorted(kinds.items())},
         "named_ranks": named, "extra_ranks": extra, "extra_rank_rate": extra / max(named, 1),
         "rank_precision": 1 - extra / max(named, 1),
+        # the same, counting right the extra ranks the job's own timers show slow (no cause injected)
+        "extra_ranks_slow_by_own_timers": own, "rank_precision_own_timers": 1 - (extra - own) / max(named, 1),
         "jobs_with_extra_ranks": sum(bool(s.extra_ranks) for s in scores) / max(len(scores), 1),
         "clean_jobs": len(clean),  # the rates are nan without clean jobs
         "clean_false_alarm_rate": sum(s.false_alarm for s in clean) / len(clean) if clean else float("nan"),

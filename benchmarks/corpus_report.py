@@ -62,7 +62,8 @@ def figures(summary: dict, sims: dict[str, dict]) -> list[dict]:
              "target": ">= 0.9", "detail": s["recall_by_impact"]},
             {"name": f"{tag}: precision of named ranks (1 - extra ranks / ranks named)", "value": s["rank_precision"],
              "target": ">= 0.95", "ok": s["rank_precision"] >= 0.95,
-             "detail": {k: s[k] for k in ("named_ranks", "extra_ranks", "jobs_with_extra_ranks")}},
+             "detail": {k: s.get(k) for k in ("named_ranks", "extra_ranks", "jobs_with_extra_ranks",
+                                              "extra_ranks_slow_by_own_timers", "rank_precision_own_timers")}},
             {"name": f"{tag}: clean jobs with a false alarm (a rank, stage or link named)",
              "value": 100 * s["clean_false_alarm_rate"], "unit": "%", "target": "0%", "ok": s["clean_false_alarm_rate"] == 0,
              "detail": {"clean_jobs": s["clean_jobs"], "clean_healthy_rate": s["clean_healthy_rate"],
@@ -87,6 +88,7 @@ def print_report(summary: dict, sims: dict[str, dict]) -> None:
             ("recall, factor >= 1.25", lambda s: s["recall_factor_ge_1.25"], None),
             *[(f"recall, factor {b}", bucket(b), None) for b in ("1.15-1.25", "1.25-1.50", "1.50+", "no factor")],
             ("precision of named ranks", lambda s: s["rank_precision"], None),
+            ("  counting own-timer-slow ranks right", lambda s: s.get("rank_precision_own_timers"), None),
             ("jobs naming an extra rank", lambda s: s["jobs_with_extra_ranks"], None),
             ("clean jobs: false alarm", lambda s: s["clean_false_alarm_rate"], None),
             ("clean jobs: a rank named", lambda s: s.get("clean_rank_alarm_rate"), None),
@@ -119,7 +121,9 @@ def print_problems(out: dict, truths: dict[str, dict]) -> None:
         for which, s in by.items():
             if s["misses"] or s["wrong"] or s["extra_ranks"] or s["status"] != "ok":
                 lines.append(f"    {which:8} {s['status']}, verdict {s['verdict']}; missed {s['misses'] or '-'}; "
-                             f"unmatched findings {s['wrong'] or '-'}; extra ranks {s['extra_ranks'] or '-'}")
+                             f"unmatched findings {s['wrong'] or '-'}; extra ranks {s['extra_ranks'] or '-'}"
+                             + (f" (slow by the job's own timers: {s['extra_slow_by_own_timers']})"
+                                if s.get("extra_slow_by_own_timers") else ""))
         if lines:
             specs = " + ".join(c["spec"] for c in tr["causes"]) or "clean"
             print(f"  {job} {tr['layout']['name']}: {specs}")

@@ -110,6 +110,30 @@ def test_clean_false_alarm_and_failed_analysis(rc):
     assert rc.summarize([quiet, stage], {"job000": _truth([])})["clean_rank_alarm_rate"] == 0.0
 
 
+def test_extra_ranks_the_jobs_own_timers_show_slow(rc):
+    """An extra rank is confirmed slow only by the job's own CPU timers against its stage's untargeted DP
+    peers (>= 1.15x their median): not by a rank that is merely named, not in a pure pipeline (no
+    peers), not without the field; the summary counts confirmed ranks right in a second figure only."""
+    def truth(cpu, dp=2, pp=2, causes=(SLOW,)):
+        return {**_truth(list(causes), dp, pp), "measured": {"compute_cpu_ms_by_rank": {str(r): v for r, v in cpu.items()}}}
+
+    # rank 1 (stage 1) named beside the slow rank 2: its peer rank 3 at 100 ms
+    slow1 = rc.score_job(truth({0: 100.0, 1: 120.0, 2: 131.0, 3: 100.0}), _doc(_finding("worker", [1, 2])))
+    assert slow1.extra_ranks == [1] and slow1.extra_slow_by_own_timers == [1]
+    calm1 = rc.score_job(truth({0: 100.0, 1: 110.0, 2: 131.0, 3: 100.0}), _doc(_finding("worker", [1, 2])))
+    assert calm1.extra_ranks == [1] and not calm1.extra_slow_by_own_timers
+    # rank 0's only stage peer is the targeted rank 2: no reference, nothing confirmed
+    assert not rc.score_job(truth({0: 150.0, 1: 100.0, 2: 131.0, 3: 100.0}),
+                            _doc(_finding("worker", [0]))).extra_slow_by_own_timers
+    pipeline = rc.score_job(truth({0: 100.0, 1: 150.0, 2: 100.0}, dp=1, pp=3, causes=()), _doc(_finding("worker", [1], pp=3)))
+    assert pipeline.extra_ranks == [1] and not pipeline.extra_slow_by_own_timers
+    old = rc.score_job(_truth([SLOW]), _doc(_finding("worker", [1, 2])))  # a truth file without the field
+    assert old.extra_ranks == [1] and not old.extra_slow_by_own_timers
+    s = rc.summarize([slow1, calm1], {"job000": _truth([SLOW])})
+    assert s["rank_precision"] == 0.5 and s["extra_ranks_slow_by_own_timers"] == 1
+    assert s["rank_precision_own_timers"] == 0.75
+
+
 def test_simulator_figures_read_from_results(rc, tmp_path):
     """Both stored sweeps, each under its own column: the simulator's own noise and the real jobs'."""
     doc = {"benchmarks": {"bench_diagnose_mixed": {"figures": [
