@@ -230,3 +230,18 @@ def test_a_flagged_rank_within_the_noise_stays_in_the_noise() -> None:
     assert truth["causes"][0]["target"]["ranks"] == [0]
     assert not [f for f in d.findings if f.cause == "worker"], [(f.workers, f.evidence) for f in d.findings]
     assert _named(d) == {0}, [(f.cause, f.workers) for f in d.findings]
+
+
+def test_a_link_slow_only_in_its_tail_must_cost_the_step_to_be_named() -> None:
+    """The same clean draw's job041 run once more (c64c_job041: dp 1 x pp 3 on 2 shared cores, S = 1.06):
+    link 0-1's median transfer is normal (0.55 ms against 0.43 elsewhere) but 40% of its transfers end
+    2-9 ms late, step after step (2.8x the other link, noise 0.69), after its ranks waited: a blocked
+    rank wakes late on a busy host. The link was named, ranks 0 and 1 with it, for a fix that gains
+    1.2%. A link slow only in its tail is named when its fix gains what a job must lose to be called
+    straggling (``comm_tail_min_gain``); with that floor at the general one, it is named again."""
+    d, truth = _diagnose("c64c_job041")
+    assert truth["clean"]
+    assert not _named(d) and not [f for f in d.findings if f.cause == "comm" and f.workers], d.findings
+    d, _ = _diagnose("c64c_job041", DiagnoseConfig(comm_tail_min_gain=1.01))
+    assert [sorted(w["rank"] for w in f.workers) for f in d.findings if f.cause == "comm" and f.workers] == [[0, 1]], \
+        d.findings

@@ -93,7 +93,10 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         fix=fix,
         targets=[judged[i0]] + [judged[int(i)] for i in np.flatnonzero(slow) if i != i0],
     )
-    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+    # a link slow only in its tail (no slow key's median over comm_median_x) must gain more to be named
+    tail_only = bool((med_link[slow] <= cfg.comm_median_x * base_med[slow]).all())
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes),
+                      min_gain=cfg.comm_tail_min_gain if tail_only else None)]
 
 
 def shared_end(src: np.ndarray, dst: np.ndarray, slow: np.ndarray) -> int | None:

@@ -60,7 +60,8 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
         score_alone(ctx, c)
     floor = share_floor(ctx, cfg)
     if cfg.single_cause:
-        best = sorted((c.finding for c in cands if c.finding.score >= floor), key=lambda f: (-f.score, -f.gain))[:1]
+        best = sorted((c.finding for c in cands if c.finding.score >= floor_of(ctx, cfg, c, floor)),
+                      key=lambda f: (-f.score, -f.gain))[:1]
         for f in best:
             f.share = f.score
         return diagnosis_of(ctx, cfg, best, t_all=T - (best[0].score * gap if best and not _own_model(best[0]) else 0.0))
@@ -75,10 +76,11 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     t = _subset_times(ctx, players, alone)
     v = (T - t) / gap
     alive = list(range(len(players)))
+    floors = [floor_of(ctx, cfg, c, floor) for c in players]
     phi = shapley(v, alive)
     while alive:
         strength = _strength(v, alive, phi)
-        weak = [i for i in alive if strength[i] < floor]
+        weak = [i for i in alive if strength[i] < floors[i]]
         if not weak:
             break
         alive.remove(min(weak, key=lambda i: strength[i]))
@@ -87,7 +89,7 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     for i in alive:
         players[i].finding.share = float(min(phi[i], 1.0))
         found.append(players[i].finding)
-    with_launch = [c.finding for c in launch if c.finding.share >= floor]
+    with_launch = [c.finding for c in launch if c.finding.share >= floor_of(ctx, cfg, c, floor)]
     full = sum(1 << i for i in alive)
     return diagnosis_of(ctx, cfg, found + with_launch, t_all=float(t[full]))
 
@@ -124,6 +126,14 @@ def share_floor(ctx: Ctx, cfg: DiagnoseConfig) -> float:
     if ctx.gap <= 0:
         return cfg.min_share
     return max(cfg.min_share, ctx.T * (1.0 - 1.0 / cfg.min_gain) / ctx.gap)
+
+
+def floor_of(ctx: Ctx, cfg: DiagnoseConfig, c: Candidate, floor: float) -> float:
+    """``floor`` (``share_floor``), or a candidate's own higher one where it sets a speed-up floor of its
+    own (``Candidate.min_gain``)."""
+    if c.min_gain is None or c.min_gain <= cfg.min_gain or ctx.gap <= 0:
+        return floor
+    return max(floor, ctx.T * (1.0 - 1.0 / c.min_gain) / ctx.gap)
 
 
 # the order in which the changes of several fixes apply: stalls out first (an --even or --scale of

@@ -18,13 +18,16 @@ class Candidate:
     untraced gaps from this share of a step on (the launch-delay finding on many small gaps); such
     a candidate is scored on its own, outside the joint attribution (``weights`` None);
     ``hidden_share`` is the part of the slowdown it carries once the other causes are fixed, where
-    they hide it today (the launch overhead every rank pays: the median rank's untraced host time)."""
+    they hide it today (the launch overhead every rank pays: the median rank's untraced host time).
+    ``min_gain``: its own speed-up floor where it is above the diagnosis's ``min_gain`` (a link slow
+    only in its tail, ``DiagnoseConfig.comm_tail_min_gain``)."""
 
     finding: Finding
     changes: list[Change]
     weights: np.ndarray | None = None
     gap_share: float | None = None
     hidden_share: float = 0.0
+    min_gain: float | None = None
 
     def __post_init__(self) -> None:
         self.finding.whatif = [a for c in self.changes for a in c.args()]
