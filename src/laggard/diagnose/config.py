@@ -70,6 +70,16 @@ class DiagnoseConfig:
     # ...and the check is skipped when the replay would hold more op weights than this (8 bytes each:
     # 400 MB), e.g. several slow ranks of a 4,096-worker job (7.7M ops)
     rider_max_cells: int = 50_000_000
+    # a rank flagged slow whose compute ratio stays within the noise is still named when its own effect
+    # on the step is the job's largest and stands this many sigma over 1 (``worker.by_impact``): 3, the
+    # transient bar, above the 2 a consistent target needs, since it was not named by its compute
+    # (real corpora: the slow ranks so named stood 3.8-7.7 sigma out; the healthy ranks with the
+    # largest effect in their jobs, 1.2-2.9)
+    worker_impact_k: float = 3.0
+    # ...over at least this many steps: the largest effect among a job's ranks is always some rank's,
+    # and over a few steps it stands above the rest in every one of them by chance (simulated jobs of
+    # 3 steps with real-job noise: a heavy stage's rank and two ranks with long sequences were named)
+    worker_impact_min_steps: int = 8
     heavy_row_ratio: float = 1.25  # a stage is heavy when its compute is 1.25x the other stages' (the
     # demo job's last stage computes 1.02-1.1x the first with no injection)
     stage_compute_min: float = 1.1  # an S_w-hot row is a stage finding only with 1.1x the compute

@@ -16,10 +16,13 @@ if TYPE_CHECKING:
 
 
 class Ctx:
-    def __init__(self, res: Analysis) -> None:
+    def __init__(self, res: Analysis, *, fixed: bool = False) -> None:
+        """``fixed``: ``res`` is the job with the found causes fixed (``laggard.diagnose.hidden``), its
+        other ops as measured, side effects of those causes included (a busy host's stretched compute)."""
         base = res.base
         assert base is not None
         self.res = res
+        self.fixed = fixed
         self.base: Baseline = base
         job = base.job
         self.w = base.measured

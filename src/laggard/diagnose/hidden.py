@@ -48,7 +48,7 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
     fixes = [c for c in found if c.weights is not None]
     if not fixes:
         return []
-    again = candidates(Ctx(fixed_analysis(ctx, fixes)), cfg)
+    again = candidates(Ctx(fixed_analysis(ctx, fixes), fixed=True), cfg)
     seen = {_target(c) for c in cands}
     fixed_causes = {_target(c)[:3] for c in fixes}  # (cause, ranks, stages): fixed, whatever its flags
     touched = joint(ctx, fixes) != ctx.w

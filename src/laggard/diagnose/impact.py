@@ -23,20 +23,28 @@ def step_impact(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> dict[int, Co
     """Each of ``ranks``' per-step S_w judged against the others' spread (see the module); empty when
     the replay would hold more than ``rider_max_cells`` op weights (several ranks of a 4,096-worker
     job) or no other rank can give the noise."""
-    from laggard.engine.baseline import replay_mixed
-
-    others = [int(r) for r in ctx.ranks if int(r) not in ranks]
-    stride = max(1, len(others) // max(cfg.rider_reference_ranks, 1))
-    rows = list(ranks) + others[::stride][: cfg.rider_reference_ranks]
-    if len(ctx.w) * (len(rows) + 1) > cfg.rider_max_cells or len(rows) < 2:
+    ratio = impact_ratios(ctx, cfg, ranks)
+    if ratio is None:
         return {}
-    # per row, that rank's ops measured and the rest ideal; and the all-ideal run
-    ideal, alone = replay_mixed(ctx.base, (None, [0]), (ctx.rank, rows))
-    ratio = noise.ratios(alone.T, np.broadcast_to(ideal[:, 0], (len(rows), len(ideal))))
     steps = ctx.step_numbers()[: ratio.shape[1]]
     zero = np.zeros(ratio.shape[1])
     return {r: noise.judge(f"rank {r}", "step", ratio[i], zero, steps, noise.noise_for(ratio, i, cfg), cfg)
             for i, r in enumerate(ranks)}
 
 
-__all__ = ["step_impact"]
+def impact_ratios(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> np.ndarray | None:
+    """Per-step S_w (rows: ``ranks``, then up to ``rider_reference_ranks`` others, evenly spread);
+    None where the replay would be too large or no other rank can give the noise."""
+    from laggard.engine.baseline import replay_mixed
+
+    others = [int(r) for r in ctx.ranks if int(r) not in ranks]
+    stride = max(1, len(others) // max(cfg.rider_reference_ranks, 1))
+    rows = list(ranks) + others[::stride][: cfg.rider_reference_ranks]
+    if len(ctx.w) * (len(rows) + 1) > cfg.rider_max_cells or len(rows) < 2:
+        return None
+    # per row, that rank's ops measured and the rest ideal; and the all-ideal run
+    ideal, alone = replay_mixed(ctx.base, (None, [0]), (ctx.rank, rows))
+    return noise.ratios(alone.T, np.broadcast_to(ideal[:, 0], (len(rows), len(ideal))))
+
+
+__all__ = ["impact_ratios", "step_impact"]
