@@ -275,3 +275,19 @@ def test_more_garbage_collections_do_not_make_a_slow_worker() -> None:
     assert {c["cause"] for c in truth["causes"]} == {"slow-link", "gc-pauses"}
     assert not [f for f in d.findings if f.cause == "worker"], [(f.cause, f.workers) for f in d.findings]
     assert any(f.cause == "gc" for f in d.findings), d.findings
+
+
+def test_a_heavy_stages_replicas_share_its_excess() -> None:
+    """The draw's job026 run a fourth time (c64d_job026: dp 2 x pp 2, stage 1's compute x1.316; its
+    ranks' own CPU per step 1.47x stage 0's): stage 1 computes 1.23x stage 0 per step, in 16 of 16
+    steps against a noise of 0.08, but each replica (1.21x) was judged against the workers' noise, a
+    ratio of two single workers (0.15), and neither counted heavy: the job got only a comm finding on
+    every link. Both replicas carry the stage's excess evenly (a slow worker would carry all of it
+    alone): the stage is heavy. With the share required at more than each carries, it is not."""
+    d, truth = _diagnose("c64d_job026")
+    assert truth["causes"][0]["target"]["stage"] == 1
+    top = d.findings[0]
+    assert top.cause == "stage-imbalance" and top.stages == [1], [(f.cause, f.stages) for f in d.findings]
+    assert _named(d) == {1, 3}, d.findings
+    d, _ = _diagnose("c64d_job026", DiagnoseConfig(stage_replica_share=1.0))
+    assert "stage-imbalance" not in {f.cause for f in d.findings}, [(f.cause, f.stages) for f in d.findings]

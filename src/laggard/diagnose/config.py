@@ -90,6 +90,15 @@ class DiagnoseConfig:
     pure_stage_ratio: float = 1.15
     hot_of_top: float = 0.5  # a worker is hot in the heatmap at half the top excess of S_w
     row_majority: float = 0.5  # a row is hot when more than half its workers are hot or heavy
+    # a replica of a stage that stands out is heavy where it carries this share of the stage's excess
+    # (its median ratio to the other stages): a heavy stage's replicas share the excess, while one
+    # slow replica carries all of it and the others none. Judged alone against the workers' noise (a
+    # ratio of two single workers, noisier than the stage's mean), a real dp 2 x pp 2 job's 1.32x stage
+    # (its ranks' own CPU 1.47x) had replicas at 1.21x against 0.15 and was named by nothing
+    stage_replica_share: float = 0.5
+    # ...over at least this many steps: over 3 steps of a simulated job with GC pauses, a stage stood
+    # out in all 3 and its replicas, 1.2-1.5x by the pauses, shared an excess no cause made
+    stage_replica_min_steps: int = 8
     stage_vs_median: float = 2.0  # ...and its excess S_stage is 2x the other stages' median excess
 
     # -- sequence imbalance

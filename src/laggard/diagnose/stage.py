@@ -60,8 +60,10 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
     its replicas and against the other stage's, and
     more than ``row_majority`` of its replicas must be heavy too: computing ``heavy_row_ratio`` x the
     other stages' median worker, standing out from the workers' noise (``worker.step_ratios``,
-    each against its stage peers), or a slow worker left in a row that is all slow workers (a pure
-    pipeline's): one slow replica makes a slow worker, not a heavy stage."""
+    each against its stage peers), carrying ``stage_replica_share`` of the stage's excess (over
+    ``stage_replica_min_steps`` steps or more), or a slow
+    worker left in a row that is all slow workers (a pure pipeline's): one slow replica makes a slow
+    worker, not a heavy stage."""
     from laggard.diagnose.worker import step_ratios
 
     per = ctx.per_rank_step(ctx.compute)
@@ -99,9 +101,13 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
         ref_load = float(np.median([load[int(r)] for r in ctx.ranks[stage_of != s]]))
         # a replica left in its row only because all of it is slow (a pure pipeline's one worker) was
         # judged beyond the noise by the worker detector already
+        stands = noise.stands_out(row, transient_ok=False)
+        shared = stands and row.ratio > 1.0 and row.steps_total >= cfg.stage_replica_min_steps
+        share = cfg.stage_replica_share * (row.ratio - 1.0) if shared else np.inf
         heavy = sum(noise.stands_out(c, transient_ok=False) or int(ctx.ranks[j]) in slow_workers
-                    or load[int(ctx.ranks[j])] >= cfg.heavy_row_ratio * ref_load for c, j in zip(reps, i, strict=True))
-        ok = noise.stands_out(row, transient_ok=False) and heavy > cfg.row_majority * len(reps)
+                    or load[int(ctx.ranks[j])] >= cfg.heavy_row_ratio * ref_load or c.ratio - 1.0 >= share
+                    for c, j in zip(reps, i, strict=True))
+        ok = stands and heavy > cfg.row_majority * len(reps)
         out[s] = [row, *reps] if ok else []
     return out
 
