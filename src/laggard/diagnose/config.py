@@ -110,6 +110,11 @@ class DiagnoseConfig:
     # attention-cost fit): real corpus, Tracer traces: R^2 0.66-0.96 where lengths were imbalanced, 0.00-0.01
     # in the 3 jobs whose times moved with CPU contention, a slow worker or GC pauses instead
     seq_min_r2: float = 0.3
+    # where the lengths explain the forward times this well they are the evidence, and forward and
+    # backward need not move together: on 4 processes sharing 2 cores a pure pipeline's backward times
+    # move with the contention (two real dp 1 x pp 4 jobs with imbalanced lengths: rank correlation
+    # 0.46, R^2 0.50 and 0.63; jobs without imbalanced lengths, three corpus runs: R^2 <= 0.04)
+    seq_fit_alone_r2: float = 0.45
 
     # -- garbage collection
     gc_mad: float = 8.0  # a forward is stalled at median + 8 MADs (far outside the jitter)

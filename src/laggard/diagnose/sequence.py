@@ -35,15 +35,15 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, slow_workers: list[int] | None = None)
     # rank correlation: a few forwards stalled by a GC pause (tens of ms, backward untouched) must
     # not hide how every other microbatch's forward and backward move together
     corr = float(np.corrcoef(_ranks(rf), _ranks(rb))[0, 1])
-    if corr < cfg.seq_corr:
-        return []
-    evidence = (
-        f"microbatch times vary within steps (spread {100 * spread:.0f}%), forward and backward of the same "
-        f"microbatch together (correlation {corr:.2f})"
-    )
     fit = fit_seq_cost(ctx, fm)
     if fit is not None and fit < cfg.seq_min_r2:
         return []  # the trace has the lengths and they do not explain the times: something else moves them
+    if corr < cfg.seq_corr and (fit is None or fit < cfg.seq_fit_alone_r2):
+        return []
+    evidence = (
+        f"microbatch times vary within steps (spread {100 * spread:.0f}%), forward and backward of the same "
+        f"microbatch {'together' if corr >= cfg.seq_corr else 'less so'} (correlation {corr:.2f})"
+    )
     if fit is not None:
         evidence += f"; forward time follows a*sum(len^2) + b*sum(len) (R^2={fit:.2f})"
     # balanced: every microbatch of a stage costs the step's mean
