@@ -78,13 +78,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     if shared is not None:
         ranks = [shared]
         ev += f"; every slow link has rank {shared} at one end"
-        fix = (f"check rank {shared}'s node: its NIC, and its host (a host short of CPU serves every transfer "
-               "late); drain it if the slow transfers persist")
-    elif is_p2p[at[0]]:
-        fix = (f"check the link/NIC between rank {r_a} and rank {r_b} (flapping port, bad cable, congested switch); "
-               "drain one of the two nodes or route around it")
-    else:
-        fix = f"check the network of rank {int(ctx.rank[rws[0]])}'s node; drain it if the slow collectives persist"
+    fix = _fix_text(shared, bool(is_p2p[at[0]]), r_a, r_b, int(ctx.rank[rws[0]]))
     finding = Finding(
         cause="comm",
         workers=[ctx.worker_of[r] for r in ranks if r in ctx.worker_of][:16],
@@ -97,6 +91,18 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     tail_only = bool((med_link[slow] <= cfg.comm_median_x * base_med[slow]).all())
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes),
                       min_gain=cfg.comm_tail_min_gain if tail_only else None)]
+
+
+def _fix_text(shared: int | None, p2p: bool, r_a: int, r_b: int, rank: int) -> str:
+    """What on-call checks: the rank every slow link shares, a point-to-point link's two ends, or a
+    collective's rank."""
+    if shared is not None:
+        return (f"check rank {shared}'s node: its NIC, and its host (a host short of CPU serves every transfer "
+                "late); drain it if the slow transfers persist")
+    if p2p:
+        return (f"check the link/NIC between rank {r_a} and rank {r_b} (flapping port, bad cable, congested switch); "
+                "drain one of the two nodes or route around it")
+    return f"check the network of rank {rank}'s node; drain it if the slow collectives persist"
 
 
 def shared_end(src: np.ndarray, dst: np.ndarray, slow: np.ndarray) -> int | None:
