@@ -74,7 +74,8 @@ class DiagnoseConfig:
     # on the step is the job's largest and stands this many sigma over 1 (``worker.by_impact``): 3, the
     # transient bar, above the 2 a consistent target needs, since it was not named by its compute
     # (real corpora: the slow ranks so named stood 3.8-7.7 sigma out; the healthy ranks with the
-    # largest effect in their jobs, 1.2-2.9)
+    # largest effect in their jobs 1.2-2.9, and 3.2 for one that collected more garbage, which the
+    # per-pass condition leaves out)
     worker_impact_k: float = 3.0
     # ...over at least this many steps: the largest effect among a job's ranks is always some rank's,
     # and over a few steps it stands above the rest in every one of them by chance (simulated jobs of

@@ -61,9 +61,8 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
     more than ``row_majority`` of its replicas must be heavy too: computing ``heavy_row_ratio`` x the
     other stages' median worker, standing out from the workers' noise (``worker.step_ratios``,
     each against its stage peers), carrying ``stage_replica_share`` of the stage's excess (over
-    ``stage_replica_min_steps`` steps or more), or a slow
-    worker left in a row that is all slow workers (a pure pipeline's): one slow replica makes a slow
-    worker, not a heavy stage."""
+    ``stage_replica_min_steps`` steps or more), or a slow worker left in a row that is all slow
+    workers (a pure pipeline's): one slow replica makes a slow worker, not a heavy stage."""
     from laggard.diagnose.worker import step_ratios
 
     per = ctx.per_rank_step(ctx.compute)

@@ -62,7 +62,8 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
         judged = consistency(ctx, cfg, load, slow)
         slow = [r for r in slow if noise.stands_out(judged[r], transient_ok=False)]
     # ...or by their effect on the step, where their microbatch passes themselves are slow (not work
-    # outside them: a rank with more garbage collections than its peers is not a slow worker)
+    # outside them: a rank with more garbage collections than its peers is not a slow worker; a trace
+    # without microbatches, or a pure pipeline, has no per-pass ratio and is not held to it)
     slow += by_impact(ctx, cfg, [r for r in flagged if r not in slow and per_mb.get(r, np.inf) >= cfg.worker_ratio])
     riders = impact_riders(ctx, cfg, slow)
     return [r for r in slow if r not in riders]
