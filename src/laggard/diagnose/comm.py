@@ -45,7 +45,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     np.minimum.at(first, inv, np.arange(len(rows)))
     key_p2p = is_p2p[first]
     base_med = _elsewhere(med_link, type_of, np.array([med_by_type[int(k)] for k in type_of]), key_p2p)
-    tail = ((med_link > cfg.comm_median_x * base_med) | (mx_link > cfg.comm_max_x * base_med)) & (excess > 0)
+    med_slow = med_link > cfg.comm_median_x * base_med  # slow in its median, not only in its tail
+    tail = (med_slow | (mx_link > cfg.comm_max_x * base_med)) & (excess > 0)
     tail &= excess >= cfg.comm_excess_of_top * excess.max()
     # a bad link stands out from the other links of its op type; when they all have the same slow
     # tail (hosts short of CPU, a congested fabric), no one link is to blame
@@ -88,7 +89,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         targets=[judged[i0]] + [judged[int(i)] for i in np.flatnonzero(slow) if i != i0],
     )
     # a link slow only in its tail (no slow key's median over comm_median_x) must gain more to be named
-    tail_only = bool((med_link[slow] <= cfg.comm_median_x * base_med[slow]).all())
+    tail_only = not med_slow[slow].any()
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes),
                       min_gain=cfg.comm_tail_min_gain if tail_only else None)]
 

@@ -120,20 +120,20 @@ def _in_order(c: Candidate) -> bool:
     return ranks == sorted(ranks)
 
 
-def share_floor(ctx: Ctx, cfg: DiagnoseConfig) -> float:
+def share_floor(ctx: Ctx, cfg: DiagnoseConfig, min_gain: float | None = None) -> float:
     """The least share of the slowdown a finding must explain: ``min_share``, and what a speed-up of
-    ``min_gain`` is of this job's gap (T - T / min_gain over the gap)."""
+    ``min_gain`` (default ``cfg.min_gain``) is of this job's gap (T - T / min_gain over the gap)."""
     if ctx.gap <= 0:
         return cfg.min_share
-    return max(cfg.min_share, ctx.T * (1.0 - 1.0 / cfg.min_gain) / ctx.gap)
+    return max(cfg.min_share, ctx.T * (1.0 - 1.0 / (min_gain or cfg.min_gain)) / ctx.gap)
 
 
 def floor_of(ctx: Ctx, cfg: DiagnoseConfig, c: Candidate, floor: float) -> float:
     """``floor`` (``share_floor``), or a candidate's own higher one where it sets a speed-up floor of its
     own (``Candidate.min_gain``)."""
-    if c.min_gain is None or c.min_gain <= cfg.min_gain or ctx.gap <= 0:
+    if c.min_gain is None or c.min_gain <= cfg.min_gain:
         return floor
-    return max(floor, ctx.T * (1.0 - 1.0 / c.min_gain) / ctx.gap)
+    return share_floor(ctx, cfg, c.min_gain)
 
 
 # the order in which the changes of several fixes apply: stalls out first (an --even or --scale of

@@ -26,10 +26,14 @@ def step_impact(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> dict[int, Co
     ratio = impact_ratios(ctx, cfg, ranks)
     if ratio is None:
         return {}
+    return {r: judge_row(ctx, cfg, ratio, i, r) for i, r in enumerate(ranks)}
+
+
+def judge_row(ctx: Ctx, cfg: DiagnoseConfig, ratio: np.ndarray, i: int, rank: int) -> Consistency:
+    """Row ``i`` of ``impact_ratios`` (rank ``rank``) judged against the other rows' spread."""
     steps = ctx.step_numbers()[: ratio.shape[1]]
-    zero = np.zeros(ratio.shape[1])
-    return {r: noise.judge(f"rank {r}", "step", ratio[i], zero, steps, noise.noise_for(ratio, i, cfg), cfg)
-            for i, r in enumerate(ranks)}
+    return noise.judge(f"rank {rank}", "step", ratio[i], np.zeros(ratio.shape[1]), steps,
+                       noise.noise_for(ratio, i, cfg), cfg)
 
 
 def impact_ratios(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> np.ndarray | None:
@@ -47,4 +51,4 @@ def impact_ratios(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> np.ndarray
     return noise.ratios(alone.T, np.broadcast_to(ideal[:, 0], (len(rows), len(ideal))))
 
 
-__all__ = ["impact_ratios", "step_impact"]
+__all__ = ["impact_ratios", "judge_row", "step_impact"]

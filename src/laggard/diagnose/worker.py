@@ -25,7 +25,7 @@ from laggard.diagnose.context import (
     weights_of,
 )
 from laggard.diagnose.findings import Candidate
-from laggard.diagnose.impact import impact_ratios, step_impact
+from laggard.diagnose.impact import impact_ratios, judge_row, step_impact
 from laggard.results.diagnosis import Consistency, Finding
 
 
@@ -94,9 +94,7 @@ def by_impact(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> list[int]:
     top = int(np.nanargmax(np.where(np.isfinite(level), level, -np.inf)))
     if top >= len(ranks):  # a rank not flagged slow has the largest effect on the step
         return []
-    steps = ctx.step_numbers()[: ratio.shape[1]]
-    zero = np.zeros(ratio.shape[1])
-    c = noise.judge(f"rank {ranks[top]}", "step", ratio[top], zero, steps, noise.noise_for(ratio, top, cfg), cfg)
+    c = judge_row(ctx, cfg, ratio, top, ranks[top])
     if c.pattern != "consistent" or c.ratio - 1.0 < cfg.worker_impact_k * c.noise:
         return []
     ctx.memo["worker.by_impact"] = {ranks[top]: c}
