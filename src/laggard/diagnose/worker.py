@@ -343,14 +343,14 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
             f"drain the node of rank {r0}" + (f" (and of {len(cells) - 1} more)" if len(cells) > 1 else "")
             + " and check it (thermal throttling, clocks, ECC errors, noisy neighbours)"
         ),
-        targets=_targets(ctx, cfg, load, cells),
+        targets=named_by(ctx, cfg, load, cells),
     )
     return [Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes))]
 
 
-def _targets(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[int]) -> list[Consistency]:
-    """Each named rank's consistency: its compute ratio's, or its effect on the step's where that is
-    what it was named by (``by_impact``)."""
+def named_by(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[int]) -> list[Consistency]:
+    """Each slow rank's consistency (of ``slow_workers``' ranks): its compute ratio's, or its effect on
+    the step's where that is what it was found by (``by_impact``)."""
     impact = ctx.memo.get("worker.by_impact") or {}
     judged = consistency(ctx, cfg, load, [r for r in cells if r not in impact])
     return [impact[r] if r in impact else judged[r] for r in cells]
