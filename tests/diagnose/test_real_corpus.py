@@ -323,3 +323,17 @@ def test_a_pure_pipelines_slow_rank_is_judged_once_against_the_noise() -> None:
     assert top.targets and top.targets[0].pattern == "consistent" and top.targets[0].basis == "compute", top.targets
     d, _ = _diagnose("c16v4_job042", DiagnoseConfig(worker_ratio=1.35))
     assert "stage-imbalance" not in {f.cause for f in d.findings}, [(f.cause, f.stages) for f in d.findings]
+
+
+def test_a_pooled_ideal_slower_than_the_job_is_judged_by_the_fixes() -> None:
+    """The draw's job044 on 2 cores (c64d_job044: dp 1 x pp 3, each transfer 1 -> 0 delayed 13.7 ms;
+    every transfer matched): the pooled ideal spreads the slow link's time over the other link, which is
+    more often critical, so S = 0.928 and the job was "cannot judge", for a reason (missing
+    dependencies) that did not hold. With every dependency modelled the fixes themselves judge it: the
+    slow link's gains 1.05x and is named, with a note on why S cannot show it. Transfers without
+    partners stay "cannot judge" (tests/diagnose/test_verdicts.py)."""
+    d, truth = _diagnose("c64d_job044")
+    assert truth["causes"][0]["target"]["ranks"] == [0, 1]
+    assert d.verdict == "straggling" and "S = 0.928 cannot show" in d.note, (d.verdict, d.reason, d.note)
+    comm = [f for f in d.findings if f.cause == "comm"]
+    assert comm and _named(d) == {0, 1} and comm[0].gain >= 1.05, d.findings

@@ -22,7 +22,7 @@ from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.explain import attribute, replay_mean, score_alone
 from laggard.diagnose.findings import Candidate
-from laggard.diagnose.nominate import candidates
+from laggard.diagnose.nominate import CAUSE_OF, candidates
 from laggard.results.diagnosis import Diagnosis
 
 # the causes whose slowdown the pooled ideal keeps (see the module)
@@ -30,10 +30,13 @@ PIPELINE_CAUSES = ("stage-imbalance", "worker")
 OVERHEAD_CAUSES = ("launch-delay",)
 
 
-def unseen(ctx: Ctx, cfg: DiagnoseConfig) -> Diagnosis | None:
+def unseen(ctx: Ctx, cfg: DiagnoseConfig, *, every_cause: bool = False) -> Diagnosis | None:
     """The diagnosis of a job S calls healthy when a fix S cannot see speeds it up by the healthy
-    threshold (None when none does)."""
+    threshold (None when none does). ``every_cause``: every detector's fixes, for a job whose pooled
+    ideal is slower than the job itself (S < ``min_judged_slowdown``, every dependency modelled)."""
     causes = OVERHEAD_CAUSES + (PIPELINE_CAUSES if ctx.num_dp == 1 and ctx.num_pp > 1 else ())
+    if every_cause:
+        causes = tuple(CAUSE_OF.values())
     # only the detectors of these causes run (the others' nominees would be dropped here)
     cands = [c for c in candidates(ctx, cfg, causes) if c.finding.cause in causes]
     if not cands:
@@ -49,10 +52,14 @@ def unseen(ctx: Ctx, cfg: DiagnoseConfig) -> Diagnosis | None:
     d = attribute(ctx, keep, replace(cfg, hidden_passes=0))
     if not d.findings:
         return None
-    what = ("a pure pipeline's total work (each op type at its mean over the stages)"
-            if any(f.cause in PIPELINE_CAUSES for f in d.findings) else "an overhead every rank pays alike")
-    d.note = (f"S = {ctx.res.slowdown:.3f} cannot show this slowdown: the pooled ideal keeps {what}; the fixes "
-              f"below were replayed on the measured job, the best {best:.2f}x faster")
+    if every_cause:
+        why = "the pooled ideal (each op type at its mean over the ranks) is slower than this job"
+    else:
+        what = ("a pure pipeline's total work (each op type at its mean over the stages)"
+                if any(f.cause in PIPELINE_CAUSES for f in d.findings) else "an overhead every rank pays alike")
+        why = f"the pooled ideal keeps {what}"
+    d.note = (f"S = {ctx.res.slowdown:.3f} cannot show this slowdown: {why}; the fixes below were replayed on "
+              f"the measured job, the best {best:.2f}x faster")
     return d
 
 
