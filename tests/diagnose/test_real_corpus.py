@@ -337,3 +337,5 @@ def test_a_pooled_ideal_slower_than_the_job_is_judged_by_the_fixes() -> None:
     assert d.verdict == "straggling" and "S = 0.928 cannot show" in d.note, (d.verdict, d.reason, d.note)
     comm = [f for f in d.findings if f.cause == "comm"]
     assert comm and _named(d) == {0, 1} and comm[0].gain >= 1.05, d.findings
+    d, _ = _diagnose("c64d_job044", DiagnoseConfig(threshold=1.1))  # no fix gains 1.1x: cannot judge, and why
+    assert d.verdict == "cannot judge" and "S = 0.928" in d.reason and "no fix replayed" in d.reason, d.reason

@@ -35,9 +35,12 @@ def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseC
         # a graph that holds every dependency (each transfer matched) whose pooled ideal is slower than
         # the job: judged by the fixes themselves (a real dp 1 x pp 3 job's 13.7 ms slow link, spread by
         # the ideal over the other link, which is more often critical: S = 0.928, its fix 1.051x)
-        seen = unseen(ctx, cfg, every_cause=True) if why == _ideal_slower(ctx, cfg) and not _unmatched(ctx)[0] else None
-        return seen if seen is not None else Diagnosis(verdict="cannot judge", threshold=cfg.threshold, findings=[],
-                                                       reason=why)
+        by_fixes = why == _ideal_slower(ctx, cfg) and not _unmatched(ctx)[0]
+        seen = unseen(ctx, cfg, every_cause=True) if by_fixes else None
+        if seen is not None:
+            return seen
+        why += "; no fix replayed on the measured job gains the healthy threshold" if by_fixes else ""
+        return Diagnosis(verdict="cannot judge", threshold=cfg.threshold, findings=[], reason=why)
     total = ctx.T_meas / ctx.T_ideal if ctx.T_ideal > 0 else 1.0
     if max(res.slowdown, res.replay_fidelity, total) < cfg.threshold or ctx.gap <= 0:
         # healthy by S, unless a fix S cannot see (a pure pipeline's heavy stage, an overhead on
@@ -95,7 +98,7 @@ def _ideal_slower(ctx: Ctx, cfg: DiagnoseConfig) -> str:
     return (f"the replay with ideal durations is slower than with the measured ones (S = {ctx.res.slowdown:.3f} < "
             f"{cfg.min_judged_slowdown:g}): the graph lacks dependencies the job has (e.g. a layout read as "
             "independent ranks), or the pooled ideal (each op type at its mean over the ranks) is slower than this "
-            "job, and no fix replayed on the measured job gains the healthy threshold, so its slowdown cannot be judged")
+            "job, so its slowdown cannot be judged")
 
 
 def _replay_slower(ctx: Ctx, cfg: DiagnoseConfig) -> str:
