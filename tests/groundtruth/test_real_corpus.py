@@ -94,6 +94,14 @@ def test_score_targets_of_each_cause(rc):
     # a slow rank of a pure pipeline is its stage: the stage finding names it
     assert rc.score_job(_truth([{**SLOW, "target": {"scope": "rank", "ranks": [2]}}], dp=1, pp=4),
                         _doc(_finding("stage-imbalance", [2], pp=4, stages=[2]))).hits
+    # ...and a slow rank on a heavy stage's one rank is one observable cause there (not with DP replicas)
+    on_it = {"kind": "heavy-stage", "cause": "heavy-stage", "spec": "heavy-stage:stage=2,factor=1.27", "factor": 1.27,
+             "target": {"scope": "stage", "stage": 2, "ranks": [2]}}
+    both = rc.score_job(_truth([SLOW, on_it], dp=1, pp=4), _doc(_finding("stage-imbalance", [2], pp=4, stages=[2])))
+    assert len(both.hits) == 2 and not both.misses and not both.wrong
+    heavy2 = {**on_it, "target": {"scope": "stage", "stage": 0, "ranks": [0, 2]}, "spec": "heavy-stage:stage=0,factor=1.27"}
+    one = rc.score_job(_truth([SLOW, heavy2]), _doc(_finding("worker", [2])))
+    assert len(one.hits) == 1 and one.misses == [heavy2["spec"]]
 
 
 def test_clean_false_alarm_and_failed_analysis(rc):
