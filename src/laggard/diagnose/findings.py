@@ -20,7 +20,9 @@ class Candidate:
     ``hidden_share`` is the part of the slowdown it carries once the other causes are fixed, where
     they hide it today (the launch overhead every rank pays: the median rank's untraced host time).
     ``min_gain``: its own speed-up floor where it is above the diagnosis's ``min_gain`` (a link slow
-    only in its tail, ``DiagnoseConfig.comm_tail_min_gain``)."""
+    only in its tail, ``DiagnoseConfig.comm_tail_min_gain``). ``left``: a hidden cause's (found with the
+    first causes fixed) share of the slowdown those left unexplained; it must explain ``min_share`` of
+    that rest, not of the whole slowdown (``explain.floor_of``)."""
 
     finding: Finding
     changes: list[Change]
@@ -28,6 +30,7 @@ class Candidate:
     gap_share: float | None = None
     hidden_share: float = 0.0
     min_gain: float | None = None
+    left: float | None = None
 
     def __post_init__(self) -> None:
         self.finding.whatif = [a for c in self.changes for a in c.args()]

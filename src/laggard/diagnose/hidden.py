@@ -16,7 +16,7 @@ import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
-from laggard.diagnose.explain import joint
+from laggard.diagnose.explain import joint, replay_mean
 from laggard.diagnose.findings import Candidate
 from laggard.diagnose.nominate import candidates
 from laggard.results.analysis import Analysis
@@ -41,27 +41,40 @@ def _target(c: Candidate) -> tuple:
     return (f.cause, tuple(sorted(w["rank"] for w in f.workers)), tuple(sorted(f.stages)), tuple(f.whatif))
 
 
-def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], cfg: DiagnoseConfig) -> list[Candidate]:
+def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], cfg: DiagnoseConfig,
+                      left: float = 1.0) -> list[Candidate]:
     """What the detectors nominate on the job with ``found`` fixed that ``cands`` do not already hold,
     with weights on the measured job (their changes are selectors, valid on both), left off the
-    ranks where the fixes already change what they select (``_beside``)."""
+    ranks where the fixes already change what they select (``_beside``); ``left``: the share of the
+    slowdown ``found`` leaves unexplained (``Candidate.left``)."""
     fixes = [c for c in found if c.weights is not None]
     if not fixes:
         return []
-    again = candidates(Ctx(fixed_analysis(ctx, fixes), fixed=True), cfg)
-    seen = {_target(c) for c in cands}
+    fixed = Ctx(fixed_analysis(ctx, fixes), fixed=True)
+    again = candidates(fixed, cfg)
+    straggler = _stragglers(fixed, cfg, again)
+    seen = {_target(c): c for c in cands}
     fixed_causes = {_target(c)[:3] for c in fixes}  # (cause, ranks, stages): fixed, whatever its flags
     touched = joint(ctx, fixes) != ctx.w
     out = []
     for c in again:
         key = _target(c)
-        if key in seen or key[:3] in fixed_causes:
+        # a straggler of the fixed job (its fix gains the threshold there) is held to the rest the found
+        # causes leave; any other to the whole slowdown, as in the first pass
+        relax = left if id(c) in straggler else None
+        if key[:3] in fixed_causes or (relax is None and left <= cfg.unexplained_floor):
+            continue  # (looked for only because the rest makes the fixed job straggle: stragglers only)
+        if key in seen:
+            # nominated by the first pass too, but under its floor there
+            if seen[key] not in found and relax is not None:
+                seen[key].left, seen[key].finding.hidden = relax, True
             continue
-        seen.add(key)
+        seen[key] = c
         c = _beside(ctx, c, touched, cfg.hidden_overlap_share)
-        if c is None:
-            continue
+        if c is None or seen.get(_target(c), c) is not c:
+            continue  # (nothing left, or left off the fixed ranks it is a first-pass candidate again)
         c.finding.hidden = True
+        c.left = relax
         # its share once the found causes are fixed is what its what-if removes on the measured job:
         # the fixed job keeps the measured job's gap statistics, which still hold the fixed causes
         c.hidden_share = 0.0
@@ -69,6 +82,16 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
             c.weights = weights_of(ctx, c.changes)
         out.append(c)
     return out
+
+
+def _stragglers(fixed: Ctx, cfg: DiagnoseConfig, cands: list[Candidate]) -> set[int]:
+    """The ``id`` of each of ``cands`` (nominated on the job with the found causes fixed) whose fix gains
+    the healthy threshold on that job: a straggler once the stronger causes are gone."""
+    rep = [c for c in cands if c.weights is not None]
+    if not rep:
+        return set()
+    t = replay_mean(fixed, [c.weights for c in rep])
+    return {id(c) for c, x in zip(rep, t.tolist(), strict=True) if x > 0 and fixed.T / x >= cfg.healthy_threshold}
 
 
 def _beside(ctx: Ctx, c: Candidate, touched: np.ndarray, max_share: float) -> Candidate | None:
