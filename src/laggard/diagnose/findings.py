@@ -20,9 +20,10 @@ class Candidate:
     ``hidden_share`` is the part of the slowdown it carries once the other causes are fixed, where
     they hide it today (the launch overhead every rank pays: the median rank's untraced host time).
     ``min_gain``: its own speed-up floor where it is above the diagnosis's ``min_gain`` (a link slow
-    only in its tail, ``DiagnoseConfig.comm_tail_min_gain``). ``left``: a hidden cause's (found with the
-    first causes fixed) share of the slowdown those left unexplained; it must explain ``min_share`` of
-    that rest, not of the whole slowdown (``explain.floor_of``)."""
+    only in its tail, ``DiagnoseConfig.comm_tail_min_gain``). ``left``: for a straggler of the job with
+    the found causes fixed (``laggard.diagnose.hidden``), the share of the slowdown those causes leave
+    unexplained: it may explain ``min_share`` of that rest instead of the whole slowdown, where its own
+    fix speeds the measured step up by the speed-up floor (``explain.floor_of``)."""
 
     finding: Finding
     changes: list[Change]

@@ -59,8 +59,8 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
     out = []
     for c in again:
         key = _target(c)
-        # a straggler of the fixed job (its fix gains the threshold there) is held to the rest the found
-        # causes leave; any other to the whole slowdown, as in the first pass
+        # a straggler of the fixed job (its fix gains the threshold there) may be held to the rest the
+        # found causes leave (``explain.floor_of``); any other to the whole slowdown, as in the first pass
         relax = left if id(c) in straggler else None
         if key[:3] in fixed_causes or (relax is None and left <= cfg.unexplained_floor):
             continue  # (looked for only because the rest makes the fixed job straggle: stragglers only)
