@@ -51,10 +51,10 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
     if not fixes:
         return []
     fixed = Ctx(fixed_analysis(ctx, fixes), fixed=True)
-    again = candidates(fixed, cfg)
+    fixed_causes = {_target(c)[:3] for c in fixes}  # (cause, ranks, stages): fixed, whatever its flags
+    again = [c for c in candidates(fixed, cfg) if _target(c)[:3] not in fixed_causes]
     straggler = _stragglers(fixed, cfg, again)
     seen = {_target(c): c for c in cands}
-    fixed_causes = {_target(c)[:3] for c in fixes}  # (cause, ranks, stages): fixed, whatever its flags
     touched = joint(ctx, fixes) != ctx.w
     out = []
     for c in again:
@@ -62,7 +62,7 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
         # a straggler of the fixed job (its fix gains the threshold there) may be held to the rest the
         # found causes leave (``explain.floor_of``); any other to the whole slowdown, as in the first pass
         relax = left if id(c) in straggler else None
-        if key[:3] in fixed_causes or (relax is None and left <= cfg.unexplained_floor):
+        if relax is None and left <= cfg.unexplained_floor:
             continue  # (looked for only because the rest makes the fixed job straggle: stragglers only)
         if key in seen:
             # nominated by the first pass too, but under its floor there
