@@ -42,7 +42,7 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     assert d["verdict"] == "straggling" and d["healthy_threshold"] == 1.05
     f = d["findings"][0]
     assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix", "whatif",
-                      "confidence", "hidden", "gain_bound", "gain_layers", "layers_plan",  # the last: partition fixes
+                      "confidence", "hidden", "once_fixed", "gain_bound", "gain_layers", "layers_plan",  # the last: partition fixes
                       # how consistent the named worker's excess is (noise-aware naming)
                       "steps_slow", "steps_total", "ratio", "ratio_spread", "transient_steps", "consistency", "targets"}
     assert (f["confidence"], f["hidden"]) == ("high", False)

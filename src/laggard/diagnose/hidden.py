@@ -81,7 +81,21 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
         if c.weights is not None:
             c.weights = weights_of(ctx, c.changes)
         out.append(c)
+    _once_fixed(fixed, [c for c in cands + out if c.finding.hidden and c.finding.once_fixed is None])
     return out
+
+
+def _once_fixed(fixed: Ctx, hidden: list[Candidate]) -> None:
+    """Each hidden candidate's speed-up and share of the slowdown on the job with the found causes
+    fixed (``Finding.once_fixed``): its share of the measured slowdown is mostly theirs (a real job's
+    link behind GC: 3% of the measured slowdown, the whole of what GC leaves)."""
+    rep = [c for c in hidden if c.weights is not None]
+    if not rep or fixed.gap <= 0:
+        return
+    t = replay_mean(fixed, [weights_of(fixed, c.changes) for c in rep])
+    for c, x in zip(rep, t.tolist(), strict=True):
+        if x > 0:
+            c.finding.once_fixed = {"gain": fixed.T / x, "share": min(1.0, max(0.0, (fixed.T - x) / fixed.gap))}
 
 
 def _stragglers(fixed: Ctx, cfg: DiagnoseConfig, cands: list[Candidate]) -> set[int]:

@@ -77,7 +77,13 @@ def qualifier(f: dict[str, Any]) -> str:
     if f.get("confidence", "high") != "high":
         out += f" ({f.get('confidence')} confidence: no known cause's signature fits)"
     if f.get("hidden"):
-        out += " (hidden behind the findings above: it shows once they are fixed)"
+        once = f.get("once_fixed") or {}
+        gain, share = once.get("gain"), once.get("share")
+        if isinstance(gain, (int, float)) and isinstance(share, (int, float)):
+            out += (f" (hidden behind the findings above: once they are fixed it is {_pct(share)} of what is left, "
+                    f"and fixing it then gains {gain:.2f}x)")
+        else:
+            out += " (hidden behind the findings above: it shows once they are fixed)"
     return out
 
 

@@ -109,6 +109,10 @@ class Finding:
     # named only when the detectors ran again on the job with the first findings fixed: a straggler
     # those findings hid (its signature was within their noise)
     hidden: bool = False
+    # a hidden finding on the job with the findings it hid behind fixed: its fix's speed-up there
+    # ("gain") and the share of that job's slowdown it removes ("share"); its ``share`` above is of the
+    # measured slowdown, mostly the stronger causes' (None: not hidden)
+    once_fixed: dict[str, float] | None = None
     # how consistent each named target's excess is (worst first); empty for causes that name no
     # target of their own (sequence imbalance, GC, a tail on every link, the launch overhead)
     targets: list[Consistency] = field(default_factory=list)
@@ -182,6 +186,7 @@ class Finding:
             "whatif": self.command,
             "confidence": self.confidence,
             "hidden": self.hidden,
+            "once_fixed": None if self.once_fixed is None else {k: finite(v) for k, v in self.once_fixed.items()},
             # how consistent the excess is (new keys; null where the finding names no target)
             "steps_slow": self.steps_slow,
             "steps_total": self.steps_total,
