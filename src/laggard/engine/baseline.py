@@ -16,7 +16,7 @@ import numpy as np
 
 from laggard.engine.gaps import HOST_KIND, GapConfig, GapSummary, host_attribution_type, insert_host_gaps
 from laggard.engine.graph import Graph, build_graph, group_sizes_check
-from laggard.engine.replay import column_wise, propagate, replay_steps, step_times_from_nodes, wall_step_times
+from laggard.engine.replay import column_wise, propagate, step_times_from_nodes, wall_step_times
 from laggard.errors import GraphCycleError
 from laggard.optable.ops import COMM_KINDS, Job, LaggardError, fits_table, is_gc_name
 
@@ -279,11 +279,17 @@ def _labels_by_node(g: Graph, labels: np.ndarray) -> np.ndarray | None:
 
 
 def _replay_batches(g: Graph, scen: list, a_w: np.ndarray, b_w: np.ndarray, cols: np.ndarray) -> None:
-    """Scenarios in batches of weight columns, each batch one 2-D replay (under the memory bound)."""
+    """Scenarios in batches of weight columns, each batch one 2-D replay (under the memory bound). The
+    columns are filled in replay order (node values: each op's weight at its replay position, 0 at the
+    group nodes and the sentinel), so no op-ordered weight matrix is built and scattered."""
     batch = _batch_size(g.num_ops, g.num_nodes, len(scen))
+    b_node = np.zeros(g.num_nodes + 1, dtype=np.float64)
+    b_node[g.op_pos] = b_w
+    a_node = np.zeros(g.num_nodes + 1, dtype=np.float64)
+    a_node[g.op_pos] = a_w
     for i in range(0, len(scen), batch):
         part = scen[i : i + batch]
-        w = np.empty((g.num_ops, len(part)), dtype=np.float64)
+        vals = np.empty((g.num_nodes + 1, len(part)), dtype=np.float64)
         j = 0
         while j < len(part):  # runs of scenarios from one block are built in one vectorised call
             bi, labels = part[j][0], part[j][1]
@@ -293,23 +299,24 @@ def _replay_batches(g: Graph, scen: list, a_w: np.ndarray, b_w: np.ndarray, cols
             vs = np.array([p[2] for p in part[j:e]])
             if labels is None:
                 for c, v in enumerate(vs.tolist(), start=j):
-                    w[:, c] = a_w if v != 0 else b_w
+                    vals[:, c] = a_node if v != 0 else b_node
             else:
-                _fill_block(w[:, j:e], labels, vs, a_w, b_w)
+                vals[:, j:e] = b_node[:, None]
+                _fill_block(vals[:, j:e], labels, vs, a_w, g.op_pos)
             j = e
-        cols[:, i : i + len(part)] = replay_steps(g, w)
+        cols[:, i : i + len(part)] = step_times_from_nodes(g, propagate(g, vals))
 
 
-def _fill_block(w: np.ndarray, labels: np.ndarray, vs: np.ndarray, a_w: np.ndarray, b_w: np.ndarray) -> None:
-    """``w[:, c] = a_w where labels == vs[c] else b_w``, writing each op's ``a_w`` once (an op
-    has one label) instead of comparing every op with every scenario."""
+def _fill_block(vals: np.ndarray, labels: np.ndarray, vs: np.ndarray, a_w: np.ndarray, op_pos: np.ndarray) -> None:
+    """``vals[op_pos[i], c] = a_w[i]`` for each op i with ``labels[i] == vs[c]`` (the rest of ``vals``
+    is filled already), writing each op's ``a_w`` once (an op has one label) instead of comparing
+    every op with every scenario."""
     order = np.argsort(vs, kind="stable")
     sv = vs[order]
-    w[:] = b_w[:, None]
     if len(sv) <= 8 or (sv[1:] == sv[:-1]).any():  # few scenarios (or a value asked twice): compare
         for c, v in enumerate(vs.tolist()):
             rows = np.flatnonzero(labels == v)
-            w[rows, c] = a_w[rows]
+            vals[op_pos[rows], c] = a_w[rows]
         return
     if labels.dtype.kind in "iu" and sv.dtype.kind in "iu" and len(labels) and fits_table(int(sv[-1]) - int(sv[0]) + 1, len(labels)):
         # integer labels (op types, stages, ranks): each op's column from a table over the asked values
@@ -319,11 +326,11 @@ def _fill_block(w: np.ndarray, labels: np.ndarray, vs: np.ndarray, a_w: np.ndarr
         rel = labels.astype(np.int64) - lo
         col = lut[np.where((rel >= 0) & (rel <= hi - lo), rel, hi - lo + 1)]
         rows = np.flatnonzero(col >= 0)
-        w[rows, col[rows]] = a_w[rows]
+        vals[op_pos[rows], col[rows]] = a_w[rows]
         return
     pos = np.minimum(np.searchsorted(sv, labels), len(sv) - 1)
     rows = np.flatnonzero(sv[pos] == labels)
-    w[rows, order[pos[rows]]] = a_w[rows]
+    vals[op_pos[rows], order[pos[rows]]] = a_w[rows]
 
 
 __all__ = ["Baseline", "prepare", "replay_mixed"]
