@@ -42,8 +42,9 @@ clean:
 CORPUS ?= out/corpus
 CORPUS_JOBS ?= 64
 CORPUS_SEED ?= 2024
+CORPUS_STEPS ?= 16  # traced steps a job; 32 give the noise tests the power for 1.2x causes (DESIGN)
 corpus: $(STAMP)
-	$(BIN)/python benchmarks/real_corpus.py generate $(CORPUS) --jobs $(CORPUS_JOBS) --seed $(CORPUS_SEED)
+	$(BIN)/python benchmarks/real_corpus.py generate $(CORPUS) --jobs $(CORPUS_JOBS) --seed $(CORPUS_SEED) --steps $(CORPUS_STEPS)
 
 corpus-impact: $(STAMP)  # each job's clean twin, run for real: the measured impact of its causes
 	$(BIN)/python benchmarks/corpus_impact.py $(CORPUS)
