@@ -42,7 +42,7 @@ clean:
 CORPUS ?= out/corpus
 CORPUS_JOBS ?= 64
 CORPUS_SEED ?= 2024
-CORPUS_STEPS ?= 16  # traced steps a job; 32 give the noise tests the power for 1.2x causes (DESIGN)
+CORPUS_STEPS ?= 16  # traced steps a job (32 named more 1.2x causes with a core per rank, not on 2 shared cores: DESIGN)
 corpus: $(STAMP)
 	$(BIN)/python benchmarks/real_corpus.py generate $(CORPUS) --jobs $(CORPUS_JOBS) --seed $(CORPUS_SEED) --steps $(CORPUS_STEPS)
 

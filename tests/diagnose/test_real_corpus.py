@@ -358,7 +358,7 @@ def test_a_link_hidden_behind_gc_is_named_once_gc_is_fixed() -> None:
     assert comm[0].share < 0.1 and once is not None and once["share"] > 0.4 and once["gain"] > 1.1, (comm[0].share, once)
     from laggard.report.wording import qualifier
 
-    assert f"{100 * once['share']:.0f}% of what is left" in qualifier(comm[0].to_json())
+    assert f"fixing it removes {100 * once['share']:.0f}% of what is left" in qualifier(comm[0].to_json())
     assert d.findings[0].once_fixed is None and not d.findings[0].hidden
     d, _ = _diagnose("c16v4_job047", DiagnoseConfig(hidden_passes=0))
     assert "comm" not in {f.cause for f in d.findings}, [(f.cause, f.share) for f in d.findings]

@@ -87,8 +87,9 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
 
 def _once_fixed(fixed: Ctx, hidden: list[Candidate]) -> None:
     """Each hidden candidate's speed-up and share of the slowdown on the job with the found causes
-    fixed (``Finding.once_fixed``): its share of the measured slowdown is mostly theirs (a real job's
-    link behind GC: 3% of the measured slowdown, the whole of what GC leaves)."""
+    fixed (``Finding.once_fixed``), each fixed alone there: its share of the measured slowdown is mostly
+    theirs (a real job's link behind GC: 3% of the measured slowdown; with GC fixed, its fix removes 59%
+    of what is left and gains 1.16x)."""
     rep = [c for c in hidden if c.weights is not None]
     if not rep or fixed.gap <= 0:
         return

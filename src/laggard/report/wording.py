@@ -80,8 +80,8 @@ def qualifier(f: dict[str, Any]) -> str:
         once = f.get("once_fixed") or {}
         gain, share = once.get("gain"), once.get("share")
         if isinstance(gain, (int, float)) and isinstance(share, (int, float)):
-            out += (f" (hidden behind the findings above: once they are fixed it is {_pct(share)} of what is left, "
-                    f"and fixing it then gains {gain:.2f}x)")
+            out += (f" (hidden behind the findings above: once they are fixed, fixing it removes {_pct(share)} of "
+                    f"what is left, {gain:.2f}x faster)")
         else:
             out += " (hidden behind the findings above: it shows once they are fixed)"
     return out
