@@ -43,11 +43,12 @@ JOBS_STEP_S = 1.0
 JOBS_FLUSH_STEPS = 3
 JOBS_WARMUP_ROUNDS = 2  # flushes before the measured ones (the first window needs 3 complete steps)
 JOBS_ROUNDS = int(os.environ.get("LAGGARD_BENCH_MONITOR_JOB_ROUNDS", "7"))  # flushes per job, warm-up included
-JOBS_N = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_JOBS", "1,2,4,8,12").split(","))
+JOBS_N = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_JOBS", "1,2,3,4,8,12").split(","))
 JOBS_CONNECTIONS = 8  # per job, posting at once (a job's 1,024 tracers post concurrently: the store group-commits)
 # per-node relays (laggard monitor relay): the collector gets one bundle per node and flush, holding its
-# ranks' batches exactly as their tracers encoded them (what a relay posts); 1 = every rank posts itself
-JOBS_RELAY_RANKS = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_RELAY_RANKS", "1,8").split(","))
+# ranks' batches exactly as their tracers encoded them (what a relay posts); 1 = every rank posts itself,
+# 8 = a relay per 8-GPU node, 32 = one relay for 4 such nodes (fewer, larger requests)
+JOBS_RELAY_RANKS = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_RELAY_RANKS", "1,8,32").split(","))
 # the collector's analysis processes: a quarter of the cores (ingest, the generators and the OS share the rest)
 JOBS_ANALYSIS_WORKERS = int(os.environ.get("LAGGARD_BENCH_MONITOR_ANALYSIS_WORKERS", str(max(2, (os.cpu_count() or 2) // 4))))
 FRESH_STEPS = 3  # a job holds when its steps are analysed within 3 steps of their end

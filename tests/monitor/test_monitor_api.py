@@ -16,7 +16,7 @@ pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
 from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
 from laggard.monitor.push import step_batches  # noqa: E402
-from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
+from laggard.wire.batch import CONTENT_TYPE, FRAME_MAGIC, encode_batch  # noqa: E402
 from tests.monitor_helpers import TOKEN, Postgres, Server  # noqa: E402
 
 STEPS = 8
@@ -76,6 +76,8 @@ def test_api_suite(db, job):
                                             job_id="bad", rank=0, seq=0, meta=job.meta),
             "wrong rank": encode_batch(job.table.slice(0, 5), job_id="bad", rank=7, seq=0, meta=job.meta),
             "bad job id": encode_batch(job.table.slice(0, 5), job_id="../x", rank=0, seq=0, meta=job.meta),
+            "LZ4 frame of an absurd size": FRAME_MAGIC + (1 << 40).to_bytes(8, "big") + b"x" * 64,
+            "LZ4 frame of garbage": FRAME_MAGIC + (1000).to_bytes(8, "big") + b"x" * 64,
         }
         for what, body in bodies.items():
             status, ans = srv.request("POST", "/api/v1/ops", body, content_type=CONTENT_TYPE)

@@ -49,3 +49,46 @@ def test_the_op_schema_fast_path_still_refuses_nulls_and_unknown_kinds() -> None
     t = t.set_column(OP_SCHEMA.get_field_index("kind"), OP_SCHEMA.field("kind"), kinds.cast(OP_SCHEMA.field("kind").type))
     with pytest.raises(BadBatch, match=r"unknown op kind\(s\) \['teleport'\]"):
         decode_batch(_body(t))
+
+
+def _ipc(table: pa.Table, compression: str | None) -> bytes:
+    """``table`` as a bare Arrow IPC stream with the batch metadata (what senders before the LZ4
+    frame wrote: Arrow's own buffer compression, or none)."""
+    t = table.replace_schema_metadata({b"laggard.job": b"j", b"laggard.rank": b"0", b"laggard.seq": b"0"})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as w:
+        w.write_table(t)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_body_is_one_lz4_frame_and_bare_arrow_streams_still_read() -> None:
+    """``encode_batch`` writes the stream in one LZ4 frame (smaller than Arrow's per-buffer LZ4, which
+    also costs a decompression per column buffer on every read); bodies stored by earlier senders,
+    a bare stream with any codec or none, read as before."""
+    from laggard.wire.batch import FRAME_MAGIC, read_body
+
+    t = _table(64)
+    framed = _body(t)
+    assert framed.startswith(FRAME_MAGIC) and len(framed) < len(_ipc(t, "lz4"))
+    assert decode_batch(framed).table.equals(t) and read_body(framed).equals(t)
+    for codec in ("lz4", "zstd", None):
+        body = _ipc(t, codec)
+        assert decode_batch(body).table.equals(t) and read_body(body).equals(t), codec
+
+
+def test_a_bad_lz4_frame_is_one_line() -> None:
+    from laggard.wire.batch import FRAME_MAGIC
+
+    good = _body(_table(64))
+    head = len(FRAME_MAGIC) + 8
+    size = int.from_bytes(good[len(FRAME_MAGIC):head], "big")
+    cases = {
+        "cut off before its frame": good[:head],
+        r"declares 1099511627776 bytes for a \d+-byte frame": FRAME_MAGIC + (1 << 40).to_bytes(8, "big") + good[head:],
+        "does not decompress": FRAME_MAGIC + size.to_bytes(8, "big") + b"\x00" * 200,
+        "does not decompress|not an Arrow IPC stream": good[:-20],  # the frame cut short
+        "does not decompress ": FRAME_MAGIC + (size - 1).to_bytes(8, "big") + good[head:],  # a size too small
+    }
+    for why, body in cases.items():
+        with pytest.raises(BadBatch, match=why):
+            decode_batch(body)
