@@ -90,7 +90,11 @@ def test_the_relay_asks_for_the_token_and_passes_other_routes_through(stack) -> 
     srv, relay = stack
     assert relay.request("POST", "/api/v1/ops", _batch(0, 0), content_type=CONTENT_TYPE, token=None)[0] == 401
     assert relay.request("GET", "/api/v1/jobs", token="wrong-token-0123456789")[0] == 401
-    assert relay.request("POST", "/api/v1/ops", encode_bundle([_batch(0, 0)]), content_type=BUNDLE_CONTENT_TYPE)[0] == 415
+    # another relay's bundle with a bad part is refused whole, saying which part (as the collector does)
+    code, ans = relay.request("POST", "/api/v1/ops", encode_bundle([_batch(0, 0), _batch(1, 0, dur_ns=-1)]),
+                              content_type=BUNDLE_CONTENT_TYPE)
+    assert code == 422 and ans["detail"].startswith("bundle part 1:"), ans
+    assert srv.request("GET", "/api/v1/jobs")[1] == []  # nothing of it went on
     code, ans = relay.request("POST", "/api/v1/jobs/relayjob/heartbeat",
                               json.dumps({"rank": 0, "state": {}, "meta": JobMeta(
                                   name="relayjob", world_size=RANKS, dp_size=RANKS).to_json()}).encode())
@@ -98,6 +102,41 @@ def test_the_relay_asks_for_the_token_and_passes_other_routes_through(stack) -> 
     assert relay.request("GET", "/api/v1/jobs")[1] == srv.request("GET", "/api/v1/jobs")[1]
     code, ans = relay.request("GET", "/api/v1/jobs/nosuchjob")
     assert code == 404 and "nosuchjob" in ans["detail"]  # the collector's own answer, status included
+
+
+def test_relays_stack_a_racks_relay_over_its_nodes_relays(tmp_path) -> None:
+    """Two nodes' relays post their bundles to a rack's relay, which posts the collector bundles of
+    both nodes: every tracer gets its own batch's answer back through both relays."""
+    srv = Server(str(tmp_path / "m.db"), tmp_path).start()
+    rack = RelayProc(srv.url, tmp_path, extra=["--gather-ms", "300"]).start()
+    nodes = [RelayProc(rack.url, tmp_path, extra=["--gather-ms", "100"]).start() for _ in range(2)]
+    try:
+        out: list = [None] * RANKS
+
+        def post(r: int) -> None:
+            out[r] = nodes[r % 2].request("POST", "/api/v1/ops", _batch(r, 0), content_type=CONTENT_TYPE)
+
+        ths = [threading.Thread(target=post, args=(r,)) for r in range(RANKS)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        assert [(code, ans["accepted"]) for code, ans in out] == [(200, _n_ops(r)) for r in range(RANKS)], out
+        node_health = [n.request("GET", "/healthz")[1] for n in nodes]
+        rack_health = rack.request("GET", "/healthz")[1]
+        assert [h["batches"] for h in node_health] == [RANKS // 2] * 2, node_health
+        # the rack relay got the nodes' bundles (not 8 single batches) and sent fewer bundles than it got
+        assert rack_health["batches"] == RANKS and rack_health["bundles"] < sum(h["bundles"] for h in node_health), rack_health
+        detail = srv.request("GET", "/api/v1/jobs/relayjob")[1]
+        assert {r["rank"]: r["num_ops"] for r in detail["ranks"]} == {r: _n_ops(r) for r in range(RANKS)}
+        # a bad batch behind two relays is refused to its own tracer alone
+        code, ans = nodes[0].request("POST", "/api/v1/ops", _batch(0, 1, dur_ns=-5), content_type=CONTENT_TYPE)
+        assert code == 422 and "negative dur_ns" in ans["detail"]
+    finally:
+        for n in nodes:
+            n.stop()
+        rack.stop()
+        srv.stop()
 
 
 def test_a_relay_whose_collector_is_down_answers_503(tmp_path) -> None:

@@ -100,7 +100,7 @@ def relay(
     gather_ms: Annotated[float, typer.Option("--gather-ms", help="How long a bundle waits for more of the node's batches after its first.")] = 50.0,
     max_parts: Annotated[int, typer.Option("--max-parts", help="Batches per bundle at most.")] = 256,
 ) -> None:
-    """Run a node's relay: its ranks' tracers post to it; it sends their batches to the collector in bundles."""
+    """Run a node's relay: its ranks' tracers (or other relays) post to it; it sends their batches to the collector (or a relay above it) in bundles."""
     _need_extra()
     import logging
 

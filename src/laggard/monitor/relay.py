@@ -12,6 +12,11 @@ request). A relay that dies loses nothing a tracer was told is stored; a collect
 a 503 to every waiting tracer, which spools and retries as it would without a relay. Every other
 route (heartbeats, hang reports, the controller's calls) is passed through as is. The relay checks
 the collector's token itself: it never forwards for a caller without it.
+
+A relay also takes other relays' bundles (``submit_bundle``), so relays stack: a rack's relay over its
+nodes' relays sends the collector one bundle for several nodes (fewer, larger requests: with 32 ranks a
+bundle instead of 8 the collector spends 0.11-0.13 CPU s per 1,024-rank job and step instead of
+0.15-0.17, ``bench_monitor``). An answer comes back to each tracer through every relay between.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from fastapi.responses import JSONResponse, Response
 
 from laggard.errors import LaggardError
 from laggard.monitor.app import TokenGuard, read_body
-from laggard.wire.batch import CONTENT_TYPE, BadBatch, decode_batch
-from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, MAX_PARTS, encode_bundle
+from laggard.wire.batch import CONTENT_TYPE, BadBatch, decode_batch, decode_batches
+from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, MAX_PARTS, decode_bundle, encode_bundle
 from laggard.wire.client import Client, CollectorDown, Refused
 
 log = logging.getLogger("laggard.monitor.relay")
@@ -91,6 +96,18 @@ class Relay:
         fut: Future = Future()
         self._q.put((body, fut))
         return fut
+
+    def submit_bundle(self, body: bytes) -> list[Future]:
+        """Another relay's bundle: every part checked first (a bad part refuses the bundle whole, as the
+        collector does, and that relay sends its batches again one by one), then each queued as
+        ``submit`` queues a batch; the futures in the bundle's order."""
+        parts = decode_bundle(body)
+        decode_batches(parts)
+        futs = []
+        for part in parts:
+            futs.append(Future())
+            self._q.put((part, futs[-1]))
+        return futs
 
     def start(self) -> Relay:
         self._thread = threading.Thread(target=self._run, name="laggard-relay", daemon=True)
@@ -185,11 +202,13 @@ def relay_app(relay: Relay) -> Any:
     @app.post("/api/v1/ops")
     async def ops(request: Request) -> Response:
         body = await read_body(request, limit)
-        if request.headers.get("content-type", CONTENT_TYPE).startswith(BUNDLE_CONTENT_TYPE):
-            return JSONResponse({"detail": "a relay takes single batches (it bundles them)"}, status_code=415)
+        bundle = request.headers.get("content-type", CONTENT_TYPE).startswith(BUNDLE_CONTENT_TYPE)
         try:
-            fut = relay.submit(body)
-            ans = await run_in_threadpool(fut.result)
+            if bundle:  # another relay's (a rack's relay over its nodes' relays)
+                futs = relay.submit_bundle(body)
+                ans = {"parts": await run_in_threadpool(lambda: [f.result() for f in futs])}
+            else:
+                ans = await run_in_threadpool(relay.submit(body).result)
         except BadBatch as e:
             relay.stats.refused += 1
             return JSONResponse({"detail": str(e)}, status_code=422)  # as the collector answers it
