@@ -16,7 +16,7 @@ import numpy as np
 
 from laggard.engine.gaps import HOST_KIND, GapConfig, GapSummary, host_attribution_type, insert_host_gaps
 from laggard.engine.graph import Graph, build_graph, group_sizes_check
-from laggard.engine.replay import column_wise, propagate, step_times_from_nodes, wall_step_times
+from laggard.engine.replay import column_wise, node_values, propagate, step_times_from_nodes, wall_step_times
 from laggard.errors import GraphCycleError
 from laggard.optable.ops import COMM_KINDS, Job, LaggardError, fits_table, is_gc_name
 
@@ -243,10 +243,7 @@ def _replay_columns(g: Graph, scen: list, a_w: np.ndarray, b_w: np.ndarray, cols
     """Each scenario on its own (large graphs, ``laggard.engine.replay.column_wise``): the node values
     start from the all-``b_w`` ones with the scenario's ``a_w`` ops written over them, no weight
     matrix (7.7M ops x a batch of scenarios: 430 MB at 4,096 workers, and as long to fill as to replay)."""
-    a_node = np.zeros(g.num_nodes + 1, dtype=np.float64)
-    a_node[g.op_pos] = a_w
-    b_node = np.zeros(g.num_nodes + 1, dtype=np.float64)
-    b_node[g.op_pos] = b_w
+    a_node, b_node = node_values(g, a_w), node_values(g, b_w)
     vals = np.empty(g.num_nodes + 1, dtype=np.float64)
     placed: dict[int, np.ndarray | None] = {}
     for c, (bi, labels, v) in enumerate(scen):
@@ -283,10 +280,7 @@ def _replay_batches(g: Graph, scen: list, a_w: np.ndarray, b_w: np.ndarray, cols
     columns are filled in replay order (node values: each op's weight at its replay position, 0 at the
     group nodes and the sentinel), so no op-ordered weight matrix is built and scattered."""
     batch = _batch_size(g.num_ops, g.num_nodes, len(scen))
-    b_node = np.zeros(g.num_nodes + 1, dtype=np.float64)
-    b_node[g.op_pos] = b_w
-    a_node = np.zeros(g.num_nodes + 1, dtype=np.float64)
-    a_node[g.op_pos] = a_w
+    a_node, b_node = node_values(g, a_w), node_values(g, b_w)
     for i in range(0, len(scen), batch):
         part = scen[i : i + batch]
         vals = np.empty((g.num_nodes + 1, len(part)), dtype=np.float64)

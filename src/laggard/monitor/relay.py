@@ -93,9 +93,7 @@ class Relay:
         """Queue a checked batch for the next bundle; the future holds the collector's answer for
         it (a dict), or raises ``BadBatch`` / ``Refused`` (4xx) or ``CollectorDown`` (503)."""
         decode_batch(body)  # BadBatch: refused to its own tracer, never part of a bundle
-        fut: Future = Future()
-        self._q.put((body, fut))
-        return fut
+        return self._queue(body)
 
     def submit_bundle(self, body: bytes) -> list[Future]:
         """Another relay's bundle: every part checked first (a bad part refuses the bundle whole, as the
@@ -103,11 +101,13 @@ class Relay:
         ``submit`` queues a batch; the futures in the bundle's order."""
         parts = decode_bundle(body)
         decode_batches(parts)
-        futs = []
-        for part in parts:
-            futs.append(Future())
-            self._q.put((part, futs[-1]))
-        return futs
+        return [self._queue(part) for part in parts]
+
+    def _queue(self, body: bytes) -> Future:
+        """Queue a checked batch for the sender thread; its future gets the collector's answer."""
+        fut: Future = Future()
+        self._q.put((body, fut))
+        return fut
 
     def start(self) -> Relay:
         self._thread = threading.Thread(target=self._run, name="laggard-relay", daemon=True)
