@@ -64,13 +64,12 @@ class WindowCut:
 def build_window(cut: WindowCut) -> pa.Table | None:
     """The window's op table: the parts read (bodies were checked at ingest), concatenated, cut to
     the window's steps, one chunk per column (the analysis reads dictionary codes chunk by chunk)."""
-    from laggard.wire.batch import read_body
+    from laggard.wire.batch import read_bodies
 
-    tables = [read_body(p) if isinstance(p, bytes | bytearray) else p for p in cut.parts]
-    if not tables:
-        return None
     # one chunk first: a filter over thousands of small chunks costs several times one over their sum
-    table = pa.concat_tables(tables, promote_options="default").unify_dictionaries().combine_chunks()
+    table = read_bodies(cut.parts)
+    if table is None:
+        return None
     steps = to_numpy(table.column("step"))
     keep = (steps >= cut.first) & (steps <= cut.last)
     if not keep.all():
