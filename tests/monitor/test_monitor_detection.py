@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from laggard.monitor.alerts import default_rules, evaluate_hang
+from laggard.errors import LaggardError
+from laggard.monitor.alerts import Rule, default_rules, evaluate_hang
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.evaluate import NoisyJob, feed, feed_windows, make_job
 from laggard.monitor.window import JobWindow
@@ -38,6 +39,24 @@ def test_clean_heavy_tailed_jobs_raise_nothing():
     for seed in (1000, 1001):
         run = feed_windows(make_job(NoisyJob(seed=seed, steps=300)))
         assert run.alerts == [] and run.num_windows >= 95
+
+
+def test_a_low_confidence_finding_pages_only_when_a_rule_asks_for_it():
+    """bench_monitor's clean seed 13: windows of S ~1.05 where no detector fires carry the analysis's
+    low-confidence finding (the residual's largest carrier) for 6 windows by step 600; the default
+    new-finding rule leaves it (it paged there before), a rule with ``low_confidence`` takes it."""
+    job = make_job(NoisyJob(seed=1013, steps=1000))  # (its noise is drawn for all its steps at once)
+    steps = to_numpy(job.table.column("step"))
+    job = Job(table=job.table.filter(pa.array(steps <= 603)), meta=job.meta)
+    assert feed_windows(job).alerts == []
+    rules = default_rules()
+    for r in rules:
+        r.low_confidence = r.type == "new_finding"
+    run = feed_windows(job, rules=rules)
+    assert [(rule, d["finding"]["confidence"]) for _, rule, d in run.alerts] == [("new-finding", "low")]
+    assert Rule.from_json({"id": "nf", "type": "new_finding", "low_confidence": True}).low_confidence
+    with pytest.raises(LaggardError, match="low_confidence must be true or false"):
+        Rule.from_json({"id": "nf", "type": "new_finding", "low_confidence": "yes"})
 
 
 def test_one_off_stall_is_not_a_slow_worker():
