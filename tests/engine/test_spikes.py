@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from laggard.engine.spikes import group_mean, group_median, sort_by_group, stable_order
+from laggard.engine.sorting import stable_order
+from laggard.engine.spikes import group_mean, group_median, sort_by_group
 
 
 def test_sort_by_group_is_lexsort():

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from laggard.engine.sorting import stable_order
 from laggard.optable.ops import fits_table, unique_inverse
 
 
@@ -24,38 +25,6 @@ from laggard.optable.ops import fits_table, unique_inverse
 class SpikeConfig:
     mad: float = 8.0  # a spike is above median + 8 MADs (far outside a 3% jitter)
     rel: float = 0.3  # ...and at least 30% over its median (a tight op type has a tiny MAD)
-
-
-# below this many values numpy's own stable sort is about as fast as ``stable_order``'s passes
-_RADIX_MIN = 4096
-_SIGN = np.uint64(1 << 63)
-
-
-def stable_order(values: np.ndarray) -> np.ndarray:
-    """``np.argsort(values, kind="stable")``, the same permutation, for 64-bit floats and integers
-    ~2x faster from a few thousand values on (200,000 floats: 10-13 ms against 21): numpy merge-sorts
-    those, but radix-sorts 16-bit keys, so the values become order-preserving unsigned keys sorted
-    by four stable passes over their 16-bit digits (a pass skipped where its digit never changes).
-    Floats as numpy orders them: -0.0 ties with 0.0, every NaN last."""
-    v = np.asarray(values)
-    if len(v) < _RADIX_MIN or v.dtype not in (np.float64, np.int64):
-        return np.argsort(v, kind="stable")
-    if v.dtype == np.float64:
-        bits = (v + 0.0).view(np.uint64)  # (0.0 for -0.0)
-        if not v.min() >= 0.0:  # negative values or NaN (durations are neither: their bits sort as they are)
-            bits = np.where(np.isnan(v), np.nan, v + 0.0).view(np.uint64)  # one NaN
-            bits = np.where(bits >= _SIGN, ~bits, bits | _SIGN)
-        key = bits
-    else:
-        key = v.view(np.uint64) ^ _SIGN
-    order = None
-    for shift in (0, 16, 32, 48):
-        digit = ((key if order is None else key[order]) >> np.uint64(shift)).astype(np.uint16)
-        if digit.min() == digit.max():
-            continue
-        step = np.argsort(digit, kind="stable")
-        order = step if order is None else order[step]
-    return np.arange(len(v)) if order is None else order
 
 
 def sort_by_group(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
