@@ -56,8 +56,12 @@ def test_a_sleep_beside_a_crumb_is_not_forward_compute(run: Path) -> None:
     prof = _ms_per_step(_load(run / "prof"), "cpu-forward")
     tracer = _ms_per_step(_load(run / "trace"), "forward-compute")
     assert sorted(prof) == sorted(tracer) == [0, 1, 2]
-    for r in tracer:  # 8 sleeps of 12 ms a step on the last stage were its "forward": 96 ms over
-        assert prof[r] == pytest.approx(tracer[r], rel=0.2, abs=5.0), (r, prof, tracer)
+    # 8 sleeps of 12 ms a step on the last stage were its "forward": 96 ms over (2.7x). Within 30%: on a
+    # busy host descheduled time inside a pass is cut as idle from the profiler's segments and kept in
+    # the Tracer's op (rank 2 68.6 against 86.6 ms a step beside two CPU-bound processes), or a sleep
+    # is partly read as forward (rank 0 34.4 against 27.9 ms, once in a full local suite)
+    for r in tracer:
+        assert prof[r] == pytest.approx(tracer[r], rel=0.3, abs=5.0), (r, prof, tracer)
 
 
 def test_the_stages_weigh_what_the_tracer_measures(run: Path) -> None:
@@ -70,4 +74,5 @@ def test_the_stages_weigh_what_the_tracer_measures(run: Path) -> None:
     t = {r: a + b for (r, a), b in zip(_ms_per_step(tracer, "forward-compute").items(),
                                       _ms_per_step(tracer, "backward-compute").values(), strict=True)}
     last_p, last_t = p[2] / np.mean([p[0], p[1]]), t[2] / np.mean([t[0], t[1]])
-    assert last_p == pytest.approx(last_t, abs=0.1), (p, t)
+    # (0.96 against 1.08 once on a busy run, see above; the sleeps made it 1.6x and more)
+    assert last_p == pytest.approx(last_t, abs=0.2), (p, t)
