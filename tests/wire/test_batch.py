@@ -65,28 +65,28 @@ def test_a_body_is_one_lz4_frame_and_bare_arrow_streams_still_read() -> None:
     """``encode_batch`` writes the stream in one LZ4 frame (smaller than Arrow's per-buffer LZ4, which
     also costs a decompression per column buffer on every read); bodies stored by earlier senders,
     a bare stream with any codec or none, read as before."""
-    from laggard.wire.batch import FRAME_MAGIC, read_body
+    from laggard.wire.batch import FRAME_MAGIC, read_bodies
 
     t = _table(64)
     framed = _body(t)
     assert framed.startswith(FRAME_MAGIC) and len(framed) < len(_ipc(t, "lz4"))
-    assert decode_batch(framed).table.equals(t) and read_body(framed).equals(t)
+    assert decode_batch(framed).table.equals(t) and read_bodies([framed]).equals(t)
     for codec in ("lz4", "zstd", None):
         body = _ipc(t, codec)
-        assert decode_batch(body).table.equals(t) and read_body(body).equals(t), codec
+        assert decode_batch(body).table.equals(t) and read_bodies([body]).equals(t), codec
 
 
 def test_many_bodies_read_as_one_table_as_when_read_one_by_one() -> None:
     """``read_bodies`` (a collector's window: a body per rank and flush) joins the bodies' record
     batches at once, each kind of body, tables and bodies in another schema among them, to the
     table read body by body and joined with promoted schemas, dictionaries unified: one chunk."""
-    from laggard.wire.batch import read_bodies, read_body
+    from laggard.wire.batch import read_bodies
 
     kinds = pa.array(["collective"] * 3 + ["compute"] * 2).dictionary_encode().cast(OP_SCHEMA.field("kind").type)
     other = _table(5, step=pa.array(range(5, 10)))
     other = other.set_column(OP_SCHEMA.get_field_index("kind"), OP_SCHEMA.field("kind"), kinds)
     parts = [_body(_table(4)), _ipc(other, "zstd"), _body(other), _table(3)]
-    want = pa.concat_tables([read_body(p) if isinstance(p, bytes) else p for p in parts]).unify_dictionaries()
+    want = pa.concat_tables([decode_batch(p).table if isinstance(p, bytes) else p for p in parts]).unify_dictionaries()
     got = read_bodies(parts)
     assert got.equals(want.combine_chunks()) and got.num_rows == 17
     assert {got.column(i).num_chunks for i in range(got.num_columns)} == {1}

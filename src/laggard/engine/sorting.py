@@ -24,12 +24,11 @@ def stable_order(values: np.ndarray) -> np.ndarray:
     v = np.asarray(values)
     if len(v) < _RADIX_MIN or v.dtype not in (np.float64, np.int64):
         return np.argsort(v, kind="stable")
-    if v.dtype == np.float64:
-        bits = (v + 0.0).view(np.uint64)  # (0.0 for -0.0)
-        if not v.min() >= 0.0:  # negative values or NaN (durations are neither: their bits sort as they are)
-            bits = np.where(np.isnan(v), np.nan, v + 0.0).view(np.uint64)  # one NaN
-            bits = np.where(bits >= _SIGN, ~bits, bits | _SIGN)
-        key = bits
+    if v.dtype == np.float64 and v.min() >= 0.0:  # (no NaN, no negative: durations' bits sort as they are)
+        key = (v + 0.0).view(np.uint64)  # (0.0 for -0.0)
+    elif v.dtype == np.float64:
+        bits = np.where(np.isnan(v), np.nan, v + 0.0).view(np.uint64)  # one NaN, and 0.0 for -0.0
+        key = np.where(bits >= _SIGN, ~bits, bits | _SIGN)
     else:
         key = v.view(np.uint64) ^ _SIGN
     order = None
