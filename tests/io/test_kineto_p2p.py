@@ -181,7 +181,8 @@ def test_collective_fit_off_between_hosts(pipe: dict) -> None:
     job, warns = _load(out)
     assert job.meta.extra["layout"]["source"] == "p2p-matched" and job.meta.pp_size == pipe["P"], warns
     # the job's clocks are then fitted on the matched transfers too: the other host's 50 ms again
-    assert job.meta.extra["clock_offsets_s"]["1"] == pytest.approx(-0.05, abs=0.002)
+    # (within what test_clocks_of_two_hosts allows: 2.3 ms off in 1 of 16 runs beside 4 busy loops)
+    assert job.meta.extra["clock_offsets_s"]["1"] == pytest.approx(-0.05, abs=0.005)
     _all_matched(job)
     # (moved collectives cut the compute around them differently: the transfers are compared)
     assert _transfers(job) == _transfers(_load(pipe["prof"])[0])
