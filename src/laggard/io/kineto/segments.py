@@ -36,6 +36,13 @@ _GLUE = PHASES.index("glue")
 # glue between two transfers (a receive buffer's allocation, bookkeeping), not a unit of the
 # phase's work; 2% sits far below any real microbatch's compute and far above allocation calls
 _GLUE_SHARE = 0.02
+# ... or made of under this share of the ops (CPU) or kernels (GPU) of its phase's typical segment:
+# descheduling stretches a glue piece's time, not its op count. On a busy 2-core host a one-op glue
+# piece (0.01 ms) between a backward and the next receive was descheduled for 3.6 ms, over 2% of a
+# pass, and read as a forward of its own (a stage with 49 forwards for 48 microbatches, their
+# numbers dropped); the real passes it sat among are 14-56 top-level ops. A phase whose typical
+# segment has under 10 units never meets this rule
+_GLUE_UNITS_SHARE = 0.1
 # CPU ranks: an idle gap inside a segment over this share of the stream's median step is host time,
 # not the segment's compute. Real 2-core gloo jobs (4 ranks on 2 cores): descheduling leaves gaps of
 # at most 16 ms (4.4% of a 370 ms step) in clean jobs, with a median op gap of 5 us; the host stalls
@@ -241,7 +248,7 @@ def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndar
     busy = np.stack([np.add.reduceat(unit_busy * (phase == k), first) for k in range(len(PHASES))], axis=1)
     seg_phase = np.argmax(busy, axis=1)
     if split_phases:
-        seg_phase = _glue(_tail(seg_phase, sp[first], fs), seg_busy)
+        seg_phase = _glue(_tail(seg_phase, sp[first], fs), seg_busy, np.diff(np.r_[first, n]))
     part = (np.full(len(first), s), sp[first], fs, seg_busy if gpu else seg_span, launched, finished, seg_phase)
     return part, link
 
@@ -324,11 +331,12 @@ def _tail(seg_phase: np.ndarray, seg_step: np.ndarray, seg_start: np.ndarray) ->
     return out
 
 
-def _glue(seg_phase: np.ndarray, seg_busy: np.ndarray) -> np.ndarray:
+def _glue(seg_phase: np.ndarray, seg_busy: np.ndarray, seg_units: np.ndarray) -> np.ndarray:
     """Forward and backward segments under ``_GLUE_SHARE`` of their phase's typical segment (the
     busy-weighted median: the size of the segments holding the phase's time, each weighing at most
     as much as the 90th percentile, so that one stalled segment, 142 ms among 2 ms forwards on a
-    busy host, does not become the typical one and make every real forward glue) -> glue."""
+    busy host, does not become the typical one and make every real forward glue), or with under
+    ``_GLUE_UNITS_SHARE`` of the units of the phase's other segments (their median) -> glue."""
     out = seg_phase.copy()
     for k in (PHASES.index("forward"), PHASES.index("backward")):
         m = seg_phase == k
@@ -339,7 +347,10 @@ def _glue(seg_phase: np.ndarray, seg_busy: np.ndarray) -> np.ndarray:
         if w.sum() <= 0:
             w = b
         typical = float(b[np.searchsorted(np.cumsum(w), 0.5 * w.sum())])
-        out[m & (seg_busy < _GLUE_SHARE * typical)] = _GLUE
+        small = m & (seg_busy < _GLUE_SHARE * typical)
+        if (m & ~small).any():
+            small |= m & (seg_units < _GLUE_UNITS_SHARE * np.median(seg_units[m & ~small]))
+        out[small] = _GLUE
     return out
 
 
