@@ -33,7 +33,10 @@ def _run(base: Path, spec: str) -> Path:
 def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("launch-pp")
     return {"launch": _run(base / "launch", "launch-delay:ms=6"),
-            "stall": _run(base / "stall", "host-stall:rank=2,ms=30,every=1")}
+            # 60 ms (a third of a step): at 30 ms it stood 1.6 sigma over a busy host's noise and was
+            # named in 3 of 6 runs beside one busy loop (noise-aware naming working as designed: one
+            # more process than cores puts ~10% of a step of descheduling on every rank); 6 of 6 at 60
+            "stall": _run(base / "stall", "host-stall:rank=2,ms=60,every=1")}
 
 
 def _host_findings(path: Path) -> list:
