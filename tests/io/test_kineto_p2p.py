@@ -136,20 +136,25 @@ def test_cli_names_the_matched_layout_and_the_stage(pipe: dict, tmp_path: Path,
     assert doc["findings"][0]["cause"] == "stage-imbalance" and doc["findings"][0]["stages"] == [pipe["P"] - 1]
 
 
+def _on_other_host(rank: int, d: dict, collectives_late_us: float = 0.0) -> None:
+    """Peers dropped; ranks 1.. on another host whose clock reads 50 ms behind, their collectives
+    ending ``collectives_late_us`` later still."""
+    _no_peers(rank, d)
+    if rank >= 1:
+        d["host_name"] = "other-node"
+        for e in d["traceEvents"]:
+            if "ts" in e:
+                e["ts"] -= 50_000.0
+                if e.get("name") in ("gloo:all_reduce", "c10d::allreduce_"):
+                    e["ts"] += collectives_late_us
+
+
 def test_clocks_of_two_hosts(pipe: dict) -> None:
     """Ranks 1.. on another host whose clock reads 50 ms behind: the matcher compares times on the
     clocks the importer aligns (by collective end times), else every receive there would seem to
     complete before its send and nothing would match."""
-    def other_host(rank: int, d: dict) -> None:
-        _no_peers(rank, d)
-        if rank >= 1:
-            d["host_name"] = "other-node"
-            for e in d["traceEvents"]:
-                if "ts" in e:
-                    e["ts"] -= 50_000.0
-
     out = pipe["base"] / "two-hosts"
-    _rewrite(pipe["prof"], out, other_host)
+    _rewrite(pipe["prof"], out, _on_other_host)
     job, _ = _load(out)
     assert job.meta.extra["layout"]["source"] == "p2p-matched" and job.meta.pp_size == pipe["P"]
     _all_matched(job)
@@ -166,18 +171,8 @@ def test_collective_fit_off_between_hosts(pipe: dict) -> None:
     host does: the collectives' fit was 3.1 ms off on a real run whose clock spread read 0.15 ms,
     and matching then failed, "rank 0's transfers pair as well with rank 2"). The transfers
     themselves set the two hosts' clocks for the match: every pair is the one the peers name."""
-    def late_collectives(rank: int, d: dict) -> None:
-        _no_peers(rank, d)
-        if rank >= 1:
-            d["host_name"] = "other-node"
-            for e in d["traceEvents"]:
-                if "ts" in e:
-                    e["ts"] -= 50_000.0
-                    if e.get("name") in ("gloo:all_reduce", "c10d::allreduce_"):
-                        e["ts"] += 4_000.0
-
     out = pipe["base"] / "late-collectives"
-    _rewrite(pipe["prof"], out, late_collectives)
+    _rewrite(pipe["prof"], out, lambda rank, d: _on_other_host(rank, d, collectives_late_us=4_000.0))
     job, warns = _load(out)
     assert job.meta.extra["layout"]["source"] == "p2p-matched" and job.meta.pp_size == pipe["P"], warns
     # the job's clocks are then fitted on the matched transfers too: the other host's 50 ms again

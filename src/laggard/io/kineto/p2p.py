@@ -311,8 +311,8 @@ def _link(me: tuple[_Side, _Side], nxt: tuple[_Side, _Side], tol: float = _TOL_N
     is also tried on ``nxt``'s clock as the transfers themselves set it (``_transfer_shift``); the
     one that costs less is kept."""
     best = _link_on(me, nxt, tol)
-    if not other_host:
-        return best
+    if not other_host or (best is not None and best.cost_ns <= _COST_FLOOR_NS):
+        return best  # (on the fitted clocks the pairs' calls already overlap)
     shift = _transfer_shift(me, nxt)
     if not shift:
         return best
