@@ -167,12 +167,13 @@ def test_clocks_of_two_hosts(pipe: dict) -> None:
 
 
 def test_collective_fit_off_between_hosts(pipe: dict) -> None:
-    """The other host's ranks leave every collective 4 ms late (as a descheduled rank on a busy
+    """The other host's ranks leave every collective 8 ms late (as a descheduled rank on a busy
     host does: the collectives' fit was 3.1 ms off on a real run whose clock spread read 0.15 ms,
     and matching then failed, "rank 0's transfers pair as well with rank 2"). The transfers
-    themselves set the two hosts' clocks for the match: every pair is the one the peers name."""
+    themselves set the two hosts' clocks for the match: every pair is the one the peers name.
+    (Without that, 8 ms: one of pp3/pp4 unmatched in each of 2 runs; 4 ms: in 2 of 3 runs.)"""
     out = pipe["base"] / "late-collectives"
-    _rewrite(pipe["prof"], out, lambda rank, d: _on_other_host(rank, d, collectives_late_us=4_000.0))
+    _rewrite(pipe["prof"], out, lambda rank, d: _on_other_host(rank, d, collectives_late_us=8_000.0))
     job, warns = _load(out)
     assert job.meta.extra["layout"]["source"] == "p2p-matched" and job.meta.pp_size == pipe["P"], warns
     # the job's clocks are then fitted on the matched transfers too: the other host's 50 ms again
@@ -273,3 +274,23 @@ def test_embed_refuses_what_breaks_a_rule() -> None:
     sized = _side(0, [0, 0], issue=[0, 20], end=[10, 30], size=[64, 64])
     assert p2p._embed(sized, _side(1, [0, 0], issue=[0, 20], end=[10, 30], size=[64, 32]), True) is None
     assert p2p._embed(sized, _side(1, [0, 0], issue=[0, 20], end=[10, 30], size=[64, -1]), True) is not None
+
+
+def test_link_between_hosts_takes_the_clock_its_transfers_set() -> None:
+    """A first stage and the middle stage on another host whose fitted clock reads 10 ms late (ms):
+    on that clock rank 0's gradients would arrive before rank 1 sent them, so the pairing takes
+    rank 1's sends to its other neighbour; on the clock the transfers set (both ways: activations
+    out, gradients back) every pair is the true one, and the calls overlap."""
+    late = 10
+    s0, r0 = _side(0, [0, 0], issue=[0, 20], end=[10, 30]), _side(0, [0, 0], issue=[60, 80], end=[70, 90])
+    # rank 1: activations in from 0, out to 2; gradients in from 2, out to 0 (rows 2 and 3)
+    s1 = _side(1, [0] * 4, issue=np.array([12, 32, 62, 82]) + late, end=np.array([16, 36, 70, 90]) + late)
+    r1 = _side(1, [0] * 4, issue=np.array([1, 21, 40, 50]) + late, end=np.array([10, 30, 50, 58]) + late)
+    on_fit = p2p._link((s0, r0), (s1, r1), p2p._TOL_NS)
+    assert on_fit is None or on_fit.pairs.send_rows[1].tolist() != [2, 3]
+    link = p2p._link((s0, r0), (s1, r1), p2p._TOL_NS, other_host=True)
+    assert link is not None and link.cost_ns < p2p._COST_FLOOR_NS
+    assert link.pairs.src == [0, 1] and link.pairs.dst == [1, 0]
+    assert [a.tolist() for a in link.pairs.send_rows] == [[0, 1], [2, 3]]
+    assert [a.tolist() for a in link.pairs.recv_rows] == [[0, 1], [0, 1]]
+    assert p2p._transfer_shift((s0, r0), (s1, r1)) == pytest.approx(-late * 1e6, abs=2e6)
