@@ -80,9 +80,9 @@ def _assert_passes(job) -> None:  # noqa: ANN001
 def test_a_descheduled_glue_piece_is_not_a_pass(job_dirs: dict[str, Path]) -> None:
     """The receive buffer's allocation (one ``aten::empty``, ~0.01 ms) before a receive that waits,
     descheduled for 3.6 ms on each last-stage rank (the whole process held), as a busy 2-core host
-    did (8 of 48 real runs
-    beside four busy loops): over 2% of a pass, it read as a forward of its own (49 on a stage for 48
-    microbatches) and the step's microbatch numbers were dropped. One op among passes of 14-56."""
+    did (8 of 48 real runs beside four busy loops): over 2% of a pass, it read as a forward of its
+    own (49 on a stage for 48 microbatches) and the step's microbatch numbers were dropped. One op
+    among passes of 14-56."""
     def deschedule(rank: int, d: dict) -> None:
         if rank % 2 == 0:
             return

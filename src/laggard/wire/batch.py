@@ -135,9 +135,9 @@ def _reader(stream: pa.Buffer) -> pa.ipc.RecordBatchStreamReader:
 def read_bodies(bodies: list[bytes | pa.Table]) -> pa.Table | None:
     """The ops of bodies ``decode_batch`` accepted before (stored or held by the collector), read
     without checking again, or of tables, as one table: the schema's metadata dropped, one chunk per
-    column, dictionaries unified; None for none. Record batches joined at once where they share a schema (a collector's
-    window: a batch per rank and flush, all from tracers), else tables joined with their schemas
-    promoted (bodies of other senders)."""
+    column, dictionaries unified; None for none. Record batches joined at once where they share a
+    schema (a collector's window: a batch per rank and flush, all from tracers), else tables joined
+    with their schemas promoted (bodies of other senders)."""
     batches = [b for p in bodies for b in (p.to_batches() if isinstance(p, pa.Table) else _reader(_stream(p)))]
     if not batches:
         return None

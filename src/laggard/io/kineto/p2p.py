@@ -12,11 +12,11 @@ transfer are found here, from what every trace does hold:
 * **timing**: a receive cannot complete before its send was issued (the start of its
   ``c10d::send`` call), on the clocks the collectives align (``match.clock_offsets``), within
   ``_TOL_NS``; between hosts also on the clock the transfers themselves set (``_transfer_shift``),
-  as that fit can be biased by ms. Among the pairings that break no rule the one of least cost is taken; a pair's cost
-  is the time between its two calls (0 when they overlap, as the calls of a blocking transfer
-  do), a small share of the gap between their ends, and ``_WAY_COST_NS`` when the two carry
-  different phases (``_ways``: on CPU ranks, a send carries the phase of the compute before it,
-  a receive that of the compute after it).
+  as that fit can be biased by ms. Among the pairings that break no rule the one of least cost is
+  taken; a pair's cost is the time between its two calls (0 when they overlap, as the calls of a
+  blocking transfer do), a small share of the gap between their ends, and ``_WAY_COST_NS`` when
+  the two carry different phases (``_ways``: on CPU ranks, a send carries the phase of the compute
+  before it, a receive that of the compute after it).
 
 A pipeline is a chain of ranks: its first stage talks to one neighbour only, so all of its
 transfers go to one rank; with them taken out, that rank's remaining transfers go to one other
