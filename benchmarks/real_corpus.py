@@ -198,14 +198,15 @@ def plan_corpus(seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_JOBS) -> list[
 # ---------------------------------------------------------------- running the jobs
 
 
-def job_config(plan: JobPlan, job_dir: Path, steps: int, profiler: bool = True):  # noqa: ANN201 - a JobConfig
+def job_config(plan: JobPlan, job_dir: Path, steps: int, profiler: str = "ops"):  # noqa: ANN201 - a JobConfig
     from laggard.demo.launch import JobConfig
     from laggard.groundtruth.inject import parse_injections
 
     return JobConfig(dp=plan.dp, pp=plan.pp, steps=steps, microbatches=MICROBATCHES, batch_size=4, seq_len=128,
                      d_model=128, num_heads=4, num_layers=2 * plan.pp if plan.pp > 1 else 2, seed=plan.job_seed,
                      injections=parse_injections([c["spec"] for c in plan.causes]), freeze_gc=True,
-                     trace_dir=str(job_dir / "trace"), profiler_dir=str(job_dir / "profiler") if profiler else None)
+                     trace_dir=str(job_dir / "trace"), profiler_dir=str(job_dir / "profiler") if profiler else None,
+                     profiler_gc=profiler == "gc")
 
 
 def measured_factors(causes: list[dict], traced: list[int], step_ms: np.ndarray) -> float:
@@ -238,7 +239,7 @@ def truth_of(plan: JobPlan, cfg, res, seed: int) -> dict:  # noqa: ANN001
         "layout": {"name": plan.layout, "dp": plan.dp, "pp": plan.pp, "world_size": plan.dp * plan.pp,
                    "rank": "dp_rank * pp + stage"},
         "model": {k: getattr(cfg, k) for k in ("steps", "warmup_steps", "microbatches", "batch_size", "seq_len",
-                                              "d_model", "num_layers", "num_heads", "freeze_gc")},
+                                              "d_model", "num_layers", "num_heads", "freeze_gc", "profiler_gc")},
         "traced_steps": traced,
         "causes": causes,
         # medians: the last step also writes the profiler's trace
@@ -289,7 +290,7 @@ def gzip_profiler(job_dir: Path) -> None:
 
 
 def run_one(plan: JobPlan, job_dir: Path, steps: int, seed: int, on_step,  # noqa: ANN001
-            profiler: bool = True) -> dict | None:
+            profiler: str = "ops") -> dict | None:
     """Run one job; its truth (written), or None when it failed (failed.json written)."""
     from laggard.demo.launch import run_job
 
@@ -317,10 +318,11 @@ def run_one(plan: JobPlan, job_dir: Path, steps: int, seed: int, on_step,  # noq
 
 def generate(corpus: Path, *, seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_JOBS, steps: int = DEFAULT_STEPS,
              retry_failed: bool = False, quiet: bool = False, only: set[str] | None = None, parallel: int = 1,
-             profiler: bool = True) -> dict:
+             profiler: str = "ops") -> dict:
     """Run every job of the draw that CORPUS does not hold yet; {'done', 'skipped', 'failed'} job ids.
     ``only``: these job ids of the draw alone; ``parallel`` > 1: that many jobs at once (a machine with a
-    core per rank of each: on 2 cores jobs at once would load each other)."""
+    core per rank of each: on 2 cores jobs at once would load each other). ``profiler``: "ops" (torch.profiler
+    beside the Tracer), "gc" (also Python's collections: the stacks and record_python_gc_info) or "" (none)."""
     before = set(sys.modules)  # (a caller may have loaded the analysis itself: make bench)
     _check_plan(corpus, seed, num_jobs, steps)
     plans = [p for p in plan_corpus(seed, num_jobs) if only is None or p.job_id in only]
@@ -337,7 +339,7 @@ def _todo(job_dir: Path, retry_failed: bool) -> bool:
 
 
 def _generate_parallel(corpus: Path, plans: list[JobPlan], steps: int, seed: int, retry_failed: bool,
-                       parallel: int, profiler: bool) -> dict:
+                       parallel: int, profiler: str) -> dict:
     out: dict[str, list[str]] = {"done": [], "skipped": [], "failed": []}
     todo = [p for p in plans if _todo(corpus / p.job_id, retry_failed)]
     out["skipped"] = [p.job_id for p in plans if p not in todo]
@@ -349,7 +351,7 @@ def _generate_parallel(corpus: Path, plans: list[JobPlan], steps: int, seed: int
 
 
 def _generate_serial(corpus: Path, plans: list[JobPlan], steps: int, seed: int, retry_failed: bool, quiet: bool,
-                     profiler: bool) -> dict:
+                     profiler: str) -> dict:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -465,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--only", default="", help="comma-separated job ids of the draw to run (default: all)")
     gen.add_argument("--parallel", type=int, default=1, help="jobs at once (a core per rank of each)")
     gen.add_argument("--no-profiler", action="store_true", help="the Tracer's trace only (no torch.profiler)")
+    gen.add_argument("--profiler-gc", action="store_true",
+                     help="torch.profiler records Python's garbage collections too (with the Python stacks)")
     sc = sub.choices["score"]
     sc.add_argument("--cached", action="store_true", help="reuse the analyses in CORPUS/job*/analysis/")
     sc.add_argument("--procs", type=int, default=1, help="analyses run at once")
@@ -479,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.mode == "generate":
         out = generate(a.corpus, seed=a.seed, num_jobs=a.jobs, steps=a.steps, retry_failed=a.retry_failed,
                        only=set(a.only.split(",")) if a.only else None, parallel=a.parallel,
-                       profiler=not a.no_profiler)
+                       profiler="" if a.no_profiler else "gc" if a.profiler_gc else "ops")
         print(f"ran {len(out['done'])}, skipped {len(out['skipped'])} (already there), failed {len(out['failed'])}"
               + (f": {', '.join(out['failed'])} (see their failed.json)" if out["failed"] else ""))
         return 0

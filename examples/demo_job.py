@@ -319,8 +319,12 @@ def _profiler(cfg, rank: int):
     # a schedule makes the profiler annotate each step (ProfilerStep#N); no warm-up of its own:
     # the job's warm-up steps ran before it started
     schedule = torch.profiler.schedule(wait=0, warmup=0, active=cfg.steps, repeat=1)
+    gc_info = {}
+    if cfg.profiler_gc:  # each collection as a "Python GC" event (needs the stacks)
+        gc_info = {"with_stack": True,
+                   "experimental_config": torch.profiler._ExperimentalConfig(record_python_gc_info=True)}
     return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
-                                  schedule=schedule, on_trace_ready=save)
+                                  schedule=schedule, on_trace_ready=save, **gc_info)
 
 
 def _mitigation_meta(cfg) -> dict:
@@ -466,12 +470,14 @@ if __name__ == "__main__":
                     help="transformer blocks (default: 4, or the next multiple of --pp, so stages split evenly)")
     ap.add_argument("--profiler", default=None, metavar="DIR",
                     help="also run the traced steps under torch.profiler, writing DIR/rank{R}.json")
+    ap.add_argument("--profiler-gc", action="store_true",
+                    help="with --profiler: record Python's garbage collections too (and so the Python stacks)")
     a = ap.parse_args()
     gc_plan = None if a.planned_gc is None else a.planned_gc if a.planned_gc == "adaptive" else int(a.planned_gc)
     split = None if a.layers_per_stage is None else [int(x) for x in a.layers_per_stage.split(",")]
     res = run_job(JobConfig(dp=a.dp, pp=a.pp, steps=a.steps, injections=parse_injections(a.inject), trace_dir=a.out,
                             planned_gc=gc_plan, balance_sequences=a.balance_sequences, layers_per_stage=split,
                             num_layers=sum(split) if split else a.num_layers or -(-4 // a.pp) * a.pp,
-                            profiler_dir=a.profiler),
+                            profiler_dir=a.profiler, profiler_gc=a.profiler_gc),
                   on_progress=lambda k, n, loss: print(f"step {k}/{n} loss {loss:.3f}" if loss else f"step {k}/{n}"))
     print(f"{'ok' if res.ok else 'failed: ' + str(res.failures)} in {res.wall_s:.1f} s; trace in {a.out}")

@@ -66,13 +66,16 @@ def test_cut_stream_moves_only_large_inner_gaps_before_the_segment() -> None:
     en = st + 10
     sp = np.array([0, 0, 0, 0, 1, 1, 1, 1])
     none = np.zeros(0)
-    part, _ = segments._cut_stream(st, en, sp, none, none, np.zeros(0, np.int64), 0, 0, gpu=False,
-                                   phase=np.ones(8, np.int8))
+    part, _, cut = segments._cut_stream(st, en, sp, none, none, np.zeros(0, np.int64), 0, 0, gpu=False,
+                                        phase=np.ones(8, np.int8))
     _, step, start, dur, *_ = part
     assert step.tolist() == [0, 1]
     # step 0: spans 0..73 with a 31 us gap (units 2 and 3 start 31 us after unit 1 ended): 42 us of
     # compute starting after the gap; step 1 keeps its span (its 1 us gaps are the segment's work)
     assert start.tolist() == [31.0, 1000.0] and dur.tolist() == [42.0, 43.0]
-    part, _ = segments._cut_stream(st, en, sp, none, none, np.zeros(0, np.int64), 0, 0, gpu=True,
-                                   phase=np.ones(8, np.int8))
+    # the gap taken out (21..52 us) now lies before its segment, at its start: 0..31 us
+    assert [c.tolist() for c in cut] == [[0], [21.0], [52.0], [0.0]]
+    part, _, cut = segments._cut_stream(st, en, sp, none, none, np.zeros(0, np.int64), 0, 0, gpu=True,
+                                        phase=np.ones(8, np.int8))
     assert part[3].tolist() == [40.0, 40.0]  # GPU streams: the busy time, as before
+    assert all(len(c) == 0 for c in cut)

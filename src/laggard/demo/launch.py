@@ -52,6 +52,9 @@ class JobConfig:
     monitor_job: str | None = None  # the job id there (default: the job name)
     record_every: int = 1  # trace one step in N (the others run untraced)
     profiler_dir: str | None = None  # also run the traced steps under torch.profiler: rank{R}.json here
+    # ...recording Python's garbage collections too ("Python GC" events: torch >= 2.13's
+    # record_python_gc_info, which needs the Python stacks, so every Python call becomes an event)
+    profiler_gc: bool = False
     timeout_s: float = 120.0  # a collective that waits longer fails (gloo timeout)
     crash_rank: int | None = None  # testing: this rank dies (os._exit) at the end of crash_step
     crash_step: int = 0

@@ -17,7 +17,6 @@ Times stay in the trace's own units here (``ts``/``dur`` in microseconds, floats
 
 from __future__ import annotations
 
-import math
 import re
 import time
 import zlib
@@ -32,6 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 import msgspec
 
 from laggard.errors import LaggardError
+from laggard.io.kineto.args import event_meta
+from laggard.io.kineto.repair import repair_names
 
 if TYPE_CHECKING:
     import numpy as np
@@ -133,7 +134,6 @@ _DEC_ANY = msgspec.json.Decoder()
 
 # names whose events carry the metadata build_rank reads: collectives and the calls launching them
 _META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms|c10d::(send|recv))", re.IGNORECASE)
-_C10D_P2P = re.compile(r"^c10d::(send|recv)")
 _COMPLETE = attrgetter("complete")
 _PH, _TS, _DUR, _CORR = (attrgetter(k) for k in ("ph", "ts", "dur", "args.corr"))
 _CAT, _NAME, _PID, _TID = (attrgetter(k) for k in ("cat", "name", "pid", "tid"))
@@ -181,6 +181,7 @@ class RankEvents:
     corr_col: array  # int64 (``args.correlation``), -1 when absent
     meta: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> collective metadata
     cpu_s: float = 0.0  # CPU time spent decoding
+    repaired_names: int = 0  # event names with unescaped quotes, escaped (laggard.io.kineto.repair)
     _cols: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -228,6 +229,7 @@ class _Columns:
         self.meta: dict[int, dict[str, Any]] = {}
         self.meta_codes: set[int] = set()  # (cat, name) codes whose events carry metadata
         self.num_checked = 0
+        self.repaired_names = 0  # name lines whose quotes were escaped (laggard.io.kineto.repair)
 
     def add(self, events: list[Any]) -> None:
         """Append the complete events of a decoded chunk (C-level passes, no loop per event)."""
@@ -256,7 +258,7 @@ class _Columns:
             self.num_checked = len(whats)
         if self.meta_codes:  # metadata of the few events that need it: a loop over those only
             for i in compress(count(), map(self.meta_codes.__contains__, what_codes)):
-                self.meta[start + i] = _meta(evs[i].args, evs[i].name)
+                self.meta[start + i] = event_meta(evs[i].args, evs[i].name)
 
     def finish(self, path: str, num_bytes: int, header: dict[str, Any]) -> RankEvents:
         whats, wheres = list(self.whats), list(self.wheres)
@@ -282,100 +284,8 @@ class _Columns:
             dur_col=self.dur,
             corr_col=self.corr,
             meta=self.meta,
+            repaired_names=self.repaired_names,
         )
-
-
-_DTYPE_BYTES = {
-    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "double": 8, "float64": 8,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "long int": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
-    "signed char": 1, "unsigned char": 1, "uint8": 1, "byte": 1, "bool": 1, "c10::half": 2, "c10::bfloat16": 2,
-}
-
-
-def dtype_bytes(name: str | None) -> int | None:
-    if not name:
-        return None
-    return _DTYPE_BYTES.get(name.strip().lower().removeprefix("torch."))
-
-
-def _meta(a: _Args, name: str) -> dict[str, Any]:
-    m: dict[str, Any] = {}
-    if _C10D_P2P.match(name):
-        peer = _c10d_peer(a.concrete)
-        if peer is not None:
-            m["c10d_peer"] = peer
-        return m
-    if a.coll is not None:
-        m["coll"] = a.coll
-    if a.pg_name is not None:
-        m["pg_name"] = str(a.pg_name)
-    if a.pg_desc is not None:
-        m["pg_desc"] = a.pg_desc
-    if a.pg_ranks is not None:
-        ranks = a.pg_ranks
-        if isinstance(ranks, str):
-            try:
-                ranks = _DEC_ANY.decode(ranks.encode())
-            except msgspec.DecodeError:
-                ranks = None
-        if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
-            m["pg_ranks"] = ranks
-    if a.group_size is not None:
-        m["group_size"] = a.group_size
-    elem = dtype_bytes(a.dtype)
-    nelems = a.in_nelems if a.in_nelems is not None else a.out_nelems
-    if nelems is not None and a.out_nelems is not None:
-        nelems = max(nelems, a.out_nelems)
-    if nelems is not None and elem is not None:
-        m["size_bytes"] = int(nelems) * elem
-    if a.seq is not None:
-        try:
-            m["seq"] = int(a.seq)
-        except ValueError:
-            pass
-    if a.src is not None:
-        m["src"] = a.src
-    if a.dst is not None:
-        m["dst"] = a.dst
-    if "size_bytes" not in m and len(a.in_dims) and len(a.in_type):
-        size = _shape_bytes(a.in_dims, a.in_type)
-        if size is not None:
-            m["size_bytes"] = size
-    return m
-
-
-def _c10d_peer(raw: msgspec.Raw) -> int | None:
-    """The peer rank (within the call's process group) of a c10d::send / c10d::recv_ call."""
-    if not len(raw):
-        return None
-    try:
-        args = _DEC_ANY.decode(raw)
-    except msgspec.DecodeError:
-        return None
-    if isinstance(args, list) and len(args) >= 3 and isinstance(args[2], str) and args[2].isdigit():
-        return int(args[2])
-    return None
-
-
-def _shape_bytes(dims_raw: msgspec.Raw, type_raw: msgspec.Raw) -> int | None:
-    """Bytes of the first tensor argument (gloo events: ``Input Dims`` [[n, ...]], ``Input type``)."""
-    try:
-        dims = _DEC_ANY.decode(dims_raw)
-        types = _DEC_ANY.decode(type_raw)
-    except msgspec.DecodeError:
-        return None
-    if not dims or not types or not isinstance(dims, list) or not isinstance(types, list):
-        return None
-    shape = dims[0]
-    if isinstance(shape, list) and shape and isinstance(shape[0], list):  # TensorList: first tensor
-        shape = shape[0]
-    elem = dtype_bytes(str(types[0]))
-    if not isinstance(shape, list) or elem is None or not all(isinstance(x, int) for x in shape):
-        return None
-    return math.prod(shape) * elem if shape else elem
-
-
-# ---------------------------------------------------------------- streaming reader
 
 
 class _Reader:
@@ -505,6 +415,8 @@ def _read(path: Path, rd: _Reader) -> RankEvents:
         try:
             events = _decode_events(memoryview(buf)[: end + 1])
         except (msgspec.DecodeError, msgspec.ValidationError):
+            events = _repaired(bytes(buf[: end + 1]), cols)
+        if events is None:
             # the separator matched inside an event (unusual layout): stop chunking
             buf[0], buf[end] = ord(","), ord(",")
             sep = None
@@ -519,13 +431,34 @@ def _read(path: Path, rd: _Reader) -> RankEvents:
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         if isinstance(e, msgspec.DecodeError) and "truncated" in str(e).lower():
             raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None
-        raise _json_error(path, e) from None
+        fixed, n = repair_names(b'{"traceEvents":[' + buf)
+        try:
+            tail = _decode_trace(fixed) if n else None
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            tail = None
+        if tail is None:
+            raise _json_error(path, e) from None
+        cols.repaired_names += n
     cols.add(tail.traceEvents or [])
     for key in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "trace_id", "traceName"):
         v = getattr(tail, key)
         if v is not None and header.get(key) is None:
             header[key] = v
     return cols.finish(str(path), rd.num_bytes, header)
+
+
+def _repaired(chunk: bytes, cols: _Columns) -> list[Any] | None:
+    """A chunk of events that failed to decode, decoded with its names' quotes escaped
+    (``laggard.io.kineto.repair``); None when that is not what was wrong with it."""
+    fixed, n = repair_names(chunk)
+    if not n:
+        return None
+    try:
+        events = _decode_events(fixed)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    cols.repaired_names += n
+    return events
 
 
 def _decode_events(data: bytes | memoryview) -> list[Any]:

@@ -32,6 +32,7 @@ from laggard.io.kineto.comm import (
 )
 from laggard.io.kineto.devices import rank_identity
 from laggard.io.kineto.events import RankEvents
+from laggard.io.kineto.gc import Collections, collections
 from laggard.io.kineto.segments import (
     Segments,
     Streams,
@@ -48,7 +49,8 @@ _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 _CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "overhead"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "cuda_driver"})
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-KIND_LABELS = ("compute", "collective", "p2p_send", "p2p_recv")
+KIND_LABELS = ("compute", "collective", "p2p_send", "p2p_recv", "other")
+KIND_OTHER = 4  # a garbage collection (laggard.io.kineto.gc)
 # a transfer launched this soon after its c10d call ended still counts as launched by it (us)
 _ISSUE_SLACK_US = 50.0
 
@@ -305,6 +307,9 @@ def _issued(ev: RankEvents, co: Collectives, q_ts: np.ndarray, c10d: np.ndarray,
 def build_rank(ev: RankEvents) -> RankOps:
     """See the module docstring."""
     warns: list[str] = []
+    if ev.repaired_names:
+        warns.append(f"{ev.path}: {ev.repaired_names} event name(s) had unescaped quotes (torch.profiler's export of "
+                     "Python frames, with_stack=True): read with them escaped")
     info = ev.header.get("distributedInfo") or {}
     lb = _labels(ev)
     cpu, gpu = lb.cat_cpu[ev.cat], lb.cat_gpu[ev.cat]
@@ -340,7 +345,8 @@ def build_rank(ev: RankEvents) -> RankOps:
     seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase,
                        split_phases=stage or device == "cpu")
     seg_mb = microbatches(seg, merge_runs=not stage) if device == "cpu" else np.full(seg.num, -1)
-    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, warns)
+    gcs = collections(ev, st, seg, lambda t: _in_window(t, es.cpu_windows), device=device)
+    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, gcs, warns)
     ops.identity = rank_identity(ev, gpu)
     return ops
 
@@ -366,9 +372,10 @@ def _unit_phases(ev: RankEvents, lb: _Labels, es: _EventSteps, unit: np.ndarray,
 
 
 def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list[dict[str, Any]], co: Collectives,
-              c_step: np.ndarray, st: Streams, seg: Segments, seg_mb: np.ndarray, warns: list[str]) -> RankOps:
-    """The rank's ops: segments first, then collectives, with explicit dependency lists; ``seg_mb``:
-    each segment's microbatch (-1: none)."""
+              c_step: np.ndarray, st: Streams, seg: Segments, seg_mb: np.ndarray, gcs: Collections,
+              warns: list[str]) -> RankOps:
+    """The rank's ops: segments first, then collectives, then garbage collections (``gc``, kind
+    ``other``), with explicit dependency lists; ``seg_mb``: each segment's microbatch (-1: none)."""
     ts, dur = ev.ts_us, ev.dur_us
     base_ns = ev.header.get("baseTimeNanoseconds")
     base = int(base_ns) if isinstance(base_ns, int) else 0
@@ -377,23 +384,25 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
     def ns(t_us: np.ndarray) -> np.ndarray:
         return np.round((t_us - t0) * 1000.0).astype(np.int64) + (base + int(round(t0 * 1000.0)))
 
-    num_seg, coll = seg.num, co.idx
-    n_ops = num_seg + len(coll)
+    num_seg, coll, n_gc = seg.num, co.idx, gcs.num
+    n_ops = num_seg + len(coll) + n_gc
+    none = np.full(n_gc, -1)
     c_keys, c_sid = np.unique(st.c_key, return_inverse=True)
     labels = [stream_label(ev, int(k), device) for k in st.keys] + [stream_label(ev, int(k), device) for k in c_keys]
-    stream_codes = np.concatenate([seg.sid, len(st.keys) + c_sid]).astype(np.int32)
-    op_names = (seg.names(st.lane) if num_seg else []) + co.name
+    stream_codes = np.concatenate([seg.sid, len(st.keys) + c_sid, gcs.sid]).astype(np.int32)
+    op_names = (seg.names(st.lane) if num_seg else []) + co.name + ["gc"] * n_gc
     name_labels, name_codes = np.unique(np.array(op_names, dtype=object).astype(str), return_inverse=True) if n_ops else (np.array([]), np.zeros(0, np.int64))
     grp_labels = sorted({g for g in co.group if g})
     gl = {g: i for i, g in enumerate(grp_labels)}
-    group_codes = np.concatenate([np.full(num_seg, -1), np.array([gl.get(g, -1) for g in co.group], dtype=np.int64)]).astype(np.int32)
+    group_codes = np.concatenate([np.full(num_seg, -1), np.array([gl.get(g, -1) for g in co.group], dtype=np.int64),
+                                  none]).astype(np.int32)
     issue = ts[coll] if co.issue_us is None else co.issue_us
     # a CPU rank's transfer is its whole c10d call (see _issued); a kernel starts when the GPU runs it
     c_start = issue if device == "cpu" else ts[coll]
-    start_ns = np.concatenate([ns(seg.start_us), ns(c_start)]) if n_ops else np.zeros(0, np.int64)
-    dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start)]) * 1000.0).astype(np.int64)
-    steps_all = np.concatenate([seg.step, c_step]).astype(np.int64)
-    kind = np.concatenate([np.zeros(num_seg, np.int8), co.kind])
+    start_ns = np.concatenate([ns(seg.start_us), ns(c_start), ns(gcs.start_us)]) if n_ops else np.zeros(0, np.int64)
+    dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start), gcs.dur_us]) * 1000.0).astype(np.int64)
+    steps_all = np.concatenate([seg.step, c_step, gcs.step]).astype(np.int64)
+    kind = np.concatenate([np.zeros(num_seg, np.int8), co.kind, np.full(n_gc, KIND_OTHER, np.int8)])
     dep_ptr, dep_idx = _dependencies(seg, num_seg, n_ops, steps_all, stream_codes, start_ns)
     ws = info.get("world_size") if isinstance(info.get("world_size"), int) else None
     return RankOps(
@@ -415,17 +424,17 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
         kind=kind,
         start_ns=start_ns.astype(np.int64),
         dur_ns=dur_ns,
-        issue_ns=np.concatenate([ns(seg.start_us), ns(issue)]).astype(np.int64),
+        issue_ns=np.concatenate([ns(seg.start_us), ns(issue), ns(gcs.start_us)]).astype(np.int64),
         group=group_codes,
         groups=grp_labels,
-        meta_seq=np.concatenate([np.full(num_seg, -1), co.seq]).astype(np.int64),
-        size_bytes=np.concatenate([np.full(num_seg, -1), co.size_bytes]).astype(np.int64),
-        peer=np.concatenate([np.full(num_seg, -1), co.peer]).astype(np.int32),
+        meta_seq=np.concatenate([np.full(num_seg, -1), co.seq, none]).astype(np.int64),
+        size_bytes=np.concatenate([np.full(num_seg, -1), co.size_bytes, none]).astype(np.int64),
+        peer=np.concatenate([np.full(num_seg, -1), co.peer, none]).astype(np.int32),
         dep_ptr=dep_ptr,
         dep_idx=dep_idx,
         has_deps=np.ones(n_ops, bool),
-        phase=np.concatenate([seg.phase, np.zeros(len(coll), np.int8)]).astype(np.int8),
-        microbatch=np.concatenate([seg_mb, np.full(len(coll), -1)]).astype(np.int32),
+        phase=np.concatenate([seg.phase, np.zeros(len(coll) + n_gc, np.int8)]).astype(np.int8),
+        microbatch=np.concatenate([seg_mb, np.full(len(coll) + n_gc, -1)]).astype(np.int32),
         group_info=co.group_info,
         coll_source=co.source,
         warnings=warns,

@@ -108,6 +108,14 @@ class Segments:
     launch_src: np.ndarray
     wait_dst: np.ndarray  # segment index <- collective index (the segment waited for it)
     wait_src: np.ndarray
+    # CPU streams: each segment's first unit's start (start_us is after the host time taken out of it)
+    first_us: np.ndarray
+    # ... and each idle gap taken out as host time: its stream, where it was, and where it went
+    # (``cut_at_us``: its place in the host time now before its segment, gaps in their order)
+    cut_sid: np.ndarray
+    cut_from_us: np.ndarray
+    cut_to_us: np.ndarray
+    cut_at_us: np.ndarray
 
     @property
     def num(self) -> int:
@@ -174,33 +182,38 @@ def cut_segments(ev: RankEvents, st: Streams, u_step: np.ndarray, coll: np.ndarr
     c_start, c_end = ts[coll], ts[coll] + dur[coll]
     parts: list[tuple[np.ndarray, ...]] = []
     links: list[tuple[np.ndarray, ...]] = []
+    cuts: list[tuple[np.ndarray, ...]] = []
     num_seg = 0
     for s in range(len(st.keys)):
         us = np.flatnonzero(st.sid == s)
         us = us[np.lexsort((u_start[us], u_step[us]))]
         if not len(us):
             continue
-        part, link = _cut_stream(u_start[us], u_end[us], u_step[us], c_start, c_end, c_step, s, num_seg,
-                                 gpu=device == "gpu", phase=u_phase[us], split_phases=split_phases)
+        part, link, cut = _cut_stream(u_start[us], u_end[us], u_step[us], c_start, c_end, c_step, s, num_seg,
+                                      gpu=device == "gpu", phase=u_phase[us], split_phases=split_phases)
         parts.append(part)
         links.append(link)
+        cuts.append(cut)
         num_seg += len(part[0])
     if parts:
-        sid, step, start, d, launched, finished, phase = (np.concatenate(x) for x in zip(*parts, strict=True))
+        sid, step, start, d, launched, finished, phase, first = (np.concatenate(x) for x in zip(*parts, strict=True))
         ld, ls, wd, ws = (np.concatenate(x) for x in zip(*links, strict=True))
+        c_sid, c_from, c_to, c_at = (np.concatenate(x) for x in zip(*cuts, strict=True))
     else:
-        sid = step = launched = finished = phase = np.zeros(0, np.int64)
-        start = d = np.zeros(0)
+        sid = step = launched = finished = phase = c_sid = np.zeros(0, np.int64)
+        start = d = first = c_from = c_to = c_at = np.zeros(0)
         ld = ls = wd = ws = np.zeros(0, np.int64)
     return Segments(sid=sid, step=step, start_us=start, dur_us=d, launched=launched, finished=finished,
                     phase=phase.astype(np.int8),
-                    launch_dst=ld, launch_src=ls, wait_dst=wd, wait_src=ws)
+                    launch_dst=ld, launch_src=ls, wait_dst=wd, wait_src=ws, first_us=first,
+                    cut_sid=c_sid.astype(np.int64), cut_from_us=c_from, cut_to_us=c_to, cut_at_us=c_at)
 
 
 def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndarray, c_end: np.ndarray,
                 c_step: np.ndarray, s: int, num_seg: int, *, gpu: bool, phase: np.ndarray,
-                split_phases: bool = False) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-    """One stream's units (sorted by step, start) -> its segments and links (global segment ids)."""
+                split_phases: bool = False) -> tuple[tuple[np.ndarray, ...], ...]:
+    """One stream's units (sorted by step, start) -> its segments, links (global segment ids) and the
+    idle gaps taken out of its segments as host time (``Segments.cut_*``)."""
     n = len(st)
     tol_us = _WAIT_TOL_NS / 1000.0
     cum_end = np.maximum.accumulate(en)
@@ -237,20 +250,28 @@ def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndar
     f_lo = np.searchsorted(sp, sp[first], side="left")
     launched = _rank_count(p_l, first, f_lo)
     finished = _rank_count(p_w, first, f_lo)
-    fs = st[first]
+    fs = first_us = st[first]
     unit_busy = en - st
     seg_busy = np.add.reduceat(unit_busy, first)
     seg_span = np.maximum.reduceat(en, first) - fs
+    cu = np.zeros(0, np.int64)
+    gaps = at = np.zeros(0)
     if not gpu:  # host time inside a CPU segment: before it (see the module docstring)
-        lost = np.add.reduceat(_host_gaps(st, cum_end, sp, new, seg, first, unit_busy, seg_busy), first)
+        gaps = _host_gaps(st, cum_end, sp, new, seg, first, unit_busy, seg_busy)
+        lost = np.add.reduceat(gaps, first)
+        cu = np.flatnonzero(gaps > 0)
+        done = np.cumsum(gaps) - gaps  # the host time taken out before each unit, the stream over
+        at = fs[seg[cu]] + done[cu] - done[first][seg[cu]]
         fs, seg_span = fs + lost, seg_span - lost
     # the phase holding most of the segment's busy time
     busy = np.stack([np.add.reduceat(unit_busy * (phase == k), first) for k in range(len(PHASES))], axis=1)
     seg_phase = np.argmax(busy, axis=1)
     if split_phases:
         seg_phase = _glue(_tail(seg_phase, sp[first], fs), seg_busy, np.diff(np.r_[first, n]))
-    part = (np.full(len(first), s), sp[first], fs, seg_busy if gpu else seg_span, launched, finished, seg_phase)
-    return part, link
+    part = (np.full(len(first), s), sp[first], fs, seg_busy if gpu else seg_span, launched, finished, seg_phase,
+            first_us)
+    cut = (np.full(len(cu), s), st[cu] - gaps[cu], st[cu], at)
+    return part, link, cut
 
 
 def microbatches(seg: Segments, *, merge_runs: bool = False) -> np.ndarray:

@@ -19,6 +19,7 @@ from collections import Counter
 
 import numpy as np
 
+from laggard.io.kineto.comm import KIND_COLL, KIND_RECV, KIND_SEND
 from laggard.io.kineto.rank import RankOps
 
 # a difference is trusted when at least this share of the matched collectives / steps agree on it
@@ -90,7 +91,7 @@ def _by_time(ref: RankOps, other: RankOps) -> int | None:
     step of ``ref``'s collective ending nearest to it; the common difference. (Step windows would
     mislead: a straggler's window of step s reaches into the others' step s + 1.)"""
     def ends(r: RankOps) -> tuple[np.ndarray, np.ndarray]:
-        rows = np.flatnonzero(r.kind != 0)
+        rows = np.flatnonzero(np.isin(r.kind, (KIND_COLL, KIND_SEND, KIND_RECV)))  # the collectives
         e = r.start_ns[rows] + r.dur_ns[rows]
         o = np.argsort(e, kind="stable")
         return e[o], r.step[rows][o]
