@@ -362,3 +362,19 @@ def test_a_link_hidden_behind_gc_is_named_once_gc_is_fixed() -> None:
     assert d.findings[0].once_fixed is None and not d.findings[0].hidden
     d, _ = _diagnose("c16v4_job047", DiagnoseConfig(hidden_passes=0))
     assert "comm" not in {f.cause for f in d.findings}, [(f.cause, f.share) for f in d.findings]
+
+
+def test_two_pipeline_stages_that_hide_each_other_are_judged_together() -> None:
+    """The draw's job048 run with a core per rank and 32 traced steps (c16s32_job048: dp 1 x pp 4, stage
+    0's compute x1.424 and rank 3 computing 1.238x): S = 1.03 keeps a pure pipeline's total work, and
+    each fix alone gains under the healthy threshold (1.046x and 1.049x) because the other stage then
+    sets the pace; together they gain 1.10x. Both are named, the note says why."""
+    d, truth = _diagnose("c16s32_job048")
+    assert sorted(c["spec"] for c in truth["causes"]) == ["heavy-stage:stage=0,factor=1.424",
+                                                          "slow-worker:rank=3,factor=1.238"]
+    assert d.verdict == "straggling" and "together" in d.note, (d.verdict, d.note)
+    stages = sorted(s for f in d.findings if f.cause == "stage-imbalance" for s in f.stages)
+    assert stages == [0, 3] and _named(d) == {0, 3}, [(f.cause, f.stages, f.share) for f in d.findings]
+    assert all(f.gain < 1.05 for f in d.findings)  # none alone
+    d, _ = _diagnose("c16s32_job048", DiagnoseConfig(threshold=1.15))  # together 1.10x: under this one
+    assert d.verdict == "healthy", (d.verdict, d.note)
