@@ -424,14 +424,25 @@ def _read(path: Path, rd: _Reader) -> RankEvents:
         cols.add(events)
         del events
         del buf[:end]  # keep the ',' as the next chunk's opening
-    buf = bytes(buf[1:])
     # 3. the last events and the keys after the array
+    tail = _decode_tail(path, b'{"traceEvents":[' + bytes(buf[1:]), cols)
+    cols.add(tail.traceEvents or [])
+    for key in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "trace_id", "traceName"):
+        v = getattr(tail, key)
+        if v is not None and header.get(key) is None:
+            header[key] = v
+    return cols.finish(str(path), rd.num_bytes, header)
+
+
+def _decode_tail(path: Path, data: bytes, cols: _Columns) -> _Header:
+    """The trace's last events and the keys after them, name lines repaired where that is what
+    was wrong (``laggard.io.kineto.repair``)."""
     try:
-        tail = _decode_trace(b'{"traceEvents":[' + buf)
+        return _decode_trace(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         if isinstance(e, msgspec.DecodeError) and "truncated" in str(e).lower():
             raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None
-        fixed, n = repair_names(b'{"traceEvents":[' + buf)
+        fixed, n = repair_names(data)
         try:
             tail = _decode_trace(fixed) if n else None
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -439,12 +450,7 @@ def _read(path: Path, rd: _Reader) -> RankEvents:
         if tail is None:
             raise _json_error(path, e) from None
         cols.repaired_names += n
-    cols.add(tail.traceEvents or [])
-    for key in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "trace_id", "traceName"):
-        v = getattr(tail, key)
-        if v is not None and header.get(key) is None:
-            header[key] = v
-    return cols.finish(str(path), rd.num_bytes, header)
+        return tail
 
 
 def _repaired(chunk: bytes, cols: _Columns) -> list[Any] | None:
