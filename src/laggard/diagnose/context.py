@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from laggard.engine.spikes import group_mean, group_median, sort_by_group  # noqa: F401  (group_median: re-exported for the detectors)
-from laggard.optable.ops import unique_inverse
+from laggard.optable.ops import is_gc_name, unique_inverse
 
 if TYPE_CHECKING:
     from laggard.engine.baseline import Baseline
@@ -31,7 +31,10 @@ class Ctx:
         kinds = np.array(base.kinds, dtype=object)
         self.kind = kinds[base.kind_code] if len(kinds) else np.zeros(0, dtype=object)
         is_compute = self.kind_is("compute")
-        self.compute = self.kind_is("compute", "other")
+        # compute: a rank's own work, garbage collections left out (a rank that collects more is not
+        # a slow worker or a heavy stage; the gc detector judges the collections)
+        gc_names = np.array([is_gc_name(n) for n in base.names] + [False], dtype=bool)
+        self.compute = self.kind_is("compute", "other") & ~gc_names[self.name]
         low = [n.lower() for n in base.names]
         fwd_names = np.array(["forward" in n for n in low] + [False], dtype=bool)
         bwd_names = np.array(["backward" in n for n in low] + [False], dtype=bool)
