@@ -33,8 +33,8 @@ class Ctx:
         is_compute = self.kind_is("compute")
         # compute: a rank's own work, garbage collections left out (a rank that collects more is not
         # a slow worker or a heavy stage; the gc detector judges the collections)
-        gc_names = np.array([is_gc_name(n) for n in base.names] + [False], dtype=bool)
-        self.compute = self.kind_is("compute", "other") & ~gc_names[self.name]
+        self.gc = np.array([is_gc_name(n) for n in base.names] + [False], dtype=bool)[self.name]
+        self.compute = self.kind_is("compute", "other") & ~self.gc
         low = [n.lower() for n in base.names]
         fwd_names = np.array(["forward" in n for n in low] + [False], dtype=bool)
         bwd_names = np.array(["backward" in n for n in low] + [False], dtype=bool)

@@ -12,7 +12,7 @@ from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.engine.spikes import SpikeConfig, spikes
-from laggard.optable.ops import HOST_GAP_CUT_KEY, is_gc_name
+from laggard.optable.ops import HOST_GAP_CUT_KEY
 from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
 
@@ -27,7 +27,7 @@ def robust_outliers(ctx: Ctx, mask: np.ndarray, cfg: DiagnoseConfig) -> tuple[np
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     fwd_out, fmed = robust_outliers(ctx, ctx.fwd, cfg)
     bwd_out, _ = robust_outliers(ctx, ctx.bwd, cfg)
-    gc_ops = np.array([is_gc_name(n) for n in ctx.names] + [False])[ctx.name]
+    gc_ops = ctx.gc
     gc_time = float(ctx.w[gc_ops].sum()) / max(len(ctx.base.graph.steps), 1)
     traced = gc_time >= cfg.gc_traced_share * ctx.T
     if records_collections(ctx):  # a stall no collection ran in is not GC

@@ -104,7 +104,4 @@ def _shape_bytes(dims_raw: msgspec.Raw, type_raw: msgspec.Raw) -> int | None:
     return math.prod(shape) * elem if shape else elem
 
 
-# ---------------------------------------------------------------- streaming reader
-
-
 __all__ = ["dtype_bytes", "event_meta"]

@@ -288,6 +288,9 @@ class _Columns:
         )
 
 
+# ---------------------------------------------------------------- streaming reader
+
+
 class _Reader:
     """Decompressed bytes of a file, block by block; one-line errors for corrupt input."""
 
@@ -415,7 +418,7 @@ def _read(path: Path, rd: _Reader) -> RankEvents:
         try:
             events = _decode_events(memoryview(buf)[: end + 1])
         except (msgspec.DecodeError, msgspec.ValidationError):
-            events = _repaired(bytes(buf[: end + 1]), cols)
+            events = _repaired(bytes(buf[: end + 1]), _decode_events, cols)
         if events is None:
             # the separator matched inside an event (unusual layout): stop chunking
             buf[0], buf[end] = ord(","), ord(",")
@@ -442,29 +445,24 @@ def _decode_tail(path: Path, data: bytes, cols: _Columns) -> _Header:
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         if isinstance(e, msgspec.DecodeError) and "truncated" in str(e).lower():
             raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None
-        fixed, n = repair_names(data)
-        try:
-            tail = _decode_trace(fixed) if n else None
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            tail = None
+        tail = _repaired(data, _decode_trace, cols)
         if tail is None:
             raise _json_error(path, e) from None
-        cols.repaired_names += n
         return tail
 
 
-def _repaired(chunk: bytes, cols: _Columns) -> list[Any] | None:
-    """A chunk of events that failed to decode, decoded with its names' quotes escaped
+def _repaired(data: bytes, decode: Any, cols: _Columns) -> Any:
+    """``decode(data)`` for data that failed to decode, with its names' quotes escaped
     (``laggard.io.kineto.repair``); None when that is not what was wrong with it."""
-    fixed, n = repair_names(chunk)
+    fixed, n = repair_names(data)
     if not n:
         return None
     try:
-        events = _decode_events(fixed)
+        out = decode(fixed)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     cols.repaired_names += n
-    return events
+    return out
 
 
 def _decode_events(data: bytes | memoryview) -> list[Any]:

@@ -36,16 +36,15 @@ class Collections:
     step: np.ndarray
     start_us: np.ndarray
     dur_us: np.ndarray
-    num_events: int = 0  # the trace's ``Python GC`` events in step windows on a compute stream
 
     @property
     def num(self) -> int:
         return len(self.sid)
 
 
-def _none(num_events: int = 0) -> Collections:
+def _none() -> Collections:
     z = np.zeros(0, np.int64)
-    return Collections(sid=z, step=z, start_us=np.zeros(0), dur_us=np.zeros(0), num_events=num_events)
+    return Collections(sid=z, step=z, start_us=np.zeros(0), dur_us=np.zeros(0))
 
 
 def collections(ev: RankEvents, st: Streams, seg: Segments, step_of: Callable[[np.ndarray], np.ndarray], *,
@@ -76,7 +75,7 @@ def collections(ev: RankEvents, st: Streams, seg: Segments, step_of: Callable[[n
         inside[inside] = g0[q][inside] < seg.start_us[held[inside]] + seg.dur_us[held[inside]]
         keep[q[inside & ~moved]] = False  # in a segment's compute: its time is the segment's
     return Collections(sid=s[keep].astype(np.int64), step=step[keep].astype(np.int64), start_us=start[keep],
-                       dur_us=(g1 - g0)[keep], num_events=len(idx))
+                       dur_us=(g1 - g0)[keep])
 
 
 def _latest_before(starts: np.ndarray, mask: np.ndarray, t: np.ndarray) -> np.ndarray:
