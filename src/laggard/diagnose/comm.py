@@ -55,7 +55,9 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     judged = link_consistency(ctx, cfg, rows, inv, uniq, slow)
     slow &= np.isin(np.arange(len(uniq)), [i for i, c in judged.items() if noise.stands_out(c)])
     if not slow.any() or slow.mean() > cfg.comm_everywhere:
-        return _everywhere(ctx, rows, inv, uniq, tail, tmed, is_p2p[tail[inv]].all(), key_p2p)
+        # ... and slow only in their tail, it must gain what one such link must (``comm_tail_min_gain``)
+        floor = cfg.comm_tail_min_gain if not med_slow[tail].any() else None
+        return _everywhere(ctx, rows, inv, uniq, tail, tmed, is_p2p[tail[inv]].all(), key_p2p, floor)
     bad = slow[inv]  # of ``rows``
     bad_rows = rows[bad]
     # a slow link's transfers are set to the other links' of their stage, not to a mean over every link
@@ -176,9 +178,9 @@ def _link_fixes(ctx: Ctx, uniq: np.ndarray, chosen: np.ndarray, key_p2p: np.ndar
 
 
 def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, tail: np.ndarray,
-                tmed: np.ndarray, all_p2p: bool, key_p2p: np.ndarray) -> list[Candidate]:
+                tmed: np.ndarray, all_p2p: bool, key_p2p: np.ndarray, min_gain: float | None) -> list[Candidate]:
     """Transfers with the same slow tail on several links and ranks alike: not one link's fault
-    (``all_p2p``: every one of them a point-to-point transfer)."""
+    (``all_p2p``: every one of them a point-to-point transfer); ``min_gain``: its own speed-up floor."""
     bad_rows = rows[tail[inv]]
     ranks = np.unique(ctx.rank[bad_rows])
     links = np.unique((uniq // (len(ctx.names) + 1))[tail])
@@ -202,4 +204,4 @@ def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, t
         fix="not one bad link: ranks wait for peers that run late. Look for CPU contention on the hosts (more busy "
         "processes or threads than cores, data-loader workers, noisy neighbours) or fabric-wide congestion",
     )
-    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes), min_gain=min_gain)]

@@ -18,6 +18,7 @@ from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, peer_median, to_peers, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.engine.gaps import HOST_KIND
+from laggard.optable.ops import HOST_GAP_CUT_KEY
 from laggard.results.diagnosis import Consistency, Finding
 from laggard.whatif.custom import Change
 
@@ -35,10 +36,18 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     # the median of both (43 ms) read as an overhead every rank pays (real profiler traces)
     idle = (gaps.idle_s / max(gaps.num_steps, 1))[~np.isin(gaps.ranks, hot)]
     idle_med = float(np.median(idle)) if len(idle) else 0.0
-    everywhere = idle_med >= cfg.launch_idle_share * ctx.T_ideal
+    everywhere = idle_med >= _idle_floor(ctx, cfg) * ctx.T_ideal
     if fidelity >= cfg.healthy_threshold or everywhere:
         out.append(_unmodelled(ctx, cfg, fidelity, idle_med if everywhere else 0.0, hot))
     return out
+
+
+def _idle_floor(ctx: Ctx, cfg: DiagnoseConfig) -> float:
+    """The median rank's untraced host time, as a share of the ideal step, that is a launch overhead:
+    higher where the compute ops are CPU-side passes cut from a profiler trace, whose Python glue
+    between passes every rank has (``DiagnoseConfig.launch_idle_share_host``)."""
+    host_passes = HOST_GAP_CUT_KEY in ctx.base.job.meta.extra
+    return cfg.launch_idle_share_host if host_passes else cfg.launch_idle_share
 
 
 def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candidate]:
