@@ -426,3 +426,16 @@ def test_the_low_confidence_finding_names_no_rank_whose_fix_gains_nothing() -> N
     assert f.cause == "unexplained" and not f.workers and not f.stages and "op type" in f.evidence, d.findings
     d, _ = _diagnose("c64v3_job058p", DiagnoseConfig(min_gain=1.0))
     assert _named(d) == {0}, d.findings
+
+
+def test_slow_links_that_reach_every_rank_name_none() -> None:
+    """A dp 1 x pp 4 job on 2 cores with a 1.23x heavy stage 2 (c27_job055p, the held-out seed-2027
+    draw's job055, its profiler trace as an op table): its neighbours' receives and the world
+    all-reduce waiting on it made five transfer keys stand out, and the comm finding named all four
+    ranks, three of them healthy. Slow keys that reach every rank are no one link's or host's fault:
+    the finding is job-wide and names none (it named [0, 1, 2, 3] before: watched at eda0a02)."""
+    d, truth = _diagnose("c27_job055p")
+    assert [c["spec"] for c in truth["causes"]] == ["heavy-stage:stage=2,factor=1.232"]
+    comm = [f for f in d.findings if f.cause == "comm"]
+    assert comm and not comm[0].workers and "reach all 4 ranks" in comm[0].evidence, d.findings
+    assert not _named(d), d.findings

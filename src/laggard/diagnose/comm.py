@@ -4,6 +4,8 @@ fabric), which is reported as such and blamed on no one link."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from laggard.diagnose import noise
@@ -14,12 +16,30 @@ from laggard.results.diagnosis import Consistency, Finding
 from laggard.whatif.custom import Change
 
 
-def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
-    comm = ctx.synced & ~ctx.compute
-    if comm.sum() < cfg.comm_min_ops:
-        return []
-    # a link: (rank, peer) for p2p, (rank, op type) for collectives; every per-op array below is of
-    # the communication ops only (``rows``), not of all ops (7.7M at 4,096 workers)
+@dataclass(slots=True)
+class _Keys:
+    """The communication ops (``rows``, indices into the job's ops) by key: a link (rank, peer) for
+    point-to-point, (rank, op type) for collectives, and per key what the detector weighs."""
+
+    rows: np.ndarray
+    src: np.ndarray  # per row: the sending rank (a collective's: its rank)
+    dst: np.ndarray  # per row: the receiving rank (a collective's: -1)
+    is_p2p: np.ndarray  # per row
+    tmed: np.ndarray  # per op of the job: its op type's median over the communication ops
+    uniq: np.ndarray  # the keys (link * (op types + 1) + op type)
+    inv: np.ndarray  # per row: its key's index
+    first: np.ndarray  # per key: its first row
+    excess: np.ndarray  # per key: seconds over the op type's median, summed
+    med: np.ndarray  # per key: its median transfer
+    mx: np.ndarray  # per key: its longest transfer
+    base_med: np.ndarray  # per key: the same op type's median on the other links (``_elsewhere``)
+    nn: int  # op types + 1: a key's multiplier of its link
+
+
+def _keys(ctx: Ctx, comm: np.ndarray) -> _Keys:
+    """The ``comm`` ops by key, with each key's statistics."""
+    # every per-op array here is of the communication ops only (``rows``), not of all ops (7.7M at
+    # 4,096 workers)
     rows = np.flatnonzero(comm)
     is_p2p = ctx.kind_is("p2p_send", "p2p_recv")[rows]
     recv = ctx.kind_is("p2p_recv")[rows]
@@ -37,63 +57,84 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     uniq, inv = np.unique(key, return_inverse=True)
     del key
     excess = np.bincount(inv, weights=np.maximum(w - tmed[rows], 0.0), minlength=len(uniq))
-    mx_link = np.zeros(len(uniq))
-    np.maximum.at(mx_link, inv, w)
-    med_link = group_median(w, inv, len(uniq))
+    mx = np.zeros(len(uniq))
+    np.maximum.at(mx, inv, w)
+    med = group_median(w, inv, len(uniq))
     type_of = uniq % nn
     first = np.full(len(uniq), len(rows), dtype=np.int64)  # each key's first op (no second sort)
     np.minimum.at(first, inv, np.arange(len(rows)))
-    key_p2p = is_p2p[first]
-    base_med = _elsewhere(med_link, type_of, np.array([med_by_type[int(k)] for k in type_of]), key_p2p)
-    med_slow = med_link > cfg.comm_median_x * base_med  # slow in its median, not only in its tail
-    tail = (med_slow | (mx_link > cfg.comm_max_x * base_med)) & (excess > 0)
-    tail &= excess >= cfg.comm_excess_of_top * excess.max()
+    base_med = _elsewhere(med, type_of, np.array([med_by_type[int(k)] for k in type_of]), is_p2p[first])
+    return _Keys(rows=rows, src=src, dst=dst, is_p2p=is_p2p, tmed=tmed, uniq=uniq, inv=inv, first=first,
+                 excess=excess, med=med, mx=mx, base_med=base_med, nn=nn)
+
+
+def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
+    comm = ctx.synced & ~ctx.compute
+    if comm.sum() < cfg.comm_min_ops:
+        return []
+    k = _keys(ctx, comm)
+    key_p2p = k.is_p2p[k.first]
+    med_slow = k.med > cfg.comm_median_x * k.base_med  # slow in its median, not only in its tail
+    tail = (med_slow | (k.mx > cfg.comm_max_x * k.base_med)) & (k.excess > 0)
+    tail &= k.excess >= cfg.comm_excess_of_top * k.excess.max()
     # a bad link stands out from the other links of its op type; when they all have the same slow
     # tail (hosts short of CPU, a congested fabric), no one link is to blame
-    slow = tail & (excess > cfg.comm_stands_out * peer_median(excess, type_of))
+    slow = tail & (k.excess > cfg.comm_stands_out * peer_median(k.excess, k.uniq % k.nn))
     # a link is named only when its transfers stand out from the job's noise, steadily or now and then
-    judged = link_consistency(ctx, cfg, rows, inv, uniq, slow)
-    slow &= np.isin(np.arange(len(uniq)), [i for i, c in judged.items() if noise.stands_out(c)])
+    judged = link_consistency(ctx, cfg, k.rows, k.inv, k.uniq, slow)
+    slow &= np.isin(np.arange(len(k.uniq)), [i for i, c in judged.items() if noise.stands_out(c)])
+    # ... and slow only in their tail, it must gain what one such link must (``comm_tail_min_gain``)
+    floor = cfg.comm_tail_min_gain if not med_slow[tail].any() else None
     if not slow.any() or slow.mean() > cfg.comm_everywhere:
-        # ... and slow only in their tail, it must gain what one such link must (``comm_tail_min_gain``)
-        floor = cfg.comm_tail_min_gain if not med_slow[tail].any() else None
-        return _everywhere(ctx, rows, inv, uniq, tail, tmed, is_p2p[tail[inv]].all(), key_p2p, floor)
-    bad = slow[inv]  # of ``rows``
-    bad_rows = rows[bad]
+        return _everywhere(ctx, k.rows, k.inv, k.uniq, tail, k.tmed, k.is_p2p[tail[k.inv]].all(), key_p2p, floor)
+    bad = slow[k.inv]  # of ``rows``
+    shared = shared_end(k.src[k.first], k.dst[k.first], slow)
+    if len(ctx.ranks) >= 3 and shared is None and np.isin(ctx.ranks, np.concatenate([k.src[bad], k.dst[bad]])).all():
+        # slow links that reach every rank of the job are not one link's or one host's fault either (real
+        # dp 1 x pp 4 profiler traces: a heavy stage's neighbours and the world all-reduce waiting on it
+        # made five keys slow, and every rank was named)
+        return _everywhere(ctx, k.rows, k.inv, k.uniq, slow, k.tmed, k.is_p2p[bad].all(), key_p2p, floor,
+                           why=f"the slow ones reach all {len(ctx.ranks)} ranks")
+    # a link slow only in its tail (no slow key's median over comm_median_x) must gain more to be named
+    tail_only = not med_slow[slow].any()
+    return [_named_links(ctx, cfg, k, slow, judged, shared, cfg.comm_tail_min_gain if tail_only else None)]
+
+
+def _named_links(ctx: Ctx, cfg: DiagnoseConfig, k: _Keys, slow: np.ndarray, judged: dict[int, Consistency],
+                 shared: int | None, min_gain: float | None) -> Candidate:
+    """The finding on the ``slow`` keys: their ranks (or the one rank they all share), the worst one's
+    transfers as the evidence, and their fix."""
+    bad = slow[k.inv]  # of ``rows``
+    bad_rows = k.rows[bad]
     # a slow link's transfers are set to the other links' of their stage, not to a mean over every link
     # that holds the slow one too: with two links, a link of 71 ms transfers was "fixed" to 35 ms, not
     # to the other link's 0.3 ms, and a second cause on the other pipeline stayed hidden behind it
     # (real corpus c16p2 job062: a 73 ms host stall per step); collectives stay ``--fix``
-    changes = to_peers(ctx, _link_fixes(ctx, uniq, slow, key_p2p), ctx.kind_is("p2p_send", "p2p_recv"))
-    i0 = int(np.argmax(np.where(slow, excess, -1)))
-    at = np.flatnonzero(inv == i0)  # of ``rows``
-    rws = rows[at]
-    r_a, r_b = int(src[at[0]]), int(dst[at[0]])
-    nm = ctx.names[int(uniq[i0] % nn)]
-    n_slow = int((ctx.w[rws] > cfg.comm_median_x * base_med[i0]).sum())
-    where = f"from rank {r_a} to rank {r_b}" if is_p2p[at[0]] else f"of rank {int(ctx.rank[rws[0]])}"
+    changes = to_peers(ctx, _link_fixes(ctx, k.uniq, slow, k.is_p2p[k.first]), ctx.kind_is("p2p_send", "p2p_recv"))
+    i0 = int(np.argmax(np.where(slow, k.excess, -1)))
+    at = np.flatnonzero(k.inv == i0)  # of ``rows``
+    rws = k.rows[at]
+    r_a, r_b = int(k.src[at[0]]), int(k.dst[at[0]])
+    nm = ctx.names[int(k.uniq[i0] % k.nn)]
+    n_slow = int((ctx.w[rws] > cfg.comm_median_x * k.base_med[i0]).sum())
+    where = f"from rank {r_a} to rank {r_b}" if k.is_p2p[at[0]] else f"of rank {int(ctx.rank[rws[0]])}"
     ev = (
-        f"{nm} transfers {where} take {1e3 * med_link[i0]:.2f} ms (median, max {1e3 * mx_link[i0]:.2f} ms) vs "
-        f"{1e3 * base_med[i0]:.2f} ms elsewhere; {n_slow} of {len(rws)} are slow"
+        f"{nm} transfers {where} take {1e3 * k.med[i0]:.2f} ms (median, max {1e3 * k.mx[i0]:.2f} ms) vs "
+        f"{1e3 * k.base_med[i0]:.2f} ms elsewhere; {n_slow} of {len(rws)} are slow"
     )
-    ranks = sorted({int(x) for x in np.concatenate([src[bad], dst[bad]]) if x >= 0})
-    shared = shared_end(src[first], dst[first], slow)
+    ranks = sorted({int(x) for x in np.concatenate([k.src[bad], k.dst[bad]]) if x >= 0})
     if shared is not None:
         ranks = [shared]
         ev += f"; every slow link has rank {shared} at one end"
-    fix = _fix_text(shared, bool(is_p2p[at[0]]), r_a, r_b, int(ctx.rank[rws[0]]))
     finding = Finding(
         cause="comm",
         workers=[ctx.worker_of[r] for r in ranks if r in ctx.worker_of][:16],
-        steps=ctx.steps_of(rows_mask(len(ctx.w), bad_rows) & (ctx.w > cfg.comm_median_x * tmed)),
+        steps=ctx.steps_of(rows_mask(len(ctx.w), bad_rows) & (ctx.w > cfg.comm_median_x * k.tmed)),
         evidence=ev,
-        fix=fix,
+        fix=_fix_text(shared, bool(k.is_p2p[at[0]]), r_a, r_b, int(ctx.rank[rws[0]])),
         targets=[judged[i0]] + [judged[int(i)] for i in np.flatnonzero(slow) if i != i0],
     )
-    # a link slow only in its tail (no slow key's median over comm_median_x) must gain more to be named
-    tail_only = not med_slow[slow].any()
-    return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes),
-                      min_gain=cfg.comm_tail_min_gain if tail_only else None)]
+    return Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes), min_gain=min_gain)
 
 
 def _fix_text(shared: int | None, p2p: bool, r_a: int, r_b: int, rank: int) -> str:
@@ -178,9 +219,11 @@ def _link_fixes(ctx: Ctx, uniq: np.ndarray, chosen: np.ndarray, key_p2p: np.ndar
 
 
 def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, tail: np.ndarray,
-                tmed: np.ndarray, all_p2p: bool, key_p2p: np.ndarray, min_gain: float | None) -> list[Candidate]:
+                tmed: np.ndarray, all_p2p: bool, key_p2p: np.ndarray, min_gain: float | None,
+                why: str = "no link stands out from the others") -> list[Candidate]:
     """Transfers with the same slow tail on several links and ranks alike: not one link's fault
-    (``all_p2p``: every one of them a point-to-point transfer); ``min_gain``: its own speed-up floor."""
+    (``all_p2p``: every one of them a point-to-point transfer); ``min_gain``: its own speed-up floor;
+    ``why``: why no link is named."""
     bad_rows = rows[tail[inv]]
     ranks = np.unique(ctx.rank[bad_rows])
     links = np.unique((uniq // (len(ctx.names) + 1))[tail])
@@ -193,7 +236,7 @@ def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, t
     ev = (
         f"{what} on {len(links)} links over {len(ranks)} ranks share the same slow tail: median "
         f"{float(np.median(ms)):.2f} ms, p90 {float(np.percentile(ms, 90)):.2f} ms, {int(slow_ops.sum())} of "
-        f"{len(bad_rows)} over 3x their op type's median; no link stands out from the others"
+        f"{len(bad_rows)} over 3x their op type's median; {why}"
     )
     finding = Finding(
         cause="comm",
