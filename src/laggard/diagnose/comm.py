@@ -33,6 +33,8 @@ class _Keys:
     med: np.ndarray  # per key: its median transfer
     mx: np.ndarray  # per key: its longest transfer
     base_med: np.ndarray  # per key: the same op type's median on the other links (``_elsewhere``)
+    type_of: np.ndarray  # per key: its op type
+    key_p2p: np.ndarray  # per key: a point-to-point link's
     nn: int  # op types + 1: a key's multiplier of its link
 
 
@@ -63,9 +65,10 @@ def _keys(ctx: Ctx, comm: np.ndarray) -> _Keys:
     type_of = uniq % nn
     first = np.full(len(uniq), len(rows), dtype=np.int64)  # each key's first op (no second sort)
     np.minimum.at(first, inv, np.arange(len(rows)))
-    base_med = _elsewhere(med, type_of, np.array([med_by_type[int(k)] for k in type_of]), is_p2p[first])
+    key_p2p = is_p2p[first]
+    base_med = _elsewhere(med, type_of, np.array([med_by_type[int(k)] for k in type_of]), key_p2p)
     return _Keys(rows=rows, src=src, dst=dst, is_p2p=is_p2p, tmed=tmed, uniq=uniq, inv=inv, first=first,
-                 excess=excess, med=med, mx=mx, base_med=base_med, nn=nn)
+                 excess=excess, med=med, mx=mx, base_med=base_med, type_of=type_of, key_p2p=key_p2p, nn=nn)
 
 
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
@@ -73,28 +76,26 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     if comm.sum() < cfg.comm_min_ops:
         return []
     k = _keys(ctx, comm)
-    key_p2p = k.is_p2p[k.first]
     med_slow = k.med > cfg.comm_median_x * k.base_med  # slow in its median, not only in its tail
     tail = (med_slow | (k.mx > cfg.comm_max_x * k.base_med)) & (k.excess > 0)
     tail &= k.excess >= cfg.comm_excess_of_top * k.excess.max()
     # a bad link stands out from the other links of its op type; when they all have the same slow
     # tail (hosts short of CPU, a congested fabric), no one link is to blame
-    slow = tail & (k.excess > cfg.comm_stands_out * peer_median(k.excess, k.uniq % k.nn))
+    slow = tail & (k.excess > cfg.comm_stands_out * peer_median(k.excess, k.type_of))
     # a link is named only when its transfers stand out from the job's noise, steadily or now and then
     judged = link_consistency(ctx, cfg, k.rows, k.inv, k.uniq, slow)
     slow &= np.isin(np.arange(len(k.uniq)), [i for i, c in judged.items() if noise.stands_out(c)])
     # ... and slow only in their tail, it must gain what one such link must (``comm_tail_min_gain``)
     floor = cfg.comm_tail_min_gain if not med_slow[tail].any() else None
     if not slow.any() or slow.mean() > cfg.comm_everywhere:
-        return _everywhere(ctx, k.rows, k.inv, k.uniq, tail, k.tmed, k.is_p2p[tail[k.inv]].all(), key_p2p, floor)
+        return _everywhere(ctx, k, tail, floor)
     bad = slow[k.inv]  # of ``rows``
     shared = shared_end(k.src[k.first], k.dst[k.first], slow)
     if len(ctx.ranks) >= 3 and shared is None and np.isin(ctx.ranks, np.concatenate([k.src[bad], k.dst[bad]])).all():
         # slow links that reach every rank of the job are not one link's or one host's fault either (real
         # dp 1 x pp 4 profiler traces: a heavy stage's neighbours and the world all-reduce waiting on it
         # made five keys slow, and every rank was named)
-        return _everywhere(ctx, k.rows, k.inv, k.uniq, slow, k.tmed, k.is_p2p[bad].all(), key_p2p, floor,
-                           why=f"the slow ones reach all {len(ctx.ranks)} ranks")
+        return _everywhere(ctx, k, slow, floor, why=f"the slow ones reach all {len(ctx.ranks)} ranks")
     # a link slow only in its tail (no slow key's median over comm_median_x) must gain more to be named
     tail_only = not med_slow[slow].any()
     return [_named_links(ctx, cfg, k, slow, judged, shared, cfg.comm_tail_min_gain if tail_only else None)]
@@ -110,12 +111,12 @@ def _named_links(ctx: Ctx, cfg: DiagnoseConfig, k: _Keys, slow: np.ndarray, judg
     # that holds the slow one too: with two links, a link of 71 ms transfers was "fixed" to 35 ms, not
     # to the other link's 0.3 ms, and a second cause on the other pipeline stayed hidden behind it
     # (real corpus c16p2 job062: a 73 ms host stall per step); collectives stay ``--fix``
-    changes = to_peers(ctx, _link_fixes(ctx, k.uniq, slow, k.is_p2p[k.first]), ctx.kind_is("p2p_send", "p2p_recv"))
+    changes = to_peers(ctx, _link_fixes(ctx, k.uniq, slow, k.key_p2p), ctx.kind_is("p2p_send", "p2p_recv"))
     i0 = int(np.argmax(np.where(slow, k.excess, -1)))
     at = np.flatnonzero(k.inv == i0)  # of ``rows``
     rws = k.rows[at]
     r_a, r_b = int(k.src[at[0]]), int(k.dst[at[0]])
-    nm = ctx.names[int(k.uniq[i0] % k.nn)]
+    nm = ctx.names[int(k.type_of[i0])]
     n_slow = int((ctx.w[rws] > cfg.comm_median_x * k.base_med[i0]).sum())
     where = f"from rank {r_a} to rank {r_b}" if k.is_p2p[at[0]] else f"of rank {int(ctx.rank[rws[0]])}"
     ev = (
@@ -218,21 +219,20 @@ def _link_fixes(ctx: Ctx, uniq: np.ndarray, chosen: np.ndarray, key_p2p: np.ndar
     return [Change(action="fix", selector=s) for s in existing(ctx, out)]
 
 
-def _everywhere(ctx: Ctx, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray, tail: np.ndarray,
-                tmed: np.ndarray, all_p2p: bool, key_p2p: np.ndarray, min_gain: float | None,
+def _everywhere(ctx: Ctx, k: _Keys, tail: np.ndarray, min_gain: float | None,
                 why: str = "no link stands out from the others") -> list[Candidate]:
-    """Transfers with the same slow tail on several links and ranks alike: not one link's fault
-    (``all_p2p``: every one of them a point-to-point transfer); ``min_gain``: its own speed-up floor;
-    ``why``: why no link is named."""
-    bad_rows = rows[tail[inv]]
+    """Transfers with the same slow tail on the ``tail`` keys, several links and ranks alike: not one
+    link's fault; ``min_gain``: its own speed-up floor; ``why``: why no link is named."""
+    bad = tail[k.inv]  # of ``rows``
+    bad_rows = k.rows[bad]
     ranks = np.unique(ctx.rank[bad_rows])
-    links = np.unique((uniq // (len(ctx.names) + 1))[tail])
+    links = np.unique((k.uniq // k.nn)[tail])
     if len(links) < 2 or len(ranks) < 2:
         return []
-    changes = _link_fixes(ctx, uniq, tail, key_p2p)
-    slow_ops = ctx.w[bad_rows] > 3 * tmed[bad_rows]
+    changes = _link_fixes(ctx, k.uniq, tail, k.key_p2p)
+    slow_ops = ctx.w[bad_rows] > 3 * k.tmed[bad_rows]
     ms = 1e3 * ctx.w[bad_rows]
-    what = "point-to-point transfers" if all_p2p else "transfers"
+    what = "point-to-point transfers" if k.is_p2p[bad].all() else "transfers"
     ev = (
         f"{what} on {len(links)} links over {len(ranks)} ranks share the same slow tail: median "
         f"{float(np.median(ms)):.2f} ms, p90 {float(np.percentile(ms, 90)):.2f} ms, {int(slow_ops.sum())} of "

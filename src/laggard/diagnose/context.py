@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from laggard.engine.spikes import group_mean, group_median, sort_by_group  # noqa: F401  (group_median: re-exported for the detectors)
-from laggard.optable.ops import is_gc_name, unique_inverse
+from laggard.optable.ops import HOST_GAP_CUT_KEY, is_gc_name, unique_inverse
 
 if TYPE_CHECKING:
     from laggard.engine.baseline import Baseline
@@ -31,6 +31,9 @@ class Ctx:
         kinds = np.array(base.kinds, dtype=object)
         self.kind = kinds[base.kind_code] if len(kinds) else np.zeros(0, dtype=object)
         is_compute = self.kind_is("compute")
+        # the compute ops are CPU-side passes an importer cut from a profiler trace (the idle gaps in
+        # them taken out as host time): its Python between passes is on every rank
+        self.host_passes = HOST_GAP_CUT_KEY in job.meta.extra
         # compute: a rank's own work, garbage collections left out (a rank that collects more is not
         # a slow worker or a heavy stage; the gc detector judges the collections)
         self.gc = np.array([is_gc_name(n) for n in base.names] + [False], dtype=bool)[self.name]

@@ -100,7 +100,8 @@ def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
     weights = [weights_of(ctx, ch) for ch in changes]
     t = replay_mean(ctx, weights)
     shares = np.minimum((ctx.T - t) / ctx.gap, 1.0)
-    best = _narrowest(carriers, shares, ctx.T / np.maximum(t, 1e-300), cfg)
+    gains = np.divide(ctx.T, t, out=np.full(len(t), np.inf), where=t > 0)
+    best = _narrowest(carriers, shares, gains, cfg)
     what, sel, attribution, named = carriers[best]
     share = float(shares[best])
     kind = sel.split("=", 1)[0]
@@ -118,7 +119,7 @@ def fallback(ctx: Ctx, cfg: DiagnoseConfig) -> Candidate | None:
     )
     cand = Candidate(finding=f, changes=changes[best], weights=weights[best])
     f.score = f.share = max(share, 0.0)
-    f.gain = ctx.T / float(t[best]) if t[best] > 0 else float("inf")
+    f.gain = float(gains[best])
     return cand
 
 

@@ -12,7 +12,6 @@ from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.engine.spikes import SpikeConfig, spikes
-from laggard.optable.ops import HOST_GAP_CUT_KEY
 from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
 
@@ -32,7 +31,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     traced = gc_time >= cfg.gc_traced_share * ctx.T
     if records_collections(ctx):  # a stall no collection ran in is not GC
         fwd_out &= _collected_in(ctx, fwd_out, fmed, gc_ops, cfg.gc_traced_cover)
-    elif HOST_GAP_CUT_KEY in ctx.base.job.meta.extra:
+    elif ctx.host_passes:
         # the importer took the pauses inside an op out of it (host time, before the op): what still
         # stretches a forward pass is the host being busy, not a collection, which no op records here
         fwd_out[:] = False

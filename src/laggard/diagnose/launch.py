@@ -18,7 +18,6 @@ from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, peer_median, to_peers, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.engine.gaps import HOST_KIND
-from laggard.optable.ops import HOST_GAP_CUT_KEY
 from laggard.results.diagnosis import Consistency, Finding
 from laggard.whatif.custom import Change
 
@@ -46,8 +45,7 @@ def _idle_floor(ctx: Ctx, cfg: DiagnoseConfig) -> float:
     """The median rank's untraced host time, as a share of the ideal step, that is a launch overhead:
     higher where the compute ops are CPU-side passes cut from a profiler trace, whose Python glue
     between passes every rank has (``DiagnoseConfig.launch_idle_share_host``)."""
-    host_passes = HOST_GAP_CUT_KEY in ctx.base.job.meta.extra
-    return cfg.launch_idle_share_host if host_passes else cfg.launch_idle_share
+    return cfg.launch_idle_share_host if ctx.host_passes else cfg.launch_idle_share
 
 
 def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray) -> list[Candidate]:
