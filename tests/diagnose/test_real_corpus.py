@@ -437,5 +437,7 @@ def test_slow_links_that_reach_every_rank_name_none() -> None:
     d, truth = _diagnose("c27_job055p")
     assert [c["spec"] for c in truth["causes"]] == ["heavy-stage:stage=2,factor=1.232"]
     comm = [f for f in d.findings if f.cause == "comm"]
-    assert comm and not comm[0].workers and "reach all 4 ranks" in comm[0].evidence, d.findings
+    assert comm and not comm[0].workers, d.findings
+    assert comm[0].evidence.startswith("slow transfers on ") and "links reach all 4 ranks: median" in comm[0].evidence
+    assert "same slow tail" not in comm[0].evidence, comm[0].evidence
     assert not _named(d), d.findings

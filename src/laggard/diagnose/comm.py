@@ -1,6 +1,7 @@
 """``comm``: transfers on one link or group far slower than the same transfers elsewhere; or the
 same slow tail on every link (ranks waiting for peers that run late: CPU contention, a congested
-fabric), which is reported as such and blamed on no one link."""
+fabric), or slow links that reach every rank of the job, which are reported as such and blamed on
+no one link."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     # tail (hosts short of CPU, a congested fabric), no one link is to blame
     slow = tail & (k.excess > cfg.comm_stands_out * peer_median(k.excess, k.type_of))
     # a link is named only when its transfers stand out from the job's noise, steadily or now and then
-    judged = link_consistency(ctx, cfg, k.rows, k.inv, k.uniq, slow)
+    judged = link_consistency(ctx, cfg, k, slow)
     slow &= np.isin(np.arange(len(k.uniq)), [i for i, c in judged.items() if noise.stands_out(c)])
     # ... and slow only in their tail, it must gain what one such link must (``comm_tail_min_gain``)
     floor = cfg.comm_tail_min_gain if not med_slow[tail].any() else None
@@ -95,7 +96,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         # slow links that reach every rank of the job are not one link's or one host's fault either (real
         # dp 1 x pp 4 profiler traces: a heavy stage's neighbours and the world all-reduce waiting on it
         # made five keys slow, and every rank was named)
-        return _everywhere(ctx, k, slow, floor, why=f"the slow ones reach all {len(ctx.ranks)} ranks")
+        return _everywhere(ctx, k, slow, floor, reach_all=True)
     # a link slow only in its tail (no slow key's median over comm_median_x) must gain more to be named
     tail_only = not med_slow[slow].any()
     return [_named_links(ctx, cfg, k, slow, judged, shared, cfg.comm_tail_min_gain if tail_only else None)]
@@ -111,7 +112,7 @@ def _named_links(ctx: Ctx, cfg: DiagnoseConfig, k: _Keys, slow: np.ndarray, judg
     # that holds the slow one too: with two links, a link of 71 ms transfers was "fixed" to 35 ms, not
     # to the other link's 0.3 ms, and a second cause on the other pipeline stayed hidden behind it
     # (real corpus c16p2 job062: a 73 ms host stall per step); collectives stay ``--fix``
-    changes = to_peers(ctx, _link_fixes(ctx, k.uniq, slow, k.key_p2p), ctx.kind_is("p2p_send", "p2p_recv"))
+    changes = to_peers(ctx, _link_fixes(ctx, k, slow), ctx.kind_is("p2p_send", "p2p_recv"))
     i0 = int(np.argmax(np.where(slow, k.excess, -1)))
     at = np.flatnonzero(k.inv == i0)  # of ``rows``
     rws = k.rows[at]
@@ -174,12 +175,11 @@ def _elsewhere(med_link: np.ndarray, type_of: np.ndarray, med_type: np.ndarray, 
     return np.where(others, peer_median(med_link, type_of), med_type)
 
 
-def link_consistency(ctx: Ctx, cfg: DiagnoseConfig, rows: np.ndarray, inv: np.ndarray, uniq: np.ndarray,
-                     slow: np.ndarray) -> dict[int, Consistency]:
-    """Per slow (link, op type) key (index into ``uniq``): per step, its mean transfer over the
+def link_consistency(ctx: Ctx, cfg: DiagnoseConfig, k: _Keys, slow: np.ndarray) -> dict[int, Consistency]:
+    """Per slow (link, op type) key (index into ``k.uniq``): per step, its mean transfer over the
     median of the other links of its op type in that step, judged against the step-to-step spread of
     the same ratio for the links that are not slow (``laggard.diagnose.noise``)."""
-    nn = len(ctx.names) + 1
+    rows, inv, uniq, nn = k.rows, k.inv, k.uniq, k.nn
     nr = int(ctx.rank.max()) + 2
     ns = int(ctx.step.max()) + 1
     cell = inv * ns + ctx.step[rows]
@@ -203,14 +203,13 @@ def link_consistency(ctx: Ctx, cfg: DiagnoseConfig, rows: np.ndarray, inv: np.nd
     return out
 
 
-def _link_fixes(ctx: Ctx, uniq: np.ndarray, chosen: np.ndarray, key_p2p: np.ndarray) -> list[Change]:
+def _link_fixes(ctx: Ctx, k: _Keys, chosen: np.ndarray) -> list[Change]:
     """``--fix`` selectors for the transfers of the chosen (link, op type) keys: a p2p link in both
     directions (rank and peer), a collective on its rank."""
-    nn = len(ctx.names) + 1
-    nr = int(ctx.rank.max()) + 2
+    nn, nr = k.nn, int(ctx.rank.max()) + 2
     out: list[str] = []
-    for k, p2p in zip(uniq[chosen].tolist(), key_p2p[chosen].tolist(), strict=True):
-        nm, link = ctx.names[k % nn], k // nn
+    for key, p2p in zip(k.uniq[chosen].tolist(), k.key_p2p[chosen].tolist(), strict=True):
+        nm, link = ctx.names[key % nn], key // nn
         if p2p:
             lo, hi = divmod(link, nr)
             out += [f"optype={nm},rank={lo},peer={hi}", f"optype={nm},rank={hi},peer={lo}"]
@@ -219,24 +218,26 @@ def _link_fixes(ctx: Ctx, uniq: np.ndarray, chosen: np.ndarray, key_p2p: np.ndar
     return [Change(action="fix", selector=s) for s in existing(ctx, out)]
 
 
-def _everywhere(ctx: Ctx, k: _Keys, tail: np.ndarray, min_gain: float | None,
-                why: str = "no link stands out from the others") -> list[Candidate]:
-    """Transfers with the same slow tail on the ``tail`` keys, several links and ranks alike: not one
-    link's fault; ``min_gain``: its own speed-up floor; ``why``: why no link is named."""
+def _everywhere(ctx: Ctx, k: _Keys, tail: np.ndarray, min_gain: float | None, reach_all: bool = False) -> list[Candidate]:
+    """Transfers with the same slow tail on the ``tail`` keys, several links and ranks alike, or
+    (``reach_all``) slow keys that stand out but reach every rank: not one link's fault;
+    ``min_gain``: its own speed-up floor."""
     bad = tail[k.inv]  # of ``rows``
     bad_rows = k.rows[bad]
     ranks = np.unique(ctx.rank[bad_rows])
     links = np.unique((k.uniq // k.nn)[tail])
     if len(links) < 2 or len(ranks) < 2:
         return []
-    changes = _link_fixes(ctx, k.uniq, tail, k.key_p2p)
+    changes = _link_fixes(ctx, k, tail)
     slow_ops = ctx.w[bad_rows] > 3 * k.tmed[bad_rows]
     ms = 1e3 * ctx.w[bad_rows]
     what = "point-to-point transfers" if k.is_p2p[bad].all() else "transfers"
+    head = (f"slow {what} on {len(links)} links reach all {len(ctx.ranks)} ranks" if reach_all
+            else f"{what} on {len(links)} links over {len(ranks)} ranks share the same slow tail")
     ev = (
-        f"{what} on {len(links)} links over {len(ranks)} ranks share the same slow tail: median "
-        f"{float(np.median(ms)):.2f} ms, p90 {float(np.percentile(ms, 90)):.2f} ms, {int(slow_ops.sum())} of "
-        f"{len(bad_rows)} over 3x their op type's median; {why}"
+        f"{head}: median {float(np.median(ms)):.2f} ms, p90 {float(np.percentile(ms, 90)):.2f} ms, "
+        f"{int(slow_ops.sum())} of {len(bad_rows)} over 3x their op type's median"
+        + ("" if reach_all else "; no link stands out from the others")
     )
     finding = Finding(
         cause="comm",
