@@ -72,12 +72,14 @@ def _within_noise_dropped(ctx: Ctx, cfg: DiagnoseConfig, carriers: list[tuple[st
 def _narrowest(carriers: list[tuple[str, str, float, dict]], shares: np.ndarray, gains: np.ndarray,
                cfg: DiagnoseConfig) -> int:
     """The carrier to name: the narrowest within ``row_tie`` of the largest share (a rank before its
-    stage, a stage before an op type) whose fix gains ``min_gain``, what any finding must; when no
-    rank or stage does, the op type that carries the most (a clean real ddp4 job, S = 1.09 from a
-    busy host's noise: its rank 0, consistently a little slower, was named for a fix gaining 0.7%)."""
+    stage, a stage before an op type) whose fix gains ``min_gain``, what any finding must, and a rank
+    ``fallback_rank_gain``; when no rank or stage does, the op type that carries the most (a clean
+    real ddp4 job, S = 1.09 from a busy host's noise: its rank 0, consistently a little slower, was
+    named for a fix gaining 0.7%)."""
     narrow = {"rank": 0, "stage": 1, "optype": 2}
     kind = [narrow[c[1].split("=", 1)[0]] for c in carriers]
-    close = np.flatnonzero((shares >= shares.max() - cfg.row_tie) & (gains >= cfg.min_gain))
+    floor = np.where(np.array(kind) == narrow["rank"], max(cfg.fallback_rank_gain, cfg.min_gain), cfg.min_gain)
+    close = np.flatnonzero((shares >= shares.max() - cfg.row_tie) & (gains >= floor))
     if not len(close):
         close = np.flatnonzero(np.array(kind) == narrow["optype"])
     if not len(close):
