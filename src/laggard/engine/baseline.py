@@ -136,12 +136,13 @@ def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.nd
 def _two_link_ideal(measured: np.ndarray, link: np.ndarray) -> float | None:
     """The faster link's median transfer where every op of ``measured`` is on one of two links; None
     otherwise."""
-    if not len(link) or (link < 0).any():
+    if not len(link):
         return None
-    links = np.unique(link)
-    if len(links) != 2:
+    lo, hi = int(link.min()), int(link.max())  # two links: every op on the lowest or the highest (no sort)
+    on_lo = link == lo
+    if lo < 0 or lo == hi or not (on_lo | (link == hi)).all():
         return None
-    return min(float(np.median(measured[link == k])) for k in links)
+    return min(float(np.median(measured[on_lo])), float(np.median(measured[~on_lo])))
 
 
 def p2p_links(job: Job, kind_code: np.ndarray, kinds: list[str]) -> np.ndarray:
