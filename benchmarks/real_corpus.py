@@ -198,13 +198,28 @@ def plan_corpus(seed: int = DEFAULT_SEED, num_jobs: int = DEFAULT_JOBS) -> list[
 # ---------------------------------------------------------------- running the jobs
 
 
-def job_config(plan: JobPlan, job_dir: Path, steps: int, profiler: str = "ops"):  # noqa: ANN201 - a JobConfig
+def shaped_links_available() -> bool:
+    """Slow links throttled in the network (root, ip and tc: laggard.demo.netshape) rather than a sleep
+    before each send, which a profiler sees as the sender's host time; LAGGARD_CORPUS_SLEEP_LINKS=1
+    keeps the sleep (the corpora generated before 2026-11-28 have it)."""
+    from laggard.demo.netshape import unavailable
+
+    return os.environ.get("LAGGARD_CORPUS_SLEEP_LINKS") != "1" and unavailable() is None
+
+
+def run_spec(cause: dict, shaped: bool) -> str:
+    """The --inject spec a cause runs with: its drawn spec, a slow link shaped where it can be."""
+    return cause["spec"] + (",shaped=1" if shaped and cause["cause"] == "slow-link" else "")
+
+
+def job_config(plan: JobPlan, job_dir: Path, steps: int, profiler: str = "ops",  # noqa: ANN201 - a JobConfig
+               shaped: bool = False):
     from laggard.demo.launch import JobConfig
     from laggard.groundtruth.inject import parse_injections
 
     return JobConfig(dp=plan.dp, pp=plan.pp, steps=steps, microbatches=MICROBATCHES, batch_size=4, seq_len=128,
                      d_model=128, num_heads=4, num_layers=2 * plan.pp if plan.pp > 1 else 2, seed=plan.job_seed,
-                     injections=parse_injections([c["spec"] for c in plan.causes]), freeze_gc=True,
+                     injections=parse_injections([run_spec(c, shaped) for c in plan.causes]), freeze_gc=True,
                      trace_dir=str(job_dir / "trace"), profiler_dir=str(job_dir / "profiler") if profiler else None,
                      profiler_gc=profiler == "gc")
 
@@ -230,6 +245,11 @@ def truth_of(plan: JobPlan, cfg, res, seed: int) -> dict:  # noqa: ANN001
         c = dict(c)
         if c["cause"] == "host-stall":
             c["steps"] = [s for s in traced if s % c["every"] == 0]
+        if c["cause"] == "slow-link":
+            shaped = any(i.cause == "slow-link" and i.params.get("shaped") for i in cfg.injections)
+            c["spec"] = run_spec(c, shaped)
+            c["injected_by"] = ("the link's bandwidth throttled in the network (tc HTB, each rank in its own "
+                                "network namespace)" if shaped else "the sender sleeps before each send")
         causes.append(c)
     ranks = sorted(res.ranks)
     step_ms = 1e3 * np.median(np.array([res.ranks[r]["step_s"] for r in ranks]), axis=0)
@@ -297,7 +317,7 @@ def run_one(plan: JobPlan, job_dir: Path, steps: int, seed: int, on_step,  # noq
     for sub in ("trace", "profiler"):
         shutil.rmtree(job_dir / sub, ignore_errors=True)
     job_dir.mkdir(parents=True, exist_ok=True)
-    cfg = job_config(plan, job_dir, steps, profiler)
+    cfg = job_config(plan, job_dir, steps, profiler, shaped=shaped_links_available())
     t0 = time.perf_counter()
     try:
         res = run_job(cfg, on_progress=on_step)

@@ -156,17 +156,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, cfgs: list[JobConfig], port: int, example: str, out: Any) -> None:
+def shaped_link_rates(cfg: JobConfig) -> dict[tuple[int, int], float]:
+    """(src, dst) -> bits/s for each ``slow-link`` with ``shaped=1``: the rate at which one
+    microbatch's activations (float32, batch x seq_len x d_model: what each transfer carries) take
+    ``delay_ms`` to cross."""
+    payload_bits = cfg.batch_size * cfg.seq_len * cfg.d_model * 4 * 8
+    return {(int(i["src"]), int(i["dst"])): payload_bits / (max(i["delay_ms"], 0.01) / 1e3)
+            for i in cfg.injections if i.cause == "slow-link" and i.params.get("shaped")}
+
+
+def _worker(rank: int, cfgs: list[JobConfig], port: int, example: str, out: Any, net: Any = None) -> None:
     from datetime import timedelta
 
     try:
+        if net is not None:  # shaped links: this rank's own network namespace, before any socket
+            net.enter(rank)
         import torch
         import torch.distributed as dist
 
         torch.set_num_threads(1)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         mod = load_example(Path(example))
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+        master = net.addr(0) if net is not None else "127.0.0.1"
+        dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
                                 world_size=cfgs[0].world_size, timeout=timedelta(seconds=cfgs[0].timeout_s))
         try:
             for i, cfg in enumerate(cfgs):
@@ -201,12 +213,25 @@ def run_jobs(cfgs: list[JobConfig], *, on_progress: Callable[[int, int, float | 
 
     ``on_progress(steps_done, steps, loss)`` counts over all jobs. A failure ends every job after it.
     """
-    import multiprocessing as mp
-
     if not cfgs or len({c.world_size for c in cfgs}) != 1:
         raise LaggardError("run_jobs: give one or more jobs of the same world size")
     if not example.exists():
         raise LaggardError(f"{example}: the demo job is missing (run the demo from a laggard checkout)")
+    rates = shaped_link_rates(cfgs[0])
+    if any(shaped_link_rates(c) != rates for c in cfgs):
+        raise LaggardError("run_jobs: jobs run in the same processes must shape the same links (shaped=1)")
+    if not rates:
+        return _run_jobs(cfgs, on_progress, grace_s, example, None)
+    from laggard.demo.netshape import shaped_network
+
+    with shaped_network(cfgs[0].world_size, rates) as net:
+        return _run_jobs(cfgs, on_progress, grace_s, example, net)
+
+
+def _run_jobs(cfgs: list[JobConfig], on_progress: Callable[[int, int, float | None], None] | None,
+              grace_s: float, example: Path, net: Any) -> list[JobResult]:
+    import multiprocessing as mp
+
     world = cfgs[0].world_size
     total_steps = sum(c.steps for c in cfgs)
     # a fork server that has imported torch once starts every rank without importing it again
@@ -218,7 +243,7 @@ def run_jobs(cfgs: list[JobConfig], *, on_progress: Callable[[int, int, float | 
     out = ctx.Queue()
     port = _free_port()
     t0 = time.perf_counter()
-    procs = {r: ctx.Process(target=_worker, args=(r, cfgs, port, str(example), out), daemon=True,
+    procs = {r: ctx.Process(target=_worker, args=(r, cfgs, port, str(example), out, net), daemon=True,
                             name=f"laggard-demo-rank{r}") for r in range(world)}
     for p in procs.values():
         p.start()

@@ -54,7 +54,8 @@ class Stragglers:
                 self.sigma = p["sigma"]
             elif inj.cause == "gc-pauses":
                 self.gc_prob, self.gc_pause_ms = p["prob"], p["pause_ms"]
-            elif inj.cause == "slow-link" and int(p["src"]) == rank:
+            elif inj.cause == "slow-link" and int(p["src"]) == rank and not p.get("shaped"):
+                # (shaped=1: the network holds the transfer back, laggard.demo.netshape)
                 self.link_delay_s[int(p["dst"])] = p["delay_ms"] / 1e3
             elif inj.cause == "launch-delay":
                 self.launch_delay_s = p["ms"] / 1e3

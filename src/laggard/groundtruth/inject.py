@@ -12,7 +12,10 @@ seqlen-imbalance    sigma (0.5)                          variable-length microba
                                                          sequence lengths, cost ~ sum of squares)
 gc-pauses           prob (0.05), pause_ms (50)           Python garbage collections that pause a
                                                          rank at random forward passes
-slow-link           src (0), dst (1), delay_ms (20)      delayed p2p transfers from src to dst
+slow-link           src (0), dst (1), delay_ms (20),     delayed p2p transfers from src to dst:
+                    shaped (0)                           the sender sleeps before each send, or
+                                                         with shaped=1 the link's bandwidth is
+                                                         throttled (tc, root: demo/netshape.py)
 launch-delay        ms (5)                               CPU-side delay before each compute launch
 host-stall          rank (0), ms (20), every (1)         untraced host work (a busy Python loop) on
                                                          one rank before the first compute of every
@@ -40,7 +43,9 @@ CAUSES: dict[str, dict[str, float]] = {
     "host-stall": {"rank": 0, "ms": 20.0, "every": 1},
     "heavy-stage": {"stage": 0, "factor": 2.0},
 }
-_INT_KEYS = {"rank", "src", "dst", "stage", "every"}
+_INT_KEYS = {"rank", "src", "dst", "stage", "every", "shaped"}
+# keys a cause takes only when given (its spec and trace meta stay as they were without them)
+OPTIONAL: dict[str, dict[str, float]] = {"slow-link": {"shaped": 0}}
 _REPEATABLE = {"slow-worker", "slow-link", "host-stall"}
 
 
@@ -68,9 +73,10 @@ def parse_injection(spec: str) -> Injection:
     params = dict(CAUSES[cause])
     for part in filter(None, (p.strip() for p in body.split(","))):
         key, eq, val = part.partition("=")
-        if not eq or key not in params:
+        known = {**CAUSES[cause], **OPTIONAL.get(cause, {})}
+        if not eq or key not in known:
             raise LaggardError(
-                f"--inject {spec!r}: {part!r} is not one of {', '.join(f'{k}=...' for k in CAUSES[cause])}"
+                f"--inject {spec!r}: {part!r} is not one of {', '.join(f'{k}=...' for k in known)}"
             )
         try:
             num = float(val)
@@ -91,6 +97,8 @@ def parse_injection(spec: str) -> Injection:
         raise LaggardError(f"--inject {spec!r}: every must be >= 1 (1: every step; k: every k-th step)")
     if cause == "slow-link" and params["src"] == params["dst"]:
         raise LaggardError(f"--inject {spec!r}: src and dst must differ")
+    if cause == "slow-link" and params.get("shaped", 0) not in (0, 1):
+        raise LaggardError(f"--inject {spec!r}: shaped must be 0 (the sender sleeps) or 1 (the link is throttled)")
     return Injection(cause=cause, params=params)
 
 
