@@ -34,6 +34,9 @@ class Ctx:
         # the compute ops are CPU-side passes an importer cut from a profiler trace (the idle gaps in
         # them taken out as host time): its Python between passes is on every rank
         self.host_passes = HOST_GAP_CUT_KEY in job.meta.extra
+        # the compute runs on the host's CPUs (the Tracer timed it with the CPU's clock, not CUDA events;
+        # a profiler trace with no GPU activity): ranks sharing a host share the cores it runs on
+        self.cpu_compute = self.host_passes or job.meta.extra.get("timing") == "perf_counter_ns"
         # compute: a rank's own work, garbage collections left out (a rank that collects more is not
         # a slow worker or a heavy stage; the gc detector judges the collections)
         self.gc = np.array([is_gc_name(n) for n in base.names] + [False], dtype=bool)[self.name]

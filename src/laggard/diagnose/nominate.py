@@ -12,27 +12,38 @@ CAUSE_OF = {"stage": "stage-imbalance", "worker": "worker", "sequence": "sequenc
             "comm": "comm", "launch": "launch-delay"}
 
 
-def candidates(ctx: Ctx, cfg: DiagnoseConfig, causes: tuple[str, ...] | None = None) -> list[Candidate]:
+def candidates(ctx: Ctx, cfg: DiagnoseConfig, causes: tuple[str, ...] | None = None,
+               stalled: set[int] | None = None) -> list[Candidate]:
     """Every detector's nominees (not yet scored); with ``causes``, only those of the detectors of
-    these causes (the others do not run: on a healthy 4,096-worker job the unused ones were 10 s)."""
+    these causes (the others do not run: on a healthy 4,096-worker job the unused ones were 10 s).
+    ``stalled``: ranks already found stalled in host time (on the job with that stall fixed, their
+    peers' compute still holds what the stall cost them: ``worker.beside_stalls``)."""
     def wanted(detector: str) -> bool:
         return causes is None or CAUSE_OF[detector] in causes
 
     out: list[Candidate] = []
+    # first: the ranks stalled in host time are no yardstick of their peers' compute on a CPU host
+    hosts = launch.detect(ctx, cfg) if wanted("launch") else []
     if wanted("stage") or wanted("worker") or wanted("sequence"):
         loads = ctx.worker_loads()
         load = {int(r): float(x) for r, x in zip(ctx.ranks, loads, strict=True)}
-        slow = worker.slow_workers(ctx, cfg, load)
+        stalled = (stalled or set()) | stalled_ranks(hosts)
+        slow = worker.slow_workers(ctx, cfg, load, stalled=stalled)
         if wanted("stage"):
             out += stage.detect(ctx, cfg, load, slow)
         if wanted("worker"):
             out += worker.detect(ctx, cfg, load, slow)
         if wanted("sequence"):
             out += sequence.detect(ctx, cfg, slow)
-    for name, det in (("gc", gc.detect), ("comm", comm.detect), ("launch", launch.detect)):
+    for name, det in (("gc", gc.detect), ("comm", comm.detect)):
         if wanted(name):
             out += det(ctx, cfg)
-    return out
+    return out + hosts
 
 
-__all__ = ["CAUSE_OF", "candidates"]
+def stalled_ranks(cands: list[Candidate]) -> set[int]:
+    """The ranks that launch-delay candidates name for their own host time."""
+    return {w["rank"] for c in cands if c.finding.cause == "launch-delay" for w in c.finding.workers}
+
+
+__all__ = ["CAUSE_OF", "candidates", "stalled_ranks"]

@@ -19,6 +19,7 @@ from laggard.diagnose.context import (
     existing,
     fast_peer_ref,
     fast_peer_row_median,
+    fast_peers,
     group_median,
     peer_median,
     rows_mask,
@@ -29,11 +30,12 @@ from laggard.diagnose.impact import impact_ratios, judge_row, step_impact
 from laggard.results.diagnosis import Consistency, Finding
 
 
-def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[int]:
+def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], stalled: set[int] | None = None) -> list[int]:
     """Ranks computing ``worker_ratio`` x their stage peers, worst first, both per step and per
     microbatch (``per_microbatch``). Every stage of one DP rank may be slow at once (one bad node);
     a DP rank that drew long sequences in the few steps of a trace computes more per step, but not
-    more per microbatch: its typical microbatch costs what its peers' do, a slow GPU's all cost more."""
+    more per microbatch: its typical microbatch costs what its peers' do, a slow GPU's all cost more.
+    ``stalled``: ranks named for their own host time (``beside_stalls``)."""
     ranks = sorted(load)
     stage = np.array([ctx.worker_of[r]["stage"] for r in ranks])
     lv = np.array([load[r] for r in ranks])
@@ -61,12 +63,36 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> list[
         # left out of it, made rank 3 consistent at 1.47x against a noise of 0.22; with it, 0.25)
         judged = consistency(ctx, cfg, load, slow)
         slow = [r for r in slow if noise.stands_out(judged[r], transient_ok=False)]
+    slow = [r for r in slow if r not in beside_stalls(ctx, cfg, ranks, lv, stage, stalled or set())]
     # ...or by their effect on the step, where their microbatch passes themselves are slow (not work
     # outside them: a rank with more garbage collections than its peers is not a slow worker; a trace
     # without microbatches, or a pure pipeline, has no per-pass ratio and is not held to it)
     slow += by_impact(ctx, cfg, [r for r in flagged if r not in slow and per_mb.get(r, np.inf) >= cfg.worker_ratio])
     riders = impact_riders(ctx, cfg, slow)
     return [r for r in slow if r not in riders]
+
+
+def beside_stalls(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], lv: np.ndarray, stage: np.ndarray,
+                  stalled: set[int]) -> set[int]:
+    """The ranks (of ``ranks``, loads ``lv``, stages ``stage``) whose compute is judged only against
+    peers stalled in host time on the same host, where the compute runs on that host's CPUs: every
+    one of their fast stage peers (the yardstick, ``fast_peer_ref``) is a rank of ``stalled``. A busy
+    loop on one rank takes a core the others compute on, and the stalled rank computes while the
+    others wait for it: its compute is no healthy rank's. Two real 2-core jobs named healthy ranks
+    this way, at 1.18-1.32x of a peer stalled 108-185 ms a step (their own CPU timers: 1.02-1.09x):
+    dp 2 x pp 2, rank 3 beside rank 1; ddp4, ranks 1, 2 and 3 beside rank 0. A GPU's kernels are no
+    slower for a stall on another rank's host thread: there the rule does not apply."""
+    if not stalled or ctx.num_dp < 2 or not ctx.cpu_compute:
+        return set()
+    from laggard.optable.hosts import host_of_rank
+
+    host = host_of_rank(ctx.base.job.meta.extra)
+    out = set()
+    for i, peers in enumerate(fast_peers(lv, stage, cfg.worker_ratio)):
+        r, refs = ranks[i], [ranks[j] for j in peers.tolist()]
+        if refs and all(p in stalled and p in host and host[p] == host.get(r) for p in refs):
+            out.add(r)
+    return out
 
 
 def by_impact(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> list[int]:
