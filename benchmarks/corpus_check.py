@@ -10,7 +10,8 @@ Per cause, measured from the op rows (median over the traced steps):
   itself (truth.json) over the peers' (expected: the factor; with more ranks than cores the peers'
   traced compute is stretched by waiting for a core, which CPU time is not);
 * host-stall: idle time before the rank's first forward of a step (stalled vs other steps; expected: ms);
-* slow-link: forward/backward-send duration on the link minus the same sends elsewhere (expected: delay_ms);
+* slow-link: the link's sends and its receives against the others' (expected: delay_ms more, in the sends for a
+  sleep before each send, in the receives for a link shaped in the network);
 * launch-delay: idle time before each compute op (expected: ms);
 * gc-pauses: traced gc ops over 5 ms, their count and median (expected: pause_ms at prob x forwards);
 * seqlen-imbalance: max / min tokens of a forward pass.
@@ -99,10 +100,17 @@ def check_cause(c: dict, ops: dict, truth: dict, clean_comp: dict[int, float] | 
                 f"{int((~stalled).sum())} others")
     if cause == "slow-link":
         src, dst = t["link"]
-        sends = ops["kind"] == "p2p_send"
+        params = dict(kv.split("=") for kv in c["spec"].split(":", 1)[1].split(","))
+        sends, recvs = ops["kind"] == "p2p_send", ops["kind"] == "p2p_recv"
         on = sends & (ops["rank"] == src) & (ops["peer"] == dst)
-        return (f"expected +{c['spec'].split('delay_ms=')[1]} ms: sends {src}->{dst} {np.median(ops['dur_ns'][on]) / 1e6:.1f} ms "
-                f"(median of {int(on.sum())}), other sends {np.median(ops['dur_ns'][sends & ~on]) / 1e6:.1f} ms")
+        on_r = recvs & (ops["rank"] == dst) & (ops["peer"] == src)
+        ms = {k: np.median(ops["dur_ns"][m]) / 1e6 for k, m in
+              (("send", on), ("other sends", sends & ~on), ("recv", on_r), ("other recvs", recvs & ~on_r))}
+        # a sleep before the send shows in the sender's send; a link shaped in the network (shaped=1) in
+        # the receiver's recv
+        return (f"expected +{params['delay_ms']} ms{' (shaped)' if params.get('shaped') == '1' else ''}: sends "
+                f"{src}->{dst} {ms['send']:.1f} ms (median of {int(on.sum())}), other sends {ms['other sends']:.1f} ms; "
+                f"receives {dst}<-{src} {ms['recv']:.1f} ms, other receives {ms['other recvs']:.1f} ms")
     if cause == "launch-delay":
         idle = idle_before_ms(ops, ops["kind"] == "compute")
         return f"expected {c['spec'].split('ms=')[1]} ms: idle before a compute op {np.nanmedian(idle):.1f} ms (median)"
