@@ -10,7 +10,9 @@ that veth (``GLOO_SOCKET_IFNAME``). Packets from S to D leave the router on D's 
 HTB class, chosen by a u32 filter on the source address, holds them to the link's rate; every
 other packet passes unshaped. The ACKs going back are not shaped, so the link is slow one way,
 as a degraded NIC or a congested path is. Link-layer addresses are fixed (no ARP). Everything is
-removed when the job ends (deleting the namespaces deletes their veths and qdiscs).
+removed when the job ends (deleting the namespaces deletes their veths and qdiscs); a launcher killed
+with SIGKILL leaves them behind, named ``lg<pid><4 hex>-r<rank>`` and ``...-rt`` (``ip netns list``;
+``ip netns del NAME``). The host's own network namespace is never touched.
 
 The rank processes enter their namespace first thing (``enter``), before any socket exists.
 """
