@@ -18,7 +18,8 @@ from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.explain import joint, replay_mean
 from laggard.diagnose.findings import Candidate
-from laggard.diagnose.nominate import candidates, stalled_ranks
+from laggard.diagnose.launch import own_ranks
+from laggard.diagnose.nominate import candidates
 from laggard.results.analysis import Analysis
 
 
@@ -52,7 +53,7 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
         return []
     fixed = Ctx(fixed_analysis(ctx, fixes), fixed=True)
     fixed_causes = {_target(c)[:3] for c in fixes}  # (cause, ranks, stages): fixed, whatever its flags
-    again = [c for c in candidates(fixed, cfg, stalled=stalled_ranks(fixes)) if _target(c)[:3] not in fixed_causes]
+    again = [c for c in candidates(fixed, cfg, stalled=set(own_ranks(fixes))) if _target(c)[:3] not in fixed_causes]
     straggler = _stragglers(fixed, cfg, again)
     seen = {_target(c): c for c in cands}
     touched = joint(ctx, fixes) != ctx.w

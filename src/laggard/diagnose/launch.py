@@ -40,9 +40,13 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         out = _host_ranks(ctx, cfg, host, beside_overhead=True)
         idle_med, everywhere = _overhead(ctx, cfg, out)
     if fidelity >= cfg.healthy_threshold or everywhere:
-        hot = [w["rank"] for c in out for w in c.finding.workers]
-        out.append(_unmodelled(ctx, cfg, fidelity, idle_med if everywhere else 0.0, hot))
+        out.append(_unmodelled(ctx, cfg, fidelity, idle_med if everywhere else 0.0, own_ranks(out)))
     return out
+
+
+def own_ranks(cands: list[Candidate]) -> list[int]:
+    """The ranks the launch-delay candidates among ``cands`` name for their own host time, in order."""
+    return [w["rank"] for c in cands if c.finding.cause == "launch-delay" for w in c.finding.workers]
 
 
 def _overhead(ctx: Ctx, cfg: DiagnoseConfig, own: list[Candidate]) -> tuple[float, bool]:
@@ -50,9 +54,8 @@ def _overhead(ctx: Ctx, cfg: DiagnoseConfig, own: list[Candidate]) -> tuple[floa
     the ranks named for their own host time (``own``) left out: in a 2-rank job with one rank
     stalling 85 ms a step, the median of both (43 ms) read as an overhead every rank pays (real
     profiler traces)."""
-    hot = [w["rank"] for c in own for w in c.finding.workers]
     gaps = ctx.base.gaps
-    idle = (gaps.idle_s / max(gaps.num_steps, 1))[~np.isin(gaps.ranks, hot)]
+    idle = (gaps.idle_s / max(gaps.num_steps, 1))[~np.isin(gaps.ranks, own_ranks(own))]
     idle_med = float(np.median(idle)) if len(idle) else 0.0
     return idle_med, idle_med >= _idle_floor(ctx, cfg) * ctx.T_ideal
 
@@ -96,7 +99,6 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, beside_overhead
     mine = host & (ctx.rank == r0)
     per_name = np.bincount(ctx.name[mine], weights=(ctx.w - base.ideal)[mine], minlength=len(ctx.names))
     where = ctx.names[int(np.argmax(per_name))].removeprefix("host:")
-    peers = spent[(groups == groups[hot[0]]) & ~np.isin(np.arange(len(spent)), hot)]
     of_stage = " of its stage" if ctx.num_dp > 1 else ""
     names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in ranks[:4])
     # their host ops set to their stage peers' (``to_peers``), not to each host op type's median over
@@ -110,7 +112,7 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, beside_overhead
         steps=ctx.steps_of(on & (ctx.w > base.ideal)),
         evidence=(
             f"{names}: {1e3 * spent[hot[0]]:.1f} ms per step of host time no traced op covers "
-            f"(median of the other ranks{of_stage}: {1e3 * float(np.median(peers)) if len(peers) else 0.0:.1f} ms), "
+            f"(median of the other ranks{of_stage}: {1e3 * _peer_median(spent, groups, hot, hot[0]):.1f} ms), "
             f"mostly before {where}"
         ),
         fix=(

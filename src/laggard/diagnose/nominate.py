@@ -27,7 +27,7 @@ def candidates(ctx: Ctx, cfg: DiagnoseConfig, causes: tuple[str, ...] | None = N
     if wanted("stage") or wanted("worker") or wanted("sequence"):
         loads = ctx.worker_loads()
         load = {int(r): float(x) for r, x in zip(ctx.ranks, loads, strict=True)}
-        stalled = (stalled or set()) | stalled_ranks(hosts)
+        stalled = (stalled or set()) | set(launch.own_ranks(hosts))
         slow = worker.slow_workers(ctx, cfg, load, stalled=stalled)
         if wanted("stage"):
             out += stage.detect(ctx, cfg, load, slow)
@@ -41,9 +41,4 @@ def candidates(ctx: Ctx, cfg: DiagnoseConfig, causes: tuple[str, ...] | None = N
     return out + hosts
 
 
-def stalled_ranks(cands: list[Candidate]) -> set[int]:
-    """The ranks that launch-delay candidates name for their own host time."""
-    return {w["rank"] for c in cands if c.finding.cause == "launch-delay" for w in c.finding.workers}
-
-
-__all__ = ["CAUSE_OF", "candidates", "stalled_ranks"]
+__all__ = ["CAUSE_OF", "candidates"]

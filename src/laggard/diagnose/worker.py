@@ -63,7 +63,8 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], stalled:
         # left out of it, made rank 3 consistent at 1.47x against a noise of 0.22; with it, 0.25)
         judged = consistency(ctx, cfg, load, slow)
         slow = [r for r in slow if noise.stands_out(judged[r], transient_ok=False)]
-    slow = [r for r in slow if r not in beside_stalls(ctx, cfg, ranks, lv, stage, stalled or set())]
+    off = beside_stalls(ctx, cfg, ranks, lv, stage, stalled or set())
+    slow = [r for r in slow if r not in off]
     # ...or by their effect on the step, where their microbatch passes themselves are slow (not work
     # outside them: a rank with more garbage collections than its peers is not a slow worker; a trace
     # without microbatches, or a pure pipeline, has no per-pass ratio and is not held to it)
