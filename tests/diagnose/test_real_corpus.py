@@ -532,3 +532,27 @@ def test_the_gaps_before_recorded_collections_name_no_rank_for_a_launch_delay(mo
     monkeypatch.setattr(launch, "_outside_gc", lambda ctx, gaps: gaps)  # the rule off: rank 2 again
     d, _ = _diagnose("c29_job057p")
     assert any(f.cause == "launch-delay" and [w["rank"] for w in f.workers] == [2] for f in d.findings), d.findings
+
+
+def test_a_profiled_rank_that_drew_longer_sequences_is_not_a_slow_worker() -> None:
+    """A real ddp2 job, sequence lengths lognormal (sigma 0.44), nothing else injected (c29_job056p,
+    its profiler trace as an op table): rank 1 drew the longer sequences (206 ms of CPU a step against
+    156 ms, by the job's own timers) and was named a slow worker, since a profiler trace records no
+    sequence lengths. Read from its attention calls' recorded shapes (laggard.io.kineto.sequences), its
+    passes cost what their sequences predict: sequence imbalance, no rank. With the lengths dropped
+    from the op table, rank 1 is named again."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    d, truth = _diagnose("c29_job056p")
+    assert [c["spec"] for c in truth["causes"]] == ["seqlen-imbalance:sigma=0.44"]
+    assert [f.cause for f in d.findings] == ["sequence-imbalance"] and not _named(d), d.findings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LaggardWarning)
+        job = load_job(CORPUS / "c29_job056p" / "trace")
+    i = job.table.schema.get_field_index("seq_lens")
+    blind = job.table.set_column(i, "seq_lens", pa.nulls(job.table.num_rows, job.table.schema.field(i).type))
+    d = analyze(dataclasses.replace(job, table=blind)).diagnosis
+    assert _named(d) == {1}, d.findings
+

@@ -1,6 +1,9 @@
-"""A collective's metadata from its profiler event's args: process group, ranks, sequence number,
-payload size (from the element count and dtype, or the first tensor argument's shape), and a gloo
-point-to-point call's peer (``c10d::send`` / ``c10d::recv_``: its third concrete input)."""
+"""An event's metadata from its profiler args: a collective's process group, ranks, sequence number,
+payload size (from the element count and dtype, or the first tensor argument's shape), a gloo
+point-to-point call's peer (``c10d::send`` / ``c10d::recv_``: its third concrete input), and the
+sequences an attention call attends over (``scaled_dot_product_attention`` and its kernels, forward
+and backward, with ``record_shapes=True``: the query's, or the output gradient's, [batch, heads,
+length, head dim])."""
 
 from __future__ import annotations
 
@@ -11,6 +14,11 @@ from typing import Any
 import msgspec
 
 _C10D_P2P = re.compile(r"^c10d::(send|recv)")
+# PyTorch's attention entry point and the kernels it dispatches to (flash, efficient, cuDNN, math,
+# the CPU flash kernel), forward and backward: each takes its query (backward: the output's
+# gradient) first, laid out [batch, heads, length, head dim]. (flash-attn's own ops lay it out
+# [batch, length, heads, head dim], and its varlen ones pack the batch: not read.)
+ATTENTION = re.compile(r"^aten::_?scaled_dot_product_")
 _DEC_ANY = msgspec.json.Decoder()
 
 
@@ -29,6 +37,11 @@ def dtype_bytes(name: str | None) -> int | None:
 
 def event_meta(a: Any, name: str) -> dict[str, Any]:  # a: the event's args (events._Args)
     m: dict[str, Any] = {}
+    if ATTENTION.match(name):
+        seqs = _attention_seqs(a.in_dims)
+        if seqs is not None:
+            m["attn_seqs"] = seqs
+        return m
     if _C10D_P2P.match(name):
         peer = _c10d_peer(a.concrete)
         if peer is not None:
@@ -84,6 +97,20 @@ def _c10d_peer(raw: msgspec.Raw) -> int | None:
     if isinstance(args, list) and len(args) >= 3 and isinstance(args[2], str) and args[2].isdigit():
         return int(args[2])
     return None
+
+
+def _attention_seqs(raw: msgspec.Raw) -> tuple[int, int] | None:
+    """(sequences, tokens each) an attention call attends over: its first input's batch and length."""
+    if not len(raw):
+        return None
+    try:
+        dims = _DEC_ANY.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    q = dims[0] if isinstance(dims, list) and dims else None
+    if not isinstance(q, list) or len(q) != 4 or not all(isinstance(x, int) and x > 0 for x in q):
+        return None
+    return q[0], q[2]
 
 
 def _shape_bytes(dims_raw: msgspec.Raw, type_raw: msgspec.Raw) -> int | None:

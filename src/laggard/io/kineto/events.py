@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 import msgspec
 
 from laggard.errors import LaggardError
-from laggard.io.kineto.args import event_meta
+from laggard.io.kineto.args import ATTENTION, event_meta
 from laggard.io.kineto.repair import repair_names
 
 if TYPE_CHECKING:
@@ -134,6 +134,8 @@ _DEC_ANY = msgspec.json.Decoder()
 
 # names whose events carry the metadata build_rank reads: collectives and the calls launching them
 _META_NAME = re.compile(r"^(nccl|rccl|gloo|record_param_comms|c10d::(send|recv))", re.IGNORECASE)
+# ... and attention calls (the sequences they attend over: laggard.io.kineto.args)
+_META_NAMES = (_META_NAME, ATTENTION)
 _COMPLETE = attrgetter("complete")
 _PH, _TS, _DUR, _CORR = (attrgetter(k) for k in ("ph", "ts", "dur", "args.corr"))
 _CAT, _NAME, _PID, _TID = (attrgetter(k) for k in ("cat", "name", "pid", "tid"))
@@ -179,7 +181,7 @@ class RankEvents:
     ts_col: array  # float64, µs
     dur_col: array
     corr_col: array  # int64 (``args.correlation``), -1 when absent
-    meta: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> collective metadata
+    meta: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> metadata (laggard.io.kineto.args)
     cpu_s: float = 0.0  # CPU time spent decoding
     repaired_names: int = 0  # event names with unescaped quotes, escaped (laggard.io.kineto.repair)
     _cols: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -254,7 +256,7 @@ class _Columns:
         self.corr.fromlist(list(map(_CORR, evs)))
         if len(whats) > self.num_checked:  # one regex per new (cat, name), not per event
             new = islice(whats, self.num_checked, None)
-            self.meta_codes.update(c for c, (_, s) in enumerate(new, self.num_checked) if _META_NAME.match(s))
+            self.meta_codes.update(c for c, (_, s) in enumerate(new, self.num_checked) if any(p.match(s) for p in _META_NAMES))
             self.num_checked = len(whats)
         if self.meta_codes:  # metadata of the few events that need it: a loop over those only
             for i in compress(count(), map(self.meta_codes.__contains__, what_codes)):

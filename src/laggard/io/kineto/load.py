@@ -183,7 +183,7 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
     order = np.argsort(dst, kind="stable")
     fields = {}
     for f in ("step", "stream", "name", "kind", "start_ns", "dur_ns", "issue_ns", "group", "meta_seq", "size_bytes",
-              "peer", "has_deps", "phase", "microbatch"):
+              "peer", "has_deps", "phase", "microbatch", "seq_count", "seq_tokens"):
         fields[f] = getattr(r, f)[keep]
     out = RankOps(**{**{k: getattr(r, k) for k in r.__slots__ if k not in fields}, **fields,
                      "dep_ptr": ptr, "dep_idx": src[order]})  # type: ignore[attr-defined]
@@ -267,6 +267,9 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
         "size_bytes": size_arr,
         "deps": deps,
     }
+    seq_lens = _seq_lens_column(cat([r.seq_count for r in ranks]), cat([r.seq_tokens for r in ranks]))
+    if seq_lens is not None:
+        columns["seq_lens"] = seq_lens
     table = make_table(columns, num_rows=n)
     off_by_rank = {str(int(r.rank)): float(offsets_ns[domains[i]] / 1e9) for i, r in enumerate(ranks)}  # type: ignore[arg-type]
     meta = _job_meta(ranks, files, layout, matched_by, clock_offsets_s=off_by_rank, num_domains=len(offsets_ns))
@@ -294,6 +297,21 @@ def _p2p_counts(p2p: np.ndarray, name_c: np.ndarray, names: list[str], group_c: 
         matched = int(((cnt == 2) & (sends == 1))[inv].sum())
     total = int(is_p2p.sum())
     return {"ops": total, "matched": matched, "unmatched": total - matched, "peers_inferred": int(peers_matched)}
+
+
+def _seq_lens_column(count: np.ndarray, tokens: np.ndarray) -> Any:
+    """``seq_lens`` of the passes whose attention calls were recorded (``count`` sequences of
+    ``tokens`` each, laggard.io.kineto.sequences); None when no op has them."""
+    import pyarrow as pa
+
+    known = (count > 0) & (tokens > 0)
+    if not known.any():
+        return None
+    per = np.where(known, count, 0).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(per)]).astype(np.int32)
+    values = np.repeat(tokens[known].astype(np.int32), per[known])
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int32()),
+                                    mask=pa.array(~known))
 
 
 def _deps_column(ranks: list[RankOps], offs: np.ndarray, n: int) -> Any:

@@ -44,6 +44,7 @@ from laggard.io.kineto.segments import (
     unit_phases,
     work_units,
 )
+from laggard.io.kineto.sequences import segment_sequences
 
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 _CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "overhead"})
@@ -88,6 +89,10 @@ class RankOps:
     has_deps: np.ndarray  # bool
     phase: np.ndarray  # int8 code into kineto_segments.PHASES (compute ops; 0 for collectives)
     microbatch: np.ndarray  # int32: a CPU rank's forward/backward segment's microbatch (segments.microbatches), else -1
+    # int32: the sequences a CPU rank's forward/backward segment attends over (sequences.segment_sequences),
+    # how many and their length in tokens; -1 unknown
+    seq_count: np.ndarray
+    seq_tokens: np.ndarray
     group_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     coll_source: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -346,7 +351,8 @@ def build_rank(ev: RankEvents) -> RankOps:
                        split_phases=stage or device == "cpu")
     seg_mb = microbatches(seg, merge_runs=not stage) if device == "cpu" else np.full(seg.num, -1)
     gcs = collections(ev, st, seg, lambda t: _in_window(t, es.cpu_windows), device=device)
-    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, gcs, warns)
+    seqs = segment_sequences(ev, st, seg, seg_mb, device=device)
+    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, gcs, warns, seqs)
     ops.identity = rank_identity(ev, gpu)
     return ops
 
@@ -373,9 +379,10 @@ def _unit_phases(ev: RankEvents, lb: _Labels, es: _EventSteps, unit: np.ndarray,
 
 def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list[dict[str, Any]], co: Collectives,
               c_step: np.ndarray, st: Streams, seg: Segments, seg_mb: np.ndarray, gcs: Collections,
-              warns: list[str]) -> RankOps:
+              warns: list[str], seqs: tuple[np.ndarray, np.ndarray]) -> RankOps:
     """The rank's ops: segments first, then collectives, then garbage collections (``gc``, kind
-    ``other``), with explicit dependency lists; ``seg_mb``: each segment's microbatch (-1: none)."""
+    ``other``), with explicit dependency lists; ``seg_mb``: each segment's microbatch (-1: none);
+    ``seqs``: each segment's sequences (count, tokens each; -1: unknown)."""
     ts, dur = ev.ts_us, ev.dur_us
     base_ns = ev.header.get("baseTimeNanoseconds")
     base = int(base_ns) if isinstance(base_ns, int) else 0
@@ -435,6 +442,8 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
         has_deps=np.ones(n_ops, bool),
         phase=np.concatenate([seg.phase, np.zeros(len(coll) + n_gc, np.int8)]).astype(np.int8),
         microbatch=np.concatenate([seg_mb, np.full(len(coll) + n_gc, -1)]).astype(np.int32),
+        seq_count=np.concatenate([seqs[0], np.full(len(coll) + n_gc, -1)]).astype(np.int32),
+        seq_tokens=np.concatenate([seqs[1], np.full(len(coll) + n_gc, -1)]).astype(np.int32),
         group_info=co.group_info,
         coll_source=co.source,
         warnings=warns,
