@@ -86,14 +86,19 @@ def event_meta(a: Any, name: str) -> dict[str, Any]:  # a: the event's args (eve
     return m
 
 
-def _c10d_peer(raw: msgspec.Raw) -> int | None:
-    """The peer rank (within the call's process group) of a c10d::send / c10d::recv_ call."""
+def _decoded(raw: msgspec.Raw) -> Any:
+    """An undecoded args value (``Input Dims``, ``Concrete Inputs``), decoded; None if absent or corrupt."""
     if not len(raw):
         return None
     try:
-        args = _DEC_ANY.decode(raw)
+        return _DEC_ANY.decode(raw)
     except msgspec.DecodeError:
         return None
+
+
+def _c10d_peer(raw: msgspec.Raw) -> int | None:
+    """The peer rank (within the call's process group) of a c10d::send / c10d::recv_ call."""
+    args = _decoded(raw)
     if isinstance(args, list) and len(args) >= 3 and isinstance(args[2], str) and args[2].isdigit():
         return int(args[2])
     return None
@@ -101,12 +106,7 @@ def _c10d_peer(raw: msgspec.Raw) -> int | None:
 
 def _attention_seqs(raw: msgspec.Raw) -> tuple[int, int] | None:
     """(sequences, tokens each) an attention call attends over: its first input's batch and length."""
-    if not len(raw):
-        return None
-    try:
-        dims = _DEC_ANY.decode(raw)
-    except msgspec.DecodeError:
-        return None
+    dims = _decoded(raw)
     q = dims[0] if isinstance(dims, list) and dims else None
     if not isinstance(q, list) or len(q) != 4 or not all(isinstance(x, int) and x > 0 for x in q):
         return None
