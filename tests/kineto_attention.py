@@ -3,9 +3,10 @@
 Each step runs four microbatches (gradient accumulation), each a batch of ``BATCH`` sequences of
 one length from ``LENGTHS``, through a causal ``scaled_dot_product_attention``, forward then
 backward, and writes ``rank0.json``. Two untraced warm-up steps run first (the schedule's wait and
-warm-up), with the first step's lengths.
+warm-up), with the first step's lengths. ``make_traces`` runs it twice, with and without recorded
+shapes (``OUT/shapes``, ``OUT/no-shapes``), in one interpreter.
 
-    python tests/kineto_attention.py OUT_DIR [--no-shapes]
+    python tests/kineto_attention.py OUT_DIR
 """
 
 from __future__ import annotations
@@ -43,13 +44,19 @@ def make_trace(out: str | Path, *, record_shapes: bool = True) -> Path:
     return out
 
 
-def make_trace_in_subprocess(out: str | Path, *, record_shapes: bool = True, timeout_s: float = 120) -> Path:
-    """``make_trace`` in a fresh interpreter (the test process keeps no torch state)."""
+def make_traces(out: str | Path) -> Path:
+    out = Path(out)
+    make_trace(out / "shapes")
+    make_trace(out / "no-shapes", record_shapes=False)
+    return out
+
+
+def make_traces_in_subprocess(out: str | Path, *, timeout_s: float = 180) -> Path:
+    """``make_traces`` in a fresh interpreter (the test process keeps no torch state)."""
     import subprocess
     import sys
 
-    args = [sys.executable, __file__, str(out)] + ([] if record_shapes else ["--no-shapes"])
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run([sys.executable, __file__, str(out)], capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"the traced attention job failed: {proc.stderr[-2000:]}")
     return Path(out)
@@ -58,6 +65,4 @@ def make_trace_in_subprocess(out: str | Path, *, record_shapes: bool = True, tim
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
-    ap.add_argument("--no-shapes", action="store_true", help="record_shapes=False")
-    a = ap.parse_args()
-    make_trace(a.out, record_shapes=not a.no_shapes)
+    make_traces(ap.parse_args().out)

@@ -13,7 +13,12 @@ import pytest
 
 from laggard.errors import LaggardWarning
 from laggard.io import load_job
-from tests.kineto_attention import BATCH, LENGTHS, make_trace_in_subprocess
+from tests.kineto_attention import BATCH, LENGTHS, make_traces_in_subprocess
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_traces_in_subprocess(tmp_path_factory.mktemp("attention"))
 
 
 def _load(path: Path):
@@ -23,8 +28,8 @@ def _load(path: Path):
 
 
 @pytest.mark.timeout(240)
-def test_each_pass_attends_over_the_sequences_it_was_given(tmp_path: Path) -> None:
-    t = _load(make_trace_in_subprocess(tmp_path / "on"))
+def test_each_pass_attends_over_the_sequences_it_was_given(traces: Path) -> None:
+    t = _load(traces / "shapes")
     name = np.array(t.column("name").to_pylist(), dtype=object)
     mb, step = t.column("microbatch").to_numpy(), t.column("step").to_numpy()
     lens = t.column("seq_lens").to_pylist()
@@ -40,7 +45,7 @@ def test_each_pass_attends_over_the_sequences_it_was_given(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(240)
-def test_a_trace_without_recorded_shapes_has_no_sequences(tmp_path: Path) -> None:
-    t = _load(make_trace_in_subprocess(tmp_path / "off", record_shapes=False))
+def test_a_trace_without_recorded_shapes_has_no_sequences(traces: Path) -> None:
+    t = _load(traces / "no-shapes")
     assert t.column("seq_lens").null_count == t.num_rows
     assert (t.column("microbatch").to_numpy() >= 0).any()  # the passes are there, their sequences are not
