@@ -247,15 +247,9 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
     import pyarrow as pa
 
     size_arr = pa.array(size_b, mask=size_b < 0, type=pa.int64())
-    coord = np.array([layout.coords[int(r.rank)] for r in ranks], dtype=np.int32).reshape(-1, 3)  # type: ignore[arg-type]
-    coord_of = np.repeat(coord, sizes, axis=0)
     columns: dict[str, Any] = {
-        "rank": rank_of.astype(np.int32),
-        "dp_rank": coord_of[:, 0],
-        "pp_rank": coord_of[:, 1],
-        "tp_rank": coord_of[:, 2] if layout.tp_size > 1 else np.full(n, -1, np.int32),
+        **_worker_columns(ranks, layout, sizes, rank_of),
         "step": step,
-        "microbatch": cat([r.microbatch for r in ranks]),
         "name": _dict_column(name_c, names, "name"),
         "kind": _dict_column(kind, list(KIND_LABELS), "kind"),
         "stream": _dict_column(stream_c, streams, "stream"),
@@ -267,9 +261,6 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
         "size_bytes": size_arr,
         "deps": deps,
     }
-    seq_lens = _seq_lens_column(cat([r.seq_count for r in ranks]), cat([r.seq_tokens for r in ranks]))
-    if seq_lens is not None:
-        columns["seq_lens"] = seq_lens
     table = make_table(columns, num_rows=n)
     off_by_rank = {str(int(r.rank)): float(offsets_ns[domains[i]] / 1e9) for i, r in enumerate(ranks)}  # type: ignore[arg-type]
     meta = _job_meta(ranks, files, layout, matched_by, clock_offsets_s=off_by_rank, num_domains=len(offsets_ns))
@@ -297,6 +288,26 @@ def _p2p_counts(p2p: np.ndarray, name_c: np.ndarray, names: list[str], group_c: 
         matched = int(((cnt == 2) & (sends == 1))[inv].sum())
     total = int(is_p2p.sum())
     return {"ops": total, "matched": matched, "unmatched": total - matched, "peers_inferred": int(peers_matched)}
+
+
+def _worker_columns(ranks: list[RankOps], layout: Layout, sizes: np.ndarray, rank_of: np.ndarray) -> dict[str, Any]:
+    """What each op's rank tells: its worker coordinates, and the microbatch and sequences of its
+    passes (``seq_lens`` only where some pass has them)."""
+    n = len(rank_of)
+    coord = np.array([layout.coords[int(r.rank)] for r in ranks], dtype=np.int32).reshape(-1, 3)  # type: ignore[arg-type]
+    coord_of = np.repeat(coord, sizes, axis=0)
+    out: dict[str, Any] = {
+        "rank": rank_of.astype(np.int32),
+        "dp_rank": coord_of[:, 0],
+        "pp_rank": coord_of[:, 1],
+        "tp_rank": coord_of[:, 2] if layout.tp_size > 1 else np.full(n, -1, np.int32),
+        "microbatch": np.concatenate([r.microbatch for r in ranks]),
+    }
+    seq_lens = _seq_lens_column(np.concatenate([r.seq_count for r in ranks]),
+                                np.concatenate([r.seq_tokens for r in ranks]))
+    if seq_lens is not None:
+        out["seq_lens"] = seq_lens
+    return out
 
 
 def _seq_lens_column(count: np.ndarray, tokens: np.ndarray) -> Any:
