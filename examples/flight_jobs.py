@@ -155,7 +155,14 @@ def generate(out: Path, scenarios: list[str], deadline_s: float = 60.0,
              on_progress: Callable[[int, int], None] | None = None) -> dict[str, Path]:
     """Run the scenarios (all at once: the ranks mostly wait) and return scenario -> its directory.
     ``on_progress(ranks_ended, ranks)`` as the rank processes end (or are killed at the deadline)."""
-    import torch  # noqa: F401 - imported once here, before forking the ranks
+    # imported once here, before forking the ranks (each of ~30 ranks importing them itself: seconds of CPU)
+    import pyarrow.parquet  # noqa: F401 - the tracer writes its shards with it
+    import torch  # noqa: F401
+    import torch._inductor  # noqa: F401 - a dump with Python stacks imports it (~2.4 s of CPU a process)
+    import torch.distributed  # noqa: F401
+
+    import laggard.tracer.flight  # noqa: F401
+    from laggard.tracer import Tracer  # noqa: F401
 
     out.mkdir(parents=True, exist_ok=True)
     pids: list[int] = []

@@ -23,7 +23,7 @@ STEPS = 30
 
 
 def _cfg(**kw) -> JobConfig:  # noqa: ANN003
-    return JobConfig(dp=4, pp=1, steps=STEPS, injections=parse_injections([SPEC]), **kw)
+    return JobConfig.quick(dp=4, pp=1, steps=STEPS, injections=parse_injections([SPEC]), **kw)
 
 
 @pytest.fixture(scope="module")
