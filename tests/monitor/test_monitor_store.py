@@ -170,10 +170,10 @@ def test_a_job_whose_analysis_fails_does_not_hold_up_the_others(tmp_path, monkey
     import laggard.monitor.service as service
 
     def failing(real):
-        def call(cut, meta, acfg):
+        def call(cut, meta, acfg, *job):
             if meta.name == "bad0":
                 raise RuntimeError("a bug in one job's analysis")
-            return real(cut, meta, acfg)
+            return real(cut, meta, acfg, *job)
         return call
 
     cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, idle_refresh_s=1e9, analysis_process=not in_process)
@@ -201,3 +201,62 @@ def test_a_job_whose_analysis_fails_does_not_hold_up_the_others(tmp_path, monkey
             col.store.close()
         else:
             col.stop()
+
+
+def test_a_job_goes_back_to_the_child_that_had_its_last_window_while_that_child_is_free():
+    """The pool's choice of child (``AnalysisPool._slot``, no process started): a job's window goes
+    to the child that had its last one when that child has nothing waiting, else to the least busy,
+    its own on a tie; a window of no job to the least busy."""
+    from laggard.monitor.analyser import AnalysisPool
+
+    pool = AnalysisPool(workers=2)
+    a = pool._slot("a")
+    pool._done(a)
+    assert pool._slot("a") == a  # free: back to it
+    b = pool._slot("b")
+    assert b != a  # a's child is busy
+    pool._done(a)
+    pool._done(b)
+    assert pool._slot("b") == b and pool._slot("a") == a
+    assert pool._slot("a") == a  # both busy with one each: a's own child
+    assert pool._slot(None) == b
+    assert pool._pending == [2, 2]
+
+
+def test_each_window_analysed_in_the_pool_through_its_cache_is_the_in_process_analysis(tmp_path):
+    """A job fed step by step into a collector with two analysis processes: every window served
+    (its bodies partly read for the window before, kept in the child) is the analysis of the same
+    steps built and run afresh in this process."""
+    from laggard.groundtruth.inject import parse_injection
+    from laggard.monitor.analyser import analyse
+
+    job = synthesize(SynthConfig(dp=4, pp=1, microbatches=2, steps=14, seed=5, name="cached"),
+                     [parse_injection("slow-worker:rank=2,factor=1.5")])
+    cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=0.05, analysis_workers=2, idle_refresh_s=1e9)
+    col = Collector(Store(tmp_path / "m.db"), cfg)
+    col.start()
+    meta = job.meta.to_json()
+    served = []  # (the window served, the same steps' table built here)
+    try:
+        for lo in range(0, 14, 2):  # 2 steps at a time (a batch per rank and step)
+            for s, r, t in step_batches(job):
+                if lo <= s < lo + 2:
+                    col.ingest(encode_batch(t, job_id="cached", rank=r, seq=s, meta=meta))
+            last = lo  # complete once every rank sent a later step
+            deadline = time.monotonic() + 60
+            while lo >= 2 and time.monotonic() < deadline:
+                res = col.windows["cached"].result
+                if res is not None and res.steps[1] >= last:
+                    with col._lock:
+                        served.append((res, col.windows["cached"].window_table(last)))
+                    break
+                time.sleep(0.05)
+        assert len(served) == 6, [r.steps for r, _ in served]
+        win = col.windows["cached"]
+        for res, table in served:
+            here = analyse(table, win.meta, cfg.analysis).doc
+            assert res.doc["findings"] == here["findings"] and res.doc["slowdown"] == here["slowdown"]
+            assert res.doc["num_ops"] == here["num_ops"] == table.num_rows
+        assert any(f["cause"] == "worker" for f in served[-1][0].doc["findings"])
+    finally:
+        col.stop()

@@ -114,3 +114,23 @@ def test_a_bad_lz4_frame_is_one_line() -> None:
     for why, body in cases.items():
         with pytest.raises(BadBatch, match=why):
             decode_batch(body)
+
+
+def test_a_window_read_through_the_cache_is_the_window_read_afresh() -> None:
+    """``read_bodies`` with a cache (a monitor job's windows in its analysis process): each of three
+    sliding windows of bodies, read through the cache the window before left, is the table read
+    without one; the cache then holds exactly that window's bodies, and what it holds is what is
+    read (a body's batches put there by hand come back instead of the body's own)."""
+    from laggard.wire.batch import read_bodies
+
+    bodies = [_body(_table(3, step=pa.array(range(3 * k, 3 * k + 3)), rank=pa.array([k % 2] * 3)))
+              for k in range(6)]
+    cache: dict = {}
+    for first in range(3):
+        window = bodies[first:first + 3]  # two of its bodies were in the window before
+        got = read_bodies(window, cache)
+        assert got.equals(read_bodies(window)) and got.num_rows == 9
+        assert list(cache) == window
+    planted = read_bodies([bodies[0]]).to_batches()
+    cache[bodies[3]] = planted
+    assert read_bodies([bodies[3]], cache).equals(read_bodies([bodies[0]]))

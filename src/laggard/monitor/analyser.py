@@ -8,6 +8,12 @@ pool of long-lived children (``MonitorConfig.analysis_workers``: several jobs an
 collects the ``laggard analyze --json`` documents and load ratios as they come back; a child builds
 the window's table and runs exactly ``window.analyse_window`` and ``window.load_ratios``, the code
 used in-process.
+
+A window shares two thirds of its bodies with the job's window before it (6 steps every 3, cut from
+3-step batches: a rank's 3 bodies, 2 of them read last time), and reading the bodies was ~40% of a
+1,024-rank refresh. So a job goes back to the child that analysed its last window when that child
+is free (else to the least busy one), and a child keeps the record batches of its jobs' last windows
+(``MonitorConfig.analysis_cache_jobs`` jobs each, least recently analysed dropped first).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import multiprocessing
 import os
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -41,13 +48,31 @@ class WindowAnalysis:
     refresh_s: float  # wall time of the analysis itself (in whichever process ran it)
 
 
-def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
+# in an analysis process: job id -> the record batches of its last window's bodies (``read_bodies``'s
+# cache), least recently analysed first
+_PARTS: OrderedDict[str, dict[bytes, list[pa.RecordBatch]]] = OrderedDict()
+
+
+def _parts_cache(job_id: str | None, cache_jobs: int) -> dict[bytes, list[pa.RecordBatch]] | None:
+    """The job's cache in this process (None without a job), its jobs bounded to ``cache_jobs``."""
+    if job_id is None or cache_jobs < 1:
+        return None
+    cache = _PARTS.pop(job_id, {})
+    _PARTS[job_id] = cache
+    while len(_PARTS) > cache_jobs:
+        _PARTS.popitem(last=False)
+    return cache
+
+
+def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig | None = None,
+            job_id: str | None = None, cache_jobs: int = 0) -> WindowAnalysis:
     """The window's analysis document (or why it failed) and its load ratios, in this process
-    (``window``: its cut, built into the op table here, or the table)."""
+    (``window``: its cut, built into the op table here, or the table; ``job_id``: whose, so that its
+    bodies read last time are reused, for up to ``cache_jobs`` jobs)."""
     from laggard.monitor.window import analyse_window, build_window, load_ratios
 
     t0 = time.perf_counter()
-    table = build_window(window) if isinstance(window, WindowCut) else window
+    table = build_window(window, _parts_cache(job_id, cache_jobs)) if isinstance(window, WindowCut) else window
     if table is None:
         return WindowAnalysis(doc=None, error="no ops in the window's steps", load_ratio={},
                               refresh_s=time.perf_counter() - t0)
@@ -83,51 +108,83 @@ def _exit_with_parent(parent_pid: int) -> None:
 class AnalysisPool:
     """Long-lived child processes (spawned: the collector has threads, so no fork) that analyse
     windows, ``workers`` at once: jobs are analysed side by side, a job's windows one at a time
-    (the collector submits a job's next window once its last one is back)."""
+    (the collector submits a job's next window once its last one is back), each in the child that
+    had the job's last window where that child is free (its bodies read then are kept there,
+    ``cache_jobs`` jobs per child)."""
 
-    def __init__(self, workers: int = 1, nice: int = 0) -> None:
-        self.workers, self.nice = workers, nice
-        self._pool: ProcessPoolExecutor | None = None
+    def __init__(self, workers: int = 1, nice: int = 0, cache_jobs: int = 0) -> None:
+        self.workers, self.nice, self.cache_jobs = workers, nice, cache_jobs
+        self._slots: list[ProcessPoolExecutor | None] = [None] * workers  # one child each
+        self._pending = [0] * workers  # windows submitted to each and not yet back
+        self._home: dict[str, int] = {}  # job -> the child that had its last window
         self._lock = threading.Lock()
 
-    def _executor(self) -> ProcessPoolExecutor:
-        """The pool; a new one after a child died (killed, out of memory: the old pool's futures
-        raise ``BrokenProcessPool``), once however many futures report the same death."""
+    def _executor(self, i: int) -> ProcessPoolExecutor:
+        """Child ``i``'s executor; a new one after it died (killed, out of memory: the old one's
+        futures raise ``BrokenProcessPool``), once however many futures report the same death."""
         with self._lock:
-            if self._pool is not None and getattr(self._pool, "_broken", False):
-                log.warning("an analysis process died; starting new ones")
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_child_init, initargs=(self.nice, os.getpid()))
-            return self._pool
+            pool = self._slots[i]
+            if pool is not None and getattr(pool, "_broken", False):
+                log.warning("an analysis process died; starting a new one")
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = None
+            if pool is None:
+                pool = self._slots[i] = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_init,
+                    initargs=(self.nice, os.getpid()))
+            return pool
+
+    def _slot(self, job_id: str | None) -> int:
+        """The child for the job's window: its last one's while that child is free, else the one with
+        the fewest windows waiting (the job's own on a tie)."""
+        with self._lock:
+            home = self._home.get(job_id) if job_id is not None else None
+            i = min(range(self.workers), key=lambda k: (self._pending[k], k != home))
+            if job_id is not None:
+                self._home[job_id] = i
+            self._pending[i] += 1
+            return i
+
+    def _done(self, i: int) -> None:
+        with self._lock:
+            self._pending[i] -= 1
 
     def pids(self) -> list[int]:
         """The children's pids once they run (the bench reads their peak memory)."""
-        return sorted(getattr(self._pool, "_processes", None) or {})
+        return sorted(p for pool in self._slots if pool is not None for p in (getattr(pool, "_processes", None) or {}))
 
-    def submit(self, cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None = None) -> Future:
-        """The analysis of the window ``cut`` (its batches' bodies: the child builds the table) in a
-        child; its future's result is a ``WindowAnalysis``."""
+    def submit(self, cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None = None,
+               job_id: str | None = None) -> Future:
+        """The analysis of the window ``cut`` (its batches' bodies: the child builds the table) of
+        ``job_id`` in a child; its future's result is a ``WindowAnalysis``."""
+        i = self._slot(job_id)
+        args = (analyse, cut, meta, config, job_id, self.cache_jobs)
         try:
-            return self._executor().submit(analyse, cut, meta, config)
-        except BrokenProcessPool:  # a child died since the check
-            return self._executor().submit(analyse, cut, meta, config)
+            try:
+                fut = self._executor(i).submit(*args)
+            except BrokenProcessPool:  # the child died since the check
+                fut = self._executor(i).submit(*args)
+        except BaseException:
+            self._done(i)
+            raise
+        fut.add_done_callback(lambda _, i=i: self._done(i))
+        return fut
 
-    def run(self, cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None = None) -> WindowAnalysis:
+    def run(self, cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None = None,
+            job_id: str | None = None) -> WindowAnalysis:
         """``submit``'s result, waited for; a child that died is replaced and the window analysed again once."""
         for attempt in (0, 1):
-            fut = self.submit(cut, meta, config)
+            fut = self.submit(cut, meta, config, job_id)
             try:
                 return fut.result()
-            except BrokenProcessPool:  # submitted again to new children
+            except BrokenProcessPool:  # submitted again to a new child
                 if attempt:
                     raise
         raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True, cancel_futures=True)
-                self._pool = None
+            slots, self._slots = self._slots, [None] * self.workers
+        for pool in slots:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)

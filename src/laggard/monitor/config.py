@@ -68,6 +68,10 @@ class MonitorConfig:
     # table from the bodies included), so at 1 step/s one child keeps ~2 such jobs fresh; 2 is what
     # a small collector host (2-4 cores) can give without starving ingest; raise it with the cores
     analysis_workers: int = 2
+    # jobs whose last window's bodies each analysis process keeps read (``monitor.analyser``): the
+    # next window of such a job reads a third of its bodies instead of all (a 1,024-rank job's ~3,000
+    # record batches, ~45 MB), so 8 bounds a child at ~360 MB on top of its analysis; 0 keeps none
+    analysis_cache_jobs: int = 8
     # the analysis child's niceness: 0 (the same CPU priority as ingest). The analysis share above
     # already bounds its CPU; a higher value trades refresh time for ingest on a busy host
     analysis_nice: int = 0
@@ -86,6 +90,9 @@ class MonitorConfig:
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")
+        if not isinstance(self.analysis_cache_jobs, int) or isinstance(self.analysis_cache_jobs, bool) \
+                or self.analysis_cache_jobs < 0:
+            raise LaggardError(f"monitor config: analysis_cache_jobs must be a non-negative integer, got {self.analysis_cache_jobs!r}")
         if not 0.0 < self.chronic_alpha <= 1.0:
             raise LaggardError(f"monitor config: chronic_alpha must be in (0, 1], got {self.chronic_alpha!r}")
         if not 0.0 < self.analysis_share <= 1.0:

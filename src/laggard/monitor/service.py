@@ -174,7 +174,7 @@ class Collector:
             return False
         acfg = self.cfg.analysis
         win = self.windows[job_id]
-        res = self._analyser.run(cut, win.meta, acfg) if self._analyser is not None else analyse(cut, win.meta, acfg)
+        res = self._analyser.run(cut, win.meta, acfg, job_id) if self._analyser is not None else analyse(cut, win.meta, acfg)
         self._finish(job_id, cut.last, res)
         return True
 
@@ -220,7 +220,8 @@ class Collector:
             self._submit(job_id, cut, 0)
 
     def _submit(self, job_id: str, cut: WindowCut, attempt: int) -> None:
-        self._running[job_id] = (self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis), cut, attempt)
+        self._running[job_id] = (self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis, job_id),
+                                 cut, attempt)
 
     def check_hangs(self) -> None:
         """Suspect hangs (asking the job's tracers for their hang reports); decide the verdicts that are due."""
@@ -334,7 +335,8 @@ class Collector:
     def start(self) -> None:
         """Start the background analyser (with its child processes unless ``cfg.analysis_process`` is off)."""
         if self.cfg.analysis_process:
-            self._analyser = AnalysisPool(workers=self.cfg.analysis_workers, nice=self.cfg.analysis_nice)
+            self._analyser = AnalysisPool(workers=self.cfg.analysis_workers, nice=self.cfg.analysis_nice,
+                                          cache_jobs=self.cfg.analysis_cache_jobs)
 
         def run() -> None:
             while not self._stop.wait(self.cfg.tick_s):

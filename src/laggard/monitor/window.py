@@ -61,13 +61,14 @@ class WindowCut:
     parts: list[bytes | pa.Table]
 
 
-def build_window(cut: WindowCut) -> pa.Table | None:
+def build_window(cut: WindowCut, cache: dict[bytes, list[pa.RecordBatch]] | None = None) -> pa.Table | None:
     """The window's op table: the parts read (bodies were checked at ingest), concatenated, cut to
-    the window's steps, one chunk per column (the analysis reads dictionary codes chunk by chunk)."""
+    the window's steps, one chunk per column (the analysis reads dictionary codes chunk by chunk).
+    ``cache``: the job's bodies read for its last window (``laggard.wire.batch.read_bodies``)."""
     from laggard.wire.batch import read_bodies
 
     # one chunk first: a filter over thousands of small chunks costs several times one over their sum
-    table = read_bodies(cut.parts)
+    table = read_bodies(cut.parts, cache)
     if table is None:
         return None
     steps = to_numpy(table.column("step"))
