@@ -230,16 +230,12 @@ def run_jobs(cfgs: list[JobConfig], *, on_progress: Callable[[int, int, float | 
 
 def _run_jobs(cfgs: list[JobConfig], on_progress: Callable[[int, int, float | None], None] | None,
               grace_s: float, example: Path, net: Any) -> list[JobResult]:
-    import multiprocessing as mp
+    from laggard.collectives.launch import rank_context
 
     world = cfgs[0].world_size
     total_steps = sum(c.steps for c in cfgs)
     # a fork server that has imported torch once starts every rank without importing it again
-    if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "torch.optim", "numpy"])
-    else:
-        ctx = mp.get_context("spawn")
+    ctx = rank_context()
     out = ctx.Queue()
     port = _free_port()
     t0 = time.perf_counter()
