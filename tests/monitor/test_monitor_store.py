@@ -260,3 +260,34 @@ def test_each_window_analysed_in_the_pool_through_its_cache_is_the_in_process_an
         assert any(f["cause"] == "worker" for f in served[-1][0].doc["findings"])
     finally:
         col.stop()
+
+
+def test_an_analysis_process_keeps_read_bodies_within_its_budget():
+    """``analyser._parts_cache``/``_trim_parts`` (what a child keeps between windows): each job's
+    last window's bodies read, the least recently analysed job's dropped first once all of them hold
+    more than the budget; a job over the budget alone is not kept."""
+    from laggard.monitor import analyser
+    from laggard.monitor.window import WindowCut, build_window
+
+    job = synthesize(SynthConfig(dp=2, pp=1, microbatches=2, steps=4, seed=1, name="b"))
+    bodies = [encode_batch(t, job_id="b", rank=r, seq=s, meta=job.meta.to_json()) for s, r, t in step_batches(job)]
+    cut = WindowCut(first=0, last=3, parts=bodies)
+
+    def read(job_id: str, budget: int) -> None:
+        build_window(cut, analyser._parts_cache(job_id, budget))
+        analyser._trim_parts(job_id, budget)
+
+    analyser._PARTS.clear()
+    try:
+        read("a", 10**9)
+        one = analyser._PARTS["a"][1]
+        assert one > 0 and len(analyser._PARTS["a"][0]) == len(bodies)
+        read("b", 10**9)
+        read("a", 10**9)  # a is now the most recent
+        read("c", 2 * one)  # three jobs over a budget of two: b, the least recent, goes
+        assert list(analyser._PARTS) == ["a", "c"]
+        read("c", one - 1)  # over the budget alone: nothing kept
+        assert not analyser._PARTS
+        assert analyser._parts_cache("a", 0) is None and not analyser._PARTS
+    finally:
+        analyser._PARTS.clear()

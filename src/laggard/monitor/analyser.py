@@ -13,7 +13,7 @@ A window shares two thirds of its bodies with the job's window before it (6 step
 3-step batches: a rank's 3 bodies, 2 of them read last time), and reading the bodies was ~40% of a
 1,024-rank refresh. So a job goes back to the child that analysed its last window when that child
 is free (else to the least busy one), and a child keeps the record batches of its jobs' last windows
-(``MonitorConfig.analysis_cache_jobs`` jobs each, least recently analysed dropped first).
+(up to ``MonitorConfig.analysis_cache_mib``, least recently analysed job dropped first).
 """
 
 from __future__ import annotations
@@ -49,30 +49,45 @@ class WindowAnalysis:
 
 
 # in an analysis process: job id -> the record batches of its last window's bodies (``read_bodies``'s
-# cache), least recently analysed first
-_PARTS: OrderedDict[str, dict[bytes, list[pa.RecordBatch]]] = OrderedDict()
+# cache) and their bytes, least recently analysed first
+_PARTS: OrderedDict[str, tuple[dict[bytes, list[pa.RecordBatch]], int]] = OrderedDict()
 
 
-def _parts_cache(job_id: str | None, cache_jobs: int) -> dict[bytes, list[pa.RecordBatch]] | None:
-    """The job's cache in this process (None without a job), its jobs bounded to ``cache_jobs``."""
-    if job_id is None or cache_jobs < 1:
+def _parts_cache(job_id: str | None, cache_bytes: int) -> dict[bytes, list[pa.RecordBatch]] | None:
+    """The job's cache in this process (None without a job or a budget), made the most recent."""
+    if job_id is None or cache_bytes <= 0:
         return None
-    cache = _PARTS.pop(job_id, {})
-    _PARTS[job_id] = cache
-    while len(_PARTS) > cache_jobs:
-        _PARTS.popitem(last=False)
+    cache, size = _PARTS.pop(job_id, ({}, 0))
+    _PARTS[job_id] = (cache, size)
     return cache
 
 
+def _trim_parts(job_id: str | None, cache_bytes: int) -> None:
+    """After the job's window was read into its cache: its bytes counted, and the least recently
+    analysed jobs' caches dropped while all of them hold more than ``cache_bytes`` (the job's own
+    too, last, when it alone is over: a job cut in large batches has its bodies read every time)."""
+    if job_id not in _PARTS:
+        return
+    cache, _ = _PARTS[job_id]
+    _PARTS[job_id] = (cache, sum(b.nbytes for batches in cache.values() for b in batches))
+    total = sum(size for _, size in _PARTS.values())
+    while _PARTS and total > cache_bytes:
+        _, (_, size) = _PARTS.popitem(last=False)
+        total -= size
+
+
 def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig | None = None,
-            job_id: str | None = None, cache_jobs: int = 0) -> WindowAnalysis:
+            job_id: str | None = None, cache_bytes: int = 0) -> WindowAnalysis:
     """The window's analysis document (or why it failed) and its load ratios, in this process
     (``window``: its cut, built into the op table here, or the table; ``job_id``: whose, so that its
-    bodies read last time are reused, for up to ``cache_jobs`` jobs)."""
+    bodies read last time are reused, the jobs' read bodies kept within ``cache_bytes``)."""
     from laggard.monitor.window import analyse_window, build_window, load_ratios
 
     t0 = time.perf_counter()
-    table = build_window(window, _parts_cache(job_id, cache_jobs)) if isinstance(window, WindowCut) else window
+    table = window
+    if isinstance(window, WindowCut):
+        table = build_window(window, _parts_cache(job_id, cache_bytes))
+        _trim_parts(job_id, cache_bytes)
     if table is None:
         return WindowAnalysis(doc=None, error="no ops in the window's steps", load_ratio={},
                               refresh_s=time.perf_counter() - t0)
@@ -109,11 +124,11 @@ class AnalysisPool:
     """Long-lived child processes (spawned: the collector has threads, so no fork) that analyse
     windows, ``workers`` at once: jobs are analysed side by side, a job's windows one at a time
     (the collector submits a job's next window once its last one is back), each in the child that
-    had the job's last window where that child is free (its bodies read then are kept there,
-    ``cache_jobs`` jobs per child)."""
+    had the job's last window where that child is free (its bodies read then are kept there, up to
+    ``cache_bytes`` a child)."""
 
-    def __init__(self, workers: int = 1, nice: int = 0, cache_jobs: int = 0) -> None:
-        self.workers, self.nice, self.cache_jobs = workers, nice, cache_jobs
+    def __init__(self, workers: int = 1, nice: int = 0, cache_bytes: int = 0) -> None:
+        self.workers, self.nice, self.cache_bytes = workers, nice, cache_bytes
         self._slots: list[ProcessPoolExecutor | None] = [None] * workers  # one child each
         self._pending = [0] * workers  # windows submitted to each and not yet back
         self._home: dict[str, int] = {}  # job -> the child that had its last window
@@ -158,7 +173,7 @@ class AnalysisPool:
         """The analysis of the window ``cut`` (its batches' bodies: the child builds the table) of
         ``job_id`` in a child; its future's result is a ``WindowAnalysis``."""
         i = self._slot(job_id)
-        args = (analyse, cut, meta, config, job_id, self.cache_jobs)
+        args = (analyse, cut, meta, config, job_id, self.cache_bytes)
         try:
             try:
                 fut = self._executor(i).submit(*args)

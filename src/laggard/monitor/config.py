@@ -68,10 +68,12 @@ class MonitorConfig:
     # table from the bodies included), so at 1 step/s one child keeps ~2 such jobs fresh; 2 is what
     # a small collector host (2-4 cores) can give without starving ingest; raise it with the cores
     analysis_workers: int = 2
-    # jobs whose last window's bodies each analysis process keeps read (``monitor.analyser``): the
-    # next window of such a job reads a third of its bodies instead of all (a 1,024-rank job's ~3,000
-    # record batches, ~45 MB), so 8 bounds a child at ~360 MB on top of its analysis; 0 keeps none
-    analysis_cache_jobs: int = 8
+    # each analysis process keeps its jobs' last windows' bodies read (``monitor.analyser``), up to
+    # this many MiB (least recently analysed job dropped first): the next window of such a job reads a
+    # third of its bodies instead of all. A 1,024-rank job flushing every 3 steps holds ~32 MiB
+    # (measured), so 256 keeps 8 such jobs a child; one flushing 30 steps a batch holds ~212 MiB; a job
+    # over the budget alone has its bodies read afresh each time (as without the cache). 0 keeps none
+    analysis_cache_mib: int = 256
     # the analysis child's niceness: 0 (the same CPU priority as ingest). The analysis share above
     # already bounds its CPU; a higher value trades refresh time for ingest on a busy host
     analysis_nice: int = 0
@@ -90,9 +92,9 @@ class MonitorConfig:
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")
-        if not isinstance(self.analysis_cache_jobs, int) or isinstance(self.analysis_cache_jobs, bool) \
-                or self.analysis_cache_jobs < 0:
-            raise LaggardError(f"monitor config: analysis_cache_jobs must be a non-negative integer, got {self.analysis_cache_jobs!r}")
+        if not isinstance(self.analysis_cache_mib, int) or isinstance(self.analysis_cache_mib, bool) \
+                or self.analysis_cache_mib < 0:
+            raise LaggardError(f"monitor config: analysis_cache_mib must be a non-negative integer, got {self.analysis_cache_mib!r}")
         if not 0.0 < self.chronic_alpha <= 1.0:
             raise LaggardError(f"monitor config: chronic_alpha must be in (0, 1], got {self.chronic_alpha!r}")
         if not 0.0 < self.analysis_share <= 1.0:

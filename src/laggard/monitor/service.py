@@ -336,7 +336,7 @@ class Collector:
         """Start the background analyser (with its child processes unless ``cfg.analysis_process`` is off)."""
         if self.cfg.analysis_process:
             self._analyser = AnalysisPool(workers=self.cfg.analysis_workers, nice=self.cfg.analysis_nice,
-                                          cache_jobs=self.cfg.analysis_cache_jobs)
+                                          cache_bytes=self.cfg.analysis_cache_mib * 2**20)
 
         def run() -> None:
             while not self._stop.wait(self.cfg.tick_s):
