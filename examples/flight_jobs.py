@@ -161,8 +161,7 @@ def generate(out: Path, scenarios: list[str], deadline_s: float = 60.0,
     import torch._inductor  # noqa: F401 - a dump with Python stacks imports it (~2.4 s of CPU a process)
     import torch.distributed  # noqa: F401
 
-    import laggard.tracer.flight  # noqa: F401
-    from laggard.tracer import Tracer  # noqa: F401
+    from laggard.tracer import Tracer  # noqa: F401 - and laggard.tracer.flight with it
 
     out.mkdir(parents=True, exist_ok=True)
     pids: list[int] = []
