@@ -33,6 +33,17 @@ def stall_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                      extra_matmuls=0, host_stall_ms=STALL_MS, stall_mid_step=True)
 
 
+def _peers_s(gaps: dict[str, float]) -> float:
+    """The other ranks' median untraced time per step: a machine busy with other work (the suite runs on
+    two workers) deschedules every rank between its ops, and that time no op covers either."""
+    return float(np.median([v for r, v in gaps.items() if r != str(SLOW)]))
+
+
+def _over_peers_s(gaps: dict[str, float]) -> float:
+    """The stalled rank's untraced time per step over its peers' (``_peers_s``)."""
+    return gaps[str(SLOW)] - _peers_s(gaps)
+
+
 def _analyze(path: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LaggardWarning)
@@ -43,8 +54,8 @@ def _analyze(path: Path):
 def test_a_stall_between_two_ops_is_the_ranks_host_time(stall_dir: Path) -> None:
     res = _analyze(stall_dir)
     gaps = res.to_json()["untraced_gaps"]["per_rank_s_per_step"]
-    assert gaps[str(SLOW)] > 0.8 * STALL_MS / 1e3, gaps
-    assert all(v < 0.25 * STALL_MS / 1e3 for r, v in gaps.items() if r != str(SLOW)), gaps
+    assert _over_peers_s(gaps) > 0.8 * STALL_MS / 1e3, gaps
+    assert all(v < 0.25 * STALL_MS / 1e3 + _peers_s(gaps) for r, v in gaps.items() if r != str(SLOW)), gaps
     top = res.diagnosis.findings[0]
     assert top.cause == "launch-delay" and [w["rank"] for w in top.workers] == [SLOW], res.diagnosis.findings
     assert not any(f.cause == "worker" for f in res.diagnosis.findings), res.diagnosis.findings
@@ -55,7 +66,8 @@ def test_a_stall_between_two_ops_is_the_ranks_host_time(stall_dir: Path) -> None
 def test_kept_inside_the_segment_the_stall_reads_as_a_slow_worker(stall_dir: Path, monkeypatch) -> None:
     monkeypatch.setattr(segments, "HOST_GAP_SHARE", np.inf)
     res = _analyze(stall_dir)
-    assert res.to_json()["untraced_gaps"]["per_rank_s_per_step"][str(SLOW)] < 0.25 * STALL_MS / 1e3
+    gaps = res.to_json()["untraced_gaps"]["per_rank_s_per_step"]
+    assert _over_peers_s(gaps) < 0.25 * STALL_MS / 1e3, gaps
     assert any(f.cause == "worker" and [w["rank"] for w in f.workers] == [SLOW] for f in res.diagnosis.findings)
 
 
