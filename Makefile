@@ -25,11 +25,12 @@ sysdeps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s $(SYSDEPS) >/dev/null 2>&1; then \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSDEPS); fi
 
-# the suite on two pytest workers, a test file each at a time (its module fixtures, real jobs among
-# them, run once): ~12 minutes here against ~16 on one. TEST_WORKERS=0 runs it in one process.
+# the suite on two pytest workers, a test file each at a time (its module fixtures run once), the
+# modules that run real multi-rank jobs one after another on one of them (tests/conftest.py): ~10
+# minutes here against ~16 on one. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps
-	$(BIN)/python -m pytest tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/python -m pytest tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -8,6 +8,41 @@ import pytest
 DATA = Path(__file__).parent / "data"
 ND = DATA / "ndtimeline"
 
+# Modules whose tests run multi-rank jobs of real processes (gloo ranks, the demo, Flight Recorder jobs)
+# and check what their timing shows. `make test` runs the suite on two pytest workers (pytest-xdist,
+# --dist loadscope): these modules run one at a time, on one worker, beside at most the other worker's
+# single process, the load they are checked under (a busy loop); two 4-rank jobs at once on two cores
+# stretched a host stall's measured fix and a stalled rank's peers' gaps past their bounds. Every other
+# module is a unit of its own, so that its module fixtures run once.
+REAL_JOB_MODULES = frozenset(f"tests/{m}.py" for m in (
+    "collectives/test_collectives_dist", "demo/test_demo_act", "demo/test_demo_job", "demo/test_netshape",
+    "diagnose/test_diagnose_demo", "diagnose/test_host_fix_gain", "diagnose/test_launch_pipeline",
+    "engine/test_gaps", "fleet/test_fleet_goodput", "hang/test_hang", "io/test_kineto_crumbs", "io/test_kineto_ddp",
+    "io/test_kineto_gc", "io/test_kineto_layout", "io/test_kineto_microbatches", "io/test_kineto_p2p",
+    "io/test_kineto_sequences", "io/test_kineto_stall", "mitigate/test_mitigate_controller_dist",
+    "mitigate/test_mitigate_demo", "mitigate/test_mitigate_dist", "monitor/test_demo_into_collector",
+    "monitor/test_monitor_dashboard", "monitor/test_monitor_hang", "tracer/test_tracer_clock",
+    "tracer/test_tracer_dist",
+))
+REAL_JOBS_UNIT = "real-jobs"
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook (run without it, never called)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's types
+    """``--dist loadscope`` with the modules of ``REAL_JOB_MODULES`` as one unit of work: it holds the
+    most tests, so the scheduler hands it out first and its ~10 minutes start at once. (xdist's own
+    ``loadgroup`` marks tests by rewriting their node ids, which pytest 9 no longer takes.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RealJobsApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return REAL_JOBS_UNIT if module in REAL_JOB_MODULES else super()._split_scope(nodeid)
+
+    return RealJobsApart(config, log)
+
 
 @pytest.fixture(scope="session")
 def nd_dir() -> Path:
