@@ -48,9 +48,9 @@ class DiagnoseConfig:
     # records at the ends of a virtual pipeline): above this share of the transfers, the pipeline's
     # dependencies are missing from the replay
     max_unmatched_p2p: float = 0.05
-    # -- hidden stragglers: when the findings leave more than ``unexplained_floor`` unexplained, the
-    # detectors run again on the job with the found causes fixed (a weaker straggler behind a stronger
-    # one: a 1.25x worker next to a 1.6x one on a shared stage is within the noise of the first pass)
+    # -- hidden stragglers: when what the findings leave unexplained would alone make the job straggle
+    # once they are fixed, the detectors run again on the job with them fixed (a weaker straggler behind
+    # a stronger one: a 1.25x worker next to a 1.6x one on a shared stage is within the first pass's noise)
     hidden_passes: int = 1
     # a hidden cause whose what-if, on the measured job, gets more than this share of what it removes
     # from ops the found fixes already change is mostly the found cause again (a job-wide --zero

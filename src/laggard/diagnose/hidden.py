@@ -1,11 +1,11 @@
 """Hidden stragglers: a weaker cause behind a stronger one.
 
 A 1.25x worker on the same stage as a 1.6x one sits within the first pass's noise: the stage's
-reference and the job's slowdown are both set by the stronger cause. When the findings leave more
-than ``unexplained_floor`` of the slowdown unexplained, the detectors run again on the job with the
-found causes fixed (their what-if changes applied, the steps replayed), and what they nominate there
-that the first pass did not joins the joint attribution on the measured job. A cause found this way
-is marked ``hidden``.
+reference and the job's slowdown are both set by the stronger cause. When what the findings leave
+unexplained would alone make the job straggle once they are fixed (``run._left_straggling``), the
+detectors run again on the job with the found causes fixed (their what-if changes applied, the steps
+replayed), and what they nominate there that the first pass did not joins the joint attribution on
+the measured job. A cause found this way is marked ``hidden``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
         # found causes leave (``explain.floor_of``); any other to the whole slowdown, as in the first pass
         relax = left if id(c) in straggler else None
         if relax is None and left <= cfg.unexplained_floor:
-            continue  # (looked for only because the rest makes the fixed job straggle: stragglers only)
+            continue  # (a small share of the slowdown, though enough to make the fixed job straggle: stragglers only)
         if key in seen:
             # nominated by the first pass too, but under its floor there
             if seen[key] not in found and relax is not None:
