@@ -12,7 +12,6 @@ import importlib.util
 import os
 import queue
 import signal
-import socket
 import sys
 import time
 import traceback
@@ -150,12 +149,6 @@ def load_example(path: Path = EXAMPLE) -> ModuleType:
     return mod
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def shaped_link_rates(cfg: JobConfig) -> dict[tuple[int, int], float]:
     """(src, dst) -> bits/s for each ``slow-link`` with ``shaped=1``: the rate at which one
     microbatch's activations (float32, batch x seq_len x d_model: what each transfer carries) take
@@ -230,14 +223,14 @@ def run_jobs(cfgs: list[JobConfig], *, on_progress: Callable[[int, int, float | 
 
 def _run_jobs(cfgs: list[JobConfig], on_progress: Callable[[int, int, float | None], None] | None,
               grace_s: float, example: Path, net: Any) -> list[JobResult]:
-    from laggard.collectives.launch import rank_context
+    from laggard.collectives.launch import free_port, rank_context
 
     world = cfgs[0].world_size
     total_steps = sum(c.steps for c in cfgs)
     # a fork server that has imported torch once starts every rank without importing it again
     ctx = rank_context()
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     t0 = time.perf_counter()
     procs = {r: ctx.Process(target=_worker, args=(r, cfgs, port, str(example), out, net), daemon=True,
                             name=f"laggard-demo-rank{r}") for r in range(world)}
