@@ -45,8 +45,8 @@ JOBS_WARMUP_ROUNDS = 2  # flushes before the measured ones (the first window nee
 JOBS_ROUNDS = int(os.environ.get("LAGGARD_BENCH_MONITOR_JOB_ROUNDS", "7"))  # flushes per job, warm-up included
 JOBS_N = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_JOBS", "1,2,3,4,8,12").split(","))
 JOBS_CONNECTIONS = 8  # per job, posting at once (a job's 1,024 tracers post concurrently: the store group-commits)
-# per-node relays (laggard monitor relay): the collector gets one bundle per node and flush, holding its
-# ranks' batches exactly as their tracers encoded them (what a relay posts); 1 = every rank posts itself,
+# per-node relays (laggard monitor relay): the collector gets one pack per node and flush, its ranks'
+# batches joined in one table (what a relay posts, laggard.wire.pack); 1 = every rank posts itself,
 # 8 = a relay per 8-GPU node, 32 = one relay for 4 such nodes (fewer, larger requests)
 JOBS_RELAY_RANKS = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_RELAY_RANKS", "1,8,32").split(","))
 # the collector's analysis processes: a quarter of the cores (ingest, the generators and the OS share the rest)
@@ -205,14 +205,14 @@ def _ingest(tmp: Path) -> dict:
 
 def job_generator(url: str, job_id: str, seed: int, rounds: int, threads: int, out: str, relay_ranks: int = 1) -> None:
     """One job's tracers: every JOBS_FLUSH_STEPS steps (of JOBS_STEP_S), each of its NUM_RANKS ranks
-    posts those steps' ops, or (``relay_ranks`` > 1) each node of that many ranks posts one bundle of
-    their batches, as its relay does. Bodies are encoded before the start (a tracer encodes in the
+    posts those steps' ops, or (``relay_ranks`` > 1) each node of that many ranks posts one pack of
+    their batches, as its relay does (``laggard.wire.pack``). Bodies are encoded before the start (a tracer encodes in the
     training process, not on the collector's cores); prints "ready", then reads the start time on stdin."""
     import threading
 
-    from laggard.wire.batch import CONTENT_TYPE, encode_batch
-    from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, encode_bundle
+    from laggard.wire.batch import CONTENT_TYPE, decode_batches, encode_batch
     from laggard.wire.client import Client
+    from laggard.wire.pack import PACK_CONTENT_TYPE, encode_pack
 
     meta = meta_json(job_id)
     bodies = []
@@ -220,10 +220,10 @@ def job_generator(url: str, job_id: str, seed: int, rounds: int, threads: int, o
         base = rank_table(r, 0, JOBS_FLUSH_STEPS, seed=seed)
         bodies.append([encode_batch(later(base, b * JOBS_FLUSH_STEPS), job_id=job_id, rank=r, seq=b, meta=meta)
                        for b in range(rounds)])
-    if relay_ranks > 1:  # per node and round: the bundle its relay posts
-        sends = [[encode_bundle([bodies[r][b] for r in range(n, min(n + relay_ranks, NUM_RANKS))]) for b in range(rounds)]
-                 for n in range(0, NUM_RANKS, relay_ranks)]
-        ctype = BUNDLE_CONTENT_TYPE
+    if relay_ranks > 1:  # per node and round: the pack its relay posts (the relay's code, run on the node)
+        sends = [[encode_pack(decode_batches([bodies[r][b] for r in range(n, min(n + relay_ranks, NUM_RANKS))]))
+                  for b in range(rounds)] for n in range(0, NUM_RANKS, relay_ranks)]
+        ctype = PACK_CONTENT_TYPE
     else:
         sends, ctype = bodies, CONTENT_TYPE
     print("ready", flush=True)
@@ -479,7 +479,7 @@ def run() -> list[dict]:
          "detail": {"how": (f"a real collector over HTTP (token, {JOBS_ANALYSIS_WORKERS} analysis processes, "
                             f"{os.cpu_count()} cores); per job a generator process, each rank's ops "
                             f"every {JOBS_FLUSH_STEPS} steps (Tracer flush_interval_s {JOBS_FLUSH_STEPS:g} at 1 step/s) "
-                            "posted by the rank or, relayed, as one bundle per node (the bodies a relay posts), "
+                            "posted by the rank or, relayed, as one pack per node (what a relay posts, encoded by its code before the start), "
                             f"{JOBS_ROUNDS - JOBS_WARMUP_ROUNDS} measured flushes after {JOBS_WARMUP_ROUNDS}; lag: from the end "
                             "of the flushed steps to a served window holding them, in steps; a job count holds when "
                             f">= {FRESH_SHARE:.0%} of its (job, flush) lags are <= {FRESH_STEPS} steps; N tried "

@@ -291,3 +291,67 @@ def test_an_analysis_process_keeps_read_bodies_within_its_budget():
         assert analyser._parts_cache("a", 0) is None and not analyser._PARTS
     finally:
         analyser._PARTS.clear()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def db_url(request, tmp_path_factory):
+    """A database URL of each kind the collector takes (PostgreSQL: a throwaway cluster)."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    if request.param == "sqlite":
+        yield str(tmp / "m.db")
+        return
+    from tests.monitor_helpers import Postgres
+
+    pg = Postgres(tmp)
+    try:
+        yield pg.start()
+    finally:
+        pg.stop()
+
+
+def test_a_relays_packs_are_stored_once_and_a_restart_holds_the_same_windows(db_url, tmp_path):
+    """A job's steps posted as relays' packs (two per step, four ranks each), one rank's batch first
+    on its own and one pack twice: the window is the one the same batches make posted one by one
+    (the same ops, the same analysis), each pack is stored once (none for the one sent again), and a
+    collector restarted on the database holds that window again."""
+    from laggard.groundtruth.inject import parse_injection
+    from laggard.monitor.analyser import analyse
+    from laggard.wire.batch import decode_batch
+    from laggard.wire.pack import encode_pack
+
+    job = synthesize(SynthConfig(dp=4, pp=2, microbatches=2, steps=8, seed=3, name="packjob"),
+                     [parse_injection("slow-worker:rank=5,factor=1.5")])
+    meta = job.meta.to_json()
+    cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, analysis_process=False, idle_refresh_s=1e9)
+    by_step: dict[int, list[bytes]] = {}
+    for s, r, t in step_batches(job):
+        by_step.setdefault(s, []).append(encode_batch(t, job_id="packjob", rank=r, seq=s, meta=meta))
+    packed, single = Collector(Store(db_url), cfg), Collector(Store(tmp_path / "single.db"), cfg)
+    assert packed.ingest(by_step[0][0])["accepted"] > 0  # rank 0's first batch came alone
+    for s, bodies in sorted(by_step.items()):
+        for lo in (0, 4):
+            pack = encode_pack([decode_batch(b) for b in bodies[lo:lo + 4]])
+            ans = packed.ingest_pack(pack)["parts"]
+            assert [a["duplicate"] for a in ans] == [s == 0 and lo == 0 and i == 0 for i in range(4)]
+            if s == 1 and lo == 4:  # sent again (its answer lost): every part a duplicate, nothing stored
+                assert all(a["duplicate"] and a["accepted"] == 0 for a in packed.ingest_pack(pack)["parts"])
+        for b in bodies:
+            single.ingest(b)
+    last = packed.windows["packjob"].complete_through()
+    assert last == single.windows["packjob"].complete_through() == 6
+    want = single.windows["packjob"].window_table(last)
+    got = packed.windows["packjob"].window_table(last)
+    assert got.num_rows == want.num_rows > 0 and got.to_pylist() == want.to_pylist()
+    doc = analyse(got, packed.windows["packjob"].meta, cfg.analysis).doc
+    assert doc["findings"] == analyse(want, single.windows["packjob"].meta, cfg.analysis).doc["findings"]
+    assert any(5 in [w["rank"] for w in f.get("workers", [])] for f in doc["findings"])  # the slow rank, found
+    assert packed.store._read("SELECT COUNT(*) FROM packs")[0][0] == 2 * len(by_step)
+    assert packed.store._read("SELECT COUNT(*) FROM batches WHERE pack_id IS NULL")[0][0] == 1
+    packed.stop()
+    single.stop()
+    again = Collector(Store(db_url), cfg)
+    try:
+        assert again.windows["packjob"].complete_through() == last
+        assert again.windows["packjob"].window_table(last).to_pylist() == want.to_pylist()
+    finally:
+        again.stop()

@@ -9,14 +9,16 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
 from laggard.io import load_job  # noqa: E402
 from laggard.optable.ops import JobMeta, make_table, to_numpy  # noqa: E402
-from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
+from laggard.wire.batch import CONTENT_TYPE, decode_batch, encode_batch  # noqa: E402
 from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, encode_bundle  # noqa: E402
+from laggard.wire.pack import PACK_CONTENT_TYPE, encode_pack  # noqa: E402
 from tests.monitor_helpers import TOKEN, RelayProc, Server, free_port  # noqa: E402
 
 JOB = Path(__file__).parents[1] / "monitor_tracer_job.py"
@@ -64,7 +66,7 @@ def _post_all(relay: RelayProc, bodies: list[bytes]) -> list[tuple[int, object]]
     return out
 
 
-def test_a_node_batches_reach_the_collector_in_bundles_each_answered_as_its_own(stack) -> None:
+def test_a_node_batches_reach_the_collector_in_packs_each_answered_as_its_own(stack) -> None:
     srv, relay = stack
     answers = _post_all(relay, [_batch(r, 0) for r in range(RANKS)])
     assert [(code, ans["accepted"], ans["duplicate"]) for code, ans in answers] == [
@@ -94,6 +96,8 @@ def test_the_relay_asks_for_the_token_and_passes_other_routes_through(stack) -> 
     code, ans = relay.request("POST", "/api/v1/ops", encode_bundle([_batch(0, 0), _batch(1, 0, dur_ns=-1)]),
                               content_type=BUNDLE_CONTENT_TYPE)
     assert code == 422 and ans["detail"].startswith("bundle part 1:"), ans
+    code, ans = relay.request("POST", "/api/v1/ops", _bad_pack(), content_type=PACK_CONTENT_TYPE)  # and its pack
+    assert code == 422 and ans["detail"].startswith("pack part 1:"), ans
     assert srv.request("GET", "/api/v1/jobs")[1] == []  # nothing of it went on
     code, ans = relay.request("POST", "/api/v1/jobs/relayjob/heartbeat",
                               json.dumps({"rank": 0, "state": {}, "meta": JobMeta(
@@ -105,8 +109,8 @@ def test_the_relay_asks_for_the_token_and_passes_other_routes_through(stack) -> 
 
 
 def test_relays_stack_a_racks_relay_over_its_nodes_relays(tmp_path) -> None:
-    """Two nodes' relays post their bundles to a rack's relay, which posts the collector bundles of
-    both nodes: every tracer gets its own batch's answer back through both relays."""
+    """Two nodes' relays post their packs to a rack's relay, which posts the collector packs of both
+    nodes: every tracer gets its own batch's answer back through both relays."""
     srv = Server(str(tmp_path / "m.db"), tmp_path).start()
     rack = RelayProc(srv.url, tmp_path, extra=["--gather-ms", "300"]).start()
     nodes = [RelayProc(rack.url, tmp_path, extra=["--gather-ms", "100"]).start() for _ in range(2)]
@@ -149,9 +153,21 @@ def test_a_relay_whose_collector_is_down_answers_503(tmp_path) -> None:
         relay.stop()
 
 
-def test_the_collector_refuses_a_bundle_with_a_bad_part_whole(tmp_path) -> None:
+def _bad_pack() -> bytes:
+    """A pack (what relays send) whose second part has a negative duration."""
+    good, bad = decode_batch(_batch(0, 0)), decode_batch(_batch(1, 0))
+    i = bad.table.schema.get_field_index("dur_ns")
+    bad.table = bad.table.set_column(i, bad.table.schema.field(i), pa.array([-1] * bad.table.num_rows, pa.int64()))
+    return encode_pack([good, bad])
+
+
+def test_the_collector_refuses_a_bundle_or_pack_with_a_bad_part_whole(tmp_path) -> None:
     srv = Server(str(tmp_path / "m.db"), tmp_path).start()
     try:
+        code, ans = srv.request("POST", "/api/v1/ops", _bad_pack(), content_type=PACK_CONTENT_TYPE)
+        assert code == 422 and ans["detail"].startswith("pack part 1:") and "negative dur_ns" in ans["detail"], ans
+        code, ans = srv.request("POST", "/api/v1/ops", b"not a pack", content_type=PACK_CONTENT_TYPE)
+        assert code == 422 and "not an Arrow IPC stream" in ans["detail"]
         body = encode_bundle([_batch(0, 0), _batch(1, 0, dur_ns=-1)])
         code, ans = srv.request("POST", "/api/v1/ops", body, content_type=BUNDLE_CONTENT_TYPE)
         assert code == 422 and ans["detail"].startswith("bundle part 1:") and "negative dur_ns" in ans["detail"]

@@ -25,6 +25,7 @@ from laggard.monitor.hangs import BadReport
 from laggard.monitor.service import Collector, UnknownJob
 from laggard.wire.batch import BadBatch
 from laggard.wire.bundle import BUNDLE_CONTENT_TYPE
+from laggard.wire.pack import PACK_CONTENT_TYPE
 
 COOKIE = "laggard_token"
 
@@ -78,10 +79,12 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
     @app.post("/api/v1/ops")
     async def ingest(request: Request) -> Response:
         body = await read_body(request, collector.cfg.max_body_bytes)
-        # a relay's bundle of batches (laggard.wire.bundle) or one tracer's batch
-        bundle = request.headers.get("content-type", "").startswith(BUNDLE_CONTENT_TYPE)
+        # a relay's pack (laggard.wire.pack) or bundle of batches (laggard.wire.bundle), or one tracer's batch
+        ctype = request.headers.get("content-type", "")
+        take = (collector.ingest_pack if ctype.startswith(PACK_CONTENT_TYPE) else
+                collector.ingest_bundle if ctype.startswith(BUNDLE_CONTENT_TYPE) else collector.ingest)
         # a worker thread: the store write blocks until durable; the answer skips FastAPI's encoder
-        ans = await run_in_threadpool(collector.ingest_bundle if bundle else collector.ingest, body)
+        ans = await run_in_threadpool(take, body)
         return Response(orjson.dumps(ans), media_type="application/json")
 
     @app.get("/api/v1/jobs")

@@ -1,22 +1,23 @@
-"""A node's relay (``laggard monitor relay``): its ranks' tracers post here; it posts bundles upstream.
+"""A node's relay (``laggard monitor relay``): its ranks' tracers post here; it posts packs upstream.
 
 Every rank's tracer posts a batch of ops each flush; a 1,024-rank job is ~340 requests a second
 into one collector at 1 step/s, and the collector's CPU per request (HTTP, the commit) is twice its
 CPU per batch. A relay on each node takes its ranks' batches, checks each as the collector would
 (a bad batch is refused to its tracer, not to the node), gathers those that arrive within
-``RelayConfig.gather_s`` of the first, and posts them as one bundle (``laggard.wire.bundle``).
+``RelayConfig.gather_s`` of the first, and posts them as one pack (``laggard.wire.pack``: their ops
+joined in one table, which the collector reads once instead of once per rank).
 
-Nothing is acknowledged early: a tracer's request waits until the collector answered the bundle
+Nothing is acknowledged early: a tracer's request waits until the collector answered the pack
 holding its batch, and gets that batch's own answer (stored, duplicate, tracing paused, dump
 request). A relay that dies loses nothing a tracer was told is stored; a collector that is down is
 a 503 to every waiting tracer, which spools and retries as it would without a relay. Every other
 route (heartbeats, hang reports, the controller's calls) is passed through as is. The relay checks
 the collector's token itself: it never forwards for a caller without it.
 
-A relay also takes other relays' bundles (``submit_bundle``), so relays stack: a rack's relay over its
-nodes' relays sends the collector one bundle for several nodes (fewer, larger requests: with 32 ranks a
-bundle instead of 8 the collector spends 0.11-0.13 CPU s per 1,024-rank job and step instead of
-0.15-0.17, ``bench_monitor``). An answer comes back to each tracer through every relay between.
+A relay also takes other relays' packs (``submit_pack``) and bundles (``submit_bundle``, what relays
+sent before packs), so relays stack: a rack's relay over its nodes' relays sends the collector one
+pack for several nodes (fewer, larger requests, ``bench_monitor``). An answer comes back to each
+tracer through every relay between.
 """
 
 from __future__ import annotations
@@ -36,25 +37,27 @@ from fastapi.responses import JSONResponse, Response
 
 from laggard.errors import LaggardError
 from laggard.monitor.app import TokenGuard, read_body
-from laggard.wire.batch import CONTENT_TYPE, BadBatch, decode_batch, decode_batches
-from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, MAX_PARTS, decode_bundle, encode_bundle
+from laggard.wire.batch import CONTENT_TYPE, BadBatch, Batch, decode_batch, decode_batches
+from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, MAX_PARTS, decode_bundle
 from laggard.wire.client import Client, CollectorDown, Refused
+from laggard.wire.pack import PACK_CONTENT_TYPE, decode_pack, encode_pack
 
 log = logging.getLogger("laggard.monitor.relay")
 
 
 @dataclass(kw_only=True, slots=True)
 class RelayConfig:
-    # how long a bundle waits for more batches after its first: a node's ranks flush at the same
+    # how long a pack waits for more batches after its first: a node's ranks flush at the same
     # step boundary, within milliseconds of each other; 50 ms gathers them for 50 ms of freshness
     # (a window is re-analysed every 3 steps of ~1 s)
     gather_s: float = 0.05
-    # batches per bundle at most: a node's ranks' batches of a flush, or a backlog after an outage
+    # batches per pack at most: a node's ranks' batches of a flush, or a backlog after an outage
     # (the collector's cap is laggard.wire.bundle.MAX_PARTS)
     max_parts: int = 256
-    # bytes per bundle at most: under the collector's default 32 MiB body limit
+    # bytes per pack at most (its parts' bodies as they came, or their ops' bytes): under the
+    # collector's default 32 MiB body limit
     max_bundle_bytes: int = 16 * 2**20
-    # the collector's answer, at most (a bundle is committed before it is answered)
+    # the collector's answer, at most (a pack is committed before it is answered)
     upstream_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -67,9 +70,19 @@ class RelayConfig:
 
 
 @dataclass(slots=True)
+class _Item:
+    """A checked batch waiting for the next pack: its size against ``max_bundle_bytes`` and the
+    future its tracer waits on."""
+
+    batch: Batch
+    size: int
+    fut: Future
+
+
+@dataclass(slots=True)
 class RelayStats:
-    batches: int = 0  # batches sent upstream (in bundles)
-    bundles: int = 0
+    batches: int = 0  # batches sent upstream (in packs)
+    bundles: int = 0  # packs sent
     refused: int = 0  # batches refused here or by the collector
     down: int = 0  # batches answered 503: the collector was down
 
@@ -83,30 +96,33 @@ class Relay:
         self.upstream = upstream
         self._bundler = Client(upstream, token, timeout_s=self.cfg.upstream_timeout_s)
         self._local = threading.local()  # a kept-alive connection per passing-through thread
-        self._q: queue.Queue[tuple[bytes, Future] | None] = queue.Queue()
+        self._q: queue.Queue[_Item | None] = queue.Queue()
         self.stats = RelayStats()
         self._thread: threading.Thread | None = None
-        self._carry: tuple[bytes, Future] | None = None  # a batch that did not fit the last bundle
+        self._carry: _Item | None = None  # a batch that did not fit the last pack
 
     # ------------------------------------------------------------------ batches
     def submit(self, body: bytes) -> Future:
-        """Queue a checked batch for the next bundle; the future holds the collector's answer for
+        """Queue a checked batch for the next pack; the future holds the collector's answer for
         it (a dict), or raises ``BadBatch`` / ``Refused`` (4xx) or ``CollectorDown`` (503)."""
-        decode_batch(body)  # BadBatch: refused to its own tracer, never part of a bundle
-        return self._queue(body)
+        # BadBatch: refused to its own tracer, never part of a pack
+        return self._queue(decode_batch(body), len(body))
+
+    def submit_pack(self, body: bytes) -> list[Future]:
+        """Another relay's pack: every part checked first (a bad part refuses the pack whole, as the
+        collector does, and that relay sends its batches again one by one), then each queued as
+        ``submit`` queues a batch; the futures in the pack's order."""
+        return [self._queue(b, b.table.nbytes) for b in decode_pack(body)]
 
     def submit_bundle(self, body: bytes) -> list[Future]:
-        """Another relay's bundle: every part checked first (a bad part refuses the bundle whole, as the
-        collector does, and that relay sends its batches again one by one), then each queued as
-        ``submit`` queues a batch; the futures in the bundle's order."""
+        """A bundle (``laggard.wire.bundle``), as ``submit_pack`` takes a pack."""
         parts = decode_bundle(body)
-        decode_batches(parts)
-        return [self._queue(part) for part in parts]
+        return [self._queue(b, len(p)) for b, p in zip(decode_batches(parts), parts, strict=True)]
 
-    def _queue(self, body: bytes) -> Future:
+    def _queue(self, batch: Batch, size: int) -> Future:
         """Queue a checked batch for the sender thread; its future gets the collector's answer."""
         fut: Future = Future()
-        self._q.put((body, fut))
+        self._q.put(_Item(batch, size, fut))
         return fut
 
     def start(self) -> Relay:
@@ -128,12 +144,12 @@ class Relay:
                 return
             self._send(items)
 
-    def _gather(self) -> list[tuple[bytes, Future]] | None:
-        """The next bundle's batches: the first to come, and those within gather_s of it."""
+    def _gather(self) -> list[_Item] | None:
+        """The next pack's batches: the first to come, and those within gather_s of it."""
         first, self._carry = self._carry or self._q.get(), None
         if first is None:
             return None
-        items, size = [first], len(first[0])
+        items, size = [first], first.size
         deadline = time.monotonic() + self.cfg.gather_s
         while len(items) < self.cfg.max_parts:
             wait = deadline - time.monotonic()
@@ -142,29 +158,29 @@ class Relay:
             except queue.Empty:
                 break
             if nxt is None:
-                self._q.put(None)  # close after this bundle
+                self._q.put(None)  # close after this pack
                 break
-            if size + len(nxt[0]) > self.cfg.max_bundle_bytes:
-                self._carry = nxt  # first in the next bundle
+            if size + nxt.size > self.cfg.max_bundle_bytes:
+                self._carry = nxt  # first in the next pack
                 break
             items.append(nxt)
-            size += len(nxt[0])
+            size += nxt.size
         return items
 
-    def _send(self, items: list[tuple[bytes, Future]]) -> None:
-        """Post one bundle; each batch's future gets its own answer. A bundle the collector refuses
-        (a job's first batch without its meta behind another's, say) is sent again batch by batch,
-        so that only the batches at fault are refused."""
+    def _send(self, items: list[_Item]) -> None:
+        """Post one pack; each batch's future gets its own answer. A pack the collector refuses (one
+        whose job it no longer takes, say) is sent again batch by batch, so that only the batches at
+        fault are refused."""
         try:
-            ans = self._bundler.request("POST", "/api/v1/ops", encode_bundle([b for b, _ in items]),
-                                        BUNDLE_CONTENT_TYPE)
+            ans = self._bundler.request("POST", "/api/v1/ops", encode_pack([it.batch for it in items]),
+                                        PACK_CONTENT_TYPE)
             parts = ans["parts"] if isinstance(ans, dict) else None
             if not isinstance(parts, list) or len(parts) != len(items):
-                raise CollectorDown("the collector's answer to a bundle does not list its parts")
+                raise CollectorDown("the collector's answer to a pack does not list its parts")
         except CollectorDown as e:
             self.stats.down += len(items)
-            for _, fut in items:
-                fut.set_exception(e)
+            for it in items:
+                it.fut.set_exception(e)
             return
         except Refused as e:
             if len(items) > 1:
@@ -172,12 +188,12 @@ class Relay:
                     self._send([it])
                 return
             self.stats.refused += 1
-            items[0][1].set_exception(e)
+            items[0].fut.set_exception(e)
             return
         self.stats.bundles += 1
         self.stats.batches += len(items)
-        for (_, fut), part in zip(items, parts, strict=True):
-            fut.set_result(part)
+        for it, part in zip(items, parts, strict=True):
+            it.fut.set_result(part)
 
     # ------------------------------------------------------------------ everything else
     def forward(self, method: str, path: str, body: bytes | None, content_type: str | None) -> tuple[int, bytes, str]:
@@ -189,7 +205,7 @@ class Relay:
 
 
 def relay_app(relay: Relay) -> Any:
-    """The relay's HTTP API: ``POST /api/v1/ops`` gathered into bundles, every other route passed through."""
+    """The relay's HTTP API: ``POST /api/v1/ops`` gathered into packs, every other route passed through."""
     app = FastAPI(title="laggard relay", docs_url=None, redoc_url=None, openapi_url=None)
     limit = relay.cfg.max_bundle_bytes
 
@@ -202,10 +218,10 @@ def relay_app(relay: Relay) -> Any:
     @app.post("/api/v1/ops")
     async def ops(request: Request) -> Response:
         body = await read_body(request, limit)
-        bundle = request.headers.get("content-type", CONTENT_TYPE).startswith(BUNDLE_CONTENT_TYPE)
+        ctype = request.headers.get("content-type", CONTENT_TYPE)
         try:
-            if bundle:  # another relay's (a rack's relay over its nodes' relays)
-                futs = relay.submit_bundle(body)
+            if ctype.startswith((PACK_CONTENT_TYPE, BUNDLE_CONTENT_TYPE)):  # another relay's (a rack's relay)
+                futs = (relay.submit_pack if ctype.startswith(PACK_CONTENT_TYPE) else relay.submit_bundle)(body)
                 ans = {"parts": await run_in_threadpool(lambda: [f.result() for f in futs])}
             else:
                 ans = await run_in_threadpool(relay.submit(body).result)

@@ -31,7 +31,7 @@ from laggard.monitor.metrics import Metrics
 from laggard.monitor.store import BatchRow, Store
 from laggard.monitor.window import JobWindow, WindowCut
 from laggard.optable.ops import JobMeta
-from laggard.wire.batch import Batch, decode_batch, decode_batches
+from laggard.wire.batch import Batch, PackSlice, decode_batch, decode_batches
 
 log = logging.getLogger("laggard.monitor")
 
@@ -54,6 +54,36 @@ def check_actions(actions: Any) -> None:
         if bad or not all(isinstance(r, int) and not isinstance(r, bool) for r in a["ranks"]):
             raise LaggardError(f"actions[{i}]: expected step (int), kind, reason (str), ranks (list of int) and "
                                f"step_s_before/step_s_after (number or null); bad: {', '.join(bad) or 'ranks'}")
+
+
+def _stored_batches(rows: list[BatchRow]) -> list[tuple[BatchRow, Batch]]:
+    """Stored rows with their batches read again (a pack once for all its parts)."""
+    from laggard.wire.pack import decode_pack
+
+    packs: dict[int, dict[int, Batch]] = {}  # id of a pack's body -> its parts by first row
+    out = []
+    for row in rows:
+        if row.pack is None:
+            out.append((row, decode_batch(row.body)))
+            continue
+        parts = packs.get(id(row.pack))
+        if parts is None:
+            parts, at = {}, 0
+            for b in decode_pack(row.pack):
+                parts[at] = b
+                at += b.table.num_rows
+            packs[id(row.pack)] = parts
+        out.append((row, parts[row.row0]))
+    return out
+
+
+def _row(b: Batch, held: bytes | PackSlice) -> BatchRow:
+    """The store's row of a checked batch: its body, or its pack's body and its rows there."""
+    if isinstance(held, PackSlice):
+        return BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step, max_step=b.max_step,
+                        num_ops=held.num_rows, body=b"", pack=held.body, row0=held.row0)
+    return BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step, max_step=b.max_step,
+                    num_ops=b.table.num_rows, body=held)
 
 
 class Collector:
@@ -82,8 +112,6 @@ class Collector:
     # ------------------------------------------------------------------ start-up
     def _load(self) -> None:
         """Rebuild each job's windows from the stored batches (a restart loses nothing)."""
-        from laggard.wire.batch import decode_batch
-
         for job_id, meta, tracing in self.store.jobs():
             win = self._window(job_id, meta)
             win.tracing = tracing
@@ -91,9 +119,9 @@ class Collector:
             if not progress:
                 continue
             since = min(p[3] for p in progress) - self.cfg.window_steps - 1
-            for row in self.store.batches_since(job_id, since):
-                b = decode_batch(row.body)
-                win.add(b.table, b.rank, b.min_step, b.max_step, body=row.body)
+            for row, b in _stored_batches(self.store.batches_since(job_id, since)):
+                held = PackSlice(row.pack, row.row0, row.num_ops) if row.pack is not None else row.body
+                win.add(b.table, b.rank, b.min_step, b.max_step, body=held)
             for rank, _, num_ops, _ in progress:
                 st = win.ranks.get(rank)
                 if st is not None:
@@ -120,21 +148,38 @@ class Collector:
 
         return {"parts": self.ingest_many(decode_bundle(body), bundle=True)}
 
+    def ingest_pack(self, body: bytes) -> dict[str, Any]:
+        """A relay's pack (``laggard.wire.pack``): each part as ``ingest`` takes a batch, all checked
+        before any is stored; the pack's body stored once and held once, each part pointing at its rows."""
+        from laggard.wire.pack import decode_pack
+
+        t0 = time.perf_counter()
+        batches = decode_pack(body)
+        held, row0 = [], 0
+        for b in batches:
+            held.append(PackSlice(body, row0, b.table.num_rows))
+            row0 += b.table.num_rows
+        return {"parts": self._ingest(batches, held, t0, bundle=True)}
+
     def ingest_many(self, bodies: list[bytes], bundle: bool = False) -> list[dict[str, Any]]:
         """Store batches (one transaction) and add each new one to its job's window: per batch, what
         ``ingest`` answers."""
         t0 = time.perf_counter()
         batches = decode_batches(bodies) if bundle else [decode_batch(b) for b in bodies]
+        return self._ingest(batches, bodies, t0, bundle)
+
+    def _ingest(self, batches: list[Batch], held: list[bytes] | list[PackSlice], t0: float,
+                bundle: bool) -> list[dict[str, Any]]:
+        """Checked batches stored (one transaction) and each new one added to its job's window, with
+        what the window hands to the analysis (``held``: its body, or its rows of a pack)."""
         wins: list[JobWindow] = []
         with self._lock:
             for i, b in enumerate(batches):
                 wins.append(self._job_of(b, i if bundle else None))
-        rows = [BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step, max_step=b.max_step,
-                         num_ops=b.table.num_rows, body=body)
-                for b, w, body in zip(batches, wins, bodies, strict=True) if w.tracing]
+        rows = [_row(b, h) for b, w, h in zip(batches, wins, held, strict=True) if w.tracing]
         stored = iter(self.store.add_batches(rows) if rows else [])
         out = []
-        for b, win, body in zip(batches, wins, bodies, strict=True):
+        for b, win, body in zip(batches, wins, held, strict=True):
             if not win.tracing:
                 self.metrics.batches.labels(result="tracing_off").inc()
                 out.append({"accepted": 0, "duplicate": False, "tracing": False, "dump_request": win.dump_request})
@@ -162,7 +207,7 @@ class Collector:
             win = self._window(b.job_id, b.meta)
         return win
 
-    def _add(self, win: JobWindow, b: Batch, body: bytes) -> None:
+    def _add(self, win: JobWindow, b: Batch, body: bytes | PackSlice) -> None:
         with self._lock:
             win.add(b.table, b.rank, b.min_step, b.max_step, body=body)
 

@@ -2,7 +2,8 @@
 
 What is stored: jobs (metadata, tracing on/off, the runtime controller's kill switch ``act``), op
 batches exactly as received (Arrow IPC, keyed by (job, rank, seq): a batch sent twice is stored
-once), each job's runtime action log (as the controller last sent it), alert rules and fired alerts. Every write is
+once; a relay's pack (``laggard.wire.pack``) once in ``packs``, each of its parts a batch row that
+points at its rows there), each job's runtime action log (as the controller last sent it), alert rules and fired alerts. Every write is
 committed before the HTTP answer (op batches group-committed: one transaction for
 the batches that arrive while the previous one commits), so a restart loses nothing that was acknowledged. The analysis is
 not stored: it is recomputed from the batches of the last window on start.
@@ -27,6 +28,7 @@ CREATE TABLE IF NOT EXISTS batches (job_id TEXT NOT NULL, rank INTEGER NOT NULL,
     min_step BIGINT NOT NULL, max_step BIGINT NOT NULL, num_ops INTEGER NOT NULL,
     received_s DOUBLE PRECISION NOT NULL, body {blob} NOT NULL, PRIMARY KEY (job_id, rank, seq));
 CREATE INDEX IF NOT EXISTS batches_step ON batches (job_id, max_step);
+CREATE TABLE IF NOT EXISTS packs (pack_id {serial}, body {blob} NOT NULL);
 CREATE TABLE IF NOT EXISTS rules (rule_id TEXT PRIMARY KEY, spec TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS alerts (alert_id {serial}, job_id TEXT NOT NULL, rule_id TEXT NOT NULL,
     created_s DOUBLE PRECISION NOT NULL, message TEXT NOT NULL, detail TEXT NOT NULL);
@@ -34,7 +36,8 @@ CREATE TABLE IF NOT EXISTS actions (job_id TEXT PRIMARY KEY, log TEXT NOT NULL, 
 """
 # columns added after a table's first release: (table, column, its definition). A database file made
 # by an older collector gets them on open; its rows take the default
-_ADDED_COLUMNS = (("jobs", "act", "INTEGER NOT NULL DEFAULT 1"),)
+_ADDED_COLUMNS = (("jobs", "act", "INTEGER NOT NULL DEFAULT 1"), ("batches", "pack_id", "BIGINT"),
+                  ("batches", "row0", "INTEGER"))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -45,7 +48,9 @@ class BatchRow:
     min_step: int
     max_step: int
     num_ops: int
-    body: bytes
+    body: bytes  # the batch as received; empty for a pack's part
+    pack: bytes | None = None  # a pack's part: the pack's body (shared by its parts) ...
+    row0: int = 0  # ... and the part's first row in it
 
 
 class _Pending:
@@ -210,26 +215,58 @@ class Store:
         return mine.result()
 
     def _insert_batches(self, rows: list[BatchRow]) -> list[bool]:
-        q = self._sql("INSERT INTO batches (job_id, rank, seq, min_step, max_step, num_ops, received_s, body) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+        q = self._sql("INSERT INTO batches (job_id, rank, seq, min_step, max_step, num_ops, received_s, body, pack_id, "
+                      "row0) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
         now = time.time()
         with self._lock:
             if not self.is_postgres:
                 self._conn.execute("BEGIN")
             try:
-                new = [self._conn.execute(q, (b.job_id, b.rank, b.seq, b.min_step, b.max_step, b.num_ops, now,
-                                              b.body)).rowcount > 0 for b in rows]
+                packs: dict[int, int] = {}  # id of a pack's body -> its pack_id
+                new = [self._conn.execute(q, (b.job_id, b.rank, b.seq, b.min_step, b.max_step, b.num_ops, now, b.body,
+                                              self._pack_id(b.pack, packs), b.row0 if b.pack is not None else None)
+                                          ).rowcount > 0 for b in rows]
+                self._drop_unused_packs(rows, new, packs)
                 self._conn.commit()
             except Exception:
                 self._conn.rollback()
                 raise
         return new
 
+    def _pack_id(self, pack: bytes | None, packs: dict[int, int]) -> int | None:
+        """The id of ``pack``'s row, inserted on its first part (in the open transaction)."""
+        if pack is None:
+            return None
+        pid = packs.get(id(pack))
+        if pid is None:
+            if self.is_postgres:
+                pid = self._conn.execute("INSERT INTO packs (body) VALUES (%s) RETURNING pack_id", (pack,)).fetchone()[0]
+            else:
+                pid = self._conn.execute("INSERT INTO packs (body) VALUES (?)", (pack,)).lastrowid
+            packs[id(pack)] = pid
+        return pid
+
+    def _drop_unused_packs(self, rows: list[BatchRow], new: list[bool], packs: dict[int, int]) -> None:
+        """Remove the packs none of whose parts was new (a pack sent again): no row points at them."""
+        used = {id(b.pack) for b, n in zip(rows, new, strict=True) if n and b.pack is not None}
+        for key, pid in packs.items():
+            if key not in used:
+                self._exec("DELETE FROM packs WHERE pack_id = ?", (pid,))
+
     def batches_since(self, job_id: str, min_max_step: int) -> list[BatchRow]:
-        rows = self._read("SELECT rank, seq, min_step, max_step, num_ops, body FROM batches "
-                          "WHERE job_id = ? AND max_step >= ? ORDER BY rank, seq", (job_id, min_max_step))
-        return [BatchRow(job_id=job_id, rank=r, seq=s, min_step=a, max_step=b, num_ops=n, body=bytes(body))
-                for r, s, a, b, n, body in rows]
+        """The job's batches holding a step from ``min_max_step`` on, by rank and seq (a pack's parts
+        share one bytes object of its body)."""
+        rows = self._read("SELECT b.rank, b.seq, b.min_step, b.max_step, b.num_ops, b.body, b.pack_id, b.row0, p.body "
+                          "FROM batches b LEFT JOIN packs p ON p.pack_id = b.pack_id "
+                          "WHERE b.job_id = ? AND b.max_step >= ? ORDER BY b.rank, b.seq", (job_id, min_max_step))
+        packs: dict[int, bytes] = {}
+        out = []
+        for r, s, a, b, n, body, pid, row0, pack in rows:
+            if pid is not None and pid not in packs:
+                packs[pid] = bytes(pack)
+            out.append(BatchRow(job_id=job_id, rank=r, seq=s, min_step=a, max_step=b, num_ops=n, body=bytes(body),
+                                pack=packs.get(pid) if pid is not None else None, row0=row0 or 0))
+        return out
 
     def rank_progress(self, job_id: str) -> list[tuple[int, int, int, int]]:
         """Per rank: (rank, number of batches, number of ops, last step)."""

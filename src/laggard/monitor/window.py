@@ -25,6 +25,7 @@ from laggard.monitor.config import MonitorConfig
 from laggard.monitor.hangs import HangCase
 from laggard.optable.ops import Job, JobMeta, to_numpy
 from laggard.report.wording import finding_text
+from laggard.wire.batch import PackSlice
 
 if TYPE_CHECKING:
     from laggard.analysis.config import AnalysisConfig
@@ -58,7 +59,7 @@ class WindowCut:
 
     first: int  # the window's first and last step
     last: int
-    parts: list[bytes | pa.Table]
+    parts: list[bytes | pa.Table | PackSlice]  # a pack's part: its rows of the pack's body
 
 
 def build_window(cut: WindowCut, cache: dict[bytes, list[pa.RecordBatch]] | None = None) -> pa.Table | None:
@@ -151,7 +152,7 @@ class JobWindow:
     hang_was_suspected: bool = False
     ranks: dict[int, RankState] = field(default_factory=dict)
     # (rank, min_step, max_step, ops, the body as received or None)
-    _batches: list[tuple[int, int, int, pa.Table, bytes | None]] = field(default_factory=list)
+    _batches: list[tuple[int, int, int, pa.Table, bytes | PackSlice | None]] = field(default_factory=list)
     analysed_through: int = -1  # the last complete step of the last window analysed
     result: WindowResult | None = None
     error: str | None = None
@@ -165,7 +166,7 @@ class JobWindow:
 
     # ------------------------------------------------------------------ ingest side
     def add(self, table: pa.Table, rank: int, min_step: int, max_step: int, now_s: float | None = None,
-            body: bytes | None = None) -> None:
+            body: bytes | PackSlice | None = None) -> None:
         """Hold a batch in memory (already stored) and advance the rank's progress; ``body``, the batch
         as received, is what a window hands to the analysis (``WindowCut``)."""
         st = self.ranks.setdefault(rank, RankState())
@@ -198,9 +199,10 @@ class JobWindow:
         """The batches that hold steps of the window ending at ``last``."""
         first = last - self.cfg.window_steps + 1
         self._batches = [b for b in self._batches if b[2] >= first]  # older batches are out of every window
-        # in (rank, step) order whatever the arrival order: the same window gives the same table
+        # in (step, rank) order whatever the arrival order: the same window gives the same table, and a
+        # relay's pack (its ranks of one flush) is one run of adjacent parts, read as one slice
         parts = [t if body is None else body
-                 for _, lo, _, t, body in sorted(self._batches, key=lambda b: (b[0], b[1])) if lo <= last]
+                 for _, lo, _, t, body in sorted(self._batches, key=lambda b: (b[1], b[0])) if lo <= last]
         return WindowCut(first=first, last=last, parts=parts)
 
     def window_table(self, last: int) -> pa.Table | None:

@@ -12,7 +12,7 @@ import functools
 import json
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,16 @@ class Batch:
     max_step: int
 
 
+@dataclass(frozen=True, slots=True)
+class PackSlice:
+    """One part of a relay's pack (``laggard.wire.pack``) as the collector holds it: the pack's body,
+    shared by all its parts, and the part's rows in it."""
+
+    body: bytes = field(repr=False)
+    row0: int
+    num_rows: int
+
+
 def valid_job_id(job_id: str) -> str:
     if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
         raise BadBatch(f"job id {job_id!r}: 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
@@ -67,7 +77,12 @@ def encode_batch(table: pa.Table, *, job_id: str, rank: int, seq: int, meta: Job
           b"laggard.seq": str(int(seq)).encode()}
     if meta is not None:
         md[b"laggard.meta"] = json.dumps(meta.to_json() if isinstance(meta, JobMeta) else meta).encode()
-    table = table.replace_schema_metadata(md)
+    return encode_table(table.replace_schema_metadata(md))
+
+
+def encode_table(table: pa.Table) -> bytes:
+    """``table`` (its schema's metadata included) as a body: an IPC stream in one LZ4 frame, or the
+    bare stream where this pyarrow has no LZ4 codec."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=_WRITE_OPTIONS) as w:
         w.write_table(table)
@@ -77,7 +92,7 @@ def encode_batch(table: pa.Table, *, job_id: str, rank: int, seq: int, meta: Job
     return FRAME_MAGIC + _SIZE.pack(raw.size) + _LZ4.compress(raw, asbytes=True)
 
 
-def _stream(body: bytes) -> pa.Buffer:
+def body_stream(body: bytes) -> pa.Buffer:
     """The Arrow IPC stream of a body: the body itself, or its LZ4 frame decompressed (``BadBatch``
     when that frame is cut off, declares an impossible size or does not decompress)."""
     if not body.startswith(FRAME_MAGIC):
@@ -101,7 +116,7 @@ _NOT_NULL = [i for i, f in enumerate(OP_SCHEMA) if not f.nullable]
 _KNOWN_KINDS = frozenset(KINDS)
 
 
-def _fast_conform(table: pa.Table) -> pa.Table:
+def conform_ops(table: pa.Table) -> pa.Table:
     """The op schema: at no cost when the sender used it (as the tracer does), else ``laggard.optable.ops.conform``.
     The schema is compared in Arrow first (0.3 us; the field-by-field list in Python took 34 us of
     a batch's ~250 us of decoding on the collector)."""
@@ -126,22 +141,24 @@ def _unknown_kinds(table: pa.Table) -> set[str]:
     return {k for ch in table.column("kind").chunks for k in ch.dictionary.to_pylist()} - _KNOWN_KINDS
 
 
-def _reader(stream: pa.Buffer) -> pa.ipc.RecordBatchStreamReader:
+def stream_reader(stream: pa.Buffer) -> pa.ipc.RecordBatchStreamReader:
     """A reader of one IPC stream, made directly: ``pa.ipc.open_stream``'s Python wrapper costs ~13 us
     a call, a third of reading a tracer's batch, and the collector reads one per batch and per window."""
     return pa.ipc.RecordBatchStreamReader(stream, options=_READ_OPTIONS)
 
 
-def read_bodies(bodies: list[bytes | pa.Table], cache: dict[bytes, list[pa.RecordBatch]] | None = None) -> pa.Table | None:
-    """The ops of bodies ``decode_batch`` accepted before (stored or held by the collector), read
-    without checking again, or of tables, as one table: the schema's metadata dropped, one chunk per
-    column, dictionaries unified; None for none. Record batches joined at once where they share a
-    schema (a collector's window: a batch per rank and flush, all from tracers), else tables joined
-    with their schemas promoted (bodies of other senders). ``cache``: the record batches of bodies
-    read before, by body (a monitor window shares two thirds of its bodies with the one before it);
-    those of ``bodies`` are taken from it, and it is left holding exactly theirs."""
+def read_bodies(bodies: list[bytes | pa.Table | PackSlice],
+                cache: dict[bytes, list[pa.RecordBatch]] | None = None) -> pa.Table | None:
+    """The ops of bodies ``decode_batch`` or ``decode_pack`` accepted before (stored or held by the
+    collector), read without checking again, or of tables, as one table: the schema's metadata
+    dropped, one chunk per column, dictionaries unified; None for none. A pack is read once however
+    many of its parts are asked for. Record batches joined at once where they share a schema (a
+    collector's window: a batch per rank and flush, all from tracers), else tables joined with their
+    schemas promoted (bodies of other senders). ``cache``: the record batches of bodies read before,
+    by body (a monitor window shares two thirds of its bodies with the one before it); those of
+    ``bodies`` are taken from it, and it is left holding exactly theirs."""
     kept: dict[bytes, list[pa.RecordBatch]] = {}
-    batches = [b for p in bodies for b in _body_batches(p, cache, kept)]
+    batches = [b for p in _joined_slices(bodies) for b in _body_batches(p, cache, kept)]
     if cache is not None:
         cache.clear()
         cache.update(kept)
@@ -156,20 +173,46 @@ def read_bodies(bodies: list[bytes | pa.Table], cache: dict[bytes, list[pa.Recor
     return table.combine_chunks()  # (concatenating a dictionary column's chunks unifies their dictionaries)
 
 
-def _body_batches(part: bytes | pa.Table, cache: dict[bytes, list[pa.RecordBatch]] | None,
+def _joined_slices(parts: list[bytes | pa.Table | PackSlice]) -> list[bytes | pa.Table | PackSlice]:
+    """``parts`` with each run of a pack's adjacent parts as one slice (a relay's parts arrive together:
+    one slice per pack instead of one per rank)."""
+    out: list[bytes | pa.Table | PackSlice] = []
+    for p in parts:
+        last = out[-1] if out else None
+        if (isinstance(p, PackSlice) and isinstance(last, PackSlice) and last.body is p.body
+                and last.row0 + last.num_rows == p.row0):
+            out[-1] = PackSlice(p.body, last.row0, last.num_rows + p.num_rows)
+        else:
+            out.append(p)
+    return out
+
+
+def _body_batches(part: bytes | pa.Table | PackSlice, cache: dict[bytes, list[pa.RecordBatch]] | None,
                   kept: dict[bytes, list[pa.RecordBatch]]) -> list[pa.RecordBatch]:
-    """A part's record batches: a table's, a body's from ``cache`` or read (and put in ``kept``);
-    read for a cache, without their schema's metadata (the laggard.* keys: joining batches whose
-    schemas are equal objects but for it costs ~2-4x more)."""
+    """A part's record batches: a table's, a body's from ``cache`` or read (and put in ``kept``), a
+    pack slice's rows of its pack's; read for a cache, without their schema's metadata (the laggard.*
+    keys: joining batches whose schemas are equal objects but for it costs ~2-4x more)."""
     if isinstance(part, pa.Table):
         return part.to_batches()
-    if cache is None:
-        return list(_reader(_stream(part)))
-    got = cache.get(part)
+    body = part.body if isinstance(part, PackSlice) else part
+    got = kept.get(body)
     if got is None:
-        got = [b.replace_schema_metadata(None) for b in _reader(_stream(part))]
-    kept[part] = got
-    return got
+        got = cache.get(body) if cache is not None else None
+    if got is None:
+        got = [b.replace_schema_metadata(None) for b in stream_reader(body_stream(body))]
+    kept[body] = got
+    return _rows(got, part.row0, part.num_rows) if isinstance(part, PackSlice) else got
+
+
+def _rows(batches: list[pa.RecordBatch], row0: int, num_rows: int) -> list[pa.RecordBatch]:
+    """Rows ``row0`` to ``row0 + num_rows`` of ``batches`` read as one table (zero-copy slices)."""
+    out, at = [], 0
+    for b in batches:
+        lo, hi = max(row0 - at, 0), min(row0 + num_rows - at, b.num_rows)
+        if hi > lo:
+            out.append(b.slice(lo, hi - lo))
+        at += b.num_rows
+    return out
 
 
 def decode_batch(body: bytes) -> Batch:
@@ -202,9 +245,9 @@ def _head(body: bytes) -> Batch:
     """The body read and its metadata checked; the ops not yet (``_checked``)."""
     if not body:
         raise BadBatch("empty body: expected an Arrow IPC stream of ops")
-    stream = _stream(body)
+    stream = body_stream(body)
     try:
-        table = _reader(stream).read_all()
+        table = stream_reader(stream).read_all()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as e:
         raise BadBatch(f"body is not an Arrow IPC stream ({str(e).splitlines()[0]})") from None
     md = table.schema.metadata or {}
@@ -219,7 +262,7 @@ def _head(body: bytes) -> Batch:
     valid_job_id(job_id)
     if rank < 0 or seq < 0:
         raise BadBatch(f"rank {rank} / seq {seq}: must be non-negative")
-    meta = _meta(md[b"laggard.meta"]) if b"laggard.meta" in md else None
+    meta = job_meta(md[b"laggard.meta"]) if b"laggard.meta" in md else None
     if table.num_rows == 0:
         raise BadBatch("the batch has no ops")
     return Batch(job_id=job_id, rank=rank, seq=seq, meta=meta, table=table.replace_schema_metadata(None),
@@ -227,7 +270,7 @@ def _head(body: bytes) -> Batch:
 
 
 @functools.lru_cache(maxsize=256)
-def _meta(raw: bytes) -> dict[str, Any]:
+def job_meta(raw: bytes) -> dict[str, Any]:
     """A job's meta, parsed and checked once per distinct value (every batch of a job carries the
     same; 30 us of each batch's decoding). Shared: read it, never change it."""
     try:
@@ -240,7 +283,7 @@ def _meta(raw: bytes) -> dict[str, Any]:
 
 def _checked(h: Batch) -> Batch:
     """``_head``'s batch with its ops checked: the op schema, its rank, no negative durations."""
-    table = _fast_conform(h.table)
+    table = conform_ops(h.table)
     ranks = to_numpy(table.column("rank"))
     if (ranks != h.rank).any():
         raise BadBatch(f"batch of rank {h.rank} holds ops of rank(s) {sorted(set(np.unique(ranks).tolist()) - {h.rank})}")
@@ -248,10 +291,10 @@ def _checked(h: Batch) -> Batch:
     if (dur < 0).any():
         raise BadBatch(f"{int((dur < 0).sum())} op(s) have negative dur_ns")
     h.table = table
-    return _batch(h)
+    return checked_batch(h)
 
 
-def _batch(h: Batch, step_range: tuple[int, int] | None = None) -> Batch:
+def checked_batch(h: Batch, step_range: tuple[int, int] | None = None) -> Batch:
     """The checked batch: one chunk per column, its step range (``step_range`` where it is known)."""
     table = h.table if h.table.column(0).num_chunks == 1 else h.table.combine_chunks()
     if step_range is None:
@@ -281,4 +324,4 @@ def _checked_together(heads: list[Batch]) -> list[Batch] | None:
     steps = to_numpy(ops.column("step").combine_chunks())
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
     lo, hi = np.minimum.reduceat(steps, starts).tolist(), np.maximum.reduceat(steps, starts).tolist()
-    return [_batch(h, (a, b)) for h, a, b in zip(heads, lo, hi, strict=True)]
+    return [checked_batch(h, (a, b)) for h, a, b in zip(heads, lo, hi, strict=True)]
