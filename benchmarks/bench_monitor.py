@@ -43,7 +43,7 @@ JOBS_STEP_S = 1.0
 JOBS_FLUSH_STEPS = 3
 JOBS_WARMUP_ROUNDS = 2  # flushes before the measured ones (the first window needs 3 complete steps)
 JOBS_ROUNDS = int(os.environ.get("LAGGARD_BENCH_MONITOR_JOB_ROUNDS", "7"))  # flushes per job, warm-up included
-JOBS_N = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_JOBS", "1,2,3,4,8,12").split(","))
+JOBS_N = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_JOBS", "1,2,3,4,5,6,8,12").split(","))
 JOBS_CONNECTIONS = 8  # per job, posting at once (a job's 1,024 tracers post concurrently: the store group-commits)
 # per-node relays (laggard monitor relay): the collector gets one pack per node and flush, its ranks'
 # batches joined in one table (what a relay posts, laggard.wire.pack); 1 = every rank posts itself,

@@ -355,3 +355,18 @@ def test_a_relays_packs_are_stored_once_and_a_restart_holds_the_same_windows(db_
         assert again.windows["packjob"].window_table(last).to_pylist() == want.to_pylist()
     finally:
         again.stop()
+
+
+def test_a_pack_of_a_new_job_without_its_meta_is_refused_naming_the_part(tmp_path):
+    from laggard.wire.batch import BadBatch, decode_batch
+    from laggard.wire.pack import encode_pack
+
+    job = synthesize(SynthConfig(dp=2, pp=1, microbatches=1, steps=2, seed=1, name="nometa"))
+    parts = [decode_batch(encode_batch(t, job_id="nometa", rank=r, seq=s, meta=None)) for s, r, t in step_batches(job)]
+    col = Collector(Store(tmp_path / "m.db"), MonitorConfig(analysis_process=False))
+    try:
+        with pytest.raises(BadBatch, match="^pack part 0: job 'nometa' is new: its first batch must carry laggard.meta$"):
+            col.ingest_pack(encode_pack(parts))
+        assert col.store.jobs() == [] and col.store._read("SELECT COUNT(*) FROM packs")[0][0] == 0
+    finally:
+        col.stop()

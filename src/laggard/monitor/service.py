@@ -159,23 +159,24 @@ class Collector:
         for b in batches:
             held.append(PackSlice(body, row0, b.table.num_rows))
             row0 += b.table.num_rows
-        return {"parts": self._ingest(batches, held, t0, bundle=True)}
+        return {"parts": self._ingest(batches, held, t0, "pack")}
 
     def ingest_many(self, bodies: list[bytes], bundle: bool = False) -> list[dict[str, Any]]:
         """Store batches (one transaction) and add each new one to its job's window: per batch, what
         ``ingest`` answers."""
         t0 = time.perf_counter()
         batches = decode_batches(bodies) if bundle else [decode_batch(b) for b in bodies]
-        return self._ingest(batches, bodies, t0, bundle)
+        return self._ingest(batches, bodies, t0, "bundle" if bundle else None)
 
     def _ingest(self, batches: list[Batch], held: list[bytes] | list[PackSlice], t0: float,
-                bundle: bool) -> list[dict[str, Any]]:
+                parts_of: str | None) -> list[dict[str, Any]]:
         """Checked batches stored (one transaction) and each new one added to its job's window, with
-        what the window hands to the analysis (``held``: its body, or its rows of a pack)."""
+        what the window hands to the analysis (``held``: its body, or its rows of a pack);
+        ``parts_of``: "bundle" or "pack" when they came in one (errors name the part)."""
         wins: list[JobWindow] = []
         with self._lock:
             for i, b in enumerate(batches):
-                wins.append(self._job_of(b, i if bundle else None))
+                wins.append(self._job_of(b, None if parts_of is None else f"{parts_of} part {i}: "))
         rows = [_row(b, h) for b, w, h in zip(batches, wins, held, strict=True) if w.tracing]
         stored = iter(self.store.add_batches(rows) if rows else [])
         out = []
@@ -194,15 +195,14 @@ class Collector:
         self.metrics.latency.observe(time.perf_counter() - t0)
         return out
 
-    def _job_of(self, b: Batch, part: int | None) -> JobWindow:
+    def _job_of(self, b: Batch, where: str | None) -> JobWindow:
         """The batch's job window, the job created from its meta when new (call under the lock)."""
         win = self.windows.get(b.job_id)
         if win is None:
             if b.meta is None:
                 from laggard.wire.batch import BadBatch
 
-                where = "" if part is None else f"bundle part {part}: "
-                raise BadBatch(f"{where}job {b.job_id!r} is new: its first batch must carry laggard.meta")
+                raise BadBatch(f"{where or ''}job {b.job_id!r} is new: its first batch must carry laggard.meta")
             self.store.add_job(b.job_id, b.meta)
             win = self._window(b.job_id, b.meta)
         return win
