@@ -155,7 +155,7 @@ def test_synth_tables_with_not_null_fields_take_host_ops():
 def test_order_is_lexsort_when_the_keys_do_not_fit_one_int64():
     import numpy as np
 
-    from laggard.engine.gaps import _order
+    from laggard.engine.sorting import lex_order as _order
 
     rng = np.random.default_rng(5)
     n = 4000
@@ -164,6 +164,8 @@ def test_order_is_lexsort_when_the_keys_do_not_fit_one_int64():
         assert np.array_equal(_order(step, group, seq, start), np.lexsort((start, seq, group, step)))
     wide = rng.integers(0, 2**61, n)
     assert np.array_equal(_order(wide, wide, step), np.lexsort((step, wide, wide)))
+    neg, frac = rng.integers(-5, 5, n), rng.random(n) * 3  # negative keys; a float key is sorted as it is
+    assert np.array_equal(_order(neg, group, frac), np.lexsort((frac, group, neg)))
 
 
 def test_only_instances_with_a_gap_are_sorted_and_the_result_is_the_same(monkeypatch):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from laggard.engine.sorting import lex_order
 from laggard.optable.ops import Job
 
 
@@ -27,7 +28,7 @@ def _instances(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
         return z, z, z, z, glabels
     step = job.column("step")[rows]
     seq = job.column("seq")[rows]
-    o = np.lexsort((seq, gcode[rows], step))
+    o = lex_order(step, gcode[rows], seq)
     r = rows[o]
     new = np.ones(len(r), bool)
     new[1:] = (step[o][1:] != step[o][:-1]) | (gcode[r][1:] != gcode[r][:-1]) | (seq[o][1:] != seq[o][:-1])

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from laggard.engine.sorting import lex_order
 from laggard.errors import GraphCycleError
 from laggard.optable.ops import (
     Job,
@@ -126,7 +127,7 @@ def dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         rows = np.flatnonzero(~has_list)
         rank = job.column("rank")[rows]
         stream, _ = job.codes("stream")
-        key_order = np.lexsort((job.column("start_ns")[rows], stream[rows], op_step[rows], rank))
+        key_order = lex_order(rank, op_step[rows], stream[rows], job.column("start_ns")[rows])
         r = rows[key_order]
         same = (rank[key_order][1:] == rank[key_order][:-1]) & (stream[r][1:] == stream[r][:-1]) & (
             op_step[r][1:] == op_step[r][:-1]
@@ -155,7 +156,7 @@ def _groups(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     if len(rows) == 0:
         return op_group, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     seq = job.column("seq")[rows]
-    order = np.lexsort((seq, gcode[rows], op_step[rows]))
+    order = lex_order(op_step[rows], gcode[rows], seq)
     r = rows[order]
     new = np.ones(len(r), dtype=bool)
     new[1:] = (op_step[r][1:] != op_step[r][:-1]) | (gcode[r][1:] != gcode[r][:-1]) | (seq[order][1:] != seq[order][:-1])

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from laggard.engine.graph import Graph, build_graph
+from laggard.engine.sorting import lex_order
 from laggard.optable.ops import Job, unique_inverse
 
 
@@ -43,7 +44,7 @@ def _canonical_order(job: Job, dp: np.ndarray) -> np.ndarray:
     for col in ("step", "pp_rank", "tp_rank", "cp_rank", "vchunk", None, "microbatch"):
         d, k = _dense(name if col is None else job.column(col))
         key = key * k + d  # mixed radix: fits int64 for any realistic layout
-    return np.lexsort((job.column("start_ns"), job.column("seq"), key, dp))
+    return lex_order(dp, key, job.column("seq"), job.column("start_ns"))
 
 
 def _interchangeable(job: Job, graph: Graph) -> tuple[np.ndarray, np.ndarray] | None:
