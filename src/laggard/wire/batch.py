@@ -241,15 +241,20 @@ def _each_part(fn: Any, parts: list) -> list[Batch]:
     return out
 
 
+def read_table(body: bytes, where: str = "") -> pa.Table:
+    """A body's table, its schema's metadata included, unchecked; ``BadBatch`` (its message after
+    ``where``) when it is empty or not an Arrow IPC stream."""
+    if not body:
+        raise BadBatch(f"{where}empty body: expected an Arrow IPC stream of ops")
+    try:
+        return stream_reader(body_stream(body)).read_all()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as e:
+        raise BadBatch(f"{where}body is not an Arrow IPC stream ({str(e).splitlines()[0]})") from None
+
+
 def _head(body: bytes) -> Batch:
     """The body read and its metadata checked; the ops not yet (``_checked``)."""
-    if not body:
-        raise BadBatch("empty body: expected an Arrow IPC stream of ops")
-    stream = body_stream(body)
-    try:
-        table = stream_reader(stream).read_all()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as e:
-        raise BadBatch(f"body is not an Arrow IPC stream ({str(e).splitlines()[0]})") from None
+    table = read_table(body)
     md = table.schema.metadata or {}
     try:
         job_id = md[b"laggard.job"].decode()

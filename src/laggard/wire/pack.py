@@ -27,12 +27,11 @@ from laggard.optable.ops import to_numpy
 from laggard.wire.batch import (
     BadBatch,
     Batch,
-    body_stream,
     checked_batch,
     conform_ops,
     encode_table,
     job_meta,
-    stream_reader,
+    read_table,
     valid_job_id,
 )
 from laggard.wire.bundle import MAX_PARTS
@@ -54,13 +53,7 @@ def encode_pack(batches: list[Batch]) -> bytes:
 def decode_pack(body: bytes) -> list[Batch]:
     """The pack's parts as batches (their tables zero-copy slices of the pack's), each checked as
     ``decode_batch`` checks a batch; ``BadBatch`` with one line saying what is wrong and where."""
-    if not body:
-        raise BadBatch("pack: empty body")
-    stream = body_stream(body)
-    try:
-        table = stream_reader(stream).read_all()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as e:
-        raise BadBatch(f"pack: body is not an Arrow IPC stream ({str(e).splitlines()[0]})") from None
+    table = read_table(body, "pack: ")
     parts, metas = _head(table)
     if sum(p[3] for p in parts) != table.num_rows:
         raise BadBatch(f"pack: its parts list {sum(p[3] for p in parts)} ops, the table holds {table.num_rows}")
