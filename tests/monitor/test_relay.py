@@ -211,3 +211,27 @@ def test_bad_relay_flags_are_one_line_and_exit_2(args, says, capsys, monkeypatch
     assert run_cli("monitor", "relay", "--port", str(free_port()), *args) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_relay_that_fails_to_send_answers_503_and_keeps_going(monkeypatch) -> None:
+    """A failure while making or posting a pack (a bug, not the collector) answers each waiting
+    tracer 503, which it spools and retries, and the relay's sender goes on with the next batches."""
+    import laggard.monitor.relay as relay_mod
+    from laggard.monitor.relay import Relay, RelayConfig
+    from laggard.wire.client import CollectorDown
+
+    calls = []
+
+    def broken(batches):
+        calls.append(len(batches))
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(relay_mod, "encode_pack", broken)
+    relay = Relay(f"http://127.0.0.1:{free_port()}", TOKEN, RelayConfig(gather_s=0.0)).start()
+    try:
+        for seq in (0, 1):  # the second is answered too: the sender thread lived
+            with pytest.raises(CollectorDown, match="could not send the batch \\(boom\\)"):
+                relay.submit(_batch(0, seq)).result(timeout=30)
+        assert calls == [1, 1]
+    finally:
+        relay.close()

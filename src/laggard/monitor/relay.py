@@ -142,7 +142,13 @@ class Relay:
             items = self._gather()
             if items is None:
                 return
-            self._send(items)
+            try:
+                self._send(items)
+            except Exception as e:  # a bug here must not leave the tracers waiting for ever: each gets a 503
+                log.exception("relay: sending %d batch(es) failed", len(items))
+                for it in items:
+                    if not it.fut.done():
+                        it.fut.set_exception(CollectorDown(f"the relay could not send the batch ({e})"))
 
     def _gather(self) -> list[_Item] | None:
         """The next pack's batches: the first to come, and those within gather_s of it."""
