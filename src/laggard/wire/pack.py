@@ -20,14 +20,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from laggard.optable.ops import to_numpy
 from laggard.wire.batch import (
     BadBatch,
     Batch,
-    checked_batch,
+    checked_parts,
     conform_ops,
     encode_table,
     job_meta,
@@ -58,14 +56,11 @@ def decode_pack(body: bytes) -> list[Batch]:
     if sum(p[3] for p in parts) != table.num_rows:
         raise BadBatch(f"pack: its parts list {sum(p[3] for p in parts)} ops, the table holds {table.num_rows}")
     table = conform_ops(table.replace_schema_metadata(None).combine_chunks())
-    lens = np.array([p[3] for p in parts])
-    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-    _check_rows(table, parts, lens, starts)
-    steps = to_numpy(table.column("step"))
-    lo, hi = np.minimum.reduceat(steps, starts).tolist(), np.maximum.reduceat(steps, starts).tolist()
-    return [checked_batch(Batch(job_id=j, rank=r, seq=s, meta=metas.get(j), table=table.slice(a, n), min_step=0, max_step=0),
-                   (mn, mx))
-            for (j, r, s, n), a, mn, mx in zip(parts, starts.tolist(), lo, hi, strict=True)]
+    heads, at = [], 0
+    for j, r, s, n in parts:
+        heads.append(Batch(job_id=j, rank=r, seq=s, meta=metas.get(j), table=table.slice(at, n), min_step=0, max_step=0))
+        at += n
+    return checked_parts(heads, table, "pack")
 
 
 def _head(table: pa.Table) -> tuple[list[tuple[str, int, int, int]], dict[str, dict[str, Any]]]:
@@ -99,22 +94,6 @@ def _head(table: pa.Table) -> tuple[list[tuple[str, int, int, int]], dict[str, d
         except BadBatch as e:
             raise BadBatch(f"pack: meta of job {job!r}: {e}") from None
     return out, checked
-
-
-def _check_rows(table: pa.Table, parts: list[tuple[str, int, int, int]], lens: np.ndarray, starts: np.ndarray) -> None:
-    """Each part's ops are its rank's and none has a negative duration (the first part at fault named)."""
-    ranks = to_numpy(table.column("rank"))
-    bad = np.flatnonzero(ranks != np.repeat(np.array([p[1] for p in parts]), lens))
-    if len(bad):
-        i = int(np.searchsorted(starts, bad[0], side="right") - 1)
-        own = ranks[starts[i]:starts[i] + lens[i]]
-        raise BadBatch(f"pack part {i}: batch of rank {parts[i][1]} holds ops of rank(s) "
-                       f"{sorted(set(np.unique(own).tolist()) - {parts[i][1]})}")
-    neg = np.flatnonzero(to_numpy(table.column("dur_ns")) < 0)
-    if len(neg):
-        i = int(np.searchsorted(starts, neg[0], side="right") - 1)
-        raise BadBatch(f"pack part {i}: {int((to_numpy(table.column('dur_ns'))[starts[i]:starts[i] + lens[i]] < 0).sum())} "
-                       "op(s) have negative dur_ns")
 
 
 __all__ = ["PACK_CONTENT_TYPE", "decode_pack", "encode_pack"]
