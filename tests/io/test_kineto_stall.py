@@ -64,7 +64,11 @@ def test_a_stall_between_two_ops_is_the_ranks_host_time(stall_dir: Path) -> None
 
 @pytest.mark.timeout(240)
 def test_kept_inside_the_segment_the_stall_reads_as_a_slow_worker(stall_dir: Path, monkeypatch) -> None:
+    # the importer before: no idle gap is taken out of a segment, by its length or as a crumb's. The
+    # forward before the sleep is 1-12% of the segment's busy time, near the crumb rule's 2%: on a busy
+    # host half the steps went under it and their stalls were still taken out (CI read 22 ms over peers)
     monkeypatch.setattr(segments, "HOST_GAP_SHARE", np.inf)
+    monkeypatch.setattr(segments, "_CRUMB_GAP_SHARE", np.inf)
     res = _analyze(stall_dir)
     gaps = res.to_json()["untraced_gaps"]["per_rank_s_per_step"]
     assert _over_peers_s(gaps) < 0.25 * STALL_MS / 1e3, gaps
