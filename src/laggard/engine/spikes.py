@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from laggard.engine.selection import group_kth
 from laggard.engine.sorting import stable_order
 from laggard.optable.ops import fits_table, unique_inverse
 
@@ -44,7 +45,13 @@ def sort_by_group(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 
 def group_median(values: np.ndarray, groups: np.ndarray, num_groups: int) -> np.ndarray:
-    """Median of ``values`` per group id (0..num_groups-1), vectorised; 0 for empty groups."""
+    """Median of ``values`` per group id (0..num_groups-1), vectorised; 0 for empty groups. The two
+    middle values of each group by selection (``selection.group_kth``), or from one sort by (group,
+    value) where the groups come in too many sizes; the same values either way."""
+    picked = group_kth(values, groups, num_groups, lambda n: [(n - 1) // 2, n // 2])
+    if picked is not None:
+        mid, sizes = picked
+        return np.where(sizes > 0, 0.5 * (mid[:, 0] + mid[:, 1]), 0.0)
     order = sort_by_group(values, groups)
     g = groups[order]
     starts = np.searchsorted(g, np.arange(num_groups))
@@ -129,19 +136,11 @@ def _spikes(w: np.ndarray, key: np.ndarray, mask: np.ndarray, cfg: SpikeConfig) 
     out = np.zeros(len(w), dtype=bool)
     if len(rows) == 0:
         return out, med
-    order = rows[sort_by_group(w[rows], key[rows])]
-    k = key[order]
-    bounds = np.flatnonzero(np.diff(k)) + 1
-    starts = np.concatenate([[0], bounds])
-    ends = np.append(bounds, len(order))
-    lens = ends - starts
-    mid_lo = order[starts + (lens - 1) // 2]
-    mid_hi = order[starts + lens // 2]
-    m = 0.5 * (w[mid_lo] + w[mid_hi])
-    seg = np.repeat(np.arange(len(starts)), lens)
-    med[order] = m[seg]
-    dev = np.abs(w[order] - med[order])
-    mad = group_median(dev, seg, len(starts))
-    thresh = med[order] + np.maximum(cfg.mad * 1.4826 * mad[seg], cfg.rel * med[order])
-    out[order] = w[order] > thresh
+    _, gid = unique_inverse(key[rows])
+    num = int(gid.max()) + 1
+    wr = w[rows]
+    m = group_median(wr, gid, num)[gid]
+    mad = group_median(np.abs(wr - m), gid, num)[gid]
+    med[rows] = m
+    out[rows] = wr > m + np.maximum(cfg.mad * 1.4826 * mad, cfg.rel * m)
     return out, med
