@@ -180,18 +180,26 @@ class Collector:
         rows = [_row(b, h) for b, w, h in zip(batches, wins, held, strict=True) if w.tracing]
         stored = iter(self.store.add_batches(rows) if rows else [])
         out = []
+        counts = dict.fromkeys(("stored", "duplicate", "tracing_off"), 0)  # counted once a request (a pack: 32 parts)
+        added = []
         for b, win, body in zip(batches, wins, held, strict=True):
             if not win.tracing:
-                self.metrics.batches.labels(result="tracing_off").inc()
+                counts["tracing_off"] += 1
                 out.append({"accepted": 0, "duplicate": False, "tracing": False, "dump_request": win.dump_request})
                 continue
             new = next(stored)
             if new:
-                self._add(win, b, body)
-                self.metrics.ops.inc(b.table.num_rows)
-            self.metrics.batches.labels(result="stored" if new else "duplicate").inc()
+                added.append((win, b, body))
+            counts["stored" if new else "duplicate"] += 1
             out.append({"accepted": b.table.num_rows if new else 0, "duplicate": not new, "tracing": True,
                         "dump_request": win.dump_request})
+        with self._lock:  # (once a request, not once a part: the parts of a pack wait on it together)
+            for win, b, body in added:
+                win.add(b.table, b.rank, b.min_step, b.max_step, body=body)
+        for result, n in counts.items():
+            if n:
+                self.metrics.batches.labels(result=result).inc(n)
+        self.metrics.ops.inc(sum(x["accepted"] for x in out))
         self.metrics.latency.observe(time.perf_counter() - t0)
         return out
 
@@ -206,10 +214,6 @@ class Collector:
             self.store.add_job(b.job_id, b.meta)
             win = self._window(b.job_id, b.meta)
         return win
-
-    def _add(self, win: JobWindow, b: Batch, body: bytes | PackSlice) -> None:
-        with self._lock:
-            win.add(b.table, b.rank, b.min_step, b.max_step, body=body)
 
     # ------------------------------------------------------------------ analysis
     def refresh(self, job_id: str) -> bool:
