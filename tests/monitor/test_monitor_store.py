@@ -293,6 +293,34 @@ def test_an_analysis_process_keeps_read_bodies_within_its_budget():
         analyser._PARTS.clear()
 
 
+def test_a_windows_table_is_its_steps_rows_step_by_step():
+    """A rank's batch spans several steps (a tracer flushes every few); the window's table holds the
+    window's steps' rows, step after step, each step's in the order the batches were held (so that
+    steps that repeat one another are built once, ``laggard.engine.graph``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from laggard.monitor.window import WindowCut, build_window
+    from laggard.optable.ops import to_numpy
+
+    job = synthesize(SynthConfig(dp=3, pp=1, microbatches=2, steps=4, seed=2, name="w"))
+    t = job.table
+    ranks, steps = to_numpy(t.column("rank")), to_numpy(t.column("step"))
+    parts, held = [], []
+    for r in (2, 0, 1):  # held rank by rank, each batch two steps
+        for lo in (0, 2):
+            rows = np.flatnonzero((ranks == r) & (steps >= lo) & (steps <= lo + 1))
+            parts.append(encode_batch(t.take(pa.array(rows)), job_id="w", rank=r, seq=lo, meta=job.meta.to_json()))
+            held.append(rows)
+    out = build_window(WindowCut(first=1, last=2, parts=parts))
+    got_steps, got_ids = to_numpy(out.column("step")), to_numpy(out.column("op_id"))
+    assert got_steps.tolist() == sorted(got_steps.tolist()) and set(got_steps.tolist()) == {1, 2}
+    ids = to_numpy(t.column("op_id"))
+    for step in (1, 2):  # each step's rows: every rank's, in the order held
+        want = [int(ids[i]) for rows in held for i in rows if steps[i] == step]
+        assert got_ids[got_steps == step].tolist() == want
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def db_url(request, tmp_path_factory):
     """A database URL of each kind the collector takes (PostgreSQL: a throwaway cluster)."""

@@ -220,24 +220,22 @@ def build_graph(job: Job) -> Graph:
 
 def _repeated_steps(job: Job, op_step: np.ndarray, num_steps: int) -> int:
     """Ops per step when every step repeats step 0 exactly (same rows in the same order, same
-    explicit dependencies, same communication groups); 0 otherwise."""
+    explicit dependencies or none at all, same communication groups); 0 otherwise. (Without
+    explicit dependencies each op follows the one before it on its (rank, stream) by start time:
+    ``_build_tiled`` checks that the order step 0 gives holds in every step.)"""
     n = job.num_ops
     if n % num_steps or (np.diff(op_step) < 0).any():
         return 0
     m = n // num_steps
     deps = job.table.column("deps")
-    if deps.null_count:
+    if deps.null_count not in (0, n):
         return 0
+    if not _same_rows(job, num_steps, m):
+        return 0
+    if deps.null_count == n:
+        return m
     if not np.array_equal(job.column("op_id"), np.arange(n)):
         return 0
-    for name in ("rank", "pp_rank", "microbatch", "seq"):
-        c = job.column(name).reshape(num_steps, m)
-        if (c != c[0]).any():
-            return 0
-    for name in ("name", "group", "stream"):
-        c = job.codes(name)[0].reshape(num_steps, m)
-        if (c != c[0]).any():
-            return 0
     d = deps.combine_chunks()
     offsets = to_numpy(d.offsets)
     lens = np.diff(offsets).reshape(num_steps, m)
@@ -250,6 +248,33 @@ def _repeated_steps(job: Job, op_step: np.ndarray, num_steps: int) -> int:
     return m
 
 
+def _same_rows(job: Job, num_steps: int, m: int) -> bool:
+    """Whether every step's ``m`` rows hold the same ranks, stages, microbatches, collective
+    sequence numbers, names, groups and streams as step 0's, row by row."""
+    for name in ("rank", "pp_rank", "microbatch", "seq"):
+        c = job.column(name).reshape(num_steps, m)
+        if (c != c[0]).any():
+            return False
+    for name in ("name", "group", "stream"):
+        c = job.codes(name)[0].reshape(num_steps, m)
+        if (c != c[0]).any():
+            return False
+    return True
+
+
+def _same_chains(job: Job, g0: Graph, num_steps: int, m: int) -> bool:
+    """Without explicit dependencies: whether every step orders each (rank, stream)'s ops as step 0
+    does (``dependencies``: by start time, then row), so that step 0's edges are every step's. Each
+    of step 0's edges joins two neighbours of its chain; a chain in order pair by pair is in order."""
+    if job.table.column("deps").null_count == 0:
+        return True
+    dst = np.repeat(np.arange(m), np.diff(g0.dep_ptr))
+    src = g0.dep_idx
+    start = job.column("start_ns").reshape(num_steps, m)
+    a, b = start[:, src], start[:, dst]
+    return bool(((a < b) | ((a == b) & (src < dst))).all())
+
+
 def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | None:
     """Build the graph of step 0 and repeat it for every step (exact when steps repeat)."""
     k_steps = len(steps)
@@ -257,6 +282,8 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
     if not m:
         return None
     g0 = _build(Job(table=job.table.slice(0, m), meta=job.meta), steps[:1], op_step[:m])
+    if not _same_chains(job, g0, k_steps, m):
+        return None
     n0, gr0 = g0.num_ops, g0.num_groups
     nn0 = n0 + gr0
     lvl0 = int(g0.seg_start[0]) if len(g0.seg_start) else nn0

@@ -74,8 +74,11 @@ def build_window(cut: WindowCut, cache: dict[bytes, list[pa.RecordBatch]] | None
         return None
     steps = to_numpy(table.column("step"))
     keep = (steps >= cut.first) & (steps <= cut.last)
-    if not keep.all():
-        table = table.filter(pa.array(keep))
+    # the rows step by step (a rank's batch spans several): where the steps repeat one another, the
+    # replay's graph is step 0's, repeated (``laggard.engine.graph``), not built over every op
+    order = np.flatnonzero(keep)[np.argsort(steps[keep], kind="stable")]
+    if len(order) < len(steps) or (np.diff(order) != 1).any():
+        table = table.take(pa.array(order))
     return table if table.num_rows else None
 
 
