@@ -91,17 +91,22 @@ def test_interleaved_jobs_replay_exactly(chunks):
 
 def test_tiled_graph_equals_generic(analyses):
     """Steps that repeat step 0 are built once and tiled; the result is the same graph."""
-    from laggard.engine.graph import _build
-
     for job in (analyses["AR"].base.job, synthesize(SynthConfig(dp=3, pp=4, microbatches=8, steps=5, seed=3))):
         tiled = build_graph(job)
         assert tiled.ops_per_step > 0
-        steps, op_step = np.unique(job.column("step"), return_inverse=True)
-        generic = _build(job, steps, op_step.astype(np.int64))
-        w = np.random.default_rng(0).random((job.num_ops, 3))
-        e1, s1 = replay(tiled, w)
-        e2, s2 = replay(generic, w)
-        assert np.array_equal(e1, e2) and np.array_equal(s1, s2)
+        _replays_as_built_whole(job, tiled)
+
+
+def _replays_as_built_whole(job: Job, g) -> None:
+    """``g`` (``build_graph``'s) replays random weights exactly as the graph built over every op."""
+    from laggard.engine.graph import _build
+
+    steps, op_step = np.unique(job.column("step"), return_inverse=True)
+    generic = _build(job, steps, op_step.astype(np.int64))
+    w = np.random.default_rng(0).random((job.num_ops, 3))
+    e1, s1 = replay(g, w)
+    e2, s2 = replay(generic, w)
+    assert np.array_equal(e1, e2) and np.array_equal(s1, s2)
 
 
 def _implicit_job(swap_in_step: int | None = None, tie: bool = False) -> Job:
@@ -132,17 +137,10 @@ def test_steps_without_explicit_deps_are_tiled_when_every_chain_keeps_its_order(
     """Without explicit deps, step 0's chains are every step's only where each (rank, stream) runs
     its ops in the same start order in every step; where one step swaps two, the graph is built
     whole. Either way it replays as the generic build does."""
-    from laggard.engine.graph import _build
-
     job = _implicit_job(swap, tie)
     g = build_graph(job)
     assert (g.ops_per_step > 0) is tiled
-    steps, op_step = np.unique(job.column("step"), return_inverse=True)
-    generic = _build(job, steps, op_step.astype(np.int64))
-    w = np.random.default_rng(1).random((job.num_ops, 2))
-    e1, s1 = replay(g, w)
-    e2, s2 = replay(generic, w)
-    assert np.array_equal(e1, e2) and np.array_equal(s1, s2)
+    _replays_as_built_whole(job, g)
 
 
 def test_synthetic_trace_replays_exactly():
