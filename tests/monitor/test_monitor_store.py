@@ -232,7 +232,10 @@ def test_each_window_analysed_in_the_pool_through_its_cache_is_the_in_process_an
 
     job = synthesize(SynthConfig(dp=4, pp=1, microbatches=2, steps=14, seed=5, name="cached"),
                      [parse_injection("slow-worker:rank=2,factor=1.5")])
-    cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=0.05, analysis_workers=2, idle_refresh_s=1e9)
+    # analysis_share 1: no pause after a window (a cold child's first window on a busy host took long
+    # enough that the pause after it, as long again, kept the next past the wait below)
+    cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=0.05, analysis_workers=2, idle_refresh_s=1e9,
+                        analysis_share=1.0)
     col = Collector(Store(tmp_path / "m.db"), cfg)
     col.start()
     meta = job.meta.to_json()

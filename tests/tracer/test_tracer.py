@@ -49,7 +49,7 @@ def test_ops_steps_and_dependencies(tmp_path: Path) -> None:
                 with t.op("optimizer"):
                     _spin(0.001)
                     with t.op("clip", kind="other"):  # nested: cut out of the optimizer op
-                        _spin(0.003)
+                        _spin(0.03)
     rows = _rows(out)
     meta = json.loads((out / "job.json").read_text())
     assert meta["source"] == "laggard-tracer" and meta["world_size"] == 1 and meta["name"] == "t"
@@ -64,8 +64,9 @@ def test_ops_steps_and_dependencies(tmp_path: Path) -> None:
     assert fwd["kind"] == "compute" and fwd["microbatch"] == 0 and fwd["num_tokens"] == 64
     assert fwd["seq_lens"] == [40, 24] and fwd["stream"] == "main" and fwd["group"] is None
     clip, opt = step0[3], step0[4]
-    # exclusive times: the optimizer's own ~1 ms, the clip's ~3 ms; together the wall time
-    assert clip["dur_ns"] >= 2_900_000 and opt["dur_ns"] < clip["dur_ns"]
+    # exclusive times: the optimizer's own ~1 ms, the clip's ~30 ms; together the wall time (a clip of
+    # 3 ms once lost to an optimizer descheduled for 3 ms on CI's busy host)
+    assert clip["dur_ns"] >= 29_000_000 and opt["dur_ns"] < clip["dur_ns"]
     assert opt["start_ns"] <= clip["start_ns"]
     assert rows[0]["start_ns"] > 1.6e18  # ns since the Unix epoch
     assert check_trace(out) == []
