@@ -232,19 +232,17 @@ def test_each_window_analysed_in_the_pool_through_its_cache_is_the_in_process_an
 
     job = synthesize(SynthConfig(dp=4, pp=1, microbatches=2, steps=14, seed=5, name="cached"),
                      [parse_injection("slow-worker:rank=2,factor=1.5")])
-    # analysis_share 1: no pause after a window (a cold child's first window on a busy host took long
-    # enough that the pause after it, as long again, kept the next past the wait below)
-    cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=0.05, analysis_workers=2, idle_refresh_s=1e9,
-                        analysis_share=1.0)
+    cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=0.05, analysis_workers=2, idle_refresh_s=1e9)
     col = Collector(Store(tmp_path / "m.db"), cfg)
     col.start()
     meta = job.meta.to_json()
     served = []  # (the window served, the same steps' table built here)
     try:
-        for lo in range(0, 14, 2):  # 2 steps at a time (a batch per rank and step)
-            for s, r, t in step_batches(job):
-                if lo <= s < lo + 2:
-                    col.ingest(encode_batch(t, job_id="cached", rank=r, seq=s, meta=meta))
+        for lo in range(0, 14, 2):  # 2 steps at a time (a batch per rank and step), in one request
+            # (its batches join the window together: posted one by one, a slow host's analyser cut a
+            # window while half of them were in, and the next came only 2 steps after the awaited one)
+            col.ingest_many([encode_batch(t, job_id="cached", rank=r, seq=s, meta=meta)
+                             for s, r, t in step_batches(job) if lo <= s < lo + 2])
             last = lo  # complete once every rank sent a later step
             deadline = time.monotonic() + 60
             while lo >= 2 and time.monotonic() < deadline:
