@@ -53,7 +53,7 @@ class RankState:
 @dataclass(kw_only=True, slots=True)
 class WindowCut:
     """The ops of one window as held: each batch's body as received (or its table, for callers
-    that add tables), in (rank, step) order. ``build_window`` makes the op table from it in whichever
+    that add tables), in (first step, rank) order (``JobWindow.window_cut``). ``build_window`` makes the op table from it in whichever
     process analyses it, so the collector's interpreter only hands over bytes (building the table of
     a 1,024-rank window in the collector took ~0.5 s of its CPU per refresh, held under the GIL)."""
 
@@ -64,7 +64,8 @@ class WindowCut:
 
 def build_window(cut: WindowCut, cache: dict[bytes, list[pa.RecordBatch]] | None = None) -> pa.Table | None:
     """The window's op table: the parts read (bodies were checked at ingest), concatenated, cut to
-    the window's steps, one chunk per column (the analysis reads dictionary codes chunk by chunk).
+    the window's steps, its rows step by step (each step's in the parts' order), one chunk per column
+    (the analysis reads dictionary codes chunk by chunk).
     ``cache``: the job's bodies read for its last window (``laggard.wire.batch.read_bodies``)."""
     from laggard.wire.batch import read_bodies
 
