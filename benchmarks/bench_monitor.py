@@ -10,7 +10,8 @@ through ``Collector.ingest`` in-process (no HTTP), the ceiling of the HTTP servi
 The collector analyses windows in a child process (its peak RSS is reported beside the collector's).
 The 1,024-worker window analysis is timed in-process (CPU and wall, the job with its slow rank and
 healthy). Many jobs: N 1,024-rank jobs at 1 step/s stream into one collector over HTTP; the largest
-N whose windows are served within 3 steps, beside one job in the same run (``_many_jobs``).
+N whose windows are served within 3 steps (``_many_jobs``), the jobs flushing at their own phases
+(as jobs started at unrelated times do), and again all flushing at the same instant (the worst burst).
 Detection runs in-process on the window analysis + alert rules (``laggard.monitor.evaluate``).
 """
 
@@ -203,8 +204,9 @@ def _ingest(tmp: Path) -> dict:
             "window": detail.get("window"), "slowdown": detail.get("slowdown")}
 
 
-def job_generator(url: str, job_id: str, seed: int, rounds: int, threads: int, out: str, relay_ranks: int = 1) -> None:
-    """One job's tracers: every JOBS_FLUSH_STEPS steps (of JOBS_STEP_S), each of its NUM_RANKS ranks
+def job_generator(url: str, job_id: str, seed: int, rounds: int, threads: int, out: str, relay_ranks: int = 1,
+                  phase_s: float = 0.0) -> None:
+    """One job's tracers: every JOBS_FLUSH_STEPS steps (of JOBS_STEP_S), ``phase_s`` after the start, each of its NUM_RANKS ranks
     posts those steps' ops, or (``relay_ranks`` > 1) each node of that many ranks posts one pack of
     their batches, as its relay does (``laggard.wire.pack``). Bodies are encoded before the start (a tracer encodes in the
     training process, not on the collector's cores); prints "ready", then reads the start time on stdin."""
@@ -227,8 +229,8 @@ def job_generator(url: str, job_id: str, seed: int, rounds: int, threads: int, o
     else:
         sends, ctype = bodies, CONTENT_TYPE
     print("ready", flush=True)
-    t0 = float(sys.stdin.readline())
-    due, done = [], []
+    t0 = float(sys.stdin.readline()) + phase_s
+    due, done, cpu0 = [], [], time.process_time()
     clients = [Client(url, TOKEN, timeout_s=60) for _ in range(threads)]
     for b in range(rounds):
         due.append(t0 + (b + 1) * JOBS_FLUSH_STEPS * JOBS_STEP_S)  # the end of the round's last step
@@ -246,22 +248,36 @@ def job_generator(url: str, job_id: str, seed: int, rounds: int, threads: int, o
         done.append(time.time())
     for c in clients:
         c.close()
-    Path(out).write_text(json.dumps({"due": due, "done": done}))
+    Path(out).write_text(json.dumps({"due": due, "done": done, "cpu_s": time.process_time() - cpu0}))
 
 
-def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1) -> dict:
+def job_phases_s(n: int, aligned: bool) -> list[float]:
+    """When each of N jobs flushes within the flush period: aligned, all at the same instant (every
+    job's tracers started together: the worst burst), else independent phases, drawn uniformly
+    (seeded by N) as jobs started at unrelated times have them, clumps included."""
+    if aligned:
+        return [0.0] * n
+    import random
+
+    rng = random.Random(2027 + n)
+    return [rng.uniform(0.0, JOBS_FLUSH_STEPS * JOBS_STEP_S) for _ in range(n)]
+
+
+def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = True) -> dict:
     """N jobs streaming into one collector: per job and measured flush, the time from the end of
-    the flushed steps until the collector serves a window that holds them (GET /api/v1/jobs)."""
+    the flushed steps until the collector serves a window that holds them (GET /api/v1/jobs);
+    ``aligned``: every job flushes at the same instant, else at its own phase (``job_phases_s``)."""
     from tests.monitor_helpers import Server  # noqa: PLC0415
 
-    srv = Server(str(tmp / f"jobs{n}-{relay_ranks}.db"), tmp, token=TOKEN,
+    run = f"{n}-{relay_ranks}{'' if aligned else '-phased'}"  # this run's store and generators' files
+    srv = Server(str(tmp / f"jobs{run}.db"), tmp, token=TOKEN,
                  extra=["--analysis-workers", str(JOBS_ANALYSIS_WORKERS)]).start()
-    gens = []
+    gens, phases = [], job_phases_s(n, aligned)
     try:
         for i in range(n):
             gens.append(subprocess.Popen([sys.executable, __file__, "job-generator", srv.url, f"job{i}", str(i + 1),
-                                          str(JOBS_ROUNDS), str(JOBS_CONNECTIONS), str(tmp / f"job{n}-{i}.json"),
-                                          str(relay_ranks)],
+                                          str(JOBS_ROUNDS), str(JOBS_CONNECTIONS), str(tmp / f"job{run}-{i}.json"),
+                                          str(relay_ranks), str(phases[i])],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         for g in gens:
             if g.stdout.readline().strip() != "ready":
@@ -279,7 +295,7 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1) -> dict:
             g.stdin.write(f"{t0}\n")
             g.stdin.flush()
         seen: dict[str, list[tuple[float, int]]] = {f"job{i}": [] for i in range(n)}
-        schedule_s = JOBS_ROUNDS * JOBS_FLUSH_STEPS * JOBS_STEP_S
+        schedule_s = JOBS_ROUNDS * JOBS_FLUSH_STEPS * JOBS_STEP_S + max(phases)
         end = t0 + 3 * schedule_s  # at most: generators far behind their schedule do not hold anyway
         grace = (FRESH_STEPS + 2) * JOBS_STEP_S  # after the last flush: time for its window
         while time.time() < end:
@@ -301,9 +317,10 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1) -> dict:
                 g.kill()
         srv.stop()
     m = {ln.split()[0]: float(ln.split()[-1]) for ln in metrics.splitlines() if ln and not ln.startswith("#")}
-    lags, send_lag = [], []
+    lags, send_lag, gen_cpu_s = [], [], 0.0
     for i in range(n):
-        gen = json.loads((tmp / f"job{n}-{i}.json").read_text())
+        gen = json.loads((tmp / f"job{run}-{i}.json").read_text())
+        gen_cpu_s += gen["cpu_s"]
         for b in range(JOBS_WARMUP_ROUNDS, JOBS_ROUNDS):
             last = b * JOBS_FLUSH_STEPS + JOBS_FLUSH_STEPS - 2  # complete once every rank sent step +1
             t = next((ts for ts, hi in seen[f"job{i}"] if hi >= last), float("inf"))
@@ -316,13 +333,15 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1) -> dict:
     def steps(x: float) -> float | None:  # None: never analysed while the run lasted
         return round(x, 2) if math.isfinite(x) else None
 
-    return {"jobs": n, "relay_ranks": relay_ranks, "analysis_workers": JOBS_ANALYSIS_WORKERS, "holds": fresh >= FRESH_SHARE, "fresh_share": fresh, "lag_steps_median": steps(statistics.median(lags)),
+    return {"jobs": n, "relay_ranks": relay_ranks, "aligned": aligned, "analysis_workers": JOBS_ANALYSIS_WORKERS, "holds": fresh >= FRESH_SHARE, "fresh_share": fresh, "lag_steps_median": steps(statistics.median(lags)),
             "lag_steps_p90": steps(lags[int(0.9 * (len(lags) - 1) + 0.5)]), "lag_steps_max": steps(lags[-1]),
             "flush_post_s_max": round(max(send_lag), 2), "refreshes": n_ref,
             "refresh_mean_s": m.get("laggard_window_refresh_seconds_sum", 0.0) / n_ref if n_ref else None,
             # where the collector's CPU went, per job and step: ingest (HTTP, decoding, the store) and analysis
             "collector_cpu_s_per_job_step": (cpu1[0] - cpu0[0]) / (n * JOBS_ROUNDS * JOBS_FLUSH_STEPS),
-            "analysis_cpu_s_per_job_step": (cpu1[1] - cpu0[1]) / (n * JOBS_ROUNDS * JOBS_FLUSH_STEPS)}
+            "analysis_cpu_s_per_job_step": (cpu1[1] - cpu0[1]) / (n * JOBS_ROUNDS * JOBS_FLUSH_STEPS),
+            # the generators' posting (the tracers' or relays' sending, here on the collector's cores)
+            "posting_cpu_s_per_job_step": gen_cpu_s / (n * JOBS_ROUNDS * JOBS_FLUSH_STEPS)}
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -334,13 +353,13 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _many_jobs(tmp: Path, relay_ranks: int) -> dict:
+def _many_jobs(tmp: Path, relay_ranks: int, aligned: bool = False) -> dict:
     """_jobs_run for each N of JOBS_N in turn, up to the first that does not hold."""
     runs = []
     for n in JOBS_N:
-        print(f"    {n} job(s), {'a relay per ' + str(relay_ranks) + ' ranks' if relay_ranks > 1 else 'ranks posting'} ...",
-              file=sys.stderr, flush=True)
-        runs.append(_jobs_run(tmp, n, relay_ranks))
+        print(f"    {n} job(s), {'a relay per ' + str(relay_ranks) + ' ranks' if relay_ranks > 1 else 'ranks posting'}"
+              f"{', all flushing at once' if aligned else ''} ...", file=sys.stderr, flush=True)
+        runs.append(_jobs_run(tmp, n, relay_ranks, aligned))
         if not runs[-1]["holds"]:
             break
     held = [r["jobs"] for r in runs if r["holds"]]
@@ -444,6 +463,7 @@ def run() -> list[dict]:
     print(f"  many jobs on one collector ({NUM_RANKS} ranks each, 1 step/s) ...", file=sys.stderr, flush=True)
     many = {k: _many_jobs(tmp, k) for k in JOBS_RELAY_RANKS}
     best = max(JOBS_RELAY_RANKS)
+    burst = _many_jobs(tmp, best, aligned=True)
     print("  tracer per-op cost, streaming on vs off ...", file=sys.stderr, flush=True)
     tr = _tracer(tmp)
     print(f"  detection: {NUM_SEEDS} seeds, clean {NUM_SEEDS} x {CLEAN_STEPS} steps ...", file=sys.stderr, flush=True)
@@ -483,8 +503,14 @@ def run() -> list[dict]:
                             f"{JOBS_ROUNDS - JOBS_WARMUP_ROUNDS} measured flushes after {JOBS_WARMUP_ROUNDS}; lag: from the end "
                             "of the flushed steps to a served window holding them, in steps; a job count holds when "
                             f">= {FRESH_SHARE:.0%} of its (job, flush) lags are <= {FRESH_STEPS} steps; N tried "
-                            "in turn up to the first that does not hold"),
+                            "in turn up to the first that does not hold; each job flushes at its own phase, drawn "
+                            "uniformly in the flush period (seeded; jobs started at unrelated times)"),
                     "runs": {f"relay_ranks_{k}": v["runs"] for k, v in many.items()}}},
+        {"name": f"monitor jobs of {NUM_RANKS} ranks at 1 step/s kept analysed within {FRESH_STEPS} steps, every job "
+                 f"flushing at the same instant (the worst burst; a relay per {best} ranks)",
+         "value": burst["max_jobs"], "unit": "jobs",
+         "baseline": "the same jobs at their own phases, same run", "baseline_value": many[best]["max_jobs"],
+         "detail": {"runs": burst["runs"]}},
         {"name": "tracer per-op cost with streaming on (training thread CPU)", "value": tr["on_ns"], "unit": "ns",
          "baseline": "streaming off", "baseline_value": tr["off_ns"]},
         {"name": "monitor detection delay of a 1.10x worker, median over seeds", "value": det["median"], "unit": "steps",
@@ -499,7 +525,7 @@ def run() -> list[dict]:
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "job-generator":
     sys.path.insert(0, str(ROOT))
     job_generator(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7],
-                  int(sys.argv[8]))
+                  int(sys.argv[8]), float(sys.argv[9]))
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "generator":
     sys.path.insert(0, str(ROOT))

@@ -132,6 +132,36 @@ def test_window_analysis_runs_in_a_child_that_is_replaced_when_killed(tmp_path):
 
 
 
+def test_windows_are_handed_over_and_kept_as_they_come_not_at_the_next_tick(tmp_path):
+    """With a tick far longer than the test, the analyser still starts each window as its steps
+    complete (woken by the ingest) and keeps its result as soon as the child is done (woken by the
+    future): two windows in a row, the second handed over only once the first is back."""
+    job = synthesize(SynthConfig(dp=2, pp=2, microbatches=2, steps=10, seed=6, name="wakejob"))
+    cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=600.0, idle_refresh_s=1e9)
+    col = Collector(Store(tmp_path / "m.db"), cfg)
+    col.start()
+    meta = job.meta.to_json()
+    seqs: dict[int, int] = {}
+    try:
+        for lo, hi, last in ((0, 6, 4), (6, 8, 6)):
+            for s, r, t in step_batches(job):
+                if lo <= s < hi:
+                    seqs[r] = seqs.get(r, -1) + 1
+                    col.ingest(encode_batch(t, job_id="wakejob", rank=r, seq=seqs[r], meta=meta))
+            deadline = time.monotonic() + 120  # (a child's start on a loaded host; the tick is 600 s away)
+            while time.monotonic() < deadline:
+                res = col.windows["wakejob"].result
+                if res is not None and res.steps[1] >= last:
+                    break
+                time.sleep(0.05)
+            res = col.windows["wakejob"].result
+            assert res is not None and res.steps == (last - 3, last), col.windows["wakejob"].error
+    finally:
+        t0 = time.monotonic()
+        col.stop()
+    assert time.monotonic() - t0 < 30  # the stop wakes the analyser from its wait
+
+
 def test_the_pool_analyses_jobs_side_by_side_each_as_the_in_process_analysis_does(tmp_path):
     """Two jobs fed at once into a collector with two analysis processes: each job's window is the
     analysis ``laggard analyze --json`` gives for the same steps in this process (the table built
