@@ -77,7 +77,9 @@ class MonitorConfig:
     # the analysis child's niceness: 0 (the same CPU priority as ingest). The analysis share above
     # already bounds its CPU; a higher value trades refresh time for ingest on a busy host
     analysis_nice: int = 0
-    # how often the background analyser looks for work
+    # how often the background analyser makes a full round: idle refreshes, analysis-share waits,
+    # hang checks (a window is handed over as its batches arrive and kept as its analysis comes
+    # back, between rounds: Collector._analyser_loop)
     tick_s: float = 0.2
     # how each window is analysed: the same settings as `laggard analyze` (warm-up detection is
     # per window: a window of a running job has no warm-up to skip once the job settled)
