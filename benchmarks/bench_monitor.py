@@ -263,7 +263,7 @@ def job_phases_s(n: int, aligned: bool) -> list[float]:
     return [rng.uniform(0.0, JOBS_FLUSH_STEPS * JOBS_STEP_S) for _ in range(n)]
 
 
-def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = True) -> dict:
+def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False) -> dict:
     """N jobs streaming into one collector: per job and measured flush, the time from the end of
     the flushed steps until the collector serves a window that holds them (GET /api/v1/jobs);
     ``aligned``: every job flushes at the same instant, else at its own phase (``job_phases_s``)."""
