@@ -50,6 +50,11 @@ def _analyze(path: Path):
         return analyze(load_job(path))
 
 
+def _said(res) -> list[tuple]:
+    """The findings in short, each with the ranks it names (a finding's own repr is cut in a failure report)."""
+    return [(f.cause, [w["rank"] for w in f.workers], f.ratio) for f in res.diagnosis.findings]
+
+
 @pytest.mark.timeout(240)
 def test_a_stall_between_two_ops_is_the_ranks_host_time(stall_dir: Path) -> None:
     res = _analyze(stall_dir)
@@ -57,8 +62,8 @@ def test_a_stall_between_two_ops_is_the_ranks_host_time(stall_dir: Path) -> None
     assert _over_peers_s(gaps) > 0.8 * STALL_MS / 1e3, gaps
     assert all(v < 0.25 * STALL_MS / 1e3 + _peers_s(gaps) for r, v in gaps.items() if r != str(SLOW)), gaps
     top = res.diagnosis.findings[0]
-    assert top.cause == "launch-delay" and [w["rank"] for w in top.workers] == [SLOW], res.diagnosis.findings
-    assert not any(f.cause == "worker" for f in res.diagnosis.findings), res.diagnosis.findings
+    assert top.cause == "launch-delay" and [w["rank"] for w in top.workers] == [SLOW], _said(res)
+    assert not any(f.cause == "worker" for f in res.diagnosis.findings), (_said(res), gaps)
     assert abs(res.replay_fidelity - 1) < 0.1, res.replay_fidelity
 
 
@@ -72,7 +77,7 @@ def test_kept_inside_the_segment_the_stall_reads_as_a_slow_worker(stall_dir: Pat
     res = _analyze(stall_dir)
     gaps = res.to_json()["untraced_gaps"]["per_rank_s_per_step"]
     assert _over_peers_s(gaps) < 0.25 * STALL_MS / 1e3, gaps
-    assert any(f.cause == "worker" and [w["rank"] for w in f.workers] == [SLOW] for f in res.diagnosis.findings)
+    assert any(f.cause == "worker" and [w["rank"] for w in f.workers] == [SLOW] for f in res.diagnosis.findings), _said(res)
 
 
 def test_cut_stream_moves_only_large_inner_gaps_before_the_segment() -> None:
