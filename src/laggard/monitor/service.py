@@ -286,16 +286,12 @@ class Collector:
             self._touched |= job_ids
         self._wake.set()
 
-    def _take_touched(self, now: float | None = None) -> list[str]:
-        """The touched jobs (those whose analysis share allows a window at ``now``, if given; the
-        others stay touched, for when it does)."""
+    def _take_touched(self) -> list[str]:
+        """The touched jobs, no longer touched (``_analyse`` touches again those still in their
+        analysis share's wait)."""
         with self._touched_lock:
             self._wake.clear()
-            if now is None:
-                out, self._touched = self._touched, set()
-            else:
-                out = {j for j in self._touched if self._next_refresh.get(j, 0.0) <= now}
-                self._touched -= out
+            out, self._touched = self._touched, set()
         return [j for j in out if j in self.windows]
 
     def _wake_at(self, next_tick: float) -> float:
@@ -429,13 +425,12 @@ class Collector:
             self._wake.wait(max(0.0, self._wake_at(next_tick) - time.monotonic()))
             if self._stop.is_set():
                 return
-            now = time.monotonic()
-            if now >= next_tick:
+            if time.monotonic() >= next_tick:
                 self._take_touched()
                 self.tick()
                 next_tick = time.monotonic() + self.cfg.tick_s
             else:
-                self._analyse(self._take_touched(now))
+                self._analyse(self._take_touched())
 
     def start(self) -> None:
         """Start the background analyser (with its child processes unless ``cfg.analysis_process`` is off)."""
