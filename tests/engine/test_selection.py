@@ -2,6 +2,8 @@
 done here: the detectors' medians (``group_median``, ``peer_median``) must be the sorted ones to the
 bit, by selection and where they fall back to sorting (too many group sizes)."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -71,3 +73,22 @@ def test_peer_median_with_nan_or_wide_ids_sorts() -> None:
         got = peer_median(v, g)
         # [1, nan, 3]: the others of 1 sort as [3, nan], their mean of the middle two is NaN
         assert np.array_equal(got, [np.nan, 2.0, np.nan, 4.5, 3.0, 3.5], equal_nan=True), got
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_nan_median_is_numpys_nanmedian_to_the_bit(axis: int) -> None:
+    # numpy's own nanmedian is the reference: rows with NaN, all-NaN rows, infinities, ties
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        shape = (int(rng.integers(1, 30)), int(rng.integers(1, 10)))
+        a = rng.lognormal(-7, 1, shape) if trial % 3 else np.round(rng.random(shape), 1)
+        for share, v in ((0.2, np.nan), (0.03, np.inf), (0.03, -np.inf)):
+            if rng.random() < 0.6:
+                a[rng.random(shape) < share] = v
+        if trial % 10 == 0:
+            a[int(rng.integers(0, shape[0]))] = np.nan
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want = np.nanmedian(a, axis=axis)
+            got = selection.nan_median(a, axis)
+        assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True), (a, want, got)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from laggard.engine.selection import group_kth
+from laggard.engine.selection import group_kth, nan_median
 from laggard.engine.spikes import group_mean, group_median, sort_by_group  # noqa: F401  (group_median: re-exported for the detectors)
 from laggard.optable.ops import HOST_GAP_CUT_KEY, fits_table, is_gc_name, unique_inverse
 
@@ -89,7 +89,7 @@ class Ctx:
     def worker_loads(self) -> np.ndarray:
         """Compute seconds per step of each worker (``ranks`` order): the median over the steps it
         ran, so that a few stalled steps (a noisy neighbour, a descheduled process) do not count."""
-        return np.nanmedian(self.per_rank_step(self.compute), axis=1)
+        return nan_median(self.per_rank_step(self.compute), 1)
 
     def per_rank_step(self, mask: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
         """Seconds of the ``mask`` ops per (rank, step) (or the sum of other per-op ``values``):

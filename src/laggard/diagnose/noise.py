@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from laggard.diagnose.config import DiagnoseConfig
+from laggard.engine.selection import nan_median
 from laggard.results.diagnosis import Consistency
 
 MAD_SIGMA = 1.4826  # MAD x this is the sigma of a normal distribution
@@ -58,7 +59,7 @@ def row_median(m: np.ndarray) -> np.ndarray:
     out = np.full(m.shape[1], np.nan)
     ok = fin.any(axis=0)
     if ok.any():
-        out[ok] = np.nanmedian(m[:, ok], axis=0)
+        out[ok] = nan_median(m[:, ok], 0)
     return out
 
 
@@ -68,7 +69,7 @@ def deviations(series: np.ndarray) -> np.ndarray:
     ok = np.isfinite(series).any(axis=1)
     med = np.full(len(series), np.nan)
     if ok.any():
-        med[ok] = np.nanmedian(series[ok], axis=1)
+        med[ok] = nan_median(series[ok], 1)
     return series - med[:, None]
 
 
@@ -89,7 +90,7 @@ def cell_sigma(values: np.ndarray, rows: np.ndarray, cfg: DiagnoseConfig) -> flo
         norm = values / row_median(values)[None, :]
         own = np.full(len(values), np.nan)
         ok = np.isfinite(norm).any(axis=1)
-        own[ok] = np.nanmedian(norm[ok], axis=1)
+        own[ok] = nan_median(norm[ok], 1)
         rel = norm / own[:, None] - 1.0
     return sigma(rel[rows], cfg)
 

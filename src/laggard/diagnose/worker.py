@@ -27,6 +27,7 @@ from laggard.diagnose.context import (
 )
 from laggard.diagnose.findings import Candidate
 from laggard.diagnose.impact import impact_ratios, judge_row, step_impact
+from laggard.engine.selection import nan_median
 from laggard.results.diagnosis import Consistency, Finding
 
 
@@ -117,7 +118,7 @@ def by_impact(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> list[int]:
     ratio = impact_ratios(ctx, cfg, ranks) if ranks and enough and not ctx.fixed else None
     if ratio is None:
         return []
-    level = np.nanmedian(ratio, axis=1)
+    level = nan_median(ratio, 1)
     top = int(np.nanargmax(np.where(np.isfinite(level), level, -np.inf)))
     if top >= len(ranks):  # a rank not flagged slow has the largest effect on the step
         return []
@@ -134,7 +135,7 @@ def _outside_passes(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], stage: np.n
     compute (``ref``). The per-microbatch speed clears a rank whose passes only drew longer sequences;
     it must not clear one whose extra work is outside them (a real profiled DDP job's slow rank ran its
     extra matrix products after its backward, read as optimizer work: 1 + 1.4)."""
-    other = np.nanmedian(outside_compute(ctx), axis=1)
+    other = nan_median(outside_compute(ctx), 1)
     idx = np.searchsorted(ctx.ranks, ranks)
     lo = np.nan_to_num(other[idx], nan=0.0)
     ref_other = fast_peer_ref(lo, stage, cfg.worker_ratio)
@@ -212,7 +213,7 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
         speed = _with_outside_work(ctx, cfg, spent, exp_spent)
     n = len(ctx.ranks)
     if ctx.num_dp > 1:
-        lv = np.array([load[int(r)] for r in ctx.ranks]) if mb is None else np.nanmedian(speed, axis=1)
+        lv = np.array([load[int(r)] for r in ctx.ranks]) if mb is None else nan_median(speed, 1)
         stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
         # each rank's row_median over its fast peers' rows, all ranks at once
         ref, num_ref = fast_peer_row_median(np.nan_to_num(lv, nan=np.inf), speed, stage, cfg.worker_ratio)
@@ -243,7 +244,7 @@ def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expecte
     whole = (spent + other) / (expected + other_ref)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a rank with no pass in any step: all NaN
-        heavy = np.nanmedian(whole / speed, axis=1) >= cfg.worker_ratio
+        heavy = nan_median(whole / speed, 1) >= cfg.worker_ratio
     speed[heavy] = whole[heavy]
     return speed
 

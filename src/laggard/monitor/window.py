@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from laggard.engine.selection import nan_median
 from laggard.errors import LaggardError, LaggardWarning
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.hangs import HangCase
@@ -130,9 +131,7 @@ def load_ratios(table: pa.Table) -> dict[int, float]:
     size = len(ranks) * len(steps)
     per = np.bincount(cell, weights=dur, minlength=size).reshape(len(ranks), len(steps))
     ran = np.bincount(cell, minlength=size).reshape(per.shape) > 0
-    # every worker in every step: nanmedian's answer from one median over the rows (nanmedian takes
-    # the rows one by one in Python: ~15 ms of a 1,024-worker window)
-    load = np.median(per, axis=1) if ran.all() else np.nanmedian(np.where(ran, per, np.nan), axis=1)
+    load = nan_median(np.where(ran, per, np.nan), 1)  # the steps each worker ran
     st = np.zeros(len(ranks), dtype=np.int64)
     st[ri] = stage
     if np.isfinite(load).all():  # each worker's peers' median from one sort (as np.median picks it)

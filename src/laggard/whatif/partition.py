@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from laggard.engine.selection import nan_median
 from laggard.errors import LaggardError
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def plan_partition(job: Job, *, stages: int | None = None, num_layers: int | Non
     measured = stage_compute_s(job)
     slow = slow_replicas(job)
     if slow:
-        measured = np.nanmedian(stage_replicas_s(job), axis=1)
+        measured = nan_median(stage_replicas_s(job), 1)
     p_old = len(measured)
     counts = layers_per_stage(job, p_old, num_layers, per_stage, what=what)
     costs, kinds = layer_costs_from_stages(measured, counts, embedding=embedding, loss=loss)
