@@ -63,9 +63,9 @@ def group_kth(values: np.ndarray, groups: np.ndarray, num_groups: int,
 def nan_median(values: np.ndarray, axis: int) -> np.ndarray:
     """``np.nanmedian(values, axis=axis)`` to the bit (NaN where a row has no value, without its
     warning), from one ``np.median`` where nothing is NaN and else one sort along the axis (NaN last)
-    and each row's middle order statistics. numpy's nanmedian takes a row at a time in Python, or a
-    masked array for short rows: ~15 ms for 1,024 workers x 3 steps, the median of each row here
-    ~0.1 ms."""
+    and each row's middle order statistics. numpy's nanmedian goes through a masked array for short
+    rows (a row at a time in Python for long ones): 1,024 workers x 3-8 steps 0.6-1.0 ms against
+    0.1-0.3 ms here; a 1,024-worker window's diagnosis 3.8 -> 1.3 ms."""
     a = np.asarray(values)
     nan = np.isnan(a)
     if not nan.any():
