@@ -102,9 +102,11 @@ def test_pure_pipeline_without_peers(pipe: dict) -> None:
     # every transfer paired with the very end the peers name: the same op table, byte for byte
     peers, _ = _load(pipe["prof"])
     assert job.table.equals(peers.table)
-    # the heavy stage, as the tracer's own record of the same run shows it
+    # the heavy stage, as the tracer's own record of the same run shows it. The profiler's S reads
+    # above the tracer's (its own cost lengthens the ops, the heavy stage's most): 1.6-7.7% in 18 runs
+    # of pp3 and pp4 beside 2-3 busy loops, 10.8% once in a full-suite run
     a, t = _analyse(job), _analyse(_load(pipe["trace"])[0])
-    assert a.slowdown > 1.1 and a.slowdown == pytest.approx(t.slowdown, rel=0.10)
+    assert a.slowdown > 1.1 and a.slowdown == pytest.approx(t.slowdown, rel=0.15), (a.slowdown, t.slowdown)
     top = a.diagnosis.findings[0]
     assert top.cause == "stage-imbalance" and top.stages == [P - 1]
 
