@@ -44,6 +44,8 @@ def test_group_median_is_the_sorted_median(path: str) -> None:
         got = group_median(v, g, num_groups)
         want = [_sorted_median(v[g == k]) for k in range(num_groups)]
         assert np.array_equal(got, want, equal_nan=True), (trial, v, g)
+        # the groups' rows handed in (two statistics of the same groups: spikes' median and MAD)
+        assert np.array_equal(group_median(v, g, num_groups, selection.group_rows(g)), want, equal_nan=True)
 
 
 def test_group_median_of_equal_sized_groups_and_of_none() -> None:

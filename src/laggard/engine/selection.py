@@ -37,11 +37,12 @@ def group_rows(groups: np.ndarray) -> np.ndarray:
 
 
 def group_kth(values: np.ndarray, groups: np.ndarray, num_groups: int,
-              kth: Callable[[int], list[int]]) -> tuple[np.ndarray, np.ndarray] | None:
+              kth: Callable[[int], list[int]], rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """For each group id (0..num_groups-1), its values' order statistics at the positions ``kth(size)``
     (0-based in the group's sorted values, each in ``[0, size)``; the same number for every size):
     (a num_groups x len(kth) array, 0 for empty groups; each group's size). None where the groups
-    come in over ``MAX_SIZES`` sizes."""
+    come in over ``MAX_SIZES`` sizes. ``rows``: ``group_rows(groups)`` where the caller has it (two
+    statistics of the same groups: the sort once)."""
     sizes = np.bincount(groups, minlength=num_groups)
     distinct = np.unique(sizes[sizes > 0])
     if len(distinct) > MAX_SIZES:
@@ -49,7 +50,7 @@ def group_kth(values: np.ndarray, groups: np.ndarray, num_groups: int,
     out = np.zeros((num_groups, len(kth(int(distinct[0]) if len(distinct) else 1))))
     if not len(distinct):
         return out, sizes
-    v = values[group_rows(groups)]
+    v = values[group_rows(groups) if rows is None else rows]
     starts = np.cumsum(sizes) - sizes
     for size in distinct.tolist():
         gs = np.flatnonzero(sizes == size)

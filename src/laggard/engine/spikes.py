@@ -37,11 +37,12 @@ def sort_by_group(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return order[group_rows(groups[order])]
 
 
-def group_median(values: np.ndarray, groups: np.ndarray, num_groups: int) -> np.ndarray:
+def group_median(values: np.ndarray, groups: np.ndarray, num_groups: int, rows: np.ndarray | None = None) -> np.ndarray:
     """Median of ``values`` per group id (0..num_groups-1), vectorised; 0 for empty groups. The two
-    middle values of each group by selection (``selection.group_kth``), or from one sort by (group,
+    middle values of each group by selection (``selection.group_kth``; ``rows``: the groups' rows
+    in group order, ``selection.group_rows``, where the caller has them), or from one sort by (group,
     value) where the groups come in too many sizes; the same values either way."""
-    picked = group_kth(values, groups, num_groups, lambda n: [(n - 1) // 2, n // 2])
+    picked = group_kth(values, groups, num_groups, lambda n: [(n - 1) // 2, n // 2], rows)
     if picked is not None:
         mid, sizes = picked
         return np.where(sizes > 0, 0.5 * (mid[:, 0] + mid[:, 1]), 0.0)
@@ -132,8 +133,9 @@ def _spikes(w: np.ndarray, key: np.ndarray, mask: np.ndarray, cfg: SpikeConfig) 
     _, gid = unique_inverse(key[rows])
     num = int(gid.max()) + 1
     wr = w[rows]
-    m = group_median(wr, gid, num)[gid]
-    mad = group_median(np.abs(wr - m), gid, num)[gid]
+    by_group = group_rows(gid)  # the median and the MAD group the same rows
+    m = group_median(wr, gid, num, by_group)[gid]
+    mad = group_median(np.abs(wr - m), gid, num, by_group)[gid]
     med[rows] = m
     out[rows] = wr > m + np.maximum(cfg.mad * 1.4826 * mad, cfg.rel * m)
     return out, med
