@@ -74,7 +74,7 @@ def nan_median(values: np.ndarray, axis: int) -> np.ndarray:
     s = np.sort(a, axis=axis)
     count = np.expand_dims(a.shape[axis] - nan.sum(axis=axis), axis)
     lo = np.take_along_axis(s, np.maximum(count - 1, 0) // 2, axis=axis)
-    hi = np.take_along_axis(s, count // 2 - (count == 0), axis=axis)
+    hi = np.take_along_axis(s, count // 2, axis=axis)  # (a row of no value: its first, replaced by NaN below)
     with np.errstate(invalid="ignore", over="ignore"):
         mid = np.where(count % 2 == 1, lo, (lo + hi) / 2)  # as np.median: the mean of the two middle ones
     return np.squeeze(np.where(count > 0, mid, np.nan), axis=axis)
