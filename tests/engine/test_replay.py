@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from laggard.engine.graph import build_graph
-from laggard.engine.replay import op_starts, replay
+from laggard.engine.replay import op_starts, put_rows, replay
 from laggard.groundtruth.synth import SynthConfig, build_1f1b_template, schedule_1f1b, synthesize
 from laggard.optable.ops import Job, JobMeta, LaggardError, make_table
 
@@ -240,3 +240,18 @@ def test_modal_size_and_fwd_bwd_partner_match_a_plain_count(seed):
             if cf[key[i]] == 1 and cb[key[i]] == 1:
                 exp[i] = by_key[key[i]]
         assert np.array_equal(got, exp)
+
+
+@pytest.mark.parametrize("shape", [(50,), (50, 1), (50, 2), (50, 7), "strided"])
+def test_put_rows_is_numpy_row_assignment(shape):
+    """put_rows (rows written as items of their bytes) against numpy's own fancy assignment."""
+    rng = np.random.default_rng(len(str(shape)))
+    base = rng.random((50, 6))
+    dst = base[:, ::2] if shape == "strided" else rng.random(shape)  # a view that is not C-ordered
+    rows = rng.permutation(50)[:31]
+    src = rng.random((31,) + dst.shape[1:])
+    for value in (src, 2.5):  # whole rows, and one value broadcast
+        want, got = dst.copy(), dst.copy() if shape != "strided" else base.copy()[:, ::2]
+        want[rows] = value
+        put_rows(got, rows, value)
+        assert np.array_equal(got, want)

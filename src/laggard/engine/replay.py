@@ -3,6 +3,12 @@
 ``weights`` holds, per op, its compute duration (ops without a communication group) or its
 *transfer duration* (members of a group: observed end minus the latest participant start).
 A 2-D ``weights`` of shape (num_ops, S) replays S scenarios in one pass.
+
+Rows of a 2-D array are gathered with ``take(rows, axis=0)`` and scattered with ``put_rows``: numpy's
+fancy index ``a[rows]`` on a (n, S) array goes element by element (measured with numpy 2.4 on
+trace-AR's 152k nodes: a gather of 60k rows 0.9 ms for S=2 and 4.9 ms for S=25, against 0.1 and
+1.6 ms by ``take``; a scatter of 140k rows 2.1 and 12.5 ms against 0.3 and 6.3). The values are the
+same elements either way.
 """
 
 from __future__ import annotations
@@ -15,12 +21,23 @@ from laggard.engine.graph import Graph
 _COLUMNS_UP_TO = 8
 
 
+def put_rows(dst: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
+    """``dst[rows] = src`` for a C-ordered ``dst`` (1-D, or 2-D written a whole row at a time, each
+    row moved as one item of its bytes: module doc)."""
+    if dst.ndim == 1 or not dst.flags.c_contiguous:
+        dst[rows] = src
+        return
+    row = np.dtype((np.void, dst.itemsize * dst.shape[1]))
+    src = np.ascontiguousarray(np.broadcast_to(src, (len(rows),) + dst.shape[1:]), dtype=dst.dtype)
+    dst.view(row).reshape(dst.shape[0])[rows] = src.view(row).reshape(len(rows))
+
+
 def node_values(graph: Graph, weights: np.ndarray) -> np.ndarray:
     """The node values a replay starts from (by replay position): each op's weight, 0 for group
     nodes and the sentinel (the last row)."""
     w = np.asarray(weights, dtype=np.float64)
     vals = np.zeros((graph.num_nodes + 1,) + w.shape[1:], dtype=np.float64)
-    vals[graph.op_pos] = w
+    put_rows(vals, graph.op_pos, w)
     return vals
 
 
@@ -46,17 +63,18 @@ def propagate(graph: Graph, vals: np.ndarray, floor: tuple[np.ndarray, np.ndarra
         vals[fpos[:top]] = held[:top]  # level 0: nothing to wait for but the floor
         lo = np.searchsorted(fpos, graph.seg_start).tolist()
         hi = np.searchsorted(fpos, graph.seg_end).tolist()
+    take = vals.take  # rows gathered by take(axis=0): on a 2-D array 3-9x faster than vals[rows] (module doc)
     for a, b, k, off, fa, fb in zip(*seg, lo, hi, strict=True):
         if k == 1:
-            vals[a:b] += vals[pred[off : off + b - a]]
+            vals[a:b] += take(pred[off : off + b - a], axis=0)
         elif k <= _COLUMNS_UP_TO:  # slot by slot: no (rows, k, S) gather, no max over its middle axis
             p = pred[off : off + (b - a) * k]
-            m = vals[p[0::k]]
+            m = take(p[0::k], axis=0)
             for j in range(1, k):
-                np.maximum(m, vals[p[j::k]], out=m)
+                np.maximum(m, take(p[j::k], axis=0), out=m)
             vals[a:b] += m
         else:
-            vals[a:b] += vals[pred[off : off + (b - a) * k].reshape(b - a, k)].max(axis=1)
+            vals[a:b] += take(pred[off : off + (b - a) * k].reshape(b - a, k), axis=0).max(axis=1)
         if fa < fb:
             at = fpos[fa:fb]
             vals[at] = np.maximum(vals[at], held[fa:fb])
@@ -64,17 +82,17 @@ def propagate(graph: Graph, vals: np.ndarray, floor: tuple[np.ndarray, np.ndarra
 
 
 def op_ends(graph: Graph, node_vals: np.ndarray) -> np.ndarray:
-    return node_vals[graph.op_pos]
+    return node_vals.take(graph.op_pos, axis=0)
 
 
 def step_times_from_nodes(graph: Graph, node_vals: np.ndarray) -> np.ndarray:
     """Per-step time (each step starts at 0): the latest end among the step's sink ops."""
-    return np.maximum.reduceat(node_vals[graph.sink_pos], graph.sink_bounds[:-1], axis=0)
+    return np.maximum.reduceat(node_vals.take(graph.sink_pos, axis=0), graph.sink_bounds[:-1], axis=0)
 
 
 def step_times(graph: Graph, ends: np.ndarray) -> np.ndarray:
     """Per-step time from op end times: shape (num_steps,) or (num_steps, S)."""
-    return np.maximum.reduceat(ends[graph.step_order], graph.step_bounds[:-1], axis=0)
+    return np.maximum.reduceat(ends.take(graph.step_order, axis=0), graph.step_bounds[:-1], axis=0)
 
 
 # from this many nodes on, scenarios are replayed one column at a time (``column_wise``): a
