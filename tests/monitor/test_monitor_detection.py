@@ -102,6 +102,28 @@ def test_hang_suspected_names_silent_ranks_and_their_last_op():
     assert len(alerts) == 1 and "ranks 6" in alerts[0].message and "step 4" in alerts[0].message
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_complete_steps_and_front_follow_every_rank(seed):
+    """The window's counted progress (complete_through, the front step) against each rank's own
+    latest step, batches arriving shuffled: ranks joining late, batches of earlier steps after later ones."""
+    job = make_job(NoisyJob(seed=seed, steps=9, spike_prob=0.0))
+    from laggard.monitor.push import step_batches
+
+    batches = list(step_batches(job))
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(batches))
+    win = JobWindow(job_id="j", meta=job.meta, cfg=MonitorConfig())
+    last: dict[int, int] = {}
+    for i in order:
+        s, r, t = batches[i]
+        win.add(t, r, s, s, now_s=0.0)
+        last[r] = max(last.get(r, -1), s)
+        want = min(last.values()) - 1 if len(last) >= win.expected_ranks else -1
+        assert win.complete_through() == want
+        assert win.front_step() == max(last.values())
+        assert {k: v.last_step for k, v in win.ranks.items()} == last
+
+
 def test_alerts_reach_a_webhook(tmp_path):
     import json
     import threading

@@ -169,17 +169,25 @@ class JobWindow:
     last_add_s: float = 0.0  # when the last batch came (idle refresh)
     num_ops: int = 0
     hangs: HangCase = field(default_factory=HangCase)  # heartbeats, hang reports, the last verdict
+    # how many ranks have each latest step (the ranks' last_step counted: the job's slowest and
+    # fastest rank without a pass over 1,024 ranks per batch; a job's ranks span a few steps)
+    _at_step: dict[int, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ ingest side
     def add(self, table: pa.Table, rank: int, min_step: int, max_step: int, now_s: float | None = None,
             body: bytes | PackSlice | None = None) -> None:
         """Hold a batch in memory (already stored) and advance the rank's progress; ``body``, the batch
         as received, is what a window hands to the analysis (``WindowCut``)."""
-        st = self.ranks.setdefault(rank, RankState())
+        st = self.ranks.get(rank)
+        if st is None:
+            st = self.ranks[rank] = RankState()
+            self._at_step[st.last_step] = self._at_step.get(st.last_step, 0) + 1
         st.num_ops += table.num_rows
         self.num_ops += table.num_rows
         st.last_seen_s = self.last_add_s = time.time() if now_s is None else now_s
         if max_step >= st.last_step:
+            if max_step > st.last_step:
+                self._move(st.last_step, max_step)
             st.last_step = max_step
             st.last_batch = table
         self._batches.append((rank, min_step, max_step, table, body))
@@ -194,11 +202,24 @@ class JobWindow:
         m = self.meta
         return max(m.dp_size * m.pp_size * m.cp_size, len(self.ranks))
 
+    def _move(self, old: int, new: int) -> None:
+        """A rank's latest step went from ``old`` to ``new`` (``_at_step``)."""
+        left = self._at_step[old] - 1
+        if left:
+            self._at_step[old] = left
+        else:
+            del self._at_step[old]
+        self._at_step[new] = self._at_step.get(new, 0) + 1
+
+    def front_step(self) -> int:
+        """The latest step any rank has reported (-1: none yet)."""
+        return max(self._at_step, default=-1)
+
     def complete_through(self) -> int:
         """The last step every rank has moved past (-1: none yet)."""
         if not self.ranks or len(self.ranks) < self.expected_ranks:
             return -1
-        return min(s.last_step for s in self.ranks.values()) - 1
+        return min(self._at_step) - 1
 
     # ------------------------------------------------------------------ analysis side
     def window_cut(self, last: int) -> WindowCut:
@@ -265,7 +286,7 @@ class JobWindow:
             return self.hangs.stalled(now_s, self.cfg.hang_after_s)
         if len(self.ranks) < 2:
             return []
-        front = max(s.last_step for s in self.ranks.values())
+        front = self.front_step()
         return [{"rank": r, "last_step": s.last_step, "last_op": s.last_op(),
                  "silent_s": round(now_s - s.last_seen_s, 1)}
                 for r, s in sorted(self.ranks.items())
@@ -289,7 +310,7 @@ class JobWindow:
             "num_ranks": max(len(self.ranks), len(self.hangs.beats)),
             "expected_ranks": self.expected_ranks,
             "num_ops": self.num_ops,
-            "last_step": max(max((r.last_step for r in self.ranks.values()), default=-1), self.hangs.last_step()),
+            "last_step": max(self.front_step(), self.hangs.last_step()),
             "window": list(self.result.steps) if self.result else None,
             "slowdown": s,
             "verdict": _verdict(doc, hang, self.hangs.published),
