@@ -311,8 +311,14 @@ def test_an_analysis_process_keeps_read_bodies_within_its_budget():
     analyser._PARTS.clear()
     try:
         read("a", 10**9)
-        one = analyser._PARTS["a"][1]
-        assert one > 0 and len(analyser._PARTS["a"][0]) == len(bodies)
+        cache, sizes, one = analyser._PARTS["a"]
+        assert one > 0 and len(cache) == len(bodies)
+        assert one == sum(b.nbytes for batches in cache.values() for b in batches) == sum(sizes.values())
+        build_window(WindowCut(first=1, last=3, parts=bodies[2:]), analyser._parts_cache("a", 10**9))
+        analyser._trim_parts("a", 10**9)  # the next window: bodies kept are counted as before, the others gone
+        cache, sizes, part = analyser._PARTS["a"]
+        assert len(cache) == len(bodies) - 2 and part == sum(b.nbytes for bs in cache.values() for b in bs) < one
+        read("a", 10**9)
         read("b", 10**9)
         read("a", 10**9)  # a is now the most recent
         read("c", 2 * one)  # three jobs over a budget of two: b, the least recent, goes
