@@ -102,7 +102,7 @@ def _ar_figures() -> list[dict]:
     ]
 
 
-FLOOR_REPEATS = 7
+FLOOR_REPEATS = 15
 
 
 def _floor_figures() -> list[dict]:

@@ -215,7 +215,7 @@ class Collector:
     def _completed_more(self, win: JobWindow) -> bool:
         """Whether the job's complete steps moved on since the analyser was last woken for them (a
         window is cut only then, or when the job goes idle, which the analyser's tick sees: waking it
-        for every batch cost a 1,024-rank job 32 thread switches a flush, ~15% of the collector's
+        for every batch cost a 1,024-rank job 32 thread switches a flush, ~13% of the collector's
         held-GIL samples). Call under the lock."""
         last = win.complete_through()
         if self._woken_through.get(win.job_id) == last:
