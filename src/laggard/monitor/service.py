@@ -202,7 +202,8 @@ class Collector:
         with self._lock:  # (once a request, not once a part: the parts of a pack wait on it together)
             for win, b, body in added:
                 win.add(b.table, b.rank, b.min_step, b.max_step, body=body)
-            moved = {win.job_id for win, _, _ in added if self._completed_more(win)}
+            jobs = {win.job_id: win for win, _, _ in added}  # each job once (a pack's parts share one)
+            moved = {j for j, win in jobs.items() if self._completed_more(win)}
         if moved:
             self._touch(moved)
         for result, n in counts.items():
