@@ -2,7 +2,8 @@
 
 Per op: ``with tracer.op("forward-compute", microbatch=m): pass`` against the same loop without it,
 interleaved rounds, best of each (the machine is shared and noisy). For scale, the cheapest
-possible instrumentation (a context manager reading the clock twice) is measured beside it.
+possible instrumentation (a context manager reading the clock twice) is measured beside it, and so
+is op()'s Python path where the compiled one (laggard/tracer/_fastop.c) is built.
 
 Per op with streaming on: the same ops in steps of 100, every page written as a Parquet shard and
 streamed to a real collector (``laggard monitor serve`` on 127.0.0.1, another process), from the
@@ -34,8 +35,11 @@ OPS_PER_STEP = 100
 TOKEN = "test-token-0123456789abcdef"  # tests/monitor_helpers.TOKEN: its Server helper sends it
 
 
-def _per_op() -> dict[str, float]:
+def _per_op(*, pure_python: bool = False) -> dict[str, float]:
+    """Best per-op times of the loops below; ``pure_python``: with op()'s Python path (the one taken
+    where the compiled fast path, laggard/tracer/_fastop.c, was not built)."""
     from laggard.tracer import Tracer
+    from laggard.tracer.core import PURE_PYTHON_ENV
 
     pc = time.perf_counter_ns
 
@@ -54,7 +58,15 @@ def _per_op() -> dict[str, float]:
         return Minimal()
 
     with tempfile.TemporaryDirectory() as d:
-        t = Tracer(Path(d) / "trace", record_gc=False, page_ops=N_OPS * ROUNDS * 2 + 16)
+        before = os.environ.get(PURE_PYTHON_ENV)
+        os.environ[PURE_PYTHON_ENV] = "1" if pure_python else ""
+        try:
+            t = Tracer(Path(d) / "trace", record_gc=False, page_ops=N_OPS * ROUNDS * 2 + 16)
+        finally:
+            if before is None:
+                del os.environ[PURE_PYTHON_ENV]
+            else:
+                os.environ[PURE_PYTHON_ENV] = before
         op, p2p = t.op, t.p2p
 
         def bare() -> int:
@@ -191,8 +203,12 @@ def _step_overhead() -> dict[str, object]:
 
 def run() -> list[dict]:
     print("  per-op overhead ...", file=sys.stderr, flush=True)
+    from laggard.tracer.core import compiled_op_path
+
     b = _per_op()
     per_op = b["traced"] - b["bare"]
+    path = "compiled (laggard/tracer/_fastop.c)" if compiled_op_path() else "Python (the compiled path is not built)"
+    py = _per_op(pure_python=True) if compiled_op_path() else b
     print("  per-op cost with streaming on (a collector on 127.0.0.1) ...", file=sys.stderr, flush=True)
     st = _streaming()
     print("  demo job, untraced vs traced ...", file=sys.stderr, flush=True)
@@ -209,6 +225,8 @@ def run() -> list[dict]:
             "target": "< 2000 ns",
             "ok": per_op < 2000,
             "detail": {
+                "op_path": path,
+                "python_path_per_op_ns": py["traced"] - py["bare"],
                 "minimal_context_manager_with_two_clock_reads_ns": b["reference"] - b["bare"],
                 "p2p_op_ns": b["comm"] - b["bare"],
                 "note": "this interpreter is built without PGO/LTO: creating an empty object takes ~250 ns, "
@@ -224,6 +242,7 @@ def run() -> list[dict]:
             "target": "< 1000 ns",
             "ok": st["thread_ns"] < 1000,
             "detail": {
+                "op_path": path,
                 "process_cpu_per_op_ns": st["process_ns"],
                 "traced_thread_cpu_per_op_ns": st["on_thread_ns"],
                 "ops_per_round": STREAM_OPS, "ops_per_step": OPS_PER_STEP, "rounds": STREAM_ROUNDS,

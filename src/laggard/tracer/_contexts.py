@@ -3,7 +3,9 @@
 The common op (a known compute op timed on the CPU, in a step) takes the fast path: ``Tracer.op``
 hands out a pooled ``_CpuOpCtx`` and reads the start time itself, so entering the block runs no
 Python code, and leaving it packs one record into the page. Everything else (communication, GPU
-timing, sequence lengths, between steps) goes through ``_OpCtx`` and ``Tracer._rec``.
+timing, sequence lengths, between steps) goes through ``_OpCtx`` and ``Tracer._rec``. Where the
+compiled module is built, the same fast path runs in C instead (``laggard/tracer/_fastop.c``, which
+must keep doing what ``Tracer.op`` and ``_CpuOpCtx.__exit__`` do: tests/tracer/test_tracer_fastop.py).
 """
 
 from __future__ import annotations

@@ -66,11 +66,25 @@ from laggard.tracer._writer import ShardWriter
 from laggard.tracer.clock import ClockSync, align_clocks, local_sync
 from laggard.tracer.comm import CommMixin, TracedWork  # noqa: F401 - TracedWork is public here too
 
+try:  # op()'s common case compiled (laggard/tracer/_fastop.c): built where the install had a C compiler
+    from laggard.tracer import _fastop
+
+    _fastop.setup(LaggardError, time.perf_counter_ns, RECORD_BYTES)
+except ImportError:  # the same path in Python: the same records, a few hundred ns more per op
+    _fastop = None
+# set (to anything but "" or "0") to time ops with the Python path even where the compiled one is built
+PURE_PYTHON_ENV = "LAGGARD_TRACER_PURE_PYTHON"
+
 KIND_NAMES = ("compute", "collective", "p2p_send", "p2p_recv", "other")
 MAX_PENDING_OPS = 4096  # ops recorded between steps, attached to the next step
 # an aux tuple (size_bytes, seq, group, peer, side) carries its Side object (or -1) until the record
 # is written, where it becomes an index into that page's side list: the page may be handed off between
 # the op's start and its record (a full page, nested ops, CUDA ops resolved steps later)
+
+
+def compiled_op_path() -> bool:
+    """Whether new CPU-timed tracers take op()'s compiled fast path."""
+    return _fastop is not None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
 
 
 class Tracer(CommMixin, GcMixin, PagingMixin):
@@ -168,6 +182,10 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         self._pool: list[_CpuOpCtx] = []
         self._enabled = True
         self._plain = self._cuda is None  # the fast path of op(): CPU timing, tracing on
+        if self._plain and compiled_op_path():
+            # an instance attribute over the method: ``tracer.op`` is the compiled call, which hands
+            # every other case (and every argument it does not take) to the method below
+            self.op = _fastop.OpMethod(self, type(self).op.__get__(self, type(self)))  # type: ignore[method-assign]
         _signals.register(self, handle_signals=handle_signals)
         self._flight = flight.attach(self, flight_watchdog_s)
         if monitor_url is not None:  # live monitor: pages, heartbeats, hang reports (laggard.tracer.stream)
