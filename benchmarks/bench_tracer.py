@@ -176,7 +176,7 @@ def _step_overhead() -> dict[str, object]:
     An A/A run (nothing traced, same pairing) in the same processes gives the noise floor."""
     from laggard.demo.launch import JobConfig, run_jobs
 
-    steps = int(os.environ.get("LAGGARD_BENCH_TRACER_STEPS", 40))
+    steps = int(os.environ.get("LAGGARD_BENCH_TRACER_STEPS", 160))
     with tempfile.TemporaryDirectory() as d:
         shape = {"dp": int(os.environ.get("LAGGARD_BENCH_TRACER_DP", 2)), "pp": 2}
         control = JobConfig.quick(steps=steps, trace_dir=None, **shape)
@@ -262,7 +262,7 @@ def run() -> list[dict]:
             "detail": {"traced_vs_untraced_cpu_pct": s["ab_pct"], "a_a_control_pct": s["aa_pct"],
                        "traced_vs_untraced_wall_pct": s["ab_wall_pct"], "num_pairs": s["num_pairs"],
                        "pair_quartiles_pct": s["ab_quartiles_pct"], "cpu_step_s": s["cpu_step_s"],
-                       "note": "2 x 2 ranks on 2 shared cores: the median of ~80 pairs moves by ~2 % run to run"},
+                       "note": "2 x 2 ranks on 2 shared cores: the median of ~320 pairs (~80 until 2026-11-29, which moved by ~2 % run to run)"},
         },
         {
             "name": "tracing overhead on the demo job step (ops x per-op cost)",
