@@ -8,6 +8,8 @@ unknown names, between steps, skipped steps)."""
 
 from __future__ import annotations
 
+import gc
+import inspect
 import subprocess
 import sys
 import time
@@ -69,11 +71,18 @@ def _script(t: Tracer) -> None:
 def _trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pure: bool) -> list[dict]:
     monkeypatch.setenv(tracer_core.PURE_PYTHON_ENV, "1" if pure else "")
     out = tmp_path / ("pure" if pure else "compiled")
-    t = Tracer(out, clock_ns=_Clock(), align=None, handle_signals=False, page_ops=16, num_pages=64,
-               record_every=2, record_gc=True)
-    assert ("op" in vars(t)) is not pure  # the path asked for is the one taken
-    _script(t)
-    t.close()
+    # no collections while traced: gc.callbacks would read the clock (and queue pauses) at points
+    # that differ from run to run; the script queues its own pauses instead
+    gc.collect()
+    gc.disable()
+    try:
+        t = Tracer(out, clock_ns=_Clock(), align=None, handle_signals=False, page_ops=16, num_pages=64,
+                   record_every=2, record_gc=True)
+        assert ("op" in vars(t)) is not pure  # the path asked for is the one taken
+        _script(t)
+        t.close()
+    finally:
+        gc.enable()
     assert t.num_ops_dropped == 0
     rows = sorted(load_job(out).table.to_pylist(), key=lambda r: r["op_id"])
     t0 = rows[0]["start_ns"]  # the local clock's offset to the epoch is read from the wall clock
@@ -99,6 +108,8 @@ def test_compiled_op_reads_the_monotonic_clock(tmp_path: Path) -> None:
     perf_counter_ns reads around the op (the same clock on Linux)."""
     with Tracer(tmp_path / "t", align=None, handle_signals=False, record_gc=False) as t:
         assert "op" in vars(t)
+        # help() and signatures read the Python method's
+        assert inspect.signature(t.op) == inspect.signature(Tracer.op.__get__(t)) and t.op.__doc__ == Tracer.op.__doc__
         with t.step(0):
             before = time.perf_counter_ns()
             with t.op("forward-compute"):

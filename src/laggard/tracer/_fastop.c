@@ -150,12 +150,18 @@ static PyObject *cpuop_enter(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE; /* ``with tracer.op(...) as x`` binds None, as on the Python fast path */
 }
 
-/* pack the record into the page (room checked by the caller); 1 done, 0 bad fields, -1 error */
-static int pack(OpMethod *m, CpuOp *op, long long i, long long start, long long dur) {
+/* the record's integer fields; 0 when one is not what struct's 'q'/'i' would take */
+typedef struct {
     long long ntok, mb, code;
-    if (field(op->ntok, LLONG_MIN, LLONG_MAX, &ntok) < 0 || field(op->mb, INT32_MIN, INT32_MAX, &mb) < 0
-        || field(op->code, INT32_MIN, INT32_MAX, &code) < 0)
-        return 0;
+} Fields;
+
+static int fields_of(CpuOp *op, Fields *f) {
+    return field(op->ntok, LLONG_MIN, LLONG_MAX, &f->ntok) == 0 && field(op->mb, INT32_MIN, INT32_MAX, &f->mb) == 0
+           && field(op->code, INT32_MIN, INT32_MAX, &f->code) == 0;
+}
+
+/* pack the record into row ``i`` of the page (room checked by the caller); -1 on error */
+static int pack(OpMethod *m, const Fields *f, long long i, long long start, long long dur) {
     PyObject *mv = PyDict_GetItemWithError(m->dict, s_mv);
     if (mv == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "Tracer has no _mv");
@@ -169,8 +175,8 @@ static int pack(OpMethod *m, CpuOp *op, long long i, long long start, long long 
         return -1;
     }
     char *p = (char *)view.buf + i * RECORD_BYTES;
-    int32_t c32 = (int32_t)code, mb32 = (int32_t)mb, aux = -1;
-    int64_t s64 = start, d64 = dur, n64 = ntok;
+    int32_t c32 = (int32_t)f->code, mb32 = (int32_t)f->mb, aux = -1;
+    int64_t s64 = start, d64 = dur, n64 = f->ntok;
     memcpy(p, &s64, 8);
     memcpy(p + 8, &d64, 8);
     memcpy(p + 16, &n64, 8);
@@ -178,7 +184,7 @@ static int pack(OpMethod *m, CpuOp *op, long long i, long long start, long long 
     memcpy(p + 28, &mb32, 4);
     memcpy(p + 32, &aux, 4);
     PyBuffer_Release(&view);
-    return 1;
+    return 0;
 }
 
 /* a full page (or none): the general path, ``t._rec(code, mb, start, dur, ntok, None)`` */
@@ -207,12 +213,13 @@ static PyObject *cpuop_exit(CpuOp *self, PyObject *const *args, Py_ssize_t nargs
     if (read_clock(dict, &end) < 0 || drain_gc(m) < 0 || get_ll(dict, s_excl_ns, &excl) < 0) return NULL;
     /* time spent in ops recorded inside this one (nested ops, GC pauses) is theirs */
     long long dur = end - self->start - (excl - self->excl0);
-    if (set_ll(dict, s_excl_ns, excl + dur) < 0 || get_ll(dict, s_n, &i) < 0 || get_ll(dict, s_room, &room) < 0)
-        return NULL;
+    if (set_ll(dict, s_excl_ns, excl + dur) < 0) return NULL;
+    /* converted before ``_n`` is read: a user's __index__ may run Python code (and let a flush in) */
+    Fields f;
+    int good = fields_of(self, &f);
+    if (get_ll(dict, s_n, &i) < 0 || get_ll(dict, s_room, &room) < 0) return NULL;
     if (i < room) { /* the common case */
-        int done = pack(m, self, i, self->start, dur);
-        if (done < 0) return NULL;
-        if (done == 0) {
+        if (!good) {
             PyObject *minus = PyLong_FromLong(-1); /* the Python path reports None as -1 */
             if (minus != NULL)
                 PyErr_Format(laggard_error, "Tracer.op: microbatch and num_tokens must be integers, got %R and %R",
@@ -220,7 +227,7 @@ static PyObject *cpuop_exit(CpuOp *self, PyObject *const *args, Py_ssize_t nargs
             Py_XDECREF(minus);
             return NULL;
         }
-        if (set_ll(dict, s_n, i + 1) < 0) return NULL;
+        if (pack(m, &f, i, self->start, dur) < 0 || set_ll(dict, s_n, i + 1) < 0) return NULL;
     } else if (record_slow(m, self, self->start, dur) < 0) {
         return NULL;
     }
@@ -377,8 +384,13 @@ static PyObject *opmethod_slow(OpMethod *m, void *unused) {
     return m->slow;
 }
 
+static PyObject *opmethod_doc(OpMethod *m, void *unused) {
+    return PyObject_GetAttrString(m->slow, "__doc__"); /* help(tracer.op) reads Tracer.op's */
+}
+
 static PyGetSetDef opmethod_getset[] = {
     {"__wrapped__", (getter)opmethod_slow, NULL, "The Python Tracer.op this fast path stands in for.", NULL},
+    {"__doc__", (getter)opmethod_doc, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
