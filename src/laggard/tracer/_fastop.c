@@ -14,7 +14,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#ifdef __linux__
 #include <time.h>
+#endif
 
 #define RECORD_BYTES 36 /* <qqqiii: start_ns, dur_ns, num_tokens, optype, microbatch, aux */
 #define FREE_MAX 32     /* finished op objects kept for reuse (creating them is most of the cost) */
@@ -58,12 +60,14 @@ static int read_clock(PyObject *dict, long long *out) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "Tracer has no _clock");
         return -1;
     }
-    if (clock == perf_counter_ns) { /* CPython's perf_counter_ns is CLOCK_MONOTONIC on Linux */
+#ifdef __linux__
+    if (clock == perf_counter_ns) { /* CPython's perf_counter_ns is CLOCK_MONOTONIC on Linux (only) */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         *out = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
         return 0;
     }
+#endif
     PyObject *v = PyObject_CallNoArgs(clock);
     if (v == NULL) return -1;
     *out = PyLong_AsLongLong(v);
