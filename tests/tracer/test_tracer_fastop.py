@@ -103,9 +103,10 @@ def test_compiled_op_records_what_the_python_path_records(tmp_path: Path, monkey
 
 
 @needs_compiled
-def test_compiled_op_reads_the_monotonic_clock(tmp_path: Path) -> None:
+def test_compiled_op_reads_the_monotonic_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the default clock the compiled path reads CLOCK_MONOTONIC itself: its times lie between
     perf_counter_ns reads around the op (the same clock on Linux)."""
+    monkeypatch.setenv(tracer_core.PURE_PYTHON_ENV, "")  # whatever the suite was started with
     with Tracer(tmp_path / "t", align=None, handle_signals=False, record_gc=False) as t:
         assert "op" in vars(t)
         # help() and signatures read the Python method's
