@@ -26,14 +26,15 @@ static PyObject *s_drain_gc, *s_rec, *s_compute, *s_name, *s_microbatch, *s_kind
 static PyObject *s_seq_lens, *s_stream;
 static PyObject *perf_counter_ns; /* time.perf_counter_ns: read with clock_gettime directly */
 static PyObject *laggard_error;   /* laggard.optable.ops.LaggardError, given by setup() */
+static PyObject *minus_one;       /* -1: a microbatch or num_tokens not given */
 
 typedef struct OpMethod OpMethod;
 
 typedef struct {
     PyObject_HEAD
     OpMethod *owner; /* owned */
-    PyObject *mb;    /* owned: the microbatch as given */
-    PyObject *ntok;  /* owned: num_tokens as given, NULL for None (-1) */
+    PyObject *mb;    /* owned: the microbatch as given (-1 when not) */
+    PyObject *ntok;  /* owned: num_tokens as given, -1 for None (as the Python path holds them) */
     PyObject *code;  /* owned */
     long long start;
     long long excl0;
@@ -107,10 +108,6 @@ static int drain_gc(OpMethod *m) {
 
 /* an integer field of the record: what struct's 'q'/'i' accept (anything with __index__, in range) */
 static int field(PyObject *v, long long lo, long long hi, long long *out) {
-    if (v == NULL) {
-        *out = -1;
-        return 0;
-    }
     if (PyFloat_Check(v)) return -1; /* struct refuses floats; PyLong_AsLongLong would not */
     long long x = PyLong_AsLongLong(v);
     if (x == -1 && PyErr_Occurred()) {
@@ -193,12 +190,9 @@ static int pack(OpMethod *m, const Fields *f, long long i, long long start, long
 
 /* a full page (or none): the general path, ``t._rec(code, mb, start, dur, ntok, None)`` */
 static int record_slow(OpMethod *m, CpuOp *op, long long start, long long dur) {
-    PyObject *ntok = op->ntok ? (Py_INCREF(op->ntok), op->ntok) : PyLong_FromLong(-1);
     PyObject *s = PyLong_FromLongLong(start), *d = PyLong_FromLongLong(dur);
     PyObject *r = NULL;
-    if (ntok && s && d)
-        r = PyObject_CallMethodObjArgs(m->tracer, s_rec, op->code, op->mb, s, d, ntok, Py_None, NULL);
-    Py_XDECREF(ntok);
+    if (s && d) r = PyObject_CallMethodObjArgs(m->tracer, s_rec, op->code, op->mb, s, d, op->ntok, Py_None, NULL);
     Py_XDECREF(s);
     Py_XDECREF(d);
     if (r == NULL) return -1;
@@ -224,11 +218,8 @@ static PyObject *cpuop_exit(CpuOp *self, PyObject *const *args, Py_ssize_t nargs
     if (get_ll(dict, s_n, &i) < 0 || get_ll(dict, s_room, &room) < 0) return NULL;
     if (i < room) { /* the common case */
         if (!good) {
-            PyObject *minus = PyLong_FromLong(-1); /* the Python path reports None as -1 */
-            if (minus != NULL)
-                PyErr_Format(laggard_error, "Tracer.op: microbatch and num_tokens must be integers, got %R and %R",
-                             self->mb, self->ntok ? self->ntok : minus);
-            Py_XDECREF(minus);
+            PyErr_Format(laggard_error, "Tracer.op: microbatch and num_tokens must be integers, got %R and %R",
+                         self->mb, self->ntok);
             return NULL;
         }
         if (pack(m, &f, i, self->start, dur) < 0 || set_ll(dict, s_n, i + 1) < 0) return NULL;
@@ -285,8 +276,8 @@ static int fast_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
         return 0;
     if ((v[4] != NULL && v[4] != Py_None) || (v[5] != NULL && v[5] != Py_None)) return 0;
     *name = v[0];
-    *mb = v[1];
-    *ntok = (v[3] == NULL || v[3] == Py_None) ? NULL : v[3];
+    *mb = v[1] ? v[1] : minus_one;
+    *ntok = (v[3] == NULL || v[3] == Py_None) ? minus_one : v[3];
     return 1;
 }
 
@@ -306,8 +297,6 @@ static PyObject *opmethod_call(OpMethod *m, PyObject *const *args, size_t nargsf
         if (PyErr_Occurred()) return NULL;
         return PyObject_Vectorcall(m->slow, args, nargsf, kwnames);
     }
-    static PyObject *minus_one = NULL;
-    if (minus_one == NULL && (minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
     CpuOp *op;
     if (m->nfree > 0) {
         op = m->free[--m->nfree]; /* the reference the free list held */
@@ -322,10 +311,9 @@ static PyObject *opmethod_call(OpMethod *m, PyObject *const *args, size_t nargsf
     Py_XSETREF(op->owner, m);
     Py_INCREF(code);
     Py_XSETREF(op->code, code);
-    PyObject *mbv = mb ? mb : minus_one;
-    Py_INCREF(mbv);
-    Py_XSETREF(op->mb, mbv);
-    Py_XINCREF(ntok);
+    Py_INCREF(mb);
+    Py_XSETREF(op->mb, mb);
+    Py_INCREF(ntok);
     Py_XSETREF(op->ntok, ntok);
     long long excl;
     if (drain_gc(m) < 0 || get_ll(m->dict, s_excl_ns, &excl) < 0) goto fail;
@@ -446,6 +434,7 @@ PyMODINIT_FUNC PyInit__fastop(void) {
     PyErr_SetString(PyExc_ImportError, "laggard.tracer._fastop writes little-endian records only");
     return NULL;
 #endif
+    if ((minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
     INTERN(s_plain, "_plain");
     INTERN(s_compute_code, "_compute_code");
     INTERN(s_gcq, "_gcq");

@@ -185,7 +185,7 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         if self._plain and compiled_op_path():
             # an instance attribute over the method: ``tracer.op`` is the compiled call, which hands
             # every other case (and every argument it does not take) to the method below
-            self.op = _fastop.OpMethod(self, type(self).op.__get__(self, type(self)))  # type: ignore[method-assign]
+            self.op = _fastop.OpMethod(self, self.op)  # type: ignore[method-assign]
         _signals.register(self, handle_signals=handle_signals)
         self._flight = flight.attach(self, flight_watchdog_s)
         if monitor_url is not None:  # live monitor: pages, heartbeats, hang reports (laggard.tracer.stream)
