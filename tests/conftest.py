@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,18 @@ REAL_JOB_MODULES = frozenset(f"tests/{m}.py" for m in (
     "tracer/test_tracer_dist",
 ))
 REAL_JOBS_UNIT = "real-jobs"
+
+# The CLI caches loaded jobs (laggard.io.cache): the suite's cache is its own, in a temporary
+# directory removed at the end, never the user's ~/.cache (each pytest-xdist worker has one; the
+# commands tests run as subprocesses inherit it).
+_TEST_CACHE = tempfile.mkdtemp(prefix="laggard-test-cache-")
+os.environ["LAGGARD_CACHE_DIR"] = _TEST_CACHE
+os.environ.pop("LAGGARD_NO_CACHE", None)
+os.environ.pop("LAGGARD_CACHE_MAX_GIB", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_TEST_CACHE, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook (run without it, never called)

@@ -43,7 +43,12 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "laggard.cli.fleet": ("fleet",),
     "laggard.cli.dessim": ("dessim",),  # simpy loads inside the command
     "laggard.cli.monitor": ("monitor",),
+    "laggard.cli.cache": ("cache",),
 }
+
+
+# the root options that take no value and run a command after them (`laggard --no-cache analyze ...`)
+ROOT_FLAGS = ("--no-cache",)
 
 
 def _version(value: bool) -> None:
@@ -61,6 +66,9 @@ def _version(value: bool) -> None:
 def _root(
     _show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                        help="Print laggard's version and exit."),
+    _no_cache: bool = typer.Option(False, "--no-cache",
+                                   help="Load traces afresh and cache nothing (default: loaded op tables are kept in "
+                                        "LAGGARD_CACHE_DIR, else ~/.cache/laggard/jobs; LAGGARD_NO_CACHE=1 also turns it off)."),
 ) -> None:
     """Find, explain and fix stragglers in distributed training."""
 
@@ -92,7 +100,10 @@ def _app_for(argv: list[str]) -> typer.Typer:
     its module alone: typer builds the click command of every registered function from its signature
     on each start (~40 ms for all of them), and importing the other command modules costs ~10 ms;
     only one runs. Help, version and unknown names get the whole app."""
-    name = argv[0] if argv else ""
+    rest = list(argv)
+    while rest and rest[0] in ROOT_FLAGS:
+        rest.pop(0)
+    name = rest[0] if rest else ""
     modules = [m for m, names in COMMAND_MODULES.items() if name in names]
     if len(modules) != 1:
         return _full_app()

@@ -26,9 +26,9 @@ JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result a
 
 
 def _load(path: Path, fmt: str, meta: Path | None, steps: str | None) -> Job:
-    from laggard.io import load_job
+    from laggard.cli.options import load_trace
 
-    return load_job(path, fmt=fmt, meta=meta, steps=steps)
+    return load_trace(path, fmt, meta, steps)
 
 
 def _dump(obj: Any, out: Path | None) -> bool:

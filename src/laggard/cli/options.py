@@ -28,7 +28,19 @@ def load_trace(path: Path, fmt: str, meta: Path | None, steps: str | None = None
           rank_map: Path | None = None):
     from laggard.io import load_job
 
-    return load_job(path, fmt=fmt, meta=meta, steps=steps, layout=layout, rank_map=rank_map)
+    return load_job(path, fmt=fmt, meta=meta, steps=steps, layout=layout, rank_map=rank_map, cache=job_cache())
+
+
+def job_cache():  # noqa: ANN201 - a JobCacheConfig or None; laggard.io.cache is imported only here
+    """The job cache of this command (``laggard.io.cache.cli_config``): off under ``laggard --no-cache``."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.find_root().params.get("_no_cache"):
+        return None  # without importing the cache module
+    from laggard.io.cache import cli_config
+
+    return cli_config(no_cache=False)
 
 
 HealthyOpt = Annotated[

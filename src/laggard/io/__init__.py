@@ -11,6 +11,9 @@ from laggard.errors import LaggardError, LaggardWarning
 from laggard.optable.tracedir import JOB_FILE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from laggard.io.cache import JobCacheConfig
     from laggard.optable.ops import Job
 
 # laggard.optable.ops (and so pyarrow) is imported inside the functions: Kineto traces are decoded in
@@ -47,7 +50,7 @@ def detect_format(path: Path) -> str:
 
 def load_job(
     path: str | Path | Sequence[str | Path], *, fmt: str = "auto", meta: str | Path | None = None, steps: str | None = None,
-    layout: str | None = None, rank_map: str | Path | None = None,
+    layout: str | None = None, rank_map: str | Path | None = None, cache: JobCacheConfig | None = None,
 ) -> Job:
     """Read a trace (``fmt``: auto, native, ndtimeline, kineto) and optionally keep only ``steps`` ("10-20,25").
 
@@ -57,26 +60,72 @@ def load_job(
     ``layout`` (``"dp=2,pp=2[,tp=T]"``, outermost dimension first) or ``rank_map`` (a YAML/JSON
     file rank -> {dp, pp[, tp]}) give a profiler trace's parallel layout instead of inferring it.
 
+    ``cache``: keep the loaded op table there and map it on the next load of the same, unchanged
+    files with the same options (``laggard.io.cache``; the CLI's default). Steps are selected after it.
+
     Warnings (what was skipped) are issued as ``LaggardWarning`` and kept in ``job.warnings``.
     """
+    if fmt not in FORMATS:
+        raise LaggardError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    paths = [Path(path)] if isinstance(path, str | Path) else [Path(p) for p in path]
+    if len(paths) > 1:
+        if fmt not in ("auto", "kineto"):
+            raise LaggardError(f"several trace files are read only as Kineto traces, not {fmt!r}")
+        _check_several(paths)
+    options = {"fmt": fmt, "meta": None if meta is None else str(meta), "layout": layout,
+               "rank_map": None if rank_map is None else str(rank_map)}
+    key = None
+    if cache is not None:
+        from laggard.io.cache import entry_key, read_entry
+
+        key = entry_key(paths, options, cache.settle_s)
+        hit = read_entry(cache, key[0]) if key is not None else None
+        if hit is not None:
+            job = _collected(lambda: _rewarn(hit))
+            return _selected(job, steps, options, paths)
+    job = _collected(lambda: _load_any(paths, fmt, meta, layout, rank_map))
+    if key is not None and key[1]:
+        from laggard.io.cache import write_entry
+
+        write_entry(cache, key[0], job, [str(p) for p in paths])  # type: ignore[arg-type]
+    return _selected(job, steps, options, paths)
+
+
+def _load_any(paths: list[Path], fmt: str, meta: str | Path | None, layout: str | None,
+              rank_map: str | Path | None) -> Job:
+    if len(paths) == 1:
+        return _load(paths[0], fmt, meta, layout, rank_map)
+    return _load_kineto(paths, meta, layout, rank_map)
+
+
+def _rewarn(job: Job) -> Job:
+    """A cached job's load warnings, issued again (``_collected`` keeps them in ``job.warnings``)."""
+    said, job.warnings = job.warnings, []
+    for message in said:
+        warnings.warn(message, LaggardWarning, stacklevel=3)
+    return job
+
+
+def _collected(load: Callable[[], Job]) -> Job:
+    """``load()``, its LaggardWarnings kept in the job's ``warnings`` and every warning passed on."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
-        if isinstance(path, str | Path):
-            job = _load(Path(path), fmt, meta, steps, layout, rank_map)
-        elif len(path) == 1:
-            job = _load(Path(path[0]), fmt, meta, steps, layout, rank_map)
-        else:
-            if fmt not in ("auto", "kineto"):
-                raise LaggardError(f"several trace files are read only as Kineto traces, not {fmt!r}")
-            _check_several(list(path))
-            job = _load_kineto(list(path), meta, steps, layout, rank_map)
+        job = load()
     for w in caught:
         if issubclass(w.category, LaggardWarning):
             job.warnings.append(str(w.message))
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
-    job.load_args = {"paths": paths, "fmt": fmt, "meta": None if meta is None else str(meta), "steps": steps,
-                     "layout": layout, "rank_map": None if rank_map is None else str(rank_map)}
+    return job
+
+
+def _selected(job: Job, steps: str | None, options: dict, paths: list[Path]) -> Job:
+    """The job with only ``steps`` (as asked) and how it was loaded (``Job.load_args``)."""
+    if steps is not None:
+        from laggard.optable.ops import select_steps
+
+        job = _collected(lambda: select_steps(job, steps))
+    job.load_args = {"paths": [str(p) for p in paths], "fmt": options["fmt"], "meta": options["meta"], "steps": steps,
+                     "layout": options["layout"], "rank_map": options["rank_map"]}
     return job
 
 
@@ -101,32 +150,25 @@ def _check_several(paths: Sequence[str | Path]) -> None:
                 raise LaggardError(f"{several}; {p} is not one (no traceEvents in its first bytes)")
 
 
-def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None, steps: str | None,
+def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None,
                  layout: str | None = None, rank_map: str | Path | None = None) -> Job:
     from laggard.io.kineto.load import read_kineto
 
     if meta is not None:
         raise LaggardError("--meta is for NDTimeline traces; give a profiler trace's layout with --layout or --rank-map")
-    job = read_kineto(paths, layout=layout, rank_map=rank_map)
-    if steps is not None:
-        from laggard.optable.ops import select_steps
-
-        job = select_steps(job, steps)
-    return job
+    return read_kineto(paths, layout=layout, rank_map=rank_map)
 
 
-def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None, layout: str | None = None,
+def _load(p: Path, fmt: str, meta: str | Path | None, layout: str | None = None,
           rank_map: str | Path | None = None) -> Job:
-    if fmt not in FORMATS:
-        raise LaggardError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     if (fmt in ("auto", "kineto")) and _is_glob(p):
-        return _load_kineto(p, meta, steps, layout, rank_map)
+        return _load_kineto(p, meta, layout, rank_map)
     if not p.exists():
         raise LaggardError(f"{p}: no such file or directory")
     if fmt == "auto":
         fmt = detect_format(p)
     if fmt == "kineto":
-        return _load_kineto(p, meta, steps, layout, rank_map)
+        return _load_kineto(p, meta, layout, rank_map)
     if layout is not None or rank_map is not None:
         flag = "--layout" if layout is not None else "--rank-map"
         raise LaggardError(f"{flag} is for PyTorch-profiler traces; a {fmt} trace carries its layout "
@@ -146,10 +188,6 @@ def _load(p: Path, fmt: str, meta: str | Path | None, steps: str | None, layout:
                 raise LaggardError(f"{p}: expected one trace*.parquet, found {len(found)}; name the file")
             p = found[0]
         job = read_ndtimeline(p, meta=Path(meta) if meta is not None else None)
-    if steps is not None:
-        from laggard.optable.ops import select_steps
-
-        job = select_steps(job, steps)
     return job
 
 
