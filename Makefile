@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py src/laggard/tracer/_fastop.c
+$(STAMP): pyproject.toml setup.py src/laggard/tracer/_fastop.c src/laggard/engine/_replay.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[all]"

@@ -437,7 +437,7 @@ def analyze_job(job_dir: Path, which: str, *, cached: bool, timeout_s: float = 6
     dest.unlink(missing_ok=True)
     t0 = time.perf_counter()
     try:
-        p = subprocess.run([*_laggard_cmd(), "analyze", str(src), "--json", str(dest), "-q"], capture_output=True,
+        p = subprocess.run([*_laggard_cmd(), "--no-cache", "analyze", str(src), "--json", str(dest), "-q"], capture_output=True,
                            text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"timed out after {timeout_s:.0f} s", "seconds": timeout_s}

@@ -16,7 +16,14 @@ import numpy as np
 
 from laggard.engine.gaps import HOST_KIND, GapConfig, GapSummary, host_attribution_type, insert_host_gaps
 from laggard.engine.graph import Graph, build_graph, group_sizes_check
-from laggard.engine.replay import column_wise, node_values, propagate, step_times_from_nodes, wall_step_times
+from laggard.engine.replay import (
+    column_wise,
+    compiled_replay,
+    node_values,
+    propagate,
+    step_times_from_nodes,
+    wall_step_times,
+)
 from laggard.errors import GraphCycleError
 from laggard.optable.ops import COMM_KINDS, Job, LaggardError, fits_table, is_gc_name
 
@@ -25,22 +32,28 @@ _NS = 1e-9
 
 # Scenarios replayed together in one pass (float64 node values, a gather's rows of them, and
 # op-ordered weights where the caller builds them: ``_batch_size``'s ``num_ops`` is 0 without): at
-# least 16 (rows of whole cache lines per node), more while a pass stays within _PASS_BYTES (a pass
-# costs a Python step per graph segment, whatever its width: small graphs with many what-ifs, e.g.
-# a Kineto job with hundreds of op types, replay them all in a few passes), never more than
-# _MAX_BATCH_BYTES.
+# least _MIN_BATCH, more while a pass stays within _PASS_BYTES, never more than _MAX_BATCH_BYTES.
 _MAX_BATCH_BYTES = 1536 * 2**20
 
-
+# The numpy segment loop (replay._propagate_numpy) costs a Python step per graph segment whatever a
+# pass's width, so its passes are wide: at least 16 columns (rows of whole cache lines per node), up to
+# 64 MB (small graphs with many what-ifs, e.g. a Kineto job with hundreds of op types, replay them all
+# in a few passes). trace-AR's 152k nodes: 0.51 ms a column 8 wide, 0.30 ms 25 wide.
 _PASS_BYTES = 64 * 2**20
-
-
 _MIN_BATCH = 16
+
+# The compiled loop (replay._replay) has no per-segment cost: its passes stay within 10 MB, each pass
+# reusing the memory the one before freed, so a what-if pass faults in a tenth of the pages. At least 4
+# columns (32-byte rows): trace-AR's 152k nodes 0.36 ms a column 4 wide, 0.28 8 wide, 0.24 25 wide,
+# against 0.66 one by one; in one analysis, 25 what-ifs in passes of 4: 14.5k -> 8.6k page faults.
+_PASS_BYTES_COMPILED = 10 * 2**20
+_MIN_BATCH_COMPILED = 4
 
 
 def _batch_size(num_ops: int, num_nodes: int, num_scenarios: int) -> int:
     per_scenario = max(8 * (num_ops + 2 * num_nodes), 1)
-    wide = max(_MIN_BATCH, _PASS_BYTES // per_scenario)
+    pass_bytes, least = (_PASS_BYTES_COMPILED, _MIN_BATCH_COMPILED) if compiled_replay() else (_PASS_BYTES, _MIN_BATCH)
+    wide = max(least, pass_bytes // per_scenario)
     return max(1, min(num_scenarios, wide, _MAX_BATCH_BYTES // per_scenario))
 
 

@@ -13,6 +13,8 @@ same elements either way.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from laggard.engine.graph import Graph
@@ -48,21 +50,53 @@ def replay_nodes(graph: Graph, weights: np.ndarray,
     return propagate(graph, node_values(graph, weights), floor)
 
 
+# where it was built (setup.py), the segment loop in C (``_replay.c``); ``_propagate_numpy`` is its twin
+try:
+    from laggard.engine import _replay
+except ImportError:  # not built (no C compiler at install): the numpy loop below
+    _replay = None
+
+# set to 1 to take the numpy loop even where the compiled one was built (a comparison, a kill switch)
+PURE_PYTHON_ENV = "LAGGARD_REPLAY_PURE_PYTHON"
+
+
+def compiled_replay() -> bool:
+    """Whether ``propagate`` runs the compiled loop (built, and not switched off by ``PURE_PYTHON_ENV``)."""
+    return _replay is not None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
+
+
 def propagate(graph: Graph, vals: np.ndarray, floor: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """``replay_nodes`` on node values already in place (``vals``, by replay position: each op's
     weight, 0 for group nodes and the sentinel), in place; returns ``vals``."""
-    pred = graph.seg_pred
-    seg = (graph.seg_start.tolist(), graph.seg_end.tolist(), graph.seg_k.tolist(), graph.seg_off.tolist())
-    if floor is None:
-        lo = hi = [0] * len(seg[0])
-    else:
+    held = lo = hi = None
+    if floor is not None:
         fpos, fval = floor
         held = vals[fpos] + fval  # a held-back node ends its weight after its floor
         first = int(graph.seg_start[0]) if len(graph.seg_start) else graph.num_nodes
         top = int(np.searchsorted(fpos, first))
         vals[fpos[:top]] = held[:top]  # level 0: nothing to wait for but the floor
-        lo = np.searchsorted(fpos, graph.seg_start).tolist()
-        hi = np.searchsorted(fpos, graph.seg_end).tolist()
+        lo = np.searchsorted(fpos, graph.seg_start)
+        hi = np.searchsorted(fpos, graph.seg_end)
+    if compiled_replay() and vals.dtype == np.float64 and vals.flags.c_contiguous and vals.flags.writeable:
+        seg = [np.ascontiguousarray(a, dtype=np.int64) for a in (graph.seg_start, graph.seg_end, graph.seg_k, graph.seg_off)]
+        extra = () if floor is None else (np.ascontiguousarray(floor[0], dtype=np.int64), np.ascontiguousarray(held),
+                                          lo.astype(np.int64), hi.astype(np.int64))
+        _replay.propagate(vals, *seg, np.ascontiguousarray(graph.seg_pred), *extra)
+        return vals
+    return _propagate_numpy(graph, vals, None if floor is None else (floor[0], held, lo, hi))
+
+
+def _propagate_numpy(graph: Graph, vals: np.ndarray,
+                     floor: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """The segment loop in numpy (the compiled loop's twin): ``floor`` is (positions, held times, and
+    per segment the range of positions in it)."""
+    pred = graph.seg_pred
+    seg = (graph.seg_start.tolist(), graph.seg_end.tolist(), graph.seg_k.tolist(), graph.seg_off.tolist())
+    if floor is None:
+        lo = hi = [0] * len(seg[0])
+    else:
+        fpos, held = floor[0], floor[1]
+        lo, hi = floor[2].tolist(), floor[3].tolist()
     take = vals.take  # rows gathered by take(axis=0): on a 2-D array 3-9x faster than vals[rows] (module doc)
     for a, b, k, off, fa, fb in zip(*seg, lo, hi, strict=True):
         if k == 1:

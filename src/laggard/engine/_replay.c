@@ -1,0 +1,201 @@
+/* The compiled replay loop: ``laggard.engine.replay.propagate`` over a graph's segments.
+ *
+ * The Python twin (replay.py, ``_propagate_numpy``) makes a few numpy calls per (level, in-degree)
+ * segment: thousands of calls of a few rows each on a pipeline's graph. Here one call walks every
+ * segment. Each node's value (a row of S scenario columns) gets the maximum of its predecessors'
+ * rows added to it, predecessor by predecessor in the order the graph lists them, exactly as the
+ * numpy code does (np.maximum's NaN rule included: a NaN predecessor makes the maximum NaN), so the
+ * results are the same to the bit. ``floor``: after each segment its held-back nodes end no earlier
+ * than their held times (1-D values only, as in the Python code).
+ *
+ * Arguments are buffers (numpy arrays), checked here: C-contiguous, their formats and sizes, every
+ * segment and every predecessor index in range. The GIL is released while the loop runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    Py_buffer b;
+    int held;
+} Buf;
+
+static void release(Buf *bufs, int n) {
+    for (int i = 0; i < n; i++)
+        if (bufs[i].held) PyBuffer_Release(&bufs[i].b);
+}
+
+/* A buffer of ``itemsize``-byte items of kind ``kind`` ('f': float, 'i': signed integer). */
+static int get(PyObject *obj, Buf *out, int writable, char kind, Py_ssize_t itemsize, const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &out->b, flags) < 0) return -1;
+    out->held = 1;
+    const char *f = out->b.format ? out->b.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    int ok = out->b.itemsize == itemsize && f[1] == '\0' &&
+             (kind == 'f' ? *f == 'd' : (*f == 'i' || *f == 'l' || *f == 'q'));
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "propagate: %s must be %s of %zd bytes, got format %s itemsize %zd", what,
+                     kind == 'f' ? "floats" : "signed integers", itemsize, f, out->b.itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static int get_index(PyObject *obj, Buf *out, const char *what) {
+    /* an index array: int64, or int32 for predecessors */
+    if (PyObject_GetBuffer(obj, &out->b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    out->held = 1;
+    const char *f = out->b.format ? out->b.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if ((out->b.itemsize == 4 || out->b.itemsize == 8) && f[1] == '\0' && (*f == 'i' || *f == 'l' || *f == 'q'))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "propagate: %s must be int32 or int64, got format %s", what, f);
+    return -1;
+}
+
+#define PRED(j) (p32 ? (int64_t)p32[j] : p64[j])
+
+/* 0, or the segment whose ranges or predecessors are out of bounds (1-based) */
+static Py_ssize_t check(int64_t nrows, const int64_t *st, const int64_t *en, const int64_t *kk, const int64_t *off,
+                        Py_ssize_t nseg, const int32_t *p32, const int64_t *p64, Py_ssize_t npred) {
+    for (Py_ssize_t s = 0; s < nseg; s++) {
+        int64_t a = st[s], b = en[s], k = kk[s], o = off[s];
+        if (a < 0 || b < a || b > nrows || k < 1 || o < 0 || (b - a) > (INT64_MAX - o) / k || o + (b - a) * k > npred)
+            return s + 1;
+        for (int64_t j = o; j < o + (b - a) * k; j++) {
+            int64_t q = PRED(j);
+            if (q < 0 || q >= nrows) return s + 1;
+        }
+    }
+    return 0;
+}
+
+static void run(double *vals, int64_t S, const int64_t *st, const int64_t *en, const int64_t *kk, const int64_t *off,
+                Py_ssize_t nseg, const int32_t *p32, const int64_t *p64, const int64_t *fpos, const double *held,
+                const int64_t *lo, const int64_t *hi, double *m) {
+    for (Py_ssize_t s = 0; s < nseg; s++) {
+        int64_t a = st[s], b = en[s], k = kk[s];
+        int64_t j = off[s];
+        for (int64_t r = a; r < b; r++) {
+            double *dst = vals + r * S;
+            if (S == 1) {
+                double mx = vals[PRED(j)];
+                for (int64_t t = 1; t < k; t++) {
+                    double x = vals[PRED(j + t)];
+                    if (x > mx || x != x) mx = (mx != mx) ? mx : x;
+                }
+                dst[0] += mx;
+            } else {
+                memcpy(m, vals + PRED(j) * S, (size_t)S * sizeof(double));
+                for (int64_t t = 1; t < k; t++) {
+                    const double *x = vals + PRED(j + t) * S;
+                    for (int64_t c = 0; c < S; c++)
+                        if (x[c] > m[c] || x[c] != x[c]) m[c] = (m[c] != m[c]) ? m[c] : x[c];
+                }
+                for (int64_t c = 0; c < S; c++) dst[c] += m[c];
+            }
+            j += k;
+        }
+        if (fpos != NULL) /* held-back nodes of this segment: no earlier than their floor */
+            for (int64_t i = lo[s]; i < hi[s]; i++) {
+                double h = held[i], *v = vals + fpos[i];
+                if (h > *v || h != h) *v = (*v != *v) ? *v : h;
+            }
+    }
+}
+
+/* propagate(vals, seg_start, seg_end, seg_k, seg_off, seg_pred[, fpos, held, lo, hi]) */
+static PyObject *propagate(PyObject *self, PyObject *args) {
+    PyObject *o[10] = {NULL};
+    if (!PyArg_ParseTuple(args, "OOOOOO|OOOO:propagate", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9]))
+        return NULL;
+    int floor = o[6] != NULL;
+    if (floor && (o[7] == NULL || o[8] == NULL || o[9] == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "propagate: a floor needs fpos, held, lo and hi");
+        return NULL;
+    }
+    Buf bufs[10];
+    memset(bufs, 0, sizeof bufs);
+    static const char *names[] = {"vals", "seg_start", "seg_end", "seg_k", "seg_off", "seg_pred",
+                                  "fpos", "held", "lo", "hi"};
+    if (get(o[0], &bufs[0], 1, 'f', 8, names[0]) < 0) goto fail;
+    for (int i = 1; i <= 4; i++)
+        if (get(o[i], &bufs[i], 0, 'i', 8, names[i]) < 0) goto fail;
+    if (get_index(o[5], &bufs[5], names[5]) < 0) goto fail;
+    if (floor) {
+        if (get(o[6], &bufs[6], 0, 'i', 8, names[6]) < 0 || get(o[7], &bufs[7], 0, 'f', 8, names[7]) < 0 ||
+            get(o[8], &bufs[8], 0, 'i', 8, names[8]) < 0 || get(o[9], &bufs[9], 0, 'i', 8, names[9]) < 0)
+            goto fail;
+    }
+    Py_buffer *v = &bufs[0].b;
+    if (v->ndim < 1 || v->ndim > 2) {
+        PyErr_SetString(PyExc_ValueError, "propagate: vals must be 1-D or 2-D");
+        goto fail;
+    }
+    int64_t nrows = v->shape[0], S = v->ndim == 2 ? v->shape[1] : 1;
+    Py_ssize_t nseg = bufs[1].b.len / 8;
+    if (bufs[2].b.len / 8 != nseg || bufs[3].b.len / 8 != nseg || bufs[4].b.len / 8 != nseg) {
+        PyErr_SetString(PyExc_ValueError, "propagate: the segment arrays differ in length");
+        goto fail;
+    }
+    const int32_t *p32 = bufs[5].b.itemsize == 4 ? (const int32_t *)bufs[5].b.buf : NULL;
+    const int64_t *p64 = bufs[5].b.itemsize == 8 ? (const int64_t *)bufs[5].b.buf : NULL;
+    Py_ssize_t npred = bufs[5].b.len / bufs[5].b.itemsize;
+    const int64_t *st = bufs[1].b.buf, *en = bufs[2].b.buf, *kk = bufs[3].b.buf, *off = bufs[4].b.buf;
+    const int64_t *fpos = NULL, *lo = NULL, *hi = NULL;
+    const double *held = NULL;
+    if (floor) {
+        fpos = bufs[6].b.buf, held = bufs[7].b.buf, lo = bufs[8].b.buf, hi = bufs[9].b.buf;
+        Py_ssize_t nf = bufs[6].b.len / 8;
+        if (S != 1 || bufs[7].b.len / 8 != nf || bufs[8].b.len / 8 != nseg || bufs[9].b.len / 8 != nseg) {
+            PyErr_SetString(PyExc_ValueError, "propagate: a floor is for 1-D vals, with a held time per position "
+                                              "and a (lo, hi) range per segment");
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < nf; i++)
+            if (fpos[i] < 0 || fpos[i] >= nrows) {
+                PyErr_Format(PyExc_IndexError, "propagate: floor position %zd out of range", i);
+                goto fail;
+            }
+        for (Py_ssize_t s = 0; s < nseg; s++)
+            if (lo[s] < 0 || hi[s] < lo[s] || hi[s] > nf) {
+                PyErr_Format(PyExc_IndexError, "propagate: floor range of segment %zd out of range", s);
+                goto fail;
+            }
+    }
+    Py_ssize_t bad = check(nrows, st, en, kk, off, nseg, p32, p64, npred);
+    if (bad) {
+        PyErr_Format(PyExc_IndexError, "propagate: segment %zd has positions or predecessors out of range", bad - 1);
+        goto fail;
+    }
+    double *m = S > 1 ? PyMem_RawMalloc((size_t)S * sizeof(double)) : NULL;
+    if (S > 1 && m == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run((double *)v->buf, S, st, en, kk, off, nseg, p32, p64, fpos, held, lo, hi, m);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(m);
+    release(bufs, 10);
+    Py_RETURN_NONE;
+fail:
+    release(bufs, 10);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"propagate", propagate, METH_VARARGS,
+     "propagate(vals, seg_start, seg_end, seg_k, seg_off, seg_pred[, fpos, held, lo, hi]): the replay over the "
+     "graph's segments, in place (laggard.engine.replay.propagate)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_replay", "The compiled replay loop (see the source's header).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__replay(void) { return PyModule_Create(&module_def); }

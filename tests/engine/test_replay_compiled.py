@@ -1,0 +1,129 @@
+"""The compiled replay loop (engine/_replay.c) against its numpy twin (replay._propagate_numpy): the
+same node values to the bit on real graphs, 1-D and 2-D, with and without floors, NaN included."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from laggard.engine.baseline import prepare
+from laggard.engine.replay import node_values
+from laggard.io import load_job
+
+replay = importlib.import_module("laggard.engine.replay")  # `laggard.engine.replay` is also a function
+DATA = Path(__file__).parents[1] / "data"
+TRACES = {
+    "AR": DATA / "ndtimeline" / "trace-AR.parquet",  # DP x PP 1F1B, templated graph
+    "vpp": DATA / "corpus" / "c16v4_job047" / "trace",  # interleaved stages, tracer's native format
+    "kineto": DATA / "kineto" / "ddp_gloo",  # profiler trace: streams, collectives
+}
+
+needs_compiled = pytest.mark.skipif(replay._replay is None, reason="the compiled replay was not built here")  # noqa: SLF001
+
+
+@pytest.fixture(scope="module", params=sorted(TRACES))
+def graph_and_values(request: pytest.FixtureRequest):  # noqa: ANN201
+    base = prepare(load_job(TRACES[request.param]))
+    return base.graph, node_values(base.graph, base.measured), node_values(base.graph, base.ideal)
+
+
+def _both(graph, vals: np.ndarray, floor=None) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    os.environ[replay.PURE_PYTHON_ENV] = "1"
+    try:
+        py = replay.propagate(graph, vals.copy(), floor)
+    finally:
+        del os.environ[replay.PURE_PYTHON_ENV]
+    return py, replay.propagate(graph, vals.copy(), floor)
+
+
+@needs_compiled
+def test_one_column_and_many_are_the_numpy_values(graph_and_values) -> None:  # noqa: ANN001
+    graph, measured, ideal = graph_and_values
+    assert replay.compiled_replay()
+    py, c = _both(graph, measured)
+    assert py.tobytes() == c.tobytes()
+    rng = np.random.default_rng(7)
+    for width in (2, 5, 25):
+        cols = np.stack([np.where(rng.random(len(measured)) < 0.5, measured, ideal) for _ in range(width)], axis=1)
+        py, c = _both(graph, np.ascontiguousarray(cols))
+        assert py.tobytes() == c.tobytes(), width
+    assert not np.array_equal(py[:, 0], py[:, 1])  # the columns are different scenarios
+
+
+@needs_compiled
+def test_floors_are_the_numpy_values(graph_and_values) -> None:  # noqa: ANN001
+    graph, measured, _ = graph_and_values
+    rng = np.random.default_rng(3)
+    n = graph.num_nodes
+    fpos = np.unique(rng.integers(0, n, size=max(n // 20, 1)))
+    fval = rng.random(len(fpos)) * float(np.nanmax(measured)) * 3
+    py, c = _both(graph, measured, (fpos, fval))
+    assert py.tobytes() == c.tobytes()
+    plain = replay.propagate(graph, measured.copy())
+    assert (c >= plain).all() and (c > plain).any()  # the floors held some nodes back
+
+
+@needs_compiled
+def test_nan_spreads_as_numpy_spreads_it(graph_and_values) -> None:  # noqa: ANN001
+    graph, measured, ideal = graph_and_values
+    vals = np.ascontiguousarray(np.stack([measured, ideal, measured], axis=1))
+    first = int(graph.seg_start[0])
+    vals[first // 2, 1] = np.nan  # a level-0 node: every node after it may see it
+    py, c = _both(graph, vals)
+    assert np.array_equal(py, c, equal_nan=True)
+    assert np.isnan(c[:, 1]).any() and not np.isnan(c[:, [0, 2]]).any()
+    py, c = _both(graph, np.ascontiguousarray(vals[:, 1]))  # one column: the kernel's scalar loop
+    assert np.array_equal(py, c, equal_nan=True) and np.isnan(c).any()
+
+
+@needs_compiled
+def test_bad_arguments_raise_and_touch_nothing() -> None:
+    base = prepare(load_job(TRACES["AR"]))
+    g = base.graph
+    vals = node_values(g, base.measured)
+    seg = [np.ascontiguousarray(a, dtype=np.int64) for a in (g.seg_start, g.seg_end, g.seg_k, g.seg_off)]
+    kernel = replay._replay.propagate  # noqa: SLF001
+    with pytest.raises(TypeError, match="vals must be floats"):
+        kernel(vals.astype(np.float32), *seg, g.seg_pred)
+    with pytest.raises(ValueError, match="differ in length"):
+        kernel(vals, seg[0], seg[1][:-1], seg[2], seg[3], g.seg_pred)
+    bad = np.array(g.seg_pred, copy=True)
+    bad[len(bad) // 2] = len(vals)  # one past the last row
+    before = vals.copy()
+    with pytest.raises(IndexError, match="out of range"):
+        kernel(vals, *seg, bad)
+    assert vals.tobytes() == before.tobytes()  # checked before anything is written
+    with pytest.raises(IndexError, match="out of range"):
+        kernel(vals, *seg, g.seg_pred[: len(g.seg_pred) // 2])
+    read_only = vals.copy()
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        kernel(read_only, *seg, g.seg_pred)
+    # propagate itself takes the numpy loop for what the kernel does not take
+    py = replay._propagate_numpy(g, vals.copy(), None)  # noqa: SLF001
+    assert np.array_equal(replay.propagate(g, np.asfortranarray(np.stack([vals, vals], 1)))[:, 1], py)
+
+
+def test_the_switch_turns_it_off() -> None:
+    code = "import importlib; print(importlib.import_module('laggard.engine.replay').compiled_replay())"
+    env = {**os.environ, replay.PURE_PYTHON_ENV: "1"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False"
+
+
+def test_the_install_built_the_compiled_replay_where_it_could() -> None:
+    """Optional like the tracer's (an install without a C compiler goes on); where a compiler and
+    Python's headers are here, a missing module means the build is broken."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not (shutil.which("cc") or shutil.which("gcc")) or not headers.exists():
+        pytest.skip("no C compiler or Python headers here: the numpy loop is the one expected")
+    assert replay._replay is not None  # noqa: SLF001
