@@ -226,7 +226,11 @@ def make_table(columns: dict[str, Any], *, num_rows: int | None = None) -> pa.Ta
             if default is None:
                 arrays.append(pa.nulls(n, type=fld.type))
                 continue
-            v = [default] * n if isinstance(default, str) else np.full(n, default)
+            if isinstance(default, str):  # one label: its dictionary as _dict_array would make it, no n strings
+                index = pa.array(np.zeros(n, dtype=numpy_dtype(fld.type.index_type)), type=fld.type.index_type)
+                arrays.append(pa.DictionaryArray.from_arrays(index, pa.array([default], type=pa.string())))
+                continue
+            v = np.full(n, default)
         if pa.types.is_dictionary(fld.type):
             arrays.append(_dict_array(v, fld.type.index_type))
         elif isinstance(v, pa.ChunkedArray | pa.Array):
