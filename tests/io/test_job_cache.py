@@ -210,3 +210,10 @@ def test_an_edited_importer_misses(ar: Path, cfg: JobCacheConfig, monkeypatch: p
     rows[0][2] += 1  # one source file's mtime moved
     monkeypatch.setattr(cache_mod, "_code_rows", lambda: rows)
     assert entry_key([ar], {"fmt": "auto"}, cfg.settle_s)[0] != key[0]  # type: ignore[index]
+
+
+def test_an_unwritable_cache_is_one_line_and_the_command_runs(ar: Path, unwritable_dir: Path) -> None:
+    p = _cli(["whatif", str(ar), "--fix", "all"], unwritable_dir / "cache")
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if "job cache" in ln]
+    assert len(lines) == 1 and "could not write" in lines[0] and "Traceback" not in p.stderr

@@ -7,10 +7,11 @@ trace-AR (117k ops, this 2-core VM): loading 31-71 ms against 0.7 ms to map the 
 (14 MB, uncompressed: compressed ones took 6-10 ms to read back).
 
 What makes an entry (``entry_key``): the size and mtime of every source file of the importers
-(``laggard.io``, ``laggard.optable``), so an edited or reinstalled importer never reads an old table; the format and the load options; and (path, size, mtime, ctime, inode) of every file the load
-could read: a file's whole directory (NDTimeline's meta YAML sits beside the trace), a directory's
-files recursively, a glob's matches and their directories, ``--meta`` and ``--rank-map``. Step
-selection (``--steps``) is applied after the cache, so one entry serves every selection.
+(``laggard.io``, ``laggard.optable``), so an edited or reinstalled importer never reads an old table;
+the format and the load options; and (path, size, mtime, ctime, inode) of every file the load could
+read: a file and the NDTimeline meta YAML files beside it, a directory's trace, metadata and rank-state
+files, a glob's matches, ``--meta`` and ``--rank-map``. Step selection (``--steps``) is applied after
+the cache, so one entry serves every selection.
 
 A file changed within a file-system timestamp tick keeps its mtime: as git does with its index, a
 load whose inputs changed in the last ``JobCacheConfig.settle_s`` is not cached (a trace being
@@ -194,7 +195,10 @@ def write_entry(cfg: JobCacheConfig, key: str, job: Job, source: list[str]) -> N
         os.replace(tmp, cfg.directory / f"{key}{_SUFFIX}")
     except (OSError, pa.ArrowException) as e:
         _log().warning("job cache: could not write to %s (%s)", cfg.directory, e)
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the directory itself is not there (a file in the way)
+            pass
         return
     evict(cfg)
 
