@@ -318,6 +318,57 @@ def _line(side: str, r: dict, mb: float) -> str:
             f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB, load {r['load_avg_1min'][0]:.1f}-{r['load_avg_1min'][1]:.1f}{ref}")
 
 
+def _hta_figures(hta: dict | None, ours: dict, inputs: dict, hta_err: str, how: str) -> list[dict]:
+    """Laggard against HTA on the same files: wall speed-up, CPU ratio, peak memory (or why HTA is missing)."""
+    if hta is None:
+        return [{"name": "kineto speed-up over HTA", "value": float("nan"), "unit": "x", "baseline": "HTA",
+                 "baseline_value": None, "target": ">= 5x", "ok": False, "detail": {**inputs, "error": hta_err}}]
+    return [
+        {
+            "name": "kineto speed-up over HTA (wall, parse+analyse)",
+            "value": hta["wall_s"] / ours["wall_s"],
+            "unit": "x",
+            "baseline": "HTA TraceAnalysis + temporal breakdown, seconds",
+            "baseline_value": hta["wall_s"],
+            "target": ">= 5x",
+            "ok": bool(hta["wall_s"] / ours["wall_s"] >= 5),
+            "detail": {**inputs, "laggard": ours, "hta": hta, "hta_venv": how},
+        },
+        {
+            "name": "kineto CPU-time ratio HTA / laggard",
+            "value": hta["cpu_s"] / ours["cpu_s"],
+            "unit": "x",
+            "baseline": "HTA CPU seconds (all processes)",
+            "baseline_value": hta["cpu_s"],
+            "target": None,
+            "ok": None,
+            "detail": {"note": "less sensitive than wall time to the load other jobs put on the machine",
+                       "laggard_cpu_s": ours["cpu_s"], "hta_cpu_s": hta["cpu_s"]},
+        },
+        {
+            "name": "kineto peak memory vs HTA (process tree PSS)",
+            "value": ours["peak_rss_bytes"] / hta["peak_rss_bytes"],
+            "unit": "x of HTA",
+            "baseline": "HTA peak RSS, MiB",
+            "baseline_value": hta["peak_rss_bytes"] / 2**20,
+            "target": "<= 0.333",
+            "ok": bool(ours["peak_rss_bytes"] <= hta["peak_rss_bytes"] / 3),
+            "detail": {**inputs, "laggard_peak_mib": ours["peak_rss_bytes"] / 2**20,
+                       "hta_peak_mib": hta["peak_rss_bytes"] / 2**20},
+        },
+    ]
+
+
+def _cached_runs(trace_dir: Path, tmp: Path, mb: float) -> dict:
+    """The laggard command run again with the job cache (a first run fills it): the best of REPEAT."""
+    _laggard_side(trace_dir, tmp / "cached.json", cache_dir=tmp / "cache")
+    if not list((tmp / "cache").glob("*.arrow")):
+        raise RuntimeError("the job cache stayed empty (trace files changed in the last 2 s?)")
+    cached = _best([_laggard_side(trace_dir, tmp / "cached.json", cache_dir=tmp / "cache") for _ in range(REPEAT)])
+    _log(_line("laggard, run again (job cache)", cached, mb))
+    return cached
+
+
 def run() -> list[dict]:
     cpus = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="laggard-bench-kineto-") as tmp:
@@ -344,12 +395,7 @@ def run() -> list[dict]:
                 except (RuntimeError, ValueError) as e:
                     hta_err = f"HTA failed on the trace set: {e}"
                     hta_py = None
-        _laggard_side(trace_dir, Path(tmp) / "cached.json", cache_dir=Path(tmp) / "cache")  # fills the cache
-        if not list((Path(tmp) / "cache").glob("*.arrow")):
-            raise RuntimeError("the job cache stayed empty (trace files changed in the last 2 s?)")
-        cached = _best([_laggard_side(trace_dir, Path(tmp) / "cached.json", cache_dir=Path(tmp) / "cache")
-                        for _ in range(REPEAT)])
-        _log(_line("laggard, run again (job cache)", cached, mb))
+        cached = _cached_runs(trace_dir, Path(tmp), mb)
         ours = _best(our_runs)
         one = _best(one_runs)
         hta: dict | None = _best(hta_runs) if hta_runs and hta_py is not None else None
@@ -392,45 +438,7 @@ def run() -> list[dict]:
                        "note": "the op table the first run loaded, mapped from the cache (laggard.io.cache)"},
         },
     ]
-    if hta is None:
-        figures.append({"name": "kineto speed-up over HTA", "value": float("nan"), "unit": "x", "baseline": "HTA",
-                        "baseline_value": None, "target": ">= 5x", "ok": False, "detail": {**inputs, "error": hta_err}})
-        return figures
-    figures += [
-        {
-            "name": "kineto speed-up over HTA (wall, parse+analyse)",
-            "value": hta["wall_s"] / ours["wall_s"],
-            "unit": "x",
-            "baseline": "HTA TraceAnalysis + temporal breakdown, seconds",
-            "baseline_value": hta["wall_s"],
-            "target": ">= 5x",
-            "ok": bool(hta["wall_s"] / ours["wall_s"] >= 5),
-            "detail": {**inputs, "laggard": ours, "hta": hta, "hta_venv": how},
-        },
-        {
-            "name": "kineto CPU-time ratio HTA / laggard",
-            "value": hta["cpu_s"] / ours["cpu_s"],
-            "unit": "x",
-            "baseline": "HTA CPU seconds (all processes)",
-            "baseline_value": hta["cpu_s"],
-            "target": None,
-            "ok": None,
-            "detail": {"note": "less sensitive than wall time to the load other jobs put on the machine",
-                       "laggard_cpu_s": ours["cpu_s"], "hta_cpu_s": hta["cpu_s"]},
-        },
-        {
-            "name": "kineto peak memory vs HTA (process tree PSS)",
-            "value": ours["peak_rss_bytes"] / hta["peak_rss_bytes"],
-            "unit": "x of HTA",
-            "baseline": "HTA peak RSS, MiB",
-            "baseline_value": hta["peak_rss_bytes"] / 2**20,
-            "target": "<= 0.333",
-            "ok": bool(ours["peak_rss_bytes"] <= hta["peak_rss_bytes"] / 3),
-            "detail": {**inputs, "laggard_peak_mib": ours["peak_rss_bytes"] / 2**20,
-                       "hta_peak_mib": hta["peak_rss_bytes"] / 2**20},
-        },
-    ]
-    return figures
+    return figures + _hta_figures(hta, ours, inputs, hta_err, how)
 
 
 if __name__ == "__main__":
