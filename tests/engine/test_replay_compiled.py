@@ -105,6 +105,8 @@ def test_bad_arguments_raise() -> None:
         kernel(vals.copy(), *seg, g.seg_pred[: len(g.seg_pred) // 2])
     with pytest.raises(IndexError, match="out of range"):
         kernel(vals[: len(vals) // 2].copy(), *seg, g.seg_pred)
+    empty = np.zeros((len(vals), 0))
+    kernel(empty, *seg, g.seg_pred)  # no scenario: nothing to do
     read_only = vals.copy()
     read_only.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):

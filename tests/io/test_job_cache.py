@@ -163,6 +163,7 @@ def test_cli_caches_by_default_and_results_are_the_same(ar: Path, tmp_path: Path
     assert outs[0] == outs[1] == outs[2]
     cfg = JobCacheConfig(directory=cache_dir)
     assert len(entries(cfg)) == 1
+    assert cache_dir.stat().st_mode & 0o777 == 0o700  # made for the user alone
     listing = _cli(["cache"], cache_dir)
     assert listing.returncode == 0 and "1 cached job(s)" in listing.stdout and str(ar) in listing.stdout
     cleared = _cli(["cache", "--clear"], cache_dir)

@@ -180,6 +180,10 @@ static PyObject *propagate(PyObject *self, PyObject *args) {
                 goto fail;
             }
     }
+    if (S == 0) { /* no scenario: nothing to replay */
+        release(bufs, 10);
+        Py_RETURN_NONE;
+    }
     double *m = S > 1 ? PyMem_RawMalloc((size_t)S * sizeof(double)) : NULL;
     if (S > 1 && m == NULL) {
         PyErr_NoMemory();

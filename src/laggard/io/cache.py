@@ -189,7 +189,7 @@ def write_entry(cfg: JobCacheConfig, key: str, job: Job, source: list[str]) -> N
     table = job.table.replace_schema_metadata({_META_KEY: meta})
     tmp = cfg.directory / f".{key}.{os.getpid()}.tmp"
     try:
-        cfg.directory.mkdir(parents=True, exist_ok=True)
+        cfg.directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # traces are the user's: not for others to read
         with ipc.new_stream(str(tmp), table.schema) as w:  # a stream: chunks may have their own dictionaries
             w.write_table(table)
         os.replace(tmp, cfg.directory / f"{key}{_SUFFIX}")
