@@ -89,3 +89,27 @@ def test_summary_says_what_this_run_did(two_jobs, tmp_path, capsys):
     assert run_cli("fleet", two_jobs, "--out", out, "--resume") == 0
     third = " ".join(capsys.readouterr().out.split())
     assert "no job left to analyse; 2 done by an earlier run" in third and "jobs/s" not in third
+
+
+def test_a_fleet_run_again_reads_its_jobs_from_the_job_cache(two_jobs, tmp_path, monkeypatch):
+    """The second run maps each job's op table (laggard.io.cache) and writes the same documents;
+    `laggard --no-cache fleet` neither reads nor writes the cache."""
+    import os
+    import time
+
+    from laggard.io.cache import JobCacheConfig, entries
+
+    old = time.time_ns() - 3600 * 10**9
+    for f in two_jobs.rglob("*"):
+        os.utime(f, ns=(old, old))  # settled: written an hour ago
+    cache = JobCacheConfig(directory=tmp_path / "cache")
+    monkeypatch.setenv("LAGGARD_CACHE_DIR", str(cache.directory))
+    docs = []
+    for run in ("a", "b"):
+        assert run_cli("fleet", two_jobs, "--out", tmp_path / run, "--workers", "0", "-q") == 0
+        assert len(entries(cache)) == 2
+        docs.append({p.name: p.read_bytes() for p in sorted((tmp_path / run / "jobs").glob("*.json"))})
+    assert len(docs[0]) == 2 and docs[0] == docs[1]
+    used = [e[2] for e in entries(cache)]
+    assert run_cli("--no-cache", "fleet", two_jobs, "--out", tmp_path / "c", "--workers", "0", "-q") == 0
+    assert [e[2] for e in entries(cache)] == used  # not read (a hit touches its entry), nothing added

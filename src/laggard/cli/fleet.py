@@ -33,12 +33,13 @@ def fleet(
     )
 
     from laggard.analysis.config import AnalysisConfig
+    from laggard.cli.options import job_cache
     from laggard.fleet import FleetConfig, run_fleet
     from laggard.fleet.report import write_fleet_html
     from laggard.fleet.stats import fleet_stats
     from laggard.report.jsonout import dump_json
 
-    cfg = FleetConfig(analysis=AnalysisConfig(healthy_threshold=healthy_threshold))
+    cfg = FleetConfig(analysis=AnalysisConfig(healthy_threshold=healthy_threshold), job_cache=job_cache())
     console = Console(stderr=True, highlight=False)
     progress = Progress(TextColumn("analysing jobs"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),

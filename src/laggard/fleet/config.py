@@ -6,12 +6,17 @@ from dataclasses import dataclass, field
 
 from laggard.analysis.config import AnalysisConfig
 from laggard.errors import LaggardError
+from laggard.io.cache import JobCacheConfig
 
 
 @dataclass(kw_only=True, slots=True)
 class FleetConfig:
     # how each job is analysed: the same settings as `laggard analyze` (a fleet row is that command's result)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    # where each job's loaded op table is cached (laggard.io.cache), so a fleet run again over mostly the
+    # same jobs reads only the new ones' traces; None (the library's default): no cache. `laggard fleet`
+    # passes the CLI's (off with `laggard --no-cache fleet`). Jobs fetched from URLs are fresh copies: never cached
+    job_cache: JobCacheConfig | None = None
     # the fleet study's headline: a job straggles when its slowdown is at least 10%
     straggling_slowdown: float = 1.1
     # fewer steps than this and the ideal durations (means/medians over the trace) and the per-step

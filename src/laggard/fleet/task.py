@@ -72,7 +72,7 @@ def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
     from laggard.report.jsonout import dumps
 
     with _local_copy(spec) as local:
-        job = load_job(local, fmt=spec.fmt)
+        job = load_job(local, fmt=spec.fmt, cache=cfg.job_cache)
         hang = find_hang(local) if local.is_dir() else None  # dumps beside the trace: goodput's hang part
     num_steps = len(np.unique(job.column("step")))
     if num_steps < cfg.min_steps:
