@@ -146,10 +146,10 @@ def test_least_recently_used_entries_go_first(tmp_path: Path) -> None:
     assert read_entry(cfg, "nothing") is None
 
 
-def _cli(args: list[str], cache_dir: Path, **env: str) -> subprocess.CompletedProcess:
+def _cli(args: list[str], cache_dir: Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, "LAGGARD_CACHE_DIR": str(cache_dir), **env}
     full.pop("LAGGARD_NO_CACHE", None) if "LAGGARD_NO_CACHE" not in env else None
-    return subprocess.run([str(LAGGARD), *args], capture_output=True, text=True, timeout=300, env=full)
+    return subprocess.run([str(LAGGARD), *args], capture_output=True, text=True, timeout=300, env=full, cwd=cwd)
 
 
 def test_cli_caches_by_default_and_results_are_the_same(ar: Path, tmp_path: Path) -> None:
@@ -165,7 +165,7 @@ def test_cli_caches_by_default_and_results_are_the_same(ar: Path, tmp_path: Path
     assert len(entries(cfg)) == 1
     assert cache_dir.stat().st_mode & 0o777 == 0o700  # made for the user alone
     listing = _cli(["cache"], cache_dir)
-    assert listing.returncode == 0 and "1 cached job(s)" in listing.stdout and str(ar) in listing.stdout
+    assert listing.returncode == 0 and "1 cached job(s)" in listing.stdout and str(ar.absolute()) in listing.stdout
     cleared = _cli(["cache", "--clear"], cache_dir)
     assert cleared.returncode == 0 and "removed 1 cached job(s)" in cleared.stdout
     assert entries(cfg) == []
@@ -218,3 +218,10 @@ def test_an_unwritable_cache_is_one_line_and_the_command_runs(ar: Path, unwritab
     assert p.returncode == 0, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if "job cache" in ln]
     assert len(lines) == 1 and "could not write" in lines[0] and "Traceback" not in p.stderr
+
+
+def test_the_listing_names_each_entry_by_its_absolute_path(ar: Path, tmp_path: Path) -> None:
+    cache_dir = tmp_path / "c"
+    assert _cli(["whatif", ar.name, "--fix", "all"], cache_dir, cwd=ar.parent).returncode == 0  # a relative path
+    listing = _cli(["cache"], cache_dir, cwd=tmp_path)
+    assert listing.returncode == 0 and f"  {ar}" in listing.stdout

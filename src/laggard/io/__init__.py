@@ -87,7 +87,7 @@ def load_job(
     if key is not None and key[1]:
         from laggard.io.cache import write_entry
 
-        write_entry(cache, key[0], job, [str(p) for p in paths])  # type: ignore[arg-type]
+        write_entry(cache, key[0], job, [str(p.absolute()) for p in paths])  # type: ignore[arg-type]
     return _selected(job, steps, options, paths)
 
 
