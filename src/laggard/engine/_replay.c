@@ -28,32 +28,22 @@ static void release(Buf *bufs, int n) {
         if (bufs[i].held) PyBuffer_Release(&bufs[i].b);
 }
 
-/* A buffer of ``itemsize``-byte items of kind ``kind`` ('f': float, 'i': signed integer). */
+/* A buffer of ``itemsize``-byte items of kind ``kind`` ('f': float, 'i': signed integer; itemsize 0: an
+ * index array of int32 or int64, as predecessors may be). */
 static int get(PyObject *obj, Buf *out, int writable, char kind, Py_ssize_t itemsize, const char *what) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &out->b, flags) < 0) return -1;
     out->held = 1;
     const char *f = out->b.format ? out->b.format : "B";
     if (*f == '<' || *f == '=' || *f == '@') f++;
-    int ok = out->b.itemsize == itemsize && f[1] == '\0' &&
-             (kind == 'f' ? *f == 'd' : (*f == 'i' || *f == 'l' || *f == 'q'));
-    if (!ok) {
+    Py_ssize_t got = out->b.itemsize;
+    int size_ok = itemsize ? got == itemsize : (got == 4 || got == 8);
+    if (size_ok && f[1] == '\0' && (kind == 'f' ? *f == 'd' : (*f == 'i' || *f == 'l' || *f == 'q'))) return 0;
+    if (itemsize == 0)
+        PyErr_Format(PyExc_TypeError, "propagate: %s must be int32 or int64, got format %s", what, f);
+    else
         PyErr_Format(PyExc_TypeError, "propagate: %s must be %s of %zd bytes, got format %s itemsize %zd", what,
-                     kind == 'f' ? "floats" : "signed integers", itemsize, f, out->b.itemsize);
-        return -1;
-    }
-    return 0;
-}
-
-static int get_index(PyObject *obj, Buf *out, const char *what) {
-    /* an index array: int64, or int32 for predecessors */
-    if (PyObject_GetBuffer(obj, &out->b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
-    out->held = 1;
-    const char *f = out->b.format ? out->b.format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') f++;
-    if ((out->b.itemsize == 4 || out->b.itemsize == 8) && f[1] == '\0' && (*f == 'i' || *f == 'l' || *f == 'q'))
-        return 0;
-    PyErr_Format(PyExc_TypeError, "propagate: %s must be int32 or int64, got format %s", what, f);
+                     kind == 'f' ? "floats" : "signed integers", itemsize, f, got);
     return -1;
 }
 
@@ -139,7 +129,7 @@ static PyObject *propagate(PyObject *self, PyObject *args) {
     if (get(o[0], &bufs[0], 1, 'f', 8, names[0]) < 0) goto fail;
     for (int i = 1; i <= 4; i++)
         if (get(o[i], &bufs[i], 0, 'i', 8, names[i]) < 0) goto fail;
-    if (get_index(o[5], &bufs[5], names[5]) < 0) goto fail;
+    if (get(o[5], &bufs[5], 0, 'i', 0, names[5]) < 0) goto fail;
     if (floor) {
         if (get(o[6], &bufs[6], 0, 'i', 8, names[6]) < 0 || get(o[7], &bufs[7], 0, 'f', 8, names[7]) < 0 ||
             get(o[8], &bufs[8], 0, 'i', 8, names[8]) < 0 || get(o[9], &bufs[9], 0, 'i', 8, names[9]) < 0)
