@@ -1,5 +1,7 @@
-"""The compiled replay loop (engine/_replay.c) against its numpy twin (replay._propagate_numpy): the
-same node values to the bit on real graphs, 1-D and 2-D, with and without floors, NaN included."""
+"""The compiled kernels (engine/_replay.c, laggard.engine.kernels) against their numpy twins: the
+replay loop (replay._propagate_numpy), the same node values to the bit on real graphs, 1-D and 2-D,
+with and without floors, NaN included; the graph's levels (graph._levels_numpy), the same levels on
+real graphs and random ones with cycles."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from laggard.engine import graph as graph_mod
+from laggard.engine import kernels
 from laggard.engine.baseline import prepare
 from laggard.engine.replay import node_values
+from laggard.errors import GraphCycleError
 from laggard.io import load_job
 
 replay = importlib.import_module("laggard.engine.replay")  # `laggard.engine.replay` is also a function
@@ -26,7 +31,7 @@ TRACES = {
     "kineto": DATA / "kineto" / "ddp_gloo",  # profiler trace: streams, collectives
 }
 
-needs_compiled = pytest.mark.skipif(replay._replay is None, reason="the compiled replay was not built here")  # noqa: SLF001
+needs_compiled = pytest.mark.skipif(kernels._replay is None, reason="the compiled kernels were not built here")  # noqa: SLF001
 
 
 @pytest.fixture(scope="module", params=sorted(TRACES))
@@ -36,11 +41,11 @@ def graph_and_values(request: pytest.FixtureRequest):  # noqa: ANN201
 
 
 def _both(graph, vals: np.ndarray, floor=None) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
-    os.environ[replay.PURE_PYTHON_ENV] = "1"
+    os.environ[kernels.PURE_PYTHON_ENV] = "1"
     try:
         py = replay.propagate(graph, vals.copy(), floor)
     finally:
-        del os.environ[replay.PURE_PYTHON_ENV]
+        del os.environ[kernels.PURE_PYTHON_ENV]
     return py, replay.propagate(graph, vals.copy(), floor)
 
 
@@ -90,7 +95,7 @@ def test_bad_arguments_raise() -> None:
     g = base.graph
     vals = node_values(g, base.measured)
     seg = [np.ascontiguousarray(a, dtype=np.int64) for a in (g.seg_start, g.seg_end, g.seg_k, g.seg_off)]
-    kernel = replay._replay.propagate  # noqa: SLF001
+    kernel = kernels._replay.propagate  # noqa: SLF001
     with pytest.raises(TypeError, match="vals must be floats"):
         kernel(vals.astype(np.float32), *seg, g.seg_pred)
     with pytest.raises(ValueError, match="differ in length"):
@@ -117,11 +122,11 @@ def test_bad_arguments_raise() -> None:
 
 
 def test_the_switch_turns_it_off() -> None:
-    code = "import importlib; print(importlib.import_module('laggard.engine.replay').compiled_replay())"
-    env = {**os.environ, replay.PURE_PYTHON_ENV: "1"}
+    code = "from laggard.engine import kernels; print(kernels.compiled_replay(), kernels.kernel('levels'))"
+    env = {**os.environ, kernels.PURE_PYTHON_ENV: "1"}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "False"
+    assert p.stdout.strip() == "False None"
 
 
 def test_the_install_built_the_compiled_replay_where_it_could() -> None:
@@ -130,4 +135,80 @@ def test_the_install_built_the_compiled_replay_where_it_could() -> None:
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not (shutil.which("cc") or shutil.which("gcc")) or not headers.exists():
         pytest.skip("no C compiler or Python headers here: the numpy loop is the one expected")
-    assert replay._replay is not None  # noqa: SLF001
+    assert kernels._replay is not None  # noqa: SLF001
+    assert kernels.kernel("levels") is not None  # built from this source, not an older one
+
+
+# --- the graph's levels ---------------------------------------------------------------------------
+
+def _levels_both(pptr: np.ndarray, sptr: np.ndarray, sidx: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    lv = np.empty(len(pptr) - 1, dtype=np.int64)
+    count = kernels.kernel("levels")(sptr, np.ascontiguousarray(sidx), np.diff(pptr), lv)
+    return graph_mod._levels_numpy(pptr, sptr, sidx), lv, count  # noqa: SLF001
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_levels_are_the_numpy_levels_on_real_graphs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = load_job(TRACES[name])
+    g = graph_mod.build_graph(job)
+    monkeypatch.setenv(kernels.PURE_PYTHON_ENV, "1")
+    g_py = graph_mod.build_graph(job)
+    for field in ("op_pos", "group_pos", "seg_start", "seg_end", "seg_k", "seg_pred", "sink_pos"):
+        assert np.array_equal(getattr(g, field), getattr(g_py, field)), field
+    assert g.num_levels == g_py.num_levels > 3  # levelled, not one flat frontier
+
+
+@needs_compiled
+def test_levels_are_the_numpy_levels_on_random_graphs_with_cycles() -> None:
+    rng = np.random.default_rng(3)
+    cyclic = 0
+    for trial in range(300):
+        n = int(rng.integers(1, 60))
+        src, dst = rng.integers(0, n, int(rng.integers(0, 150))), rng.integers(0, n, int(rng.integers(0, 150)))
+        m = min(len(src), len(dst))
+        src, dst = src[:m], dst[:m]
+        if trial % 3:  # a DAG: every edge from a lower node to a higher one
+            lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+            src, dst = lo[lo != hi], hi[lo != hi]
+        pptr, _ = graph_mod._to_csr(dst, src, n)  # noqa: SLF001
+        sptr, sidx = graph_mod._to_csr(src, dst, n)  # noqa: SLF001
+        for narrow in (False, True):
+            ref, lv, count = _levels_both(pptr, sptr, sidx.astype(np.int32) if narrow else sidx)
+            assert np.array_equal(ref, lv), trial
+            assert count == int((ref >= 0).sum())
+        cyclic += bool((ref < 0).any())
+    assert cyclic > 20  # the cycles were exercised
+
+
+@needs_compiled
+def test_levels_bad_arguments_raise() -> None:
+    kernel = kernels.kernel("levels")
+    sptr, sidx = np.array([0, 1, 2, 2]), np.array([1, 2])  # 0 -> 1 -> 2
+    indeg, level = np.array([0, 1, 1]), np.empty(3, dtype=np.int64)
+    assert kernel(sptr, sidx, indeg.copy(), level) == 3 and level.tolist() == [0, 1, 2]
+    with pytest.raises(IndexError, match="successor edge 1 names a node out of range"):
+        kernel(sptr, np.array([1, 3]), indeg.copy(), level)
+    with pytest.raises(IndexError, match="fewer predecessors counted"):
+        kernel(sptr, sidx, np.array([0, 1, 0]), level)  # node 2's edge was not counted
+    with pytest.raises(IndexError, match="successors of node 2 are out of range"):
+        kernel(np.array([0, 1, 2, 5]), sidx, indeg.copy(), level)
+    with pytest.raises(ValueError, match="sptr needs a row per node"):
+        kernel(sptr[:-1], sidx, indeg.copy(), level)
+    with pytest.raises(TypeError, match="levels: sidx must be int32 or int64"):
+        kernel(sptr, sidx.astype(np.float64), indeg.copy(), level)
+    with pytest.raises(TypeError, match="levels: level must be signed integers of 8 bytes"):
+        kernel(sptr, sidx, indeg.copy(), level.astype(np.int32))
+
+
+@pytest.mark.parametrize("pure", ["1", ""])
+def test_a_cycle_is_reported_either_way(pure: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from laggard.optable.ops import Job, JobMeta, make_table
+
+    monkeypatch.setenv(kernels.PURE_PYTHON_ENV, pure)
+    cols = {"rank": np.zeros(3, dtype=np.int32), "step": np.zeros(3, dtype=np.int64),
+            "name": ["a", "b", "c"], "kind": ["compute"] * 3, "stream": ["s"] * 3,
+            "start_ns": np.arange(3, dtype=np.int64), "dur_ns": np.ones(3, dtype=np.int64),
+            "deps": [[], [2], [1]]}
+    with pytest.raises(GraphCycleError, match=r"cycle through 2 op\(s\)"):
+        graph_mod.build_graph(Job(table=make_table(cols), meta=JobMeta()))

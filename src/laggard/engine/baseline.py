@@ -16,9 +16,9 @@ import numpy as np
 
 from laggard.engine.gaps import HOST_KIND, GapConfig, GapSummary, host_attribution_type, insert_host_gaps
 from laggard.engine.graph import Graph, build_graph, group_sizes_check
+from laggard.engine.kernels import compiled_replay
 from laggard.engine.replay import (
     column_wise,
-    compiled_replay,
     node_values,
     propagate,
     step_times_from_nodes,
@@ -42,7 +42,7 @@ _MAX_BATCH_BYTES = 1536 * 2**20
 _PASS_BYTES = 64 * 2**20
 _MIN_BATCH = 16
 
-# The compiled loop (replay._replay) has no per-segment cost: its passes stay within 10 MB, each pass
+# The compiled loop (laggard.engine.kernels) has no per-segment cost: its passes stay within 10 MB, each pass
 # reusing the memory the one before freed, so a what-if pass faults in a tenth of the pages. At least 4
 # columns (32-byte rows): trace-AR's 152k nodes 0.36 ms a column 4 wide, 0.28 8 wide, 0.24 25 wide,
 # against 0.66 one by one; in one analysis, 25 what-ifs in passes of 4: 14.5k -> 8.6k page faults.
@@ -57,7 +57,7 @@ def _batch_size(num_ops: int, num_nodes: int, num_scenarios: int) -> int:
     return max(1, min(num_scenarios, wide, _MAX_BATCH_BYTES // per_scenario))
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True, eq=False)  # numpy arrays: a generated == could only raise (no truth value)
 class Baseline:
     """The measured job, ready for replays: graph, measured and ideal weights, op labels."""
 

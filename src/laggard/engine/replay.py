@@ -13,11 +13,10 @@ same elements either way.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from laggard.engine.graph import Graph
+from laggard.engine.kernels import _replay, compiled_replay
 
 # a node with up to this many predecessors takes their max one predecessor slot at a time
 _COLUMNS_UP_TO = 8
@@ -50,24 +49,10 @@ def replay_nodes(graph: Graph, weights: np.ndarray,
     return propagate(graph, node_values(graph, weights), floor)
 
 
-# where it was built (setup.py), the segment loop in C (``_replay.c``); ``_propagate_numpy`` is its twin
-try:
-    from laggard.engine import _replay
-except ImportError:  # not built (no C compiler at install): the numpy loop below
-    _replay = None
-
-# set to 1 to take the numpy loop even where the compiled one was built (a comparison, a kill switch)
-PURE_PYTHON_ENV = "LAGGARD_REPLAY_PURE_PYTHON"
-
-
-def compiled_replay() -> bool:
-    """Whether ``propagate`` runs the compiled loop (built, and not switched off by ``PURE_PYTHON_ENV``)."""
-    return _replay is not None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
-
-
 def propagate(graph: Graph, vals: np.ndarray, floor: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """``replay_nodes`` on node values already in place (``vals``, by replay position: each op's
-    weight, 0 for group nodes and the sentinel), in place; returns ``vals``."""
+    weight, 0 for group nodes and the sentinel), in place; returns ``vals``. The segment loop is
+    compiled where it was built (``laggard.engine.kernels``); ``_propagate_numpy`` is its twin."""
     held = lo = hi = None
     if floor is not None:
         fpos, fval = floor
