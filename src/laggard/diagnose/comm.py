@@ -17,7 +17,7 @@ from laggard.results.diagnosis import Consistency, Finding
 from laggard.whatif.custom import Change
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # numpy arrays: a generated == could only raise (no truth value)
 class _Keys:
     """The communication ops (``rows``, indices into the job's ops) by key: a link (rank, peer) for
     point-to-point, (rank, op type) for collectives, and per key what the detector weighs."""
@@ -52,8 +52,10 @@ def _keys(ctx: Ctx, comm: np.ndarray) -> _Keys:
     del recv, peer
     link = np.where(is_p2p, np.minimum(src, dst) * (int(ctx.rank.max()) + 2) + np.maximum(src, dst), -(rank + 1))
     w, name = ctx.w[rows], ctx.name[rows]
-    med_by_type = {int(c): float(np.median(w[name == c])) for c in np.unique(name)}
-    tmed = np.array([med_by_type.get(int(c), 0.0) for c in range(len(ctx.names))] + [0.0])[ctx.name]
+    # each op type's median over the communication ops (0 for a type none of them has; the last
+    # code, one past the names, is the job's sentinel: its ops weigh against 0)
+    type_med = group_median(w, name.astype(np.int64), len(ctx.names) + 1)
+    tmed = np.append(type_med[:-1], 0.0)[ctx.name]
     nn = len(ctx.names) + 1
     key = link * nn + name
     del link
@@ -67,7 +69,7 @@ def _keys(ctx: Ctx, comm: np.ndarray) -> _Keys:
     first = np.full(len(uniq), len(rows), dtype=np.int64)  # each key's first op (no second sort)
     np.minimum.at(first, inv, np.arange(len(rows)))
     key_p2p = is_p2p[first]
-    base_med = _elsewhere(med, type_of, np.array([med_by_type[int(k)] for k in type_of]), key_p2p)
+    base_med = _elsewhere(med, type_of, type_med[type_of], key_p2p)
     return _Keys(rows=rows, src=src, dst=dst, is_p2p=is_p2p, tmed=tmed, uniq=uniq, inv=inv, first=first,
                  excess=excess, med=med, mx=mx, base_med=base_med, type_of=type_of, key_p2p=key_p2p, nn=nn)
 
@@ -124,7 +126,8 @@ def _named_links(ctx: Ctx, cfg: DiagnoseConfig, k: _Keys, slow: np.ndarray, judg
         f"{nm} transfers {where} take {1e3 * k.med[i0]:.2f} ms (median, max {1e3 * k.mx[i0]:.2f} ms) vs "
         f"{1e3 * k.base_med[i0]:.2f} ms elsewhere; {n_slow} of {len(rws)} are slow"
     )
-    ranks = sorted({int(x) for x in np.concatenate([k.src[bad], k.dst[bad]]) if x >= 0})
+    ends = np.unique(np.concatenate([k.src[bad], k.dst[bad]]))
+    ranks = ends[ends >= 0].tolist()
     if shared is not None:
         ranks = [shared]
         ev += f"; every slow link has rank {shared} at one end"

@@ -213,7 +213,7 @@ def fast_peer_ref(values: np.ndarray, groups: np.ndarray, within: float) -> np.n
     return out
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True, eq=False)  # numpy arrays: a generated == could only raise (no truth value)
 class _FastPeers:
     """Each entry's fast peers as a run of its group's values sorted (by group, value, position):
     positions ``start`` to ``start + k`` of ``order`` less the entry's own place ``j`` (when
@@ -340,7 +340,7 @@ def to_peers(ctx: Ctx, changes: list, among: np.ndarray) -> list:
     nn = len(ctx.names)
     cell = ctx.name.astype(np.int64) + nn * ctx.pp.astype(np.int64)  # (op type, stage)
     has_peer = np.zeros(nn * (int(ctx.pp.max()) + 1), dtype=bool)
-    has_peer[np.unique(cell[~chosen & among])] = True
+    has_peer[cell[~chosen & among]] = True
     return [Change(action="peer", selector=c.selector, factor=c.factor)
             if c.action == "fix" and m.any() and has_peer[cell[m]].all() else c
             for c, m in zip(changes, masks, strict=True)]

@@ -11,7 +11,7 @@ from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True, eq=False)  # numpy arrays: a generated == could only raise (no truth value)
 class Candidate:
     """A nominated finding and its targeted what-if (``laggard.whatif.custom`` changes: only what it
     names made healthy) and the job's weights with them applied. ``gap_share``: the what-if models

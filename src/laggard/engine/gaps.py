@@ -96,7 +96,7 @@ def host_attribution_type(name: str) -> str:
     return name.rsplit("[", 1)[0] if name.endswith("]") else name
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True, eq=False)  # numpy arrays: a generated == could only raise (no truth value)
 class _Gaps:
     host_ns: np.ndarray  # per op: host time before it (int64)
     step_ns: float  # median measured step

@@ -38,7 +38,7 @@ from laggard.optable.ops import unique_inverse
 CONVERGED_S = 1e-9
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True, eq=False)  # numpy arrays: a generated == could only raise (no truth value)
 class ChainPlan:
     """Who waits for whom across step boundaries, computed once per job."""
 

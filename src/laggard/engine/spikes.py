@@ -58,15 +58,21 @@ def group_median(values: np.ndarray, groups: np.ndarray, num_groups: int, rows: 
 
 
 def group_mean(w: np.ndarray, mask_ref: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean of ``w`` over ``mask_ref`` per key tuple, for every op; and whether its key has any."""
+    """Mean of ``w`` over ``mask_ref`` per key tuple, for every op; and whether its key has any. The
+    keys are packed into one integer, which indexes the sums directly where its range fits a table
+    (``fits_table``: op types x stages x steps), else through its distinct values (``unique_inverse``)."""
     key = np.zeros(len(w), dtype=np.int64)
     for k in keys:
         k = k.astype(np.int64)
         key = key * (int(k.max()) + 2) + (k + 1)
-    uniq, inv = unique_inverse(key)
-    sums = np.bincount(inv, weights=np.where(mask_ref, w, 0.0), minlength=len(uniq))
-    cnt = np.bincount(inv, weights=mask_ref.astype(float), minlength=len(uniq))
-    return (sums / np.maximum(cnt, 1))[inv], (cnt > 0)[inv]
+    num = int(key.max()) + 1 if len(key) else 0
+    if not fits_table(num, len(key)):
+        uniq, key = unique_inverse(key)
+        num = len(uniq)
+    sums = np.bincount(key, weights=np.where(mask_ref, w, 0.0), minlength=num)
+    # counted as weights, not as np.bincount(key[mask_ref]): compressing by a scattered mask costs 3x this
+    cnt = np.bincount(key, weights=mask_ref.astype(np.float64), minlength=num)
+    return (sums / np.maximum(cnt, 1)).take(key), (cnt > 0).take(key)
 
 
 def fwd_bwd_partner(names: list[str], name_code: np.ndarray, compute: np.ndarray, rank: np.ndarray,

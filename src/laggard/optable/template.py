@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # numpy arrays: a generated == could only raise (no truth value)
 class Template:
     """Ops of one instance: per op its stage, type, kind, stream, microbatch, chunk, deps, group."""
 

@@ -154,7 +154,9 @@ def _read_columns(table: pa.Table, where: str) -> tuple[dict[str, np.ndarray], l
         if c.null_count:
             valid = valid_mask(c)
             arr = np.where(valid, arr, default)
-        return arr.astype(dtype)
+        # Arrow's buffer itself where the type matches (read-only: nothing here writes to a column),
+        # not a copy: each fresh array's pages are faulted in (~0.7 ms a column of trace-AR)
+        return arr.astype(dtype, copy=False)
 
     dp = col("dp_rank", np.int64)
     stage = col("stage", np.int64)
