@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from laggard.errors import LaggardError, LaggardWarning
+from laggard.io.paths import is_glob
 from laggard.optable.tracedir import JOB_FILE
 
 if TYPE_CHECKING:
@@ -23,13 +24,9 @@ if TYPE_CHECKING:
 FORMATS = ("auto", "native", "ndtimeline", "kineto")
 
 
-def _is_glob(path: Path) -> bool:
-    return any(ch in str(path) for ch in "*?[") and not path.exists()
-
-
 def detect_format(path: Path) -> str:
     """Guess the trace format from what is on disk."""
-    if _is_glob(path):
+    if is_glob(path):
         return "kineto"
     if path.is_dir():
         if (path / JOB_FILE).exists():
@@ -135,7 +132,7 @@ def _check_several(paths: Sequence[str | Path]) -> None:
                f"and {len(paths)} were given")
     for item in paths:
         p = Path(item)
-        if _is_glob(p) or not p.exists():
+        if is_glob(p) or not p.exists():
             continue
         if p.is_dir():
             if (p / JOB_FILE).exists() or list(p.glob("trace*.parquet")):
@@ -161,7 +158,7 @@ def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None,
 
 def _load(p: Path, fmt: str, meta: str | Path | None, layout: str | None = None,
           rank_map: str | Path | None = None) -> Job:
-    if (fmt in ("auto", "kineto")) and _is_glob(p):
+    if (fmt in ("auto", "kineto")) and is_glob(p):
         return _load_kineto(p, meta, layout, rank_map)
     if not p.exists():
         raise LaggardError(f"{p}: no such file or directory")

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from laggard.io.paths import is_glob
 from laggard.optable.tracedir import STATE_SUFFIX
 
 if TYPE_CHECKING:
@@ -108,8 +109,7 @@ def _files_of(path: Path) -> list[Path]:
     """The files a load of ``path`` could read (module doc): a glob's matches; a directory's trace,
     metadata and rank-state files (not its subdirectories: no importer reads them); a file and the
     NDTimeline meta YAML files beside it."""
-    # laggard.io._is_glob's rule (not imported: laggard.io imports this module, and no import circles)
-    if any(ch in str(path) for ch in "*?[") and not path.exists():  # a glob of profiler traces
+    if is_glob(path):  # a glob of profiler traces
         return sorted(Path(x) for x in globmod.glob(str(path)) if Path(x).is_file())
     if path.is_dir():
         return sorted(f for f in path.iterdir() if f.name.endswith(_READ_SUFFIXES) and f.is_file())
