@@ -177,6 +177,11 @@ def test_cli_cache_off(ar: Path, tmp_path: Path) -> None:
         p = _cli([*pre, "whatif", str(ar), "--fix", "all"], cache_dir, **env)
         assert p.returncode == 0, p.stderr
     assert not cache_dir.exists()
+    # `laggard cache` still shows the cache the environment names, its own size cap, and that it is off
+    listing = _cli(["cache"], cache_dir, LAGGARD_NO_CACHE="1", LAGGARD_CACHE_MAX_GIB="0.5")
+    assert listing.returncode == 0, listing.stderr
+    assert f"{cache_dir}: 0 cached job(s), 0.0 MiB of 0.5 GiB (off: LAGGARD_NO_CACHE" in listing.stdout
+    assert "(off:" not in _cli(["cache"], cache_dir, LAGGARD_CACHE_MAX_GIB="0.5").stdout
 
 
 def test_bad_cache_size_is_one_line(ar: Path, tmp_path: Path) -> None:

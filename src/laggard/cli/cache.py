@@ -14,17 +14,18 @@ def cache(
     """The job cache: its directory, entries and size (`--clear` empties it)."""
     import time
 
-    from laggard.io.cache import JobCacheConfig, cli_config, default_directory, entries, entry_source
     from laggard.io.cache import clear as clear_cache
+    from laggard.io.cache import configured, entries, entry_source, switched_off
 
-    cfg = cli_config(no_cache=False) or JobCacheConfig(directory=default_directory())
+    cfg = configured()  # its directory and size cap, whether or not LAGGARD_NO_CACHE turns it off
     if clear:
         n, size = clear_cache(cfg)
         typer.echo(f"removed {n} cached job(s), {size / 2**20:.1f} MiB, from {cfg.directory}")
         return
     found = entries(cfg)
     total = sum(size for _, size, _ in found)
-    typer.echo(f"{cfg.directory}: {len(found)} cached job(s), {total / 2**20:.1f} MiB of {cfg.max_bytes / 2**30:g} GiB")
+    off = " (off: LAGGARD_NO_CACHE is set; commands neither read nor fill it)" if switched_off() else ""
+    typer.echo(f"{cfg.directory}: {len(found)} cached job(s), {total / 2**20:.1f} MiB of {cfg.max_bytes / 2**30:g} GiB{off}")
     for path, size, used in reversed(found):
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(used))
         typer.echo(f"  {size / 2**20:8.1f} MiB  last used {when}  {' '.join(entry_source(path)) or path.name}")

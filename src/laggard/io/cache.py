@@ -80,11 +80,20 @@ def default_directory() -> Path:
     return Path(base) / "laggard" / "jobs"
 
 
+def switched_off() -> bool:
+    """Whether ``LAGGARD_NO_CACHE`` turns the CLI's cache off (set to anything but 0 or empty)."""
+    return os.environ.get("LAGGARD_NO_CACHE", "") not in ("", "0")
+
+
 def cli_config(no_cache: bool) -> JobCacheConfig | None:
-    """The CLI's cache: off with ``--no-cache`` or ``LAGGARD_NO_CACHE`` set to anything but 0/empty;
-    ``LAGGARD_CACHE_MAX_GIB`` caps its size (default ``JobCacheConfig.max_bytes``)."""
-    if no_cache or os.environ.get("LAGGARD_NO_CACHE", "") not in ("", "0"):
-        return None
+    """The CLI's cache (``configured``); None with ``--no-cache`` or under ``LAGGARD_NO_CACHE``."""
+    return None if no_cache or switched_off() else configured()
+
+
+def configured() -> JobCacheConfig:
+    """The cache the environment describes, whether or not it is switched off: its directory
+    (``default_directory``) and ``LAGGARD_CACHE_MAX_GIB``, its size cap (default
+    ``JobCacheConfig.max_bytes``)."""
     cfg = JobCacheConfig(directory=default_directory())
     cap = os.environ.get("LAGGARD_CACHE_MAX_GIB")
     if cap:
