@@ -317,7 +317,9 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
     first = offs[seg_of] + (np.arange(len(p0)) - g0.seg_off[seg_of])  # each slot's place in step 0
     idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
     seg_pred = np.empty(len(p0) * k_steps, dtype=idx_t)
-    seg_pred[first[None, :] + ks[:, None] * pred_len[seg_of][None, :]] = base[p0][None, :] + ks[:, None] * stride[p0][None, :]
+    base_p, stride_p, inc = base[p0], stride[p0], pred_len[seg_of]
+    for k in range(k_steps):  # a step at a time: no (steps x slots) temporaries (4,096 workers: ~0.2 GB)
+        seg_pred[first + k * inc] = base_p + k * stride_p
     step_rep = np.repeat(ks, n0)
     num_dep0 = len(g0.dep_idx)
     group_rep = np.repeat(ks, len(g0.group_ops))
