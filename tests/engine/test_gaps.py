@@ -190,5 +190,7 @@ def test_only_instances_with_a_gap_are_sorted_and_the_result_is_the_same(monkeyp
     host = np.where(rng.random(job.num_ops) < 0.1, rng.integers(1, 10**6, job.num_ops), 0)
     fast = G._exclude_waits(job, op_step, start, host)
     assert (fast > 0).any()
-    monkeypatch.setattr(G, "_groups_with_gaps", lambda rows, *a: rows)
+    monkeypatch.setattr(G, "_groups_with_gaps", lambda *a: None)  # every instance sorted
+    assert np.array_equal(fast, G._exclude_waits(job, op_step, start, host))
+    monkeypatch.setattr(G, "_instance_keys", lambda *a: (None, 0))  # keys too wide to pack: sorted by three
     assert np.array_equal(fast, G._exclude_waits(job, op_step, start, host))

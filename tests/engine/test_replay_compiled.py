@@ -212,3 +212,43 @@ def test_a_cycle_is_reported_either_way(pure: str, monkeypatch: pytest.MonkeyPat
             "deps": [[], [2], [1]]}
     with pytest.raises(GraphCycleError, match=r"cycle through 2 op\(s\)"):
         graph_mod.build_graph(Job(table=make_table(cols), meta=JobMeta()))
+
+
+# --- the gap step's running maxima ----------------------------------------------------------------
+
+@needs_compiled
+def test_running_max_is_the_numpy_twin() -> None:
+    from laggard.engine import gaps
+
+    rng = np.random.default_rng(5)
+    kernel = kernels.kernel("running_max")
+    for trial in range(300):
+        n = int(rng.integers(0, 80))
+        values = rng.integers(-3, 4, n) * int(rng.choice([1, 10**12]))  # ties and wide spans
+        starts = np.flatnonzero(rng.random(n) < 0.2) if n else np.zeros(0, dtype=np.int64)
+        starts = np.union1d([0], starts).astype(np.int64) if n else starts.astype(np.int64)
+        ref = gaps._running_max_numpy(values, starts)  # noqa: SLF001
+        running, pos = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        kernel(values.astype(np.int64), starts, running, pos)
+        assert np.array_equal(ref[0], running) and np.array_equal(ref[1], pos), trial
+    with pytest.raises(ValueError, match="first run must start at 0"):
+        kernel(np.arange(3), np.array([1]), np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="run 1 does not start after"):
+        kernel(np.arange(3), np.array([0, 0]), np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="run 1 does not start after"):
+        kernel(np.arange(3), np.array([0, 3]), np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="a slot per value"):
+        kernel(np.arange(3), np.array([0]), np.empty(2, dtype=np.int64), np.empty(3, dtype=np.int64))
+    with pytest.raises(TypeError, match="running_max: values must be signed integers of 8 bytes"):
+        kernel(np.arange(3, dtype=np.int32), np.array([0]), np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int64))
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", ["AR", "kineto"])
+def test_the_gap_step_is_the_same_either_way(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from laggard.engine.gaps import GapConfig, insert_host_gaps
+
+    job = load_job(TRACES[name])
+    compiled = insert_host_gaps(job, GapConfig())[0].table
+    monkeypatch.setenv(kernels.PURE_PYTHON_ENV, "1")
+    assert insert_host_gaps(job, GapConfig())[0].table.equals(compiled)

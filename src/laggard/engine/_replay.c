@@ -1,5 +1,6 @@
 /* The engine's compiled kernels (laggard.engine.kernels): the replay loop, ``laggard.engine.replay.propagate``
- * over a graph's segments, and the levels of a graph's nodes (``levels``, at the end of this file).
+ * over a graph's segments; the levels of a graph's nodes (``levels``) and the gap step's running maxima
+ * (``running_max``), at the end of this file.
  *
  * The Python twin (replay.py, ``_propagate_numpy``) makes a few numpy calls per (level, in-degree)
  * segment: thousands of calls of a few rows each on a pipeline's graph. Here one call walks every
@@ -270,12 +271,66 @@ fail:
     return NULL;
 }
 
+/* running_max(values, run_start, running, pos): over runs of ``values`` (int64; run r is positions
+ * run_start[r] to the next start), each position's running maximum within its run and the latest position
+ * holding it (ties move it on), as laggard.engine.gaps._running_max_numpy gives them. ``run_start``: 0 first,
+ * strictly increasing, below n (checked); ``running`` and ``pos`` (int64, n each) are written. */
+static PyObject *running_max(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO:running_max", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    Buf bufs[4];
+    memset(bufs, 0, sizeof bufs);
+    if (get(o[0], &bufs[0], 0, 'i', 8, "running_max: values") < 0 ||
+        get(o[1], &bufs[1], 0, 'i', 8, "running_max: run_start") < 0 ||
+        get(o[2], &bufs[2], 1, 'i', 8, "running_max: running") < 0 ||
+        get(o[3], &bufs[3], 1, 'i', 8, "running_max: pos") < 0)
+        goto fail;
+    Py_ssize_t n = bufs[0].b.len / 8, nr = bufs[1].b.len / 8;
+    const int64_t *v = bufs[0].b.buf, *rs = bufs[1].b.buf;
+    int64_t *running = bufs[2].b.buf, *pos = bufs[3].b.buf;
+    if (bufs[2].b.len / 8 != n || bufs[3].b.len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "running_max: running and pos need a slot per value");
+        goto fail;
+    }
+    if ((n > 0) != (nr > 0) || (nr > 0 && rs[0] != 0)) {
+        PyErr_SetString(PyExc_ValueError, "running_max: the first run must start at 0");
+        goto fail;
+    }
+    for (Py_ssize_t r = 1; r < nr; r++)
+        if (rs[r] <= rs[r - 1] || rs[r] >= n) {
+            PyErr_Format(PyExc_ValueError, "running_max: run %zd does not start after the one before, within "
+                                           "the values", r);
+            goto fail;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < nr; r++) {
+        int64_t b = r + 1 < nr ? rs[r + 1] : n, m = v[rs[r]], p = rs[r];
+        for (int64_t i = rs[r]; i < b; i++) {
+            if (v[i] >= m) {
+                m = v[i];
+                p = i;
+            }
+            running[i] = m;
+            pos[i] = p;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(bufs, 4);
+    Py_RETURN_NONE;
+fail:
+    release(bufs, 4);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"propagate", propagate, METH_VARARGS,
      "propagate(vals, seg_start, seg_end, seg_k, seg_off, seg_pred[, fpos, held, lo, hi]): the replay over the "
      "graph's segments, in place (laggard.engine.replay.propagate)."},
     {"levels", levels, METH_VARARGS,
      "levels(sptr, sidx, indeg, level): each node's level by Kahn's algorithm, in place (laggard.engine.graph)."},
+    {"running_max", running_max, METH_VARARGS,
+     "running_max(values, run_start, running, pos): running maxima within runs and where they are, in place "
+     "(laggard.engine.gaps)."},
     {NULL, NULL, 0, NULL},
 };
 

