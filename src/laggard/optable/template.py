@@ -50,9 +50,12 @@ def template_columns(tpl: Template, inst_step: np.ndarray, num_dp: int, worker_r
     num_t = len(tpl)
     n_inst = len(inst_step)
     num_pp = int(tpl.stage.max()) + 1
-    t_idx = np.tile(np.arange(num_t), n_inst)
-    inst_dp = np.repeat(np.arange(n_inst) % num_dp, num_t)
-    stage = tpl.stage[t_idx]
+    # per-op columns built in the table's int32 where it has one, not in int64 and then cast: each
+    # op-sized array is fresh memory, and its pages are faulted in (trace-AR: 117k ops)
+    t_idx = np.tile(np.arange(num_t, dtype=np.int32), n_inst)
+    inst_dp = np.repeat((np.arange(n_inst) % num_dp).astype(np.int32), num_t)
+    stage = tpl.stage.astype(np.int32)[t_idx]
+    worker_rank = worker_rank.astype(np.int32)
 
     # deps: the template CSR with per-instance offsets
     t_len = np.array([len(d) for d in tpl.deps], dtype=np.int64)
@@ -89,23 +92,23 @@ def template_columns(tpl: Template, inst_step: np.ndarray, num_dp: int, worker_r
         pa.array(group_dict or [""], type=pa.string()),
     )
     gseq = np.array(tpl.gseq, dtype=np.int64)[t_idx]
-    peer_stage = np.array(tpl.peer_stage or [-1] * num_t, dtype=np.int64)[t_idx]
-    peer = np.where(peer_stage >= 0, worker_rank[inst_dp * num_pp + np.maximum(peer_stage, 0)], -1)
+    peer_stage = np.array(tpl.peer_stage or [-1] * num_t, dtype=np.int32)[t_idx]
+    peer = np.where(peer_stage >= 0, worker_rank[inst_dp * num_pp + np.maximum(peer_stage, 0)], np.int32(-1))
     n = n_inst * num_t
     return {
-        "rank": worker_rank[inst_dp * num_pp + stage].astype(np.int32),
-        "dp_rank": inst_dp.astype(np.int32),
-        "pp_rank": stage.astype(np.int32),
+        "rank": worker_rank[inst_dp * num_pp + stage],
+        "dp_rank": inst_dp,
+        "pp_rank": stage,
         "tp_rank": np.full(n, -1, dtype=np.int32),
         "cp_rank": np.full(n, -1, dtype=np.int32),
-        "vchunk": np.tile(tpl.vchunk, n_inst).astype(np.int32),
+        "vchunk": np.tile(tpl.vchunk.astype(np.int32), n_inst),
         "step": np.repeat(np.asarray(inst_step, dtype=np.int64), num_t),
-        "microbatch": np.tile(tpl.microbatch, n_inst).astype(np.int32),
+        "microbatch": np.tile(np.asarray(tpl.microbatch).astype(np.int32), n_inst),
         "name": _tiled_dict(tpl.name, n_inst),
         "kind": _tiled_dict(tpl.kind, n_inst),
         "stream": _tiled_dict(tpl.stream, n_inst),
         "group": group,
         "seq": np.where(has_group, gseq, -1),
-        "peer": peer.astype(np.int32),
+        "peer": peer,
         "deps": deps,
     }
