@@ -326,7 +326,7 @@ class Job:
     def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
         """A dictionary column as (int32 codes, labels); null -> -1. Each chunk's indices are written
         into the codes as they are stored (int8 for op kinds), not widened to int64 first (two copies
-        of every op's code: 94 -> ~20 ms for 7.7M ops in two shards)."""
+        of every op's code: 94 -> 5 ms for the op kinds of 7.7M ops in two shards)."""
         col = self.table.column(name)
         chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
         if not chunks:
