@@ -52,7 +52,7 @@ def _both(graph, vals: np.ndarray, floor=None) -> tuple[np.ndarray, np.ndarray]:
 @needs_compiled
 def test_one_column_and_many_are_the_numpy_values(graph_and_values) -> None:  # noqa: ANN001
     graph, measured, ideal = graph_and_values
-    assert replay.compiled_replay()
+    assert kernels.compiled_replay()
     py, c = _both(graph, measured)
     assert py.tobytes() == c.tobytes()
     rng = np.random.default_rng(7)

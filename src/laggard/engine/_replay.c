@@ -49,6 +49,27 @@ static int get(PyObject *obj, Buf *out, int writable, char kind, Py_ssize_t item
     return -1;
 }
 
+/* One argument of a kernel that takes only buffers: how ``get`` checks it. */
+typedef struct {
+    int writable;
+    char kind;
+    Py_ssize_t itemsize;
+    const char *what;
+} Arg;
+
+/* A kernel's ``n`` positional arguments, each a buffer checked by ``get`` against its ``spec``; ``bufs``
+ * zeroed by the caller and released by it on failure too. */
+static int get_args(PyObject *args, const char *name, const Arg *spec, Buf *bufs, Py_ssize_t n) {
+    if (PyTuple_GET_SIZE(args) != n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name, n, PyTuple_GET_SIZE(args));
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (get(PyTuple_GET_ITEM(args, i), &bufs[i], spec[i].writable, spec[i].kind, spec[i].itemsize, spec[i].what) < 0)
+            return -1;
+    return 0;
+}
+
 /* Whether segment s's position range and predecessor slice are in bounds. */
 static int segment_ok(int64_t nrows, int64_t a, int64_t b, int64_t k, int64_t o, Py_ssize_t npred) {
     return a >= 0 && b >= a && b <= nrows && k >= 1 && o >= 0 && (b - a) <= (INT64_MAX - o) / k &&
@@ -208,13 +229,11 @@ fail:
  * repeated edges repeated); ``indeg``: each node's predecessor count, decremented in place as they are
  * levelled; ``level`` (int64, written): -1 for nodes on or behind a cycle. Returns the number levelled. */
 static PyObject *levels(PyObject *self, PyObject *args) {
-    PyObject *o[4];
-    if (!PyArg_ParseTuple(args, "OOOO:levels", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    static const Arg spec[] = {{0, 'i', 8, "levels: sptr"}, {0, 'i', 0, "levels: sidx"},
+                               {1, 'i', 8, "levels: indeg"}, {1, 'i', 8, "levels: level"}};
     Buf bufs[4];
     memset(bufs, 0, sizeof bufs);
-    if (get(o[0], &bufs[0], 0, 'i', 8, "levels: sptr") < 0 || get(o[1], &bufs[1], 0, 'i', 0, "levels: sidx") < 0 ||
-        get(o[2], &bufs[2], 1, 'i', 8, "levels: indeg") < 0 || get(o[3], &bufs[3], 1, 'i', 8, "levels: level") < 0)
-        goto fail;
+    if (get_args(args, "levels", spec, bufs, 4) < 0) goto fail;
     Py_ssize_t n = bufs[3].b.len / 8, ne = bufs[1].b.len / bufs[1].b.itemsize;
     const int64_t *sptr = bufs[0].b.buf;
     int64_t *indeg = bufs[2].b.buf, *level = bufs[3].b.buf;
@@ -276,15 +295,11 @@ fail:
  * holding it (ties move it on), as laggard.engine.gaps._running_max_numpy gives them. ``run_start``: 0 first,
  * strictly increasing, below n (checked); ``running`` and ``pos`` (int64, n each) are written. */
 static PyObject *running_max(PyObject *self, PyObject *args) {
-    PyObject *o[4];
-    if (!PyArg_ParseTuple(args, "OOOO:running_max", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    static const Arg spec[] = {{0, 'i', 8, "running_max: values"}, {0, 'i', 8, "running_max: run_start"},
+                               {1, 'i', 8, "running_max: running"}, {1, 'i', 8, "running_max: pos"}};
     Buf bufs[4];
     memset(bufs, 0, sizeof bufs);
-    if (get(o[0], &bufs[0], 0, 'i', 8, "running_max: values") < 0 ||
-        get(o[1], &bufs[1], 0, 'i', 8, "running_max: run_start") < 0 ||
-        get(o[2], &bufs[2], 1, 'i', 8, "running_max: running") < 0 ||
-        get(o[3], &bufs[3], 1, 'i', 8, "running_max: pos") < 0)
-        goto fail;
+    if (get_args(args, "running_max", spec, bufs, 4) < 0) goto fail;
     Py_ssize_t n = bufs[0].b.len / 8, nr = bufs[1].b.len / 8;
     const int64_t *v = bufs[0].b.buf, *rs = bufs[1].b.buf;
     int64_t *running = bufs[2].b.buf, *pos = bufs[3].b.buf;

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from laggard.engine.graph import Graph
-from laggard.engine.kernels import _replay, compiled_replay
+from laggard.engine.kernels import kernel
 
 # a node with up to this many predecessors takes their max one predecessor slot at a time
 _COLUMNS_UP_TO = 8
@@ -62,11 +62,12 @@ def propagate(graph: Graph, vals: np.ndarray, floor: tuple[np.ndarray, np.ndarra
         vals[fpos[:top]] = held[:top]  # level 0: nothing to wait for but the floor
         lo = np.searchsorted(fpos, graph.seg_start)
         hi = np.searchsorted(fpos, graph.seg_end)
-    if compiled_replay() and vals.dtype == np.float64 and vals.flags.c_contiguous and vals.flags.writeable:
+    compiled = kernel("propagate")
+    if compiled is not None and vals.dtype == np.float64 and vals.flags.c_contiguous and vals.flags.writeable:
         seg = [np.ascontiguousarray(a, dtype=np.int64) for a in (graph.seg_start, graph.seg_end, graph.seg_k, graph.seg_off)]
         extra = () if floor is None else (np.ascontiguousarray(floor[0], dtype=np.int64), np.ascontiguousarray(held),
                                           lo.astype(np.int64), hi.astype(np.int64))
-        _replay.propagate(vals, *seg, np.ascontiguousarray(graph.seg_pred), *extra)
+        compiled(vals, *seg, np.ascontiguousarray(graph.seg_pred), *extra)
         return vals
     return _propagate_numpy(graph, vals, None if floor is None else (floor[0], held, lo, hi))
 
