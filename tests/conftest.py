@@ -19,13 +19,13 @@ ND = DATA / "ndtimeline"
 # module is a unit of its own, so that its module fixtures run once.
 REAL_JOB_MODULES = frozenset(f"tests/{m}.py" for m in (
     "collectives/test_collectives_dist", "demo/test_demo_act", "demo/test_demo_job", "demo/test_netshape",
-    "diagnose/test_diagnose_demo", "diagnose/test_host_fix_gain", "diagnose/test_launch_pipeline",
+    "cli/test_run", "diagnose/test_diagnose_demo", "diagnose/test_host_fix_gain", "diagnose/test_launch_pipeline",
     "engine/test_gaps", "fleet/test_fleet_goodput", "hang/test_hang", "io/test_kineto_crumbs", "io/test_kineto_ddp",
     "io/test_kineto_gc", "io/test_kineto_layout", "io/test_kineto_microbatches", "io/test_kineto_p2p",
     "io/test_kineto_sequences", "io/test_kineto_stall", "mitigate/test_mitigate_controller_dist",
     "mitigate/test_mitigate_demo", "mitigate/test_mitigate_dist", "monitor/test_demo_into_collector",
     "monitor/test_monitor_dashboard", "monitor/test_monitor_hang", "tracer/test_tracer_clock",
-    "tracer/test_tracer_dist",
+    "tracer/test_tracer_dist", "tracer/test_autotrace",
 ))
 REAL_JOBS_UNIT = "real-jobs"
 

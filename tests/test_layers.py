@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"optable"},  # the op table: the one model
     {"io", "engine", "wire", "hang", "mitigate"},  # importers; replay engine; what travels to the collector
     {"results", "tracer", "simulate"},  # result types as data; instrumentation; Monte-Carlo
-    {"whatif", "collectives"},
+    {"whatif", "collectives", "integrations"},  # ...; framework callbacks over the tracer
     {"diagnose"},
     {"analysis"},  # what-if + diagnosis, composed, under one AnalysisConfig
     {"report"},  # every rendering and export of results

@@ -44,6 +44,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "laggard.cli.dessim": ("dessim",),  # simpy loads inside the command
     "laggard.cli.monitor": ("monitor",),
     "laggard.cli.cache": ("cache",),
+    "laggard.cli.run": ("run",),  # torch loads inside the command (the launcher)
 }
 
 
@@ -122,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LaggardWarning)
         try:
-            command.main(args=argv, prog_name="laggard", standalone_mode=False)
-            code = 0
+            # outside standalone mode click returns a `typer.Exit(N)` raised in a command as N (commands return None)
+            rv = command.main(args=argv, prog_name="laggard", standalone_mode=False)
+            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
         except LaggardError as e:
             _flush_warnings(caught)
             print(f"laggard: error: {e}", file=sys.stderr)

@@ -83,8 +83,7 @@ class CommMixin:
              microbatch: int = -1) -> None:
         """Blocking send to global rank ``dst``, recorded as a p2p_send op."""
         d = _dist()
-        with _InComm(self, self.p2p(name, peer=dst, send=True, size_bytes=_nbytes(tensor), microbatch=microbatch),
-                     name, "p2p_send"):
+        with self.p2p(name, peer=dst, send=True, size_bytes=_nbytes(tensor), microbatch=microbatch):
             d.send(tensor, dst, group=group, tag=tag)
 
     def recv(self, tensor: Any, src: int, group: Any = None, tag: int = 0, *, name: str = "recv",
@@ -93,8 +92,7 @@ class CommMixin:
         if src is None:
             raise LaggardError("Tracer.recv: src is required (a receive from any source cannot be matched)")
         d = _dist()
-        with _InComm(self, self.p2p(name, peer=src, send=False, size_bytes=_nbytes(tensor), microbatch=microbatch),
-                     name, "p2p_recv"):
+        with self.p2p(name, peer=src, send=False, size_bytes=_nbytes(tensor), microbatch=microbatch):
             return d.recv(tensor, src, group=group, tag=tag)
 
     def isend(self, tensor: Any, dst: int, group: Any = None, tag: int = 0, *, name: str = "send",
@@ -138,7 +136,7 @@ class CommMixin:
             return call()
 
     def _issue_async(self, call: Callable[[], Any], name: str, kind: str, label: str, peer: int, size: int,
-                     mb: int) -> Any:
+                     mb: int, work_cls: type[TracedWork] = TracedWork) -> Any:
         if not self._enabled or self._skip:
             return call()
         if self._gcq:
@@ -148,22 +146,29 @@ class CommMixin:
         if self._cuda is not None:
             ev0 = self._cuda.event()
             ev0.record()
-        work = TracedWork(self, self._code(name, kind, "async"), mb, aux, self._last_op(),
-                          self._step if self._in_step else None, ev0)
-        work._work = call()
+        work = work_cls(self, self._code(name, kind, "async"), mb, aux, self._last_op(),
+                        self._step if self._in_step else None, ev0)
+        self._comm_depth += 1  # the call is this op: zero-code capture (tracer.auto) leaves it alone
+        try:
+            work._work = call()
+        finally:
+            self._comm_depth -= 1
         return work
 
-    def _complete_async(self, w: TracedWork) -> None:
+    def _complete_async(self, w: TracedWork, end_ns: int | None = None, ev1: Any = None) -> None:
+        """Record ``w`` as completed now, or at ``end_ns`` (CUDA: at event ``ev1``) when its completion
+        was seen earlier, e.g. by a callback on its future."""
         if not self._enabled:
             return
         deps = [w._issue_pred] if w._issue_pred >= 0 else []
         aux = (*w._aux[:4], Side(replace_chain=True, deps=deps))
         if self._cuda is not None:
-            ev1 = self._cuda.event()
-            ev1.record()
+            if ev1 is None:
+                ev1 = self._cuda.event()
+                ev1.record()
             self._cuda.add(w._step, w._code, w._mb, -1, aux, w._ev0, ev1)
             return
-        end = self._clock()
+        end = self._clock() if end_ns is None else end_ns
         joins, self._joins = self._joins, []  # pending joins belong to the next op on the stream
         oid = self._write_in(w._step, (w._code, w._mb, w._start, end - w._start, -1, aux))
         self._joins = joins
@@ -219,6 +224,7 @@ class _InComm:
 
     def __enter__(self) -> Any:
         t, aux = self._t, getattr(self._ctx, "_aux", None)
+        t._comm_depth += 1  # the torch.distributed calls inside are this op: zero-code capture leaves them alone
         if aux is not None:
             label = t._groups[aux[2]]
             t._in_comm = {"name": self._name, "kind": self._kind, "group": label, "seq": t._ncalls.get(aux[2], 0),
@@ -228,6 +234,7 @@ class _InComm:
     def __exit__(self, *exc: object) -> bool:
         t, cur = self._t, self._t._in_comm
         t._in_comm = None
+        t._comm_depth -= 1
         if cur is not None:
             t._comm_last[cur["group"]] = self._name
         if exc[0] is not None and t._stream is not None:  # a peer that aborted on a hang verdict?

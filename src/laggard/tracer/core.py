@@ -64,7 +64,7 @@ from laggard.tracer._page import (
 from laggard.tracer._paging import PagingMixin
 from laggard.tracer._writer import ShardWriter
 from laggard.tracer.clock import ClockSync, align_clocks, local_sync
-from laggard.tracer.comm import CommMixin, TracedWork  # noqa: F401 - TracedWork is public here too
+from laggard.tracer.comm import CommMixin, TracedWork, _InComm  # noqa: F401 - TracedWork is public here too
 
 try:  # op()'s common case compiled (laggard/tracer/_fastop.c): built where the install had a C compiler
     from laggard.tracer import _fastop
@@ -228,6 +228,9 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         self._ncalls: dict[int, int] = {}  # group code -> communication calls so far (all steps: a hang's seq)
         self._comm_last: dict[str, str] = {}  # group label -> the name of its last blocking call
         self._in_comm: dict[str, Any] | None = None  # the blocking communication the main thread is in
+        # > 0 while a communication this tracer records runs: the torch.distributed calls inside it
+        # belong to that op, and zero-code capture (laggard.tracer.auto) must not record them again
+        self._comm_depth = 0
 
     def _startup_collectives(self, dist: Any, align: str | None) -> list[Any]:
         """Clock alignment and every rank's layout: every rank takes part whatever happens to its
@@ -389,7 +392,7 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         if not self._enabled or self._skip:
             return _NULL
         g = self._group_label(group) if label is None else label
-        return self._comm_ctx(name, "collective", g, -1, size_bytes, microbatch)
+        return _InComm(self, self._comm_ctx(name, "collective", g, -1, size_bytes, microbatch), name, "collective")
 
     def p2p(self, name: str, *, peer: int, send: bool, size_bytes: int | None = None,
             microbatch: int = -1) -> _OpCtx | _NullCtx:
@@ -397,8 +400,8 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         if not self._enabled or self._skip:
             return _NULL
         src, dst = (self.rank, peer) if send else (peer, self.rank)
-        return self._comm_ctx(name, "p2p_send" if send else "p2p_recv", f"p2p:{src}>{dst}", peer, size_bytes,
-                              microbatch)
+        kind = "p2p_send" if send else "p2p_recv"
+        return _InComm(self, self._comm_ctx(name, kind, f"p2p:{src}>{dst}", peer, size_bytes, microbatch), name, kind)
 
     def close(self, status: str = "closed") -> None:
         """Write everything recorded and stop; safe to call twice. Ops outside steps are dropped."""

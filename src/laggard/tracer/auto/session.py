@@ -1,0 +1,322 @@
+"""A zero-code tracing session: the tracer, the phase hooks and the communication capture of one process.
+
+``autotrace(model, optimizer, out_dir=...)`` traces a training loop you wrote, from hooks on that
+model and optimizer; ``install_from_env()`` (what ``laggard run`` starts every rank with) needs no
+model at all: it hooks every module's forward (the outermost call is the phase), and creates the
+tracer when the script calls ``torch.distributed.init_process_group`` (every rank does, so the
+tracer's own start-up collectives line up), or at the first phase of a single-process run.
+
+What it hooks, each undone by ``close()``:
+
+- forward: module forward pre/post hooks (the model's, or every module's), outermost call only;
+- backward: ``torch.autograd.backward`` (``Tensor.backward`` calls it), on the training thread;
+- optimizer: torch's global optimizer step pre/post hooks; the step's optimizer (the one given, or
+  the first to step) ends each step;
+- data: the ``__next__`` of every DataLoader iterator (the wait for a batch);
+- communication: ``laggard.tracer.auto.comm``.
+
+A forked child (DataLoader workers) records nothing: the session is switched off there. Only the
+thread that created the tracer records, plus autograd's threads while it is in ``backward()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from laggard.errors import LaggardError
+from laggard.tracer.auto import phases as ph
+from laggard.tracer.auto.env import DEFAULT_FLUSH_S, read_env
+
+_ACTIVE: AutoTrace | None = None  # one session per process: the hooks are global
+CAPTURE_META = "autotrace"  # job.json's extra "capture": how the trace was recorded
+
+
+class AutoTrace:
+    """One process's zero-code tracing (see the module docstring). ``tracer`` is None until it exists."""
+
+    def __init__(self, out_dir: str | Path, *, model: Any = None, optimizer: Any = None, name: str | None = None,
+                 lazy: bool = False, **tracer_kwargs: Any) -> None:
+        global _ACTIVE
+        if _ACTIVE is not None:
+            raise LaggardError("laggard.autotrace: a session is already active in this process (close it first)")
+        self.out_dir = Path(out_dir)
+        self.name = name or "job"
+        self._tracer_kwargs = tracer_kwargs
+        self.tracer: Any = None
+        self.phases: ph.Phases | None = None
+        self.ddp_hook_depth = 0
+        self.in_backward = False
+        self._ident = threading.get_ident()
+        self._pid = os.getpid()
+        self._depth = 0
+        self._handles: list[Any] = []
+        self._originals: list[tuple[Any, str, Any]] = []
+        self._model, self._optimizer = model, optimizer
+        self._closed = False
+        from laggard.tracer.auto.comm import CommCapture
+
+        self.capture = CommCapture(self)
+        _ACTIVE = self
+        try:
+            self._install()
+            if not lazy:
+                self.start_tracer()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ the tracer
+    def start_tracer(self) -> Any:
+        """Create the tracer now (idempotent): with torch.distributed initialised, on every rank at once."""
+        if self.tracer is not None or self._closed:
+            return self.tracer
+        from laggard.tracer.core import Tracer
+
+        meta = {**self._tracer_kwargs.pop("meta_extra", {}), "capture": CAPTURE_META}
+        self._ident = threading.get_ident()
+        tracer = Tracer(self.out_dir, name=self.name, meta_extra=meta, **self._tracer_kwargs)
+        self.phases = ph.Phases(tracer)
+        self.phases.on_open = self._flush_outside_backward
+        if self._optimizer is not None:
+            self.phases.set_step_optimizer(self._optimizer)
+        self.tracer = tracer
+        return tracer
+
+    def _flush_outside_backward(self) -> None:
+        """Communication seen complete joins the segment that starts now, since the training thread
+        waited for it meanwhile; inside a backward nothing waits until it returns (DDP's reducer
+        waits at the end), so there the backward's end writes them (``_end_backward``)."""
+        if not self.in_backward:
+            self.capture.flush()
+
+    def owns_thread(self) -> bool:
+        return threading.get_ident() == self._ident or self.in_backward
+
+    def _active_tracer(self) -> Any:
+        """The tracer a hook records into now, or None (not started, closed, another thread or a child)."""
+        t = self.tracer
+        if t is None:
+            if self._closed or not self._lazy_start_allowed():
+                return None
+            t = self.start_tracer()
+        if not t._enabled or not self.owns_thread():
+            return None
+        return t
+
+    def _lazy_start_allowed(self) -> bool:
+        """A single-process run (no torch.distributed, no launcher saying otherwise) starts at its first phase."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return True
+        return int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1
+
+    # ------------------------------------------------------------------ hooks
+    def _install(self) -> None:
+        import torch
+        import torch.optim.optimizer as topt
+        from torch.utils.data import dataloader
+
+        if self._model is not None:
+            self._handles += [self._model.register_forward_pre_hook(self._forward_pre),
+                              self._model.register_forward_hook(self._forward_post, always_call=True)]
+        else:
+            from torch.nn.modules import module as tmod
+
+            self._handles += [tmod.register_module_forward_pre_hook(self._forward_pre),
+                              tmod.register_module_forward_hook(self._forward_post, always_call=True)]
+        self._handles += [topt.register_optimizer_step_pre_hook(self._optimizer_pre),
+                          topt.register_optimizer_step_post_hook(self._optimizer_post)]
+        self._patch(torch.autograd, "backward", self._backward_wrapper(torch.autograd.backward))
+        it = dataloader._BaseDataLoaderIter
+        self._patch(it, "__next__", self._next_wrapper(it.__next__))
+        self._patch_dist()
+        self.capture.install()
+        os.register_at_fork(after_in_child=_forked_child)
+
+    def _patch(self, owner: Any, name: str, fn: Any) -> None:
+        self._originals.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, fn)
+
+    def _patch_dist(self) -> None:
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        init, destroy = c10d.init_process_group, c10d.destroy_process_group
+        session = self
+
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            out = init(*args, **kwargs)
+            session.start_tracer()  # every rank calls init: the tracer's start-up collectives line up
+            return out
+
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            if not args and kwargs.get("group") is None:  # the default group goes: nothing to trace after
+                session.close()
+            return destroy(*args, **kwargs)
+
+        for ns in (dist, c10d):
+            for name, fn, orig in (("init_process_group", init_process_group, init),
+                                   ("destroy_process_group", destroy_process_group, destroy)):
+                if getattr(ns, name, None) is orig:
+                    fn.__name__, fn.__doc__, fn.__wrapped__ = orig.__name__, orig.__doc__, orig  # type: ignore
+                    self._patch(ns, name, fn)
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        if self._depth == 0 and self._active_tracer() is not None:
+            self.capture.flush()
+            self.phases.push(ph.FORWARD)  # type: ignore[union-attr]
+        self._depth += 1
+
+    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0 and self.phases is not None and self.owns_thread():
+            self.phases.pop(ph.FORWARD)
+
+    def _backward_wrapper(self, orig: Any) -> Any:
+        session = self
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            t = session._active_tracer()
+            if t is None or session.in_backward:
+                return orig(*args, **kwargs)
+            phases = session.phases
+            assert phases is not None
+            session.capture.flush()
+            phases.push(ph.BACKWARD)
+            session.in_backward = True
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                session.in_backward = False
+                session._end_backward(t, phases)
+
+        backward.__name__, backward.__doc__, backward.__wrapped__ = orig.__name__, orig.__doc__, orig  # type: ignore
+        return backward
+
+    def _end_backward(self, t: Any, phases: ph.Phases) -> None:
+        """The backward returned. Communication issued inside it (DDP's buckets) has completed: what
+        the training thread did after the last issue was waiting for it, then finishing the backward,
+        so the last segment is recorded from the last completion on (CPU timing; on GPU the events
+        on the stream already show the wait as the stream's)."""
+        if phases.top() == ph.BACKWARD and t._cuda is None and self.capture._inflight:
+            ctx = phases.drop_segment()
+            last = self.capture.flush_timed()
+            if ctx is not None:
+                if t._gcq:
+                    t._drain_gc()
+                now = t._clock()
+                start = max(ctx._start, last or ctx._start)
+                dur = max(0, now - start - (t._excl_ns - ctx._excl0))
+                t._rec(ctx._code, ctx._mb, start, dur, -1, None)
+                t._excl_ns += dur
+        else:
+            self.capture.flush()
+        phases.pop(ph.BACKWARD)
+        phases.backward_done()
+
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._active_tracer() is not None:
+            self.capture.flush()
+            self.phases.push(ph.OPTIMIZER)  # type: ignore[union-attr]
+
+    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        phases = self.phases
+        if phases is None or not self.owns_thread() or self.tracer is None:
+            return
+        self.capture.flush()
+        phases.pop(ph.OPTIMIZER)
+        phases.optimizer_done(optimizer)
+
+    def _next_wrapper(self, orig: Any) -> Any:
+        session = self
+
+        def __next__(it: Any) -> Any:
+            t = session._active_tracer()
+            if t is None or session.phases is None:
+                return orig(it)
+            phases = session.phases
+            phases.pause()
+            t0 = t._clock()
+            try:
+                item = orig(it)
+            except StopIteration:
+                raise
+            else:
+                t.record(ph.DATA_WAIT, t0, t._clock() - t0, kind="other")
+                return item
+            finally:
+                phases.resume()
+
+        __next__.__wrapped__ = orig  # type: ignore[attr-defined]
+        return __next__
+
+    # ------------------------------------------------------------------ end
+    def close(self, status: str = "closed") -> None:
+        """Stop tracing, write everything and undo every hook; safe to call twice."""
+        global _ACTIVE
+        if self._closed:
+            return
+        self._closed = True
+        if self.phases is not None and self.tracer is not None and os.getpid() == self._pid:
+            self.capture.flush()
+            self.phases.close()
+            self.tracer.close(status)
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self.capture.uninstall()
+        for owner, name, orig in reversed(self._originals):
+            setattr(owner, name, orig)
+        self._originals.clear()
+        if _ACTIVE is self:
+            _ACTIVE = None
+
+    def __enter__(self) -> AutoTrace:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.close("closed" if exc_type is None else f"failed: {exc_type.__name__}")
+        return False
+
+
+def _forked_child() -> None:
+    """In a forked child (a DataLoader worker) the parent's session records nothing."""
+    s = _ACTIVE
+    if s is not None:
+        s._closed = True
+        s.tracer = None
+
+
+def autotrace(model: Any = None, optimizer: Any = None, *, out_dir: str | Path = "trace", name: str = "job",
+              **tracer_kwargs: Any) -> AutoTrace:
+    """Trace a training loop without naming its ops: forward and backward from hooks on ``model``
+    (every module when None), optimizer steps (``optimizer``'s end each step; the first optimizer to
+    step when None), DataLoader waits, and every torch.distributed collective and transfer, DDP's
+    gradient all-reduce included. Call after ``init_process_group`` on every rank; close it (or use
+    it as a context manager) at the end. ``tracer_kwargs`` go to ``laggard.tracer.Tracer``."""
+    return AutoTrace(out_dir, model=model, optimizer=optimizer, name=name, **tracer_kwargs)
+
+
+def install_from_env(environ: dict[str, str] | None = None) -> AutoTrace | None:
+    """The session ``laggard run`` asks for through the environment (``laggard.tracer.auto.env``), or
+    None when it asks for none. The tracer starts at ``init_process_group`` (or a single process's
+    first phase); the session closes at exit."""
+    env = read_env(environ)
+    if env is None:
+        return None
+    kwargs: dict[str, Any] = {"flush_interval_s": env.flush_interval_s or DEFAULT_FLUSH_S}
+    if env.monitor_url:
+        kwargs.update(monitor_url=env.monitor_url, token=env.token)
+    rank_dir = Path(env.trace_dir)
+    session = AutoTrace(rank_dir, name=env.name, lazy=True, **kwargs)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        session.start_tracer()
+    atexit.register(session.close)
+    return session
