@@ -26,6 +26,19 @@ _lock = threading.Lock()
 _flush_lock = threading.Lock()
 _handled = threading.Event()
 _state: dict[str, Any] = {"installed": False, "atexit": False, "prev": None, "pipe": None}
+# a SIGTERM that lands while the main thread is closing a tracer waits for the close to finish: the
+# handler interrupting it would find the tracer closed, flush nothing, and end the process before
+# the close wrote the last page and the final status
+_closing = [0]
+_deferred = threading.Event()
+
+
+def closing(delta: int) -> None:
+    """Tracer.close brackets itself with +1 / -1; a SIGTERM deferred meanwhile is handled at the end."""
+    _closing[0] = max(0, _closing[0] + delta)
+    if not _closing[0] and _deferred.is_set():
+        _deferred.clear()
+        _on_sigterm(signal.SIGTERM, None)
 
 
 def register(tracer: Tracer, *, handle_signals: bool) -> None:
@@ -88,6 +101,9 @@ def _flush_all(status: str) -> None:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     _handled.set()
+    if _closing[0] and threading.current_thread() is threading.main_thread():
+        _deferred.set()
+        return
     with _flush_lock:
         _flush_all("terminated")
     prev = _state["prev"]

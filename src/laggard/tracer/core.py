@@ -410,6 +410,13 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         self._closed = True
         if not self._enabled:
             return
+        _signals.closing(+1)
+        try:
+            self._close(status)
+        finally:
+            _signals.closing(-1)
+
+    def _close(self, status: str) -> None:
         self._enabled = self._plain = False
         self._stop_gc()
         if self._cuda is not None:
