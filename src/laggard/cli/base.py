@@ -45,6 +45,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "laggard.cli.monitor": ("monitor",),
     "laggard.cli.cache": ("cache",),
     "laggard.cli.run": ("run",),  # torch loads inside the command (the launcher)
+    "laggard.cli.top": ("top",),
 }
 
 

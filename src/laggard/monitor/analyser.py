@@ -46,6 +46,9 @@ class WindowAnalysis:
     error: str | None
     load_ratio: dict[int, float]
     refresh_s: float  # wall time of the analysis itself (in whichever process ran it)
+    # each rank's span and own work in each step of the window (``monitor.steptimes.to_json``: what
+    # `laggard top` shows of a collector's job)
+    rank_steps: dict[str, Any] | None = None
 
 
 # in an analysis process: job id -> the record batches of its last window's bodies (``read_bodies``'s
@@ -83,6 +86,8 @@ def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig 
     """The window's analysis document (or why it failed) and its load ratios, in this process
     (``window``: its cut, built into the op table here, or the table; ``job_id``: whose, so that its
     bodies read last time are reused, the jobs' read bodies kept within ``cache_bytes``)."""
+    from laggard.monitor.steptimes import rank_times
+    from laggard.monitor.steptimes import to_json as steptimes_json
     from laggard.monitor.window import analyse_window, build_window, load_ratios
 
     t0 = time.perf_counter()
@@ -95,7 +100,9 @@ def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig 
                               refresh_s=time.perf_counter() - t0)
     doc, err = analyse_window(table, meta, config)
     loads = load_ratios(table)
-    return WindowAnalysis(doc=doc, error=err, load_ratio=loads, refresh_s=time.perf_counter() - t0)
+    times = rank_times(table)
+    steps = None if times is None else steptimes_json(times)
+    return WindowAnalysis(doc=doc, error=err, load_ratio=loads, refresh_s=time.perf_counter() - t0, rank_steps=steps)
 
 
 # how often the analysis child checks that the collector is still there

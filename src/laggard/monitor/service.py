@@ -257,7 +257,7 @@ class Collector:
         win = self.windows[job_id]
         doc = res.doc
         with self._lock:
-            win.apply(last, doc, res.error, res.refresh_s, res.load_ratio)
+            win.apply(last, doc, res.error, res.refresh_s, res.load_ratio, res.rank_steps)
         self.metrics.refresh.observe(res.refresh_s)
         if doc is not None:
             self.metrics.set_job(job_id, doc)

@@ -166,6 +166,7 @@ class JobWindow:
     trend: dict[int, float] = field(default_factory=dict)  # step -> S of that step (per_step)
     window_trend: list[tuple[int, float]] = field(default_factory=list)  # (last step, window S)
     load_ratio: dict[int, float] = field(default_factory=dict)  # rank -> load_ratios() of the last window
+    rank_steps: dict[str, Any] | None = None  # the last window's per-rank step times (monitor.steptimes)
     last_add_s: float = 0.0  # when the last batch came (idle refresh)
     num_ops: int = 0
     hangs: HangCase = field(default_factory=HangCase)  # heartbeats, hang reports, the last verdict
@@ -247,9 +248,10 @@ class JobWindow:
         return cut if cut.parts else None
 
     def apply(self, last: int, doc: dict[str, Any] | None, error: str | None, refresh_s: float,
-              load_ratio: dict[int, float] | None = None) -> None:
+              load_ratio: dict[int, float] | None = None, rank_steps: dict[str, Any] | None = None) -> None:
         """Keep a window's analysis (or why it failed) and update the chronic scores and trends."""
         self.load_ratio = load_ratio or {}
+        self.rank_steps = rank_steps
         if doc is None:
             self.error = f"steps {last - self.cfg.window_steps + 1}-{last}: {error}"
             return
@@ -308,6 +310,8 @@ class JobWindow:
             "name": self.meta.name,
             "tracing": self.tracing,
             "num_ranks": max(len(self.ranks), len(self.hangs.beats)),
+            # ranks whose tracer closed (their last heartbeat said so): a job whose every rank closed ended
+            "ranks_closed": sum(b.closed for b in self.hangs.beats.values()),
             "expected_ranks": self.expected_ranks,
             "num_ops": self.num_ops,
             "last_step": max(self.front_step(), self.hangs.last_step()),
@@ -349,6 +353,8 @@ class JobWindow:
             "refresh_s": self.result.refresh_s if self.result else None,
             "ranks": [{"rank": r, "last_step": s.last_step, "num_ops": s.num_ops, "last_op": s.last_op()}
                       for r, s in sorted(self.ranks.items())],
+            # each rank's span and own work in each step of the last window (`laggard top` shows them)
+            "rank_steps": self.rank_steps,
         })
         return out
 

@@ -12,4 +12,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "Finding": "laggard.results.diagnosis",
     "Contribution": "laggard.results.diff",
     "DiffResult": "laggard.results.diff",
+    "TopState": "laggard.results.top",
 })
