@@ -144,8 +144,7 @@ class CommMixin:
         aux = self._comm_aux(label, peer, size)
         ev0 = None
         if self._cuda is not None:
-            ev0 = self._cuda.event()
-            ev0.record()
+            ev0 = self._cuda.record()
         work = work_cls(self, self._code(name, kind, "async"), mb, aux, self._last_op(),
                         self._step if self._in_step else None, ev0)
         self._comm_depth += 1  # the call is this op: zero-code capture (tracer.auto) leaves it alone
@@ -164,8 +163,7 @@ class CommMixin:
         aux = (*w._aux[:4], Side(replace_chain=True, deps=deps))
         if self._cuda is not None:
             if ev1 is None:
-                ev1 = self._cuda.event()
-                ev1.record()
+                ev1 = self._cuda.record()
             self._cuda.add(w._step, w._code, w._mb, -1, aux, w._ev0, ev1)
             return
         end = self._clock() if end_ns is None else end_ns

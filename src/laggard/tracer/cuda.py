@@ -62,20 +62,44 @@ class Anchor:
     error_ns: int
 
 
+def _stream_recorder(torch: Any) -> Callable[[Any], None]:
+    """``record(event)`` on the current stream. ``Event.record()`` builds a Python ``Stream`` for the
+    current stream on every call (``torch.cuda.current_stream()``): most of a record's host time, and
+    a traced op records two. Here the current stream is read as its raw handle and its ``Stream`` kept
+    per handle (torch's streams come from pools that live as long as the process), and the record is
+    the C++ one. Where this torch lacks either call, ``Event.record()`` itself."""
+    c = getattr(torch, "_C", None)
+    raw = getattr(c, "_cuda_getCurrentRawStream", None)
+    base = getattr(c, "_CudaEventBase", None)
+    base_record = getattr(base, "record", None)
+    if raw is None or base_record is None:
+        return lambda ev: ev.record()
+    device = torch.cuda.current_device()
+    streams: dict[int, Any] = {}
+    current_stream = torch.cuda.current_stream
+
+    def record(ev: Any) -> None:
+        handle = raw(device)
+        stream = streams.get(handle)
+        if stream is None:
+            stream = streams[handle] = current_stream(device)
+        base_record(ev, stream)
+
+    return record
+
+
 class _CudaOpCtx(_OpCtx):
     """GPU timing: CUDA events on the current stream, resolved later without a sync."""
 
     __slots__ = ("_ev0",)
 
     def __enter__(self) -> _CudaOpCtx:
-        self._ev0 = self._t._cuda.event()
-        self._ev0.record()
+        self._ev0 = self._t._cuda.record()
         return self
 
     def __exit__(self, *exc: object) -> bool:
         t = self._t
-        ev1 = t._cuda.event()
-        ev1.record()
+        ev1 = t._cuda.record()
         t._cuda.add(t._step if t._in_step else None, self._code, self._mb, self._ntok, self._aux, self._ev0, ev1)
         return False
 
@@ -97,6 +121,7 @@ class CudaTiming:
         self.max_anchor_error_ns = 0
         self._stale = 0
         # anchors only: an event on a stream with no work queued runs as soon as the GPU sees it
+        self._record = _stream_recorder(torch)
         self.side = torch.cuda.Stream()
         torch.cuda.synchronize()
         self.anchor = self._bracket() or self._blocking_anchor()
@@ -104,6 +129,13 @@ class CudaTiming:
 
     def event(self) -> Any:
         return self.free.pop() if self.free else self.torch.cuda.Event(enable_timing=True)
+
+    def record(self) -> Any:
+        """A pooled event, recorded now on the current stream (what ``Event.record()`` does, see
+        ``_stream_recorder``)."""
+        ev = self.free.pop() if self.free else self.torch.cuda.Event(enable_timing=True)
+        self._record(ev)
+        return ev
 
     def add(self, step: int | None, code: int, mb: int, ntok: int, aux: tuple | None, ev0: Any, ev1: Any) -> None:
         """An op timed by events ``ev0``..``ev1``: dated from the anchor current now, once ``ev1`` has run."""

@@ -222,9 +222,7 @@ class CommCapture:
 
         def done(f: Any) -> None:
             if cuda is not None:  # runs on a stream synchronised with the work: its end on the GPU
-                ev = cuda.event()
-                ev.record()
-                rec._ev1 = ev
+                rec._ev1 = cuda.record()
             rec._end_ns = clock()
 
         try:
