@@ -1,6 +1,7 @@
 """The tracer's CUDA path on a real GPU, checked against CUPTI; and what only a GPU machine can run.
 
-    python benchmarks/gpu_check.py OUT [PART ...]     # parts: timing overhead job nccl act actbench (default: all)
+    python benchmarks/gpu_check.py OUT [PART ...]     # parts: timing overhead job nccl act actbench autotrace
+                                                      # (default: all)
     python benchmarks/gpu_check.py --record DEVICE LABEL=gpu_check.json ...   # -> benchmarks/results_gpu.json
 
 Run on a machine with a CUDA GPU (the lent device machine). Each part prints one result line
@@ -18,6 +19,9 @@ and writes OUT/gpu_check.json; no part reads laggard's analysis to decide what i
   on both from the CLI. Ground truth: the injected rank.
 * **nccl**: a 1-rank NCCL job with the Flight Recorder on; the tracer's dump read by
   ``laggard hang --json`` (real NCCL records: CUDA-event durations, states).
+* **autotrace**: ``laggard run`` (zero-code capture, CUDA events) of a 2-rank DDP script on the one
+  GPU that never imports laggard, rank 1 doing 1.5x the work; step time against torchrun untraced,
+  alternated. Ground truth: the injected rank.
 * **act**: ``laggard demo --act --dp 4 --pp 1 --inject slow-worker:rank=2,factor=1.6`` on this
   machine's cores (one core per rank, as a GPU job has), and the step times before/after the
   controller's first action from OUT/act/actions.json.
@@ -406,8 +410,41 @@ def part_actbench(out: Path) -> dict[str, Any]:
     return {**{k: d[k] for k in keep}, "cores": os.cpu_count(), "ok": d["in_run_after_before"] >= 1.25}
 
 
+def part_autotrace(out: Path) -> dict[str, Any]:
+    """Zero-code capture on the GPU: ``laggard run`` of a DDP script that never imports laggard (rank 1
+    does 1.5x the work), against the same script under torchrun, alternated; the analysis of the
+    captured trace must name rank 1, its ops CUDA-timed."""
+    job = Path(__file__).parent / "gpu" / "autotrace_job.py"
+    base = out / "autotrace"
+    plain, traced = [], []
+    res: dict[str, Any] = {}
+    for i in range(1 if DRY else 3):
+        for mode in ("plain", "traced"):
+            times = base / f"{mode}{i}"
+            env = {**os.environ, "STEP_TIMES": str(times)}
+            if mode == "plain":
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(job)]
+            else:
+                cmd = [*CLI, "run", "--nproc-per-node", "2", "--out", str(base / f"trace{i}"), "--no-analyze",
+                       str(job)]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+            if p.returncode != 0:
+                return {"ok": False, "mode": mode, "rc": p.returncode, "stderr": p.stderr.strip().splitlines()[-5:]}
+            step_ms = max(float((times / f"rank{r}.txt").read_text()) for r in range(2))
+            (plain if mode == "plain" else traced).append(step_ms)
+    p = subprocess.run([*CLI, "analyze", str(base / "trace0"), "--json", "-"], capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        return {"ok": False, "analyze_rc": p.returncode, "stderr": p.stderr.strip().splitlines()[-3:]}
+    res.update(_summary(json.loads(p.stdout)))
+    res.update(plain_step_ms=float(np.median(plain)), traced_step_ms=float(np.median(traced)),
+               overhead_pct=float(100 * (np.median(traced) / np.median(plain) - 1)))
+    res["ok"] = 1 in res["worker_ranks"] and (DRY or res["timing"] == "cuda-events")
+    return res
+
+
 PARTS = {"timing": part_timing, "overhead": part_overhead, "job": part_job, "nccl": part_nccl, "act": part_act,
-         "actbench": part_actbench}
+         "actbench": part_actbench, "autotrace": part_autotrace}
 
 
 def record(device: str, runs: list[str]) -> Path:

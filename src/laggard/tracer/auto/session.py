@@ -77,6 +77,7 @@ class AutoTrace:
         from laggard.tracer.core import Tracer
 
         meta = {**self._tracer_kwargs.pop("meta_extra", {}), "capture": CAPTURE_META}
+        self._tracer_kwargs.setdefault("timing", _timing())
         self._ident = threading.get_ident()
         tracer = Tracer(self.out_dir, name=self.name, meta_extra=meta, **self._tracer_kwargs)
         self.phases = ph.Phases(tracer)
@@ -282,6 +283,23 @@ class AutoTrace:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self.close("closed" if exc_type is None else f"failed: {exc_type.__name__}")
         return False
+
+
+def _timing() -> str:
+    """CUDA events where the job computes on the GPU: CUDA already in use, or NCCL as the backend (the
+    tracer starts at init_process_group, often before the model moves to the GPU); else host clocks."""
+    import torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    if torch.cuda.is_initialized():
+        return "cuda"
+    try:
+        backend = str(dist.get_backend()) if dist.is_initialized() else ""
+    except (RuntimeError, ValueError):
+        backend = ""
+    return "cuda" if "nccl" in backend else "cpu"
 
 
 def _forked_child() -> None:
