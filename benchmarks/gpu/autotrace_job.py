@@ -41,7 +41,7 @@ model = nn.Sequential(*[nn.Linear(n, n) for _ in range(4)], Heavier()).to(dev)
 net = nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(net.parameters(), lr=1e-4)
 times = []
-for step in range(int(os.environ.get("STEPS", "30"))):
+for _ in range(int(os.environ.get("STEPS", "30"))):
     t0 = time.perf_counter()
     x = torch.randn(64, n, device=dev)
     net(x).square().mean().backward()
