@@ -144,6 +144,8 @@ def single() -> None:
         nn.functional.cross_entropy(model(xb), yb).backward()
         opt.step()
         opt.zero_grad()
+    with torch.no_grad():  # an evaluation after training: no step of its own
+        model(xb)
 
 
 def fail() -> None:

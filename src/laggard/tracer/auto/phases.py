@@ -41,6 +41,7 @@ class Phases:
         self._step_optimizer: int | None = None
         self._paused = 0
         self.on_open: Any = lambda: None
+        self._mark: tuple | None = None  # where the open step's records start on the page
 
     # ------------------------------------------------------------------ segments
     def _code(self, name: str) -> int:
@@ -77,6 +78,7 @@ class Phases:
                 t._gcq.clear()
                 self.started = True
             t._begin_step(self.step)
+            self._mark = (t._page, t._first_op, t._n, t._na, len(t._bounds), len(t._side))
         if self._stack:
             self._close(self._stack[-1])
         entry = [name, None]
@@ -144,7 +146,21 @@ class Phases:
         self.microbatch = 0
 
     def close(self) -> None:
-        """Tracing stops: a step still open (a forward after the last optimizer step: evaluation, or
-        a partial step) is closed as it is."""
+        """Tracing stops. A step still open never reached its optimizer step (an evaluation after the
+        last training step, a loop cut short): it is no training step, and a short last step would
+        read as a fast one, so its records are taken back where they are all still on the page."""
         while self._stack:
             self._close(self._stack.pop())
+        t = self.t
+        mark = self._mark
+        if not t._in_step or mark is None or t._cuda is not None:
+            return
+        page, first_op, n, na, nbounds, nside = mark
+        if page is not t._page or first_op != t._first_op:  # part of the step has left with a page
+            return
+        t._n, t._na, t._room = n, na, 0
+        del t._bounds[nbounds:], t._side[nside:]
+        t._bstep = t._bounds[-1][1] if t._bounds else -1
+        t._joins.clear()
+        t._in_step = False
+        t._gcq.clear()
