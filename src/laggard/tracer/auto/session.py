@@ -33,6 +33,9 @@ from laggard.tracer.auto.env import DEFAULT_FLUSH_S, read_env
 
 _ACTIVE: AutoTrace | None = None  # one session per process: the hooks are global
 CAPTURE_META = "autotrace"  # job.json's extra "capture": how the trace was recorded
+# steps with every module hooked before only the outermost ones are: a training step calls each of
+# its outermost modules in its first steps (the first may differ: DDP's first iteration, warm-up)
+ROOT_STEPS = 3
 
 
 class AutoTrace:
@@ -54,6 +57,10 @@ class AutoTrace:
         self._pid = os.getpid()
         self._depth = 0
         self._handles: list[Any] = []
+        # every module's forward is hooked until the modules called outermost are known (the DDP
+        # wrapper, a loss module): then only theirs, since a hook on every module costs ~1 us a call
+        self._global_hooks: list[Any] = []
+        self._roots: dict[int, Any] = {}
         self._originals: list[tuple[Any, str, Any]] = []
         self._model, self._optimizer = model, optimizer
         self._closed = False
@@ -128,8 +135,9 @@ class AutoTrace:
         else:
             from torch.nn.modules import module as tmod
 
-            self._handles += [tmod.register_module_forward_pre_hook(self._forward_pre),
-                              tmod.register_module_forward_hook(self._forward_post, always_call=True)]
+            self._global_hooks = [tmod.register_module_forward_pre_hook(self._forward_pre),
+                                  tmod.register_module_forward_hook(self._forward_post, always_call=True)]
+            self._handles += self._global_hooks
         self._handles += [topt.register_optimizer_step_pre_hook(self._optimizer_pre),
                           topt.register_optimizer_step_post_hook(self._optimizer_post)]
         self._patch(torch.autograd, "backward", self._backward_wrapper(torch.autograd.backward))
@@ -168,6 +176,8 @@ class AutoTrace:
                     self._patch(ns, name, fn)
 
     def _forward_pre(self, module: Any, args: Any) -> None:
+        if self._depth == 0 and self._global_hooks and self.owns_thread():
+            self._roots.setdefault(id(module), module)
         if self._depth == 0 and self._active_tracer() is not None:
             self.capture.flush()
             self.phases.push(ph.FORWARD)  # type: ignore[union-attr]
@@ -231,7 +241,19 @@ class AutoTrace:
             return
         self.capture.flush()
         phases.pop(ph.OPTIMIZER)
-        phases.optimizer_done(optimizer)
+        if phases.optimizer_done(optimizer) and phases.step == ROOT_STEPS and self._global_hooks and not self._depth:
+            self._narrow_forward_hooks()
+
+    def _narrow_forward_hooks(self) -> None:
+        """From now on hook only the modules that were called outermost in the first steps."""
+        for h in self._global_hooks:
+            h.remove()
+            self._handles.remove(h)
+        self._global_hooks = []
+        for module in self._roots.values():
+            self._handles += [module.register_forward_pre_hook(self._forward_pre),
+                              module.register_forward_hook(self._forward_post, always_call=True)]
+        self._roots.clear()
 
     def _next_wrapper(self, orig: Any) -> Any:
         session = self
