@@ -25,7 +25,7 @@ REAL_JOB_MODULES = frozenset(f"tests/{m}.py" for m in (
     "io/test_kineto_sequences", "io/test_kineto_stall", "mitigate/test_mitigate_controller_dist",
     "mitigate/test_mitigate_demo", "mitigate/test_mitigate_dist", "monitor/test_demo_into_collector",
     "monitor/test_monitor_dashboard", "monitor/test_monitor_hang", "tracer/test_tracer_clock",
-    "tracer/test_tracer_dist", "tracer/test_autotrace",
+    "tracer/test_tracer_dist", "tracer/test_autotrace", "integrations/test_frameworks",
 ))
 REAL_JOBS_UNIT = "real-jobs"
 
