@@ -135,6 +135,25 @@ def fsdp() -> None:
     dist.destroy_process_group()
 
 
+def tp() -> None:
+    """Tensor parallelism through DTensor (a column-wise then a row-wise linear layer over 2 ranks):
+    its all-reduces are functional collectives, awaited when their result is used."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (int(os.environ["WORLD_SIZE"]),))
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = parallelize_module(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)), mesh,
+                               {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for _, (xb, yb) in zip(range(4), loader(0, 4), strict=False):  # every rank the same batch
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+
+
 def single() -> None:
     """One process, no torch.distributed: the tracer starts at the first phase."""
     torch.set_num_threads(1)
@@ -159,7 +178,7 @@ def fail() -> None:
         opt.step()
 
 
-MODES = {"ddp": ddp, "accumulate": lambda: ddp(accumulate=2), "manual": manual, "fsdp": fsdp, "single": single,
+MODES = {"ddp": ddp, "accumulate": lambda: ddp(accumulate=2), "manual": manual, "fsdp": fsdp, "tp": tp, "single": single,
          "fail": fail}
 
 if __name__ == "__main__":

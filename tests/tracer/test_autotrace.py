@@ -157,6 +157,26 @@ def test_fsdp2_collectives(tmp_path: Path) -> None:
     assert names[(0, "all-gather")] == names[(1, "all-gather")], names
 
 
+def test_tensor_parallel_functional_collectives(tmp_path: Path) -> None:
+    _ok(run_workers("tp", 2, tmp_path, LAGGARD_TRACE_DIR=str(tmp_path / "trace")))
+    rows = ops(tmp_path / "trace")
+    ar = [r for r in rows if r["name"] == "all-reduce"]
+    assert {r["step"] for r in ar} == {0, 1, 2, 3}, ar[:3]
+    members = defaultdict(set)
+    for r in ar:
+        members[(r["step"], r["group"], r["seq"])].add(r["rank"])
+    assert all(m == {0, 1} for m in members.values()), members
+    # the forward is cut at the all-reduce's issue; the compute after its wait (where the result is first
+    # used) depends on it, and no op before the wait does
+    r0 = sorted((r for r in rows if r["rank"] == 0 and r["step"] == 2), key=lambda r: r["start_ns"])
+    names = [r["name"] for r in r0]
+    i = names.index("all-reduce")
+    assert "forward-compute" in names[:i] and "forward-compute" in names[i + 1:], names
+    waiting = [r for r in r0 if r0[i]["op_id"] in (r["deps"] or [])]
+    assert len(waiting) == 1 and waiting[0]["kind"] == "compute", waiting
+    assert waiting[0]["start_ns"] >= r0[i]["start_ns"] + r0[i]["dur_ns"] - 1_000, (waiting, r0[i])
+
+
 def test_accumulation_microbatches(tmp_path: Path) -> None:
     _ok(run_workers("accumulate", 2, tmp_path, LAGGARD_TRACE_DIR=str(tmp_path / "trace"), STEPS="3"))
     rows = ops(tmp_path / "trace")

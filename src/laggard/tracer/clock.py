@@ -127,6 +127,18 @@ def local_sync(clock_ns: Callable[[], int]) -> ClockSync:
     return ClockSync(offset_ns=time.time_ns() - clock_ns(), offsets_ns=[0], error_ns=0, rounds=0)
 
 
+def backend_name() -> str:
+    """The default group's backend: ``gloo``, ``nccl``, or for a group with one per device type (what
+    ``init_process_group()`` without a backend, and ``init_device_mesh``, make) its config, such
+    as ``cpu:gloo,cuda:nccl`` (``get_backend`` says ``undefined`` there)."""
+    import torch.distributed as dist
+
+    name = str(dist.get_backend())
+    if name == "undefined" and hasattr(dist, "get_backend_config"):
+        name = str(dist.get_backend_config())
+    return name
+
+
 def resolve_method(method: str, backend: str) -> str:
     """``auto``: ping-pong where blocking host-side p2p exists (a gloo backend), collectives elsewhere."""
     if method not in METHODS:
@@ -149,11 +161,13 @@ def align_clocks(clock_ns: Callable[[], int], *, method: str = "auto", rounds: i
     import torch.distributed as dist
 
     world, rank = dist.get_world_size(), dist.get_rank()
-    backend = str(dist.get_backend())
+    backend = backend_name()
     method = resolve_method(method, backend)
     if rounds is None:
         rounds = COLLECTIVE_ROUNDS if method == "collective" else ALIGN_ROUNDS
-    on_cpu = "gloo" in backend  # gloo carries CPU tensors and blocks the host until done
+    # gloo carries CPU tensors and blocks the host until done; a group with both backends (the
+    # default of init_process_group() without one) uses NCCL where there is a GPU
+    on_cpu = "gloo" in backend and not ("nccl" in backend and torch.cuda.is_available())
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
 
     def sync() -> None:

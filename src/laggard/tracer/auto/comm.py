@@ -7,7 +7,10 @@ Two doors cover what a training program's communication goes through:
   ``batch_isend_irecv``, the object collectives, ...) are wrapped in place, in both namespaces that
   hold them (``torch.distributed`` and ``torch.distributed.distributed_c10d``, whose own helpers
   call each other through module globals). That covers the user's calls, FSDP2's all-gathers and
-  reduce-scatters and pipeline schedules' sends and receives. A blocking call is one op; an
+  reduce-scatters and pipeline schedules' sends and receives. DTensor's functional collectives
+  (``torch.distributed._functional_collectives``, tensor parallelism) are wrapped the same way:
+  each is an asynchronous op from its issue to its ``wait_tensor`` (where the result is first
+  used), found again by its result's storage. A blocking call is one op; an
   ``async_op=True`` call is an asynchronous op whose end is when its work completes (seen by a
   callback on the work's future, or at ``wait()``, whichever comes first).
 - **DDP's gradient all-reduce** runs in C++ inside the backward, past any Python function. A
@@ -60,6 +63,12 @@ COLLECTIVES: dict[str, tuple[str, str]] = {
     "scatter_object_list": ("scatter-object", ""),
 }
 P2P = {"send": True, "recv": False, "isend": True, "irecv": False}
+# torch.distributed._functional_collectives (DTensor and tensor parallelism): function -> op type; each
+# returns at once and its work is awaited by ``wait_tensor`` when the result is first used
+FUNCTIONAL = {"all_reduce": "all-reduce", "all_gather_tensor": "all-gather", "all_gather_tensor_autograd": "all-gather",
+              "reduce_scatter_tensor": "reduce-scatter", "reduce_scatter_tensor_autograd": "reduce-scatter",
+              "all_to_all_single": "all-to-all", "all_to_all_single_autograd": "all-to-all"}
+MAX_UNWAITED = 4096  # functional collectives issued and not yet awaited, at most
 DDP_GRADS = "grads-all-reduce"  # DDP's bucketed gradient all-reduce (the op type the demo job names it)
 
 
@@ -137,6 +146,7 @@ class CommCapture:
         if orig_batch is not None:
             self._wrap("batch_isend_irecv", orig_batch, self._batch_wrapper(orig_batch), (dist, c10d))
         self._install_ddp()
+        self._install_functional()
 
     def _wrap(self, fname: str, orig: Any, wrapper: Callable[..., Any], namespaces: tuple[Any, ...]) -> None:
         wrapper.__name__ = getattr(orig, "__name__", fname)
@@ -321,6 +331,74 @@ class CommCapture:
         finally:
             phases.resume()
 
+    # ------------------------------------------------------------------ functional collectives
+    def _install_functional(self) -> None:
+        try:
+            import torch.distributed._functional_collectives as funcol
+        except ImportError:  # a torch build without them
+            return
+        self._issued: dict[int, AutoWork] = {}
+        for fname, op in FUNCTIONAL.items():
+            orig = getattr(funcol, fname, None)
+            if orig is not None:
+                self._wrap(fname, orig, self._functional_wrapper(op, orig), (funcol,))
+        wait = getattr(funcol, "wait_tensor", None)
+        if wait is not None:
+            self._wrap("wait_tensor", wait, self._wait_wrapper(wait), (funcol,))
+
+    def _functional_label(self, t: Any, args: tuple, kwargs: dict[str, Any]) -> str:
+        """The group of a functional collective: a process group, a (mesh, dim), ranks or a name."""
+        import torch.distributed._functional_collectives as funcol
+        import torch.distributed.distributed_c10d as c10d
+
+        group = kwargs.get("group", next((a for a in args[1:] if not isinstance(a, (int, str, type(None)))), None))
+        try:
+            name = funcol._resolve_group_name(group, kwargs.get("tag", ""))
+            return self._label(t, c10d._resolve_process_group(name))
+        except Exception:  # noqa: BLE001 - a group given in a form this torch resolves differently
+            return "functional"
+
+    def _functional_wrapper(self, op: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+        def functional(*args: Any, **kwargs: Any) -> Any:
+            t = self._tracer()
+            if t is None:
+                return orig(*args, **kwargs)
+            label = self._functional_label(t, args, kwargs)
+            size = _size(args[0] if args else kwargs.get("self"))
+            phases = self.session.phases
+            phases.pause()
+            try:
+                rec = t._issue_async(lambda: orig(*args, **kwargs), op, "collective", label, -1, size, -1, AutoWork)
+            finally:
+                phases.resume()
+            if not isinstance(rec, AutoWork):
+                return rec
+            out = rec._work
+            if len(self._issued) > MAX_UNWAITED:  # results nobody waited for (their collectives are lost)
+                self._issued.clear()
+            self._issued[_storage_key(getattr(out, "elem", out))] = rec
+            return out
+
+        return functional
+
+    def _wait_wrapper(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wait_tensor(tensor: Any) -> Any:
+            rec = self._issued.pop(_storage_key(tensor), None) if self._issued else None
+            t = self.session.tracer
+            if rec is None or t is None or not self.session.owns_thread():
+                return orig(tensor)
+            phases = self.session.phases
+            phases.pause()  # what follows the wait depends on the collective
+            try:
+                out = orig(tensor)
+                rec._done = True
+                t._complete_async(rec)
+            finally:
+                phases.resume()
+            return out
+
+        return wait_tensor
+
     # ------------------------------------------------------------------ DDP
     def _install_ddp(self) -> None:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -383,6 +461,15 @@ def _traced_hook(capture: CommCapture, hook: Callable[..., Any]) -> Callable[...
     traced.__qualname__ = getattr(hook, "__qualname__", "hook")
     traced.__name__ = getattr(hook, "__name__", "hook")
     return traced
+
+
+def _storage_key(x: Any) -> int:
+    """What identifies a functional collective's result when it is awaited: the wait may get a view of
+    it (DTensor's async tensor re-wraps views), which shares its storage, never its identity."""
+    try:
+        return int(x.untyped_storage().data_ptr())
+    except (AttributeError, RuntimeError, TypeError):
+        return id(x)
 
 
 def _size(x: Any) -> int:

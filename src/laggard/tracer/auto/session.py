@@ -317,8 +317,10 @@ def _timing() -> str:
         return "cpu"
     if torch.cuda.is_initialized():
         return "cuda"
+    from laggard.tracer.clock import backend_name
+
     try:
-        backend = str(dist.get_backend()) if dist.is_initialized() else ""
+        backend = backend_name() if dist.is_initialized() else ""
     except (RuntimeError, ValueError):
         backend = ""
     return "cuda" if "nccl" in backend else "cpu"
