@@ -24,14 +24,22 @@ def mlp() -> nn.Module:
 
 
 def loader(rank: int, steps: int, batch: int = 16) -> DataLoader:
+    """Random batches; SLOW_RANK's take SLOW_DATA_MS longer to load (a slow input pipeline: it sleeps)."""
     g = torch.Generator().manual_seed(100 + rank)
     n = steps * batch * 2
+    slow_ms = float(os.environ.get("SLOW_DATA_MS", "0")) if rank == int(os.environ.get("SLOW_RANK", "-1")) else 0
+
+    def collate(items: list) -> tuple[torch.Tensor, torch.Tensor]:
+        if slow_ms:
+            time.sleep(slow_ms / 1000)
+        return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
+
     return DataLoader(TensorDataset(torch.randn(n, 32, generator=g), torch.randint(0, 8, (n,), generator=g)),
-                      batch_size=batch)
+                      batch_size=batch, collate_fn=collate)
 
 
 def slow_forward(model: nn.Module, rank: int) -> None:
-    if rank == int(os.environ.get("SLOW_RANK", "-1")):
+    if rank == int(os.environ.get("SLOW_RANK", "-1")) and os.environ.get("SLOW_MS", "0") != "0":
         ms = float(os.environ.get("SLOW_MS", "30"))
         inner = model.forward
 
@@ -154,6 +162,36 @@ def tp() -> None:
     dist.destroy_process_group()
 
 
+def pipe() -> None:
+    """Two 2-stage pipelines over blocking send/recv (ranks 0 -> 1 and 2 -> 3, no collectives), each
+    stage's half of the MLP; stage 1's forward sleeps SLOW_MS (a slow stage)."""
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.set_num_threads(1)
+    stage, peer = rank % 2, rank ^ 1
+    torch.manual_seed(stage)
+    half = nn.Sequential(nn.Linear(32, 64), nn.ReLU()) if stage == 0 else nn.Linear(64, 8)
+    if stage == 1:
+        slow_forward(half, rank)
+    opt = torch.optim.SGD(half.parameters(), lr=0.05)
+    for _, (xb, yb) in zip(range(int(os.environ.get("STEPS", "8"))), loader(rank // 2, 8), strict=False):
+        if stage == 0:
+            act = half(xb)
+            dist.send(act.detach(), peer)
+            grad = torch.empty_like(act)
+            dist.recv(grad, peer)
+            act.backward(grad)
+        else:
+            act = torch.empty(xb.shape[0], 64)
+            dist.recv(act, peer)
+            act.requires_grad_()
+            nn.functional.cross_entropy(half(act), yb).backward()
+            dist.send(act.grad, peer)
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+
+
 def single() -> None:
     """One process, no torch.distributed: the tracer starts at the first phase."""
     torch.set_num_threads(1)
@@ -178,7 +216,7 @@ def fail() -> None:
         opt.step()
 
 
-MODES = {"ddp": ddp, "accumulate": lambda: ddp(accumulate=2), "manual": manual, "fsdp": fsdp, "tp": tp, "single": single,
+MODES = {"ddp": ddp, "accumulate": lambda: ddp(accumulate=2), "manual": manual, "fsdp": fsdp, "tp": tp, "pipe": pipe, "single": single,
          "fail": fail}
 
 if __name__ == "__main__":

@@ -112,6 +112,18 @@ def test_analysis_names_the_slowed_rank(ddp_trace: Path, tmp_path: Path) -> None
     assert _ranks(first["workers"]) == [1], first
 
 
+def test_slow_input_pipeline_is_named_as_such(tmp_path: Path) -> None:
+    """Rank 1's DataLoader takes 30 ms longer a batch, its compute is as fast as its peer's: the
+    finding names rank 1's input pipeline, not its device."""
+    _ok(run_workers("ddp", 2, tmp_path, LAGGARD_TRACE_DIR=str(tmp_path / "trace"), SLOW_RANK="1", SLOW_MS="0",
+                    SLOW_DATA_MS="30", STEPS="12"))
+    from laggard.cli.base import main
+
+    assert main(["analyze", str(tmp_path / "trace"), "--json", str(tmp_path / "a.json"), "-q"]) == 0
+    first = json.loads((tmp_path / "a.json").read_text())["findings"][0]
+    assert first["cause"] == "data-loading" and _ranks(first["workers"]) == [1], first
+
+
 def _ranks(workers: list) -> list[int]:
     return [int(w["rank"]) if isinstance(w, dict) else int(w) for w in workers]
 
@@ -175,6 +187,24 @@ def test_tensor_parallel_functional_collectives(tmp_path: Path) -> None:
     waiting = [r for r in r0 if r0[i]["op_id"] in (r["deps"] or [])]
     assert len(waiting) == 1 and waiting[0]["kind"] == "compute", waiting
     assert waiting[0]["start_ns"] >= r0[i]["start_ns"] + r0[i]["dur_ns"] - 1_000, (waiting, r0[i])
+
+
+def test_pipeline_over_send_recv_is_inferred(tmp_path: Path) -> None:
+    """No layout is given: the transfers make two chains of two stages, stage 0 the end that sends
+    first; stage 1 (ranks 1 and 3) is the slow one."""
+    _ok(run_workers("pipe", 4, tmp_path, LAGGARD_TRACE_DIR=str(tmp_path / "trace"), SLOW_RANK="1", SLOW_MS="25",
+                    STEPS="8"))
+    from laggard.cli.base import main
+    from laggard.io import load_job
+
+    job = load_job(tmp_path / "trace")
+    assert (job.meta.dp_size, job.meta.pp_size) == (2, 2), job.meta
+    cols = {c: job.table.column(c).to_pylist() for c in ("rank", "dp_rank", "pp_rank")}
+    coords = dict(zip(cols["rank"], zip(cols["dp_rank"], cols["pp_rank"], strict=True), strict=True))
+    assert coords == {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}, coords
+    assert main(["analyze", str(tmp_path / "trace"), "--json", str(tmp_path / "a.json"), "-q"]) == 0
+    first = json.loads((tmp_path / "a.json").read_text())["findings"][0]
+    assert 1 in _ranks(first["workers"]) and 0 not in _ranks(first["workers"]), first
 
 
 def test_accumulation_microbatches(tmp_path: Path) -> None:

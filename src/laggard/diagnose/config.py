@@ -29,6 +29,10 @@ class DiagnoseConfig:
     single_cause: bool = False  # stop after the best finding (the diagnosis before several causes)
     unexplained_floor: float = 0.15  # say "unexplained: X%" when the findings leave more than this
     row_tie: float = 0.05  # a stage goes before a worker of it that explains at most this much more
+    # a slow worker whose excess over its stage peers lies mostly in traced data waits (kind other: the
+    # DataLoader's next batch) is slow at loading its input, not at computing: over half of the excess
+    # is the majority that names the part to fix
+    data_share: float = 0.5
     # the low-confidence finding (no cause's signature fits) names a rank only when fixing it alone
     # speeds the step up by this much: on-call drains the rank it names, and a rank whose fix gains
     # less cannot alone make a job straggle. A clean real ddp2 job on 2 shared cores (S 1.068) had its

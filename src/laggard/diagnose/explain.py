@@ -228,6 +228,9 @@ def carriers(ctx: Ctx, top: int = 3, top_stages: int = 1) -> list[dict[str, Any]
     return out
 
 
+WORKER_CAUSES = ("worker", "data-loading")  # one rank slower than its peers, by its compute or its input
+
+
 def ranked(findings: list[Finding], cfg: DiagnoseConfig) -> list[Finding]:
     """Largest share first (ties: the larger gain). A hot row explains its hot cells: a stage
     imbalance goes before the worker findings on that stage that explain about as much (within
@@ -235,7 +238,7 @@ def ranked(findings: list[Finding], cfg: DiagnoseConfig) -> list[Finding]:
     out = sorted(findings, key=lambda f: (-f.share, -f.gain))
     for st in [f for f in out if f.cause == "stage-imbalance"]:
         i = j = next(k for k, f in enumerate(out) if f is st)
-        while j > 0 and out[j - 1].cause == "worker" and set(out[j - 1].stages) <= set(st.stages):
+        while j > 0 and out[j - 1].cause in WORKER_CAUSES and set(out[j - 1].stages) <= set(st.stages):
             if out[j - 1].share - st.share > cfg.row_tie:
                 break
             j -= 1

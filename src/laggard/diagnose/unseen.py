@@ -29,7 +29,7 @@ from laggard.diagnose.nominate import CAUSE_OF, candidates
 from laggard.results.diagnosis import Diagnosis
 
 # the causes whose slowdown the pooled ideal keeps (see the module)
-PIPELINE_CAUSES = ("stage-imbalance", "worker")
+PIPELINE_CAUSES = ("stage-imbalance", "worker", "data-loading")
 OVERHEAD_CAUSES = ("launch-delay",)
 
 

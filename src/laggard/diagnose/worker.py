@@ -359,18 +359,28 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
     wk = ctx.worker_of[r0]
     names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in cells[:4])
     more = f" and {len(cells) - 4} more" if len(cells) > 4 else ""
+    lead = f"{names}{more}: S_w={sw[r0]:.3f} vs {np.median(list(sw.values())):.3f} (median worker); rank {r0}'s "
+    data = mine & ctx.kind_is("other")  # traced waits for input (the DataLoader's next batch); GC is not compute
+    excess = np.nan_to_num(ctx.w[mine] - ref[mine]).clip(0).sum()
+    data_excess = np.nan_to_num(ctx.w[data] - ref[data]).clip(0).sum()
+    others = f" (and of {len(cells) - 1} more)" if len(cells) > 1 else ""
+    if excess > 0 and data_excess / excess > cfg.data_share:
+        data_ratio = ctx.w[data].sum() / max(ref[data].sum(), 1e-12)
+        cause = "data-loading"
+        evidence = (f"{lead}waits for its input take {data_ratio:.2f}x its peers' on stage {wk['stage']} "
+                    f"({100 * data_excess / excess:.0f}% of its excess over them)")
+        fix = (f"speed up the input pipeline of rank {r0}{others}: more DataLoader workers, prefetching, pinned "
+               "memory, a faster or local copy of its data; its device is not the slow part")
+    else:
+        cause = "worker"
+        evidence = f"{lead}compute takes {ratio:.2f}x what its peers on stage {wk['stage']} take"
+        fix = f"drain the node of rank {r0}{others} and check it (thermal throttling, clocks, ECC errors, noisy neighbours)"
     f = Finding(
-        cause="worker",
+        cause=cause,
         workers=[ctx.worker_of[r] for r in cells],
         stages=sorted({ctx.worker_of[r]["stage"] for r in cells}),
-        evidence=(
-            f"{names}{more}: S_w={sw[r0]:.3f} vs {np.median(list(sw.values())):.3f} (median worker); rank {r0}'s "
-            f"compute takes {ratio:.2f}x what its peers on stage {wk['stage']} take"
-        ),
-        fix=(
-            f"drain the node of rank {r0}" + (f" (and of {len(cells) - 1} more)" if len(cells) > 1 else "")
-            + " and check it (thermal throttling, clocks, ECC errors, noisy neighbours)"
-        ),
+        evidence=evidence,
+        fix=fix,
         targets=named_by(ctx, cfg, load, cells),
     )
     return [Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes))]

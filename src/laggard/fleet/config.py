@@ -41,7 +41,7 @@ class FleetConfig:
     # the per-host view (laggard.fleet.hosts): findings of these causes name a machine's ranks
     # (a slow GPU or node, a slow link's end, its host's untraced time, the fallback's narrowest
     # carrier); a heavy stage or long sequences are the model's and the data's, not the host's
-    host_causes: tuple[str, ...] = ("worker", "comm", "launch-delay", "unexplained")
+    host_causes: tuple[str, ...] = ("worker", "data-loading", "comm", "launch-delay", "unexplained")
     # a host is chronic when findings named it in at least 3 jobs (two could be chance: a busy
     # neighbour twice) and in at least a quarter of the jobs it ran in (a host in 200 jobs named
     # in 3 is noise, not a lemon)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 PATTERN = {
     "worker": "one hot cell in the DP x PP heatmap",
+    "data-loading": "one hot cell in the DP x PP heatmap, its excess in the waits for the next batch",
     "stage-imbalance": "one hot stage (a whole column) in the DP x PP heatmap",
     "sequence-imbalance": "hot cells scattered at random; forward and backward of a microbatch slow together",
     "gc": "rare forward-only stalls on different ranks at different steps",

@@ -14,6 +14,7 @@ from typing import Any
 # the cause as a reader names it (the JSON keeps the short key)
 CAUSE_WORDS = {
     "worker": "slow worker",
+    "data-loading": "slow input pipeline",
     "stage-imbalance": "stage imbalance",
     "sequence-imbalance": "sequence-length imbalance",
     "gc": "garbage-collection pauses",

@@ -164,12 +164,15 @@ class CommCapture:
         self._originals.clear()
 
     # ------------------------------------------------------------------ when to record
-    def _tracer(self) -> Any:
-        """The tracer that records this call, or None to let it through unrecorded."""
+    def _tracer(self, *, p2p: bool = False) -> Any:
+        """The tracer that records this call, or None to let it through unrecorded. Collectives before
+        the first phase are set-up (every rank skips them alike); a transfer is recorded from the
+        start (it joins the first step), since a later pipeline stage's first call is the receive that
+        matches its predecessor's first send, made after that one's first forward."""
         t = self.session.tracer
         if t is None or not t._enabled or t._skip or t._comm_depth or not self.session.owns_thread():
             return None
-        return t if self.session.phases.started else None
+        return t if p2p or self.session.phases.started else None
 
     def _label(self, t: Any, group: Any) -> str:
         import torch.distributed as dist
@@ -282,7 +285,7 @@ class CommCapture:
         kind = "p2p_send" if spec.send else "p2p_recv"
 
         def p2p(*args: Any, **kwargs: Any) -> Any:
-            t = self._tracer()
+            t = self._tracer(p2p=True)
             if t is None:
                 return orig(*args, **kwargs)
             group = spec.arg(args, kwargs, "group", spec.group_pos)
@@ -300,7 +303,7 @@ class CommCapture:
 
     def _batch_wrapper(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         def batch_isend_irecv(p2p_op_list: list[Any]) -> list[Any]:
-            t = self._tracer()
+            t = self._tracer(p2p=True)
             if t is None:
                 return orig(p2p_op_list)
             return self._batch_issue(t, orig, p2p_op_list)
