@@ -303,7 +303,18 @@ def _mb_expected(ctx: Ctx) -> tuple[np.ndarray, np.ndarray] | None:
     for col in (ctx.step[on], ctx.pp[on], ctx.name[on], ctx.mb[on]):
         key = key * (int(col.max()) + 1) + col
     _, group = unique_inverse(key)
-    peers = peer_median(ctx.w[on], group)
+    # a pass may be several ops (cut where it issues communication, or one per module called): its
+    # cost is their sum on the rank, compared with the other ranks' sums; each op is expected its
+    # share of the peers' median, so that every op of the pass has the pass's ratio
+    rank_key = group.astype(np.int64) * (int(ctx.rank.max()) + 1) + ctx.rank[on]
+    _, pass_of = unique_inverse(rank_key)
+    w = ctx.w[on]
+    total = np.bincount(pass_of, weights=w)
+    pass_group = np.empty(len(total), dtype=np.int64)
+    pass_group[pass_of] = group
+    peers_of_pass = peer_median(total, pass_group)
+    share = np.divide(w, total[pass_of], out=np.zeros_like(w), where=total[pass_of] > 0)
+    peers = peers_of_pass[pass_of] * share
     ok = peers > 0
     if not ok.any():  # no pass has a peer (e.g. microbatches on one DP rank only)
         return None
@@ -319,7 +330,18 @@ def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
     if mb is None:
         return {}
     rows, expected = mb
-    ratio, ranks = ctx.w[rows] / expected, ctx.rank[rows]
+    # one ratio per (rank, step, microbatch): its passes' time over what they should cost, summed over
+    # the forward's and the backward's ops (a pass cut into ops by the communication it issues counts
+    # whole; a median over single ops would let a slow forward's one op be outvoted by the backward's)
+    from laggard.optable.ops import unique_inverse
+
+    key = (ctx.rank[rows].astype(np.int64) * (int(ctx.step.max()) + 1) + ctx.step[rows]) \
+        * (int(ctx.mb.max()) + 1) + ctx.mb[rows]
+    _, inv = unique_inverse(key)
+    spent, cost = np.bincount(inv, weights=ctx.w[rows]), np.bincount(inv, weights=expected)
+    first = np.full(len(spent), len(rows), dtype=np.int64)
+    np.minimum.at(first, inv, np.arange(len(rows)))
+    ratio, ranks = spent / np.maximum(cost, 1e-12), ctx.rank[rows][first]
     if np.isfinite(ratio).all():  # each rank's median in one sort (group_median picks as np.median does)
         gi = np.searchsorted(ctx.ranks, ranks)  # ctx.ranks: every rank, sorted
         present = np.bincount(gi, minlength=len(ctx.ranks)) > 0
