@@ -203,8 +203,13 @@ def test_pipeline_over_send_recv_is_inferred(tmp_path: Path) -> None:
     coords = dict(zip(cols["rank"], zip(cols["dp_rank"], cols["pp_rank"], strict=True), strict=True))
     assert coords == {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}, coords
     assert main(["analyze", str(tmp_path / "trace"), "--json", str(tmp_path / "a.json"), "-q"]) == 0
-    first = json.loads((tmp_path / "a.json").read_text())["findings"][0]
-    assert 1 in _ranks(first["workers"]) and 0 not in _ranks(first["workers"]), first
+    doc = json.loads((tmp_path / "a.json").read_text())
+    # which finding comes first beside a job-wide one on 2 shared cores is the diagnosis' ranking, not
+    # this capture's: here the slow stage's ranks are the worst workers, and no finding names stage 0
+    worst = max(doc["by_worker"], key=lambda w: w["slowdown"])
+    assert worst["rank"] in (1, 3), doc["by_worker"]
+    named = {r for f in doc["findings"] for r in _ranks(f["workers"])}
+    assert not named & {0, 2}, doc["findings"]
 
 
 def test_accumulation_microbatches(tmp_path: Path) -> None:
