@@ -30,6 +30,7 @@ from typing import Any
 from laggard.errors import LaggardError
 from laggard.tracer.auto import phases as ph
 from laggard.tracer.auto.env import DEFAULT_FLUSH_S, read_env
+from laggard.tracer.auto.works import Patches
 
 _ACTIVE: AutoTrace | None = None  # one session per process: the hooks are global
 CAPTURE_META = "autotrace"  # job.json's extra "capture": how the trace was recorded
@@ -61,7 +62,7 @@ class AutoTrace:
         # wrapper, a loss module): then only theirs, since a hook on every module costs ~1 us a call
         self._global_hooks: list[Any] = []
         self._roots: dict[int, Any] = {}
-        self._originals: list[tuple[Any, str, Any]] = []
+        self.patches = Patches()  # torch's functions this session replaced (autograd, DataLoader, init)
         self._model, self._optimizer = model, optimizer
         self._closed = False
         from laggard.tracer.auto.comm import CommCapture
@@ -140,16 +141,13 @@ class AutoTrace:
             self._handles += self._global_hooks
         self._handles += [topt.register_optimizer_step_pre_hook(self._optimizer_pre),
                           topt.register_optimizer_step_post_hook(self._optimizer_post)]
-        self._patch(torch.autograd, "backward", self._backward_wrapper(torch.autograd.backward))
+        self.patches.wrap("backward", torch.autograd.backward, self._backward_wrapper(torch.autograd.backward),
+                          (torch.autograd,))
         it = dataloader._BaseDataLoaderIter
-        self._patch(it, "__next__", self._next_wrapper(it.__next__))
+        self.patches.wrap("__next__", it.__next__, self._next_wrapper(it.__next__), (it,))
         self._patch_dist()
         self.capture.install()
         os.register_at_fork(after_in_child=_forked_child)
-
-    def _patch(self, owner: Any, name: str, fn: Any) -> None:
-        self._originals.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, fn)
 
     def _patch_dist(self) -> None:
         import torch.distributed as dist
@@ -168,12 +166,8 @@ class AutoTrace:
                 session.close()
             return destroy(*args, **kwargs)
 
-        for ns in (dist, c10d):
-            for name, fn, orig in (("init_process_group", init_process_group, init),
-                                   ("destroy_process_group", destroy_process_group, destroy)):
-                if getattr(ns, name, None) is orig:
-                    fn.__name__, fn.__doc__, fn.__wrapped__ = orig.__name__, orig.__doc__, orig  # type: ignore
-                    self._patch(ns, name, fn)
+        self.patches.wrap("init_process_group", init, init_process_group, (dist, c10d))
+        self.patches.wrap("destroy_process_group", destroy, destroy_process_group, (dist, c10d))
 
     def _forward_pre(self, module: Any, args: Any) -> None:
         if self._depth == 0 and self._global_hooks and self.owns_thread():
@@ -293,9 +287,7 @@ class AutoTrace:
             h.remove()
         self._handles.clear()
         self.capture.uninstall()
-        for owner, name, orig in reversed(self._originals):
-            setattr(owner, name, orig)
-        self._originals.clear()
+        self.patches.undo()
         if _ACTIVE is self:
             _ACTIVE = None
 
