@@ -1,6 +1,6 @@
 """The Tracer's pages as they fill and go: a full page handed to the background writer, a free one
 taken from the preallocated pool (the training thread never allocates one), the counts written to the
-rank's state. A mixin of ``laggard.tracer.Tracer``; its fields are set up by ``Tracer._init_pages``."""
+rank's state. A mixin of ``laggard.tracer.Tracer``; its fields are set up by ``_init_pages``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,38 @@ import threading
 
 import numpy as np
 
-from laggard.tracer._page import FullPage, Side
+from laggard.tracer._page import AUX_DTYPE, AUX_PACK, PACK, RECORD_DTYPE, FullPage, Side
 
 
 class PagingMixin:
+    def _init_pages(self, page_ops: int, num_pages: int) -> None:
+        # pages: preallocated, recycled by the writer; the training thread never allocates one
+        self._free: queue.SimpleQueue[tuple[np.ndarray, np.ndarray]] = queue.SimpleQueue()
+        for _ in range(num_pages):
+            self._free.put((np.zeros(page_ops, dtype=RECORD_DTYPE), np.zeros(page_ops, dtype=AUX_DTYPE)))
+        self._page: np.ndarray | None = None
+        self._aux: np.ndarray | None = None
+        self._mv = memoryview(b"")
+        self._amv = memoryview(b"")
+        self._cap = 0
+        self._n = 0
+        self._na = 0
+        self._room = 0  # rows the inlined path may fill: the page's capacity while in a step with no
+        # pending joins and the page on the current step, else 0 (everything goes through _write)
+        self._bounds: list[tuple[int, int]] = []
+        self._bstep = -1
+        self._first_op = 0
+        self._side: list[Side] = []
+        self._pack = PACK.pack_into
+        self._auxpack = AUX_PACK.pack_into
+        self._next_page()
+        self._optypes: list[tuple[str, str, str]] = []
+        self._optype_code: dict[tuple[str, str, str], int] = {}
+        self._compute_code: dict[str, int] = {}
+        self._groups: list[str] = []
+        self._group_code: dict[str, int] = {}
+        self._pg_labels: dict[int, str] = {}
+
     def _add_side(self, s: Side) -> int:
         self._side.append(s)
         return len(self._side) - 1

@@ -28,42 +28,30 @@ transfers by the group ``p2p:SRC>DST`` and a per-pair count.
 from __future__ import annotations
 
 import os
-import queue
-import socket
-import struct
 import time
 import warnings
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from laggard.optable.ops import LaggardError, LaggardWarning
 from laggard.tracer import _signals, abort, flight
 from laggard.tracer._contexts import _NULL, _CpuOpCtx, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
 from laggard.tracer._env import (
-    _cuda_in_use,
     _dist_if_initialized,
     _job_meta,
     check_args,
-    host_identity,
     prepare_dir,
 )
 from laggard.tracer._gc import GcMixin
 from laggard.tracer._page import (
-    AUX_BYTES,
-    AUX_DTYPE,
-    AUX_PACK,
-    PACK,
     RECORD_BYTES,
-    RECORD_DTYPE,
     Side,
 )
 from laggard.tracer._paging import PagingMixin
-from laggard.tracer._writer import ShardWriter
-from laggard.tracer.clock import ClockSync, align_clocks, local_sync
+from laggard.tracer._record import RecordMixin
+from laggard.tracer._setup import SetupMixin
+from laggard.tracer.clock import local_sync
 from laggard.tracer.comm import CommMixin, TracedWork, _InComm  # noqa: F401 - TracedWork is public here too
 
 try:  # op()'s common case compiled (laggard/tracer/_fastop.c): built where the install had a C compiler
@@ -75,11 +63,6 @@ except ImportError:  # the same path in Python: the same records, a few hundred 
 # set (to anything but "" or "0") to time ops with the Python path even where the compiled one is built
 PURE_PYTHON_ENV = "LAGGARD_TRACER_PURE_PYTHON"
 
-KIND_NAMES = ("compute", "collective", "p2p_send", "p2p_recv", "other")
-MAX_PENDING_OPS = 4096  # ops recorded between steps, attached to the next step
-# an aux tuple (size_bytes, seq, group, peer, side) carries its Side object (or -1) until the record
-# is written, where it becomes an index into that page's side list: the page may be handed off between
-# the op's start and its record (a full page, nested ops, CUDA ops resolved steps later)
 
 
 def compiled_op_path() -> bool:
@@ -87,7 +70,7 @@ def compiled_op_path() -> bool:
     return _fastop is not None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
 
 
-class Tracer(CommMixin, GcMixin, PagingMixin):
+class Tracer(SetupMixin, RecordMixin, CommMixin, GcMixin, PagingMixin):
     """Record a training loop's ops (see the module docstring).
 
     Create it on every rank after ``torch.distributed.init_process_group`` (it aligns clocks and
@@ -195,114 +178,6 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
                                   config=monitor_config, abort_on_hang=abort_on_hang)
             self._flush_interval_ns = min(self._flush_interval_ns, 1_000_000_000)  # a page a second at most
             self._last_flush_ns -= self._flush_interval_ns  # the first step's page goes at once
-
-    def _identify(self, dist: Any, rank: int | None, world_size: int | None,
-                  coords: tuple[int | None, int, int, int]) -> None:
-        """Rank and world size (from torch.distributed unless given) and the (dp, pp, tp, cp) layout."""
-        if dist is not None:
-            self.rank = dist.get_rank() if rank is None else rank
-            self.world_size = dist.get_world_size() if world_size is None else world_size
-        else:
-            self.rank = 0 if rank is None else rank
-            self.world_size = 1 if world_size is None else world_size
-        dp_rank, pp_rank, tp_rank, cp_rank = coords
-        self.layout = (self.rank if dp_rank is None else dp_rank, pp_rank, tp_rank, cp_rank)
-
-    def _init_counters(self) -> None:
-        """Step state, queues and counters (a disabled tracer has them too)."""
-        self._skip = False
-        self._closed = False
-        self._enabled = self._plain = False
-        self._in_step = False
-        self._step = -1
-        self._seqs: dict[int, int] = {}
-        self._gcq: deque[tuple[int, int, int]] = deque(maxlen=100_000)
-        self._excl_ns = 0
-        self._pending: list[tuple] = []
-        self._joins: list[int] = []
-        self.num_ops_recorded = 0
-        self.num_ops_dropped = 0
-        self.num_ops_outside_steps_dropped = 0
-        self._flight: Any = None  # Flight Recorder dumps (laggard.tracer.flight), when torch's recorder is on
-        self._stream: Any = None  # the live-monitor stream (laggard.tracer.stream), with monitor_url
-        self._ncalls: dict[int, int] = {}  # group code -> communication calls so far (all steps: a hang's seq)
-        self._comm_last: dict[str, str] = {}  # group label -> the name of its last blocking call
-        self._in_comm: dict[str, Any] | None = None  # the blocking communication the main thread is in
-        # > 0 while a communication this tracer records runs: the torch.distributed calls inside it
-        # belong to that op, and zero-code capture (laggard.tracer.auto) must not record them again
-        self._comm_depth = 0
-
-    def _startup_collectives(self, dist: Any, align: str | None) -> list[Any]:
-        """Clock alignment and every rank's layout: every rank takes part whatever happens to its
-        directory (a rank that then cannot write must not leave the others hanging)."""
-        if dist is not None and align:
-            self.sync: ClockSync = align_clocks(self._clock, method=align)
-        else:
-            self.sync = local_sync(self._clock)
-        ids = host_identity()  # where this rank runs (job.json's hosts: the fleet's per-host view)
-        if dist is None:
-            return [(self.rank, *self.layout, ids)]
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, (self.rank, *self.layout, ids))
-        return sorted(gathered, key=lambda row: row[0])
-
-    def _init_timing(self, timing: str) -> bool:
-        """CUDA events (``cuda``, or ``auto`` with CUDA in use) or host clocks; True for CUDA."""
-        use_cuda = timing == "cuda" or (timing == "auto" and _cuda_in_use())
-        self._cuda: Any = None
-        self._op_cls: type[_OpCtx] = _OpCtx
-        if use_cuda:
-            from laggard.tracer.cuda import CudaTiming, _CudaOpCtx
-
-            self._cuda, self._op_cls = CudaTiming(self._clock), _CudaOpCtx
-        self._main_stream = "gpu" if use_cuda else "main"
-        return use_cuda
-
-    def _initial_state(self) -> dict[str, Any]:
-        """The rank's state file content at start (status.json)."""
-        return {
-            "rank": self.rank, "world_size": self.world_size,
-            "layout": dict(zip(("dp", "pp", "tp", "cp"), self.layout, strict=True)),
-            "pid": os.getpid(), "host": socket.gethostname(), "status": "running",
-            "num_ops_recorded": 0, "num_ops_dropped": 0, "last_step_started": None,
-            "clock_offset_ns": self.sync.offset_ns, "clock_error_ns": self.sync.error_ns,
-        }
-
-    def _init_pages(self, page_ops: int, num_pages: int) -> None:
-        # pages: preallocated, recycled by the writer; the training thread never allocates one
-        self._free: queue.SimpleQueue[tuple[np.ndarray, np.ndarray]] = queue.SimpleQueue()
-        for _ in range(num_pages):
-            self._free.put((np.zeros(page_ops, dtype=RECORD_DTYPE), np.zeros(page_ops, dtype=AUX_DTYPE)))
-        self._page: np.ndarray | None = None
-        self._aux: np.ndarray | None = None
-        self._mv = memoryview(b"")
-        self._amv = memoryview(b"")
-        self._cap = 0
-        self._n = 0
-        self._na = 0
-        self._room = 0  # rows the inlined path may fill: the page's capacity while in a step with no
-        # pending joins and the page on the current step, else 0 (everything goes through _write)
-        self._bounds: list[tuple[int, int]] = []
-        self._bstep = -1
-        self._first_op = 0
-        self._side: list[Side] = []
-        self._pack = PACK.pack_into
-        self._auxpack = AUX_PACK.pack_into
-        self._next_page()
-        self._optypes: list[tuple[str, str, str]] = []
-        self._optype_code: dict[tuple[str, str, str], int] = {}
-        self._compute_code: dict[str, int] = {}
-        self._groups: list[str] = []
-        self._group_code: dict[str, int] = {}
-        self._pg_labels: dict[int, str] = {}
-
-    def _init_writer(self, name: str, meta: dict[str, Any], *, flush_interval_s: float) -> None:
-        """The background shard writer."""
-        assert self.out_dir is not None
-        self._flush_interval_ns = int(flush_interval_s * 1e9)
-        self._last_flush_ns = self._clock()
-        self._writer = ShardWriter(self.out_dir, rank=self.rank, layout=self.layout, offset_ns=self.sync.offset_ns,
-                                   on_page_free=self._page_free, state=self._state)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -446,57 +321,6 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         self.close("closed" if exc_type is None else f"failed: {exc_type.__name__}")
         return False
 
-    # ------------------------------------------------------------------ recording
-    def _rec(self, code: int, mb: int, start: int, dur: int, ntok: int, aux: tuple | None) -> None:
-        """Record an op of the current step (between steps: keep it for the next step)."""
-        if not self._in_step:
-            self._defer((code, mb, start, dur, ntok, aux))
-            return
-        self._write(self._step, code, mb, start, dur, ntok, aux)
-
-    def _write(self, step: int, code: int, mb: int, start: int, dur: int, ntok: int, aux: tuple | None) -> int:
-        """The general path: any step, communication fields, joins, full pages. Returns the local op id."""
-        if self._joins and self._in_step and step == self._step:
-            aux = self._join(aux)
-        i = self._n
-        if i >= self._cap and (i := self._rotate()) < 0:
-            self.num_ops_dropped += 1
-            return -1
-        if step != self._bstep:
-            self._bounds.append((i, step))
-            self._bstep = step
-        a = -1
-        try:
-            if aux is not None:
-                if isinstance(aux[4], Side):  # into the side list of the page the record goes to (now)
-                    aux = (*aux[:4], self._add_side(aux[4]))
-                a = self._na
-                self._auxpack(self._amv, a * AUX_BYTES, *aux)
-                self._na = a + 1
-            self._pack(self._mv, i * RECORD_BYTES, start, dur, ntok, code, mb, a)
-        except struct.error:
-            raise LaggardError(f"Tracer: microbatch, num_tokens, size_bytes and peer must be integers, got "
-                               f"{mb!r}, {ntok!r}, {aux[0] if aux else None!r}, {aux[3] if aux else None!r}") from None
-        self._n = i + 1
-        if self._in_step and step != self._step:  # back to the current step for the rows that follow
-            self._bounds.append((i + 1, self._step))
-            self._bstep = self._step
-        self._room = self._cap if self._in_step and not self._joins and self._bstep == self._step else 0
-        return self._first_op + i
-
-    def _write_in(self, step: int | None, args: tuple) -> int:
-        """Record ``args`` (as for _rec) with the step it belongs to: now, or deferred to the next step."""
-        if step is None:
-            self._defer(args)
-            return -1
-        return self._write(step, *args)
-
-    def _defer(self, args: tuple) -> None:
-        if len(self._pending) < MAX_PENDING_OPS:
-            self._pending.append(args)
-        else:
-            self.num_ops_outside_steps_dropped += 1
-
     def _begin_step(self, step: int) -> None:
         if self._in_step:
             raise LaggardError(f"Tracer.step({step}): step {self._step} is still open (steps do not nest)")
@@ -527,44 +351,6 @@ class Tracer(CommMixin, GcMixin, PagingMixin):
         if (flush and self._n and self._clock() - self._last_flush_ns >= self._flush_interval_ns
                 and not self._free.empty()):
             self._hand_off()
-
-    def _cpu_aux(self) -> tuple | None:
-        """On GPU, CPU-timed ops (GC, data waits) sit beside the GPU stream, with no dependencies."""
-        if self._cuda is None:
-            return None
-        return (-1, -1, -1, -1, Side(replace_chain=True, deps=[]))
-
-    def _comm_aux(self, label: str, peer: int, size_bytes: int | None) -> tuple:
-        gcode = self._group_code.get(label)
-        if gcode is None:
-            gcode = self._group_code[label] = len(self._groups)
-            self._groups.append(label)
-        seq = self._seqs.get(gcode, 0)
-        self._seqs[gcode] = seq + 1
-        self._ncalls[gcode] = self._ncalls.get(gcode, 0) + 1
-        return (-1 if size_bytes is None else int(size_bytes), seq, gcode, peer, -1)
-
-    def _comm_ctx(self, name: str, kind: str, label: str, peer: int, size_bytes: int | None,
-                  microbatch: int) -> _OpCtx:
-        code = self._code(name, kind, self._main_stream)
-        cls = self._op_cls
-        return cls(self, code, microbatch, -1, self._comm_aux(label, peer, size_bytes))
-
-    def _resolve_cuda(self) -> None:
-        assert self._cuda is not None
-        for step, args in self._cuda.completed():  # dated from their step's anchor (tracer/cuda.py)
-            self._write_in(step, args)
-
-    # ------------------------------------------------------------------ codes and pages
-    def _code(self, name: str, kind: str, stream: str) -> int:
-        key = (name, kind, stream)
-        c = self._optype_code.get(key)
-        if c is None:
-            if kind not in KIND_NAMES:
-                raise LaggardError(f"Tracer: kind must be one of {', '.join(KIND_NAMES)}, not {kind!r}")
-            c = self._optype_code[key] = len(self._optypes)
-            self._optypes.append(key)
-        return c
 
     def _emergency_flush(self, status: str) -> None:
         """From the SIGTERM handler or watcher: write what was recorded, then stop recording."""
