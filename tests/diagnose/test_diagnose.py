@@ -44,7 +44,8 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix", "whatif",
                       "confidence", "hidden", "once_fixed", "gain_bound", "gain_layers", "layers_plan",  # the last: partition fixes
                       # how consistent the named worker's excess is (noise-aware naming)
-                      "steps_slow", "steps_total", "ratio", "ratio_spread", "transient_steps", "consistency", "targets"}
+                      "steps_slow", "steps_total", "ratio", "ratio_spread", "transient_steps", "consistency", "targets",
+                      "beyond_slowdown"}  # why the gain exceeds S (rule f of issue 60: a new key)
     assert (f["confidence"], f["hidden"]) == ("high", False)
     assert f["steps_slow"] == f["steps_total"] == 44 and f["transient_steps"] == [] and 2.2 < f["ratio"] < 2.5
     assert [t["target"] for t in f["targets"]] == ["rank 0"] and f["targets"][0]["pattern"] == "consistent"
@@ -136,23 +137,29 @@ def test_slow_worker_on_a_slightly_heavy_stage_stays_a_worker(heavy):
     assert top.cause == "worker" and [w["rank"] for w in top.workers] == [3], got
 
 
-def test_a_stage_goes_before_a_worker_of_it_that_explains_about_as_much():
+def test_findings_are_ranked_by_gain_and_a_job_wide_one_after_a_named_one_that_explains_more():
+    """Rule (a) of issue 60: the largest speed-up first (it replaces the share order, with its stage
+    before a worker of it that explains about as much); ties: a stage before a worker. Rule (b): a
+    job-wide finding goes after any finding naming a rank, stage or link that explains more."""
     from laggard.diagnose import DiagnoseConfig, ranked
     from laggard.results.diagnosis import Finding
 
-    def _ranked(fs: list[Finding]) -> list[Finding]:
-        return ranked(fs, DiagnoseConfig())
+    def _ranked(fs: list[Finding]) -> list[str]:
+        return [f.cause for f in ranked(fs, DiagnoseConfig())]
 
-    def worker(stage: int, share: float) -> Finding:
-        return Finding(cause="worker", workers=[{"rank": 3, "dp_rank": 1, "stage": stage}], stages=[stage], share=share)
+    def worker(share: float, gain: float) -> Finding:
+        return Finding(cause="worker", workers=[{"rank": 3, "dp_rank": 1, "stage": 1}], stages=[1], share=share, gain=gain)
 
     stage = Finding(cause="stage-imbalance", stages=[1], share=0.9, gain=1.6)
-    gc = Finding(cause="gc", share=0.97)
-    # within ROW_TIE of a worker on that stage: the stage first; a worker elsewhere or far ahead keeps its place
-    assert [f.cause for f in _ranked([worker(1, 0.93), stage])] == ["stage-imbalance", "worker"]
-    assert [f.cause for f in _ranked([worker(0, 0.93), stage])] == ["worker", "stage-imbalance"]
-    assert [f.cause for f in _ranked([worker(1, 1.0), stage, gc])] == ["worker", "gc", "stage-imbalance"]
-    assert [f.cause for f in _ranked([gc, stage, worker(1, 0.93)])] == ["gc", "stage-imbalance", "worker"]
+    gc = Finding(cause="gc", workers=[{"rank": 0, "dp_rank": 0, "stage": 0}], share=0.97, gain=1.3)
+    assert _ranked([worker(0.93, 1.4), stage]) == ["stage-imbalance", "worker"]
+    assert _ranked([worker(1.0, 1.7), stage, gc]) == ["worker", "stage-imbalance", "gc"]
+    assert _ranked([gc, worker(0.93, 1.6), stage]) == ["stage-imbalance", "worker", "gc"]  # a tie: the stage first
+    launch = Finding(cause="launch-delay", share=0.2, gain=2.5)  # job-wide: names no rank
+    assert _ranked([worker(0.8, 1.3), launch]) == ["worker", "launch-delay"]  # it explains less, though gains more
+    assert _ranked([worker(0.1, 1.3), launch]) == ["launch-delay", "worker"]  # it explains more and gains more
+    tail = Finding(cause="comm", share=0.5, gain=1.2)
+    assert _ranked([tail, worker(0.6, 1.1), launch]) == ["worker", "launch-delay", "comm"]
 
 
 def _with_comm_tail(on_link: tuple[int, int] | None):

@@ -14,7 +14,9 @@ from laggard.results.diagnosis import step_spans
 # the gate off: every step reads as slow and every target as consistent
 # the gate off (and no second pass for hidden stragglers, which without the gate names more noise): what
 # the first pass named before noise-aware naming
-NO_GATE = DiagnoseConfig(noise_median_k=-1e9, noise_consistent_share=0.0, noise_step_k=-1e9, hidden_passes=0)
+# every gate off: the noise gate, and the marginal share a multi-rank worker finding keeps a rank by
+NO_GATE = DiagnoseConfig(noise_median_k=-1e9, noise_consistent_share=0.0, noise_step_k=-1e9, hidden_passes=0,
+                         worker_marginal_max=0)
 
 
 def _retimed(job, dur_s: np.ndarray, gap_s: np.ndarray | None = None):

@@ -18,10 +18,11 @@ import pytest
 
 KT = Path(__file__).parents[1] / "data" / "kineto"
 GOLDEN = KT / "golden.json"
-# every shipped trace: single files, and the four-rank DDP job as one job (the other ddp_* jobs are
-# checked by what they are kept for)
+# every shipped trace: single files, and the four-rank DDP job as one job (the other ddp_* and the pipe4_*
+# jobs are checked by what they are kept for)
 TRACES = sorted(
-    [p.relative_to(KT).as_posix() for p in KT.rglob("*.json.gz") if not p.parent.name.startswith("ddp_")] + ["ddp_gloo"]
+    [p.relative_to(KT).as_posix() for p in KT.rglob("*.json.gz") if not p.parent.name.startswith(("ddp_", "pipe4_"))]
+    + ["ddp_gloo"]
 )
 # metadata that describes the ops (timing of the decode itself is left out)
 _META_KEYS = ("clock_offsets_s", "clock_domains", "declared_world_size", "devices", "collectives_from", "process_groups",

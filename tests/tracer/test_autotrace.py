@@ -228,3 +228,41 @@ def test_single_process_and_failure(tmp_path: Path) -> None:
     assert [x.returncode for x in res] == [3, 3]
     state = json.loads((tmp_path / "fail" / "rank0.state.json").read_text())
     assert state["status"].startswith("failed") and {row["step"] for row in ops(tmp_path / "fail")} == {0, 1, 2}
+
+
+def test_tensor_parallel_groups_are_read_as_tp(tmp_path: Path) -> None:
+    """tp 2 x dp 2 by hand (tests/autotrace_job.py ``tp_dp``): TP groups {0, 1} and {2, 3} all-reduce
+    activations inside every forward (and the input's gradient inside the backward), DP groups {0, 2} and
+    {1, 3} the gradients after the backward. No layout is given: the groups make tp 2 x dp 2, and rank 1,
+    whose blocks are slow, is the rank named, not its TP peer rank 0 (which shares its DP rank and stage)."""
+    _ok(run_workers("tp_dp", 4, tmp_path, LAGGARD_TRACE_DIR=str(tmp_path / "trace"), SLOW_RANK="1", SLOW_MS="10",
+                    STEPS="10"))
+    from laggard.cli.base import main
+    from laggard.io import load_job
+
+    job = load_job(tmp_path / "trace")
+    assert (job.meta.dp_size, job.meta.pp_size, job.meta.tp_size) == (2, 1, 2), job.meta
+    cols = {c: job.table.column(c).to_pylist() for c in ("rank", "dp_rank", "pp_rank", "tp_rank")}
+    coords = dict(zip(cols["rank"], zip(cols["dp_rank"], cols["pp_rank"], cols["tp_rank"], strict=True), strict=True))
+    assert coords == {0: (0, 0, 0), 1: (0, 0, 1), 2: (1, 0, 0), 3: (1, 0, 1)}, coords
+    assert "tensor parallel 2" in job.meta.extra["layout_inferred"], job.meta.extra
+    assert main(["analyze", str(tmp_path / "trace"), "--json", str(tmp_path / "a.json"), "-q"]) == 0
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert (doc["meta"]["dp"], doc["meta"]["tp"]) == (2, 2) and "tensor parallel" in doc["meta"]["layout_inferred"]
+    assert doc["by_worker"][0]["rank"] == 1 and doc["by_worker"][0]["tp_rank"] == 1, doc["by_worker"]
+    assert doc["M_W_detail"]["fixed_ranks"] == [1], doc["M_W_detail"]
+    named = [f for f in doc["findings"] if f["workers"]]
+    assert named and _ranks(named[0]["workers"]) == [1], doc["findings"]
+
+
+def test_pure_pipeline_of_four_stages_is_inferred(tmp_path: Path) -> None:
+    """The 4-stage pipeline over blocking send/recv of tests/io/test_kineto_pipe4.py, captured with no
+    code: one chain 0 -> 1 -> 2 -> 3."""
+    _ok(run_workers("pipe4", 4, tmp_path, LAGGARD_TRACE_DIR=str(tmp_path / "trace"), SCHEDULE="one-by-one", STEPS="4"))
+    from laggard.io import load_job
+
+    job = load_job(tmp_path / "trace")
+    assert (job.meta.dp_size, job.meta.pp_size, job.meta.tp_size) == (1, 4, 1), job.meta
+    cols = {c: job.table.column(c).to_pylist() for c in ("rank", "dp_rank", "pp_rank")}
+    assert dict(zip(cols["rank"], zip(cols["dp_rank"], cols["pp_rank"], strict=True), strict=True)) == \
+        {r: (0, r) for r in range(4)}

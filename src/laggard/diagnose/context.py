@@ -71,6 +71,9 @@ class Ctx:
         self.num_dp = len(unique_inverse(self.dp)[0])
         self.num_pp = len(unique_inverse(self.pp)[0])
         self.memo: dict[str, object] = {}  # what several detectors read, computed once (``worker.step_ratios``)
+        # the ideal stands for the best fix's job, not the pooled one (``laggard.diagnose.unseen``: S
+        # cannot see the slowdown): there, time the pooled ideal pays too is part of the slowdown
+        self.ideal_by_fix = False
 
     def kind_is(self, *kinds: str) -> np.ndarray:
         """``np.isin(self.kind, kinds)`` by kind code (a lookup: comparing 7.7M object strings costs

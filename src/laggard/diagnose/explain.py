@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from laggard.diagnose.beyond import beyond_s, ideal_paid
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.findings import Candidate
@@ -49,31 +50,30 @@ def replay_mean(ctx: Ctx, weights: list[np.ndarray], *, batched: bool = False) -
 def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosis:
     """Score every candidate alone, then share the slowdown among them jointly (see the module)."""
     gap, T = ctx.gap, ctx.T
+    for c in cands:  # what an earlier attribution over other candidates found hidden (``_hidden_last``)
+        if c.masked:
+            c.finding.hidden, c.finding.once_fixed, c.masked = False, None, False
+    alone = _score(ctx, cands)
     rep = [c for c in cands if c.weights is not None]
-    launch = [c for c in cands if c.weights is None]
-    if rep:
-        t_alone = replay_mean(ctx, [c.weights for c in rep])  # type: ignore[misc]
-        for c, t in zip(rep, t_alone.tolist(), strict=True):
-            # a fix can beat the pooled ideal (it removes the cause from the ideal too): cap at 1
-            c.finding.score = min((T - t) / gap, 1.0)
-            c.finding.gain = T / t if t > 0 else float("inf")
-    for c in launch:
-        score_alone(ctx, c)
+    # a finding that names a rank, stage or link gains ``min_named_gain`` (``named_gain_ok``); a joint
+    # player may instead gain it once the others are fixed (``_named_last``)
+    launch = [c for c in cands if c.weights is None and named_gain_ok(c.finding, cfg)]
     floor = share_floor(ctx, cfg)
     if cfg.single_cause:
-        best = sorted((c.finding for c in cands if c.finding.score >= floor_of(ctx, cfg, c, floor)),
-                      key=lambda f: (-f.score, -f.gain))[:1]
-        for f in best:
-            f.share = f.score
-        return diagnosis_of(ctx, cfg, best, t_all=T - (best[0].score * gap if best and not _own_model(best[0]) else 0.0))
+        cands = [c for c in cands if named_gain_ok(c.finding, cfg)]
+        best = sorted((c for c in cands if c.finding.score >= floor_of(ctx, cfg, c, floor)),
+                      key=lambda c: (-c.finding.gain, -c.finding.score))[:1]
+        for c in best:
+            c.finding.share = c.finding.score
+        said(ctx, best)
+        f0 = best[0].finding if best else None
+        return diagnosis_of(ctx, cfg, [c.finding for c in best],
+                            t_all=T - (f0.score * gap if f0 is not None and not _own_model(f0) else 0.0))
     # the strongest by their own score when there are too many for 2^n replays; not one whose fix
     # alone slows the step by more than the floor: it removes no cause, it moves time onto the
-    # critical path, and another fix's interaction could keep it (real profiler traces of a ddp2 job
-    # with a stalled host: an --even of the microbatches, 0.98x alone, was reported with 2%)
+    # critical path, and another fix's interaction could keep it (an --even of a stalled host's
+    # microbatches, 0.98x alone, was reported with 2%)
     players = sorted((c for c in rep if c.finding.score > -floor), key=lambda c: -c.finding.score)[: cfg.max_joint]
-    # each candidate's time alone, and whether it was replayed beside others (replay_mean's batches)
-    alone = {id(c): (x, min(_BATCH, len(rep) - j // _BATCH * _BATCH) > 1)
-             for j, (c, x) in enumerate(zip(rep, t_alone.tolist() if rep else [], strict=True))}
     t = _subset_times(ctx, players, alone)
     v = (T - t) / gap
     alive = list(range(len(players)))
@@ -81,18 +81,99 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
     phi = shapley(v, alive)
     while alive:
         strength = _strength(v, alive, phi)
-        weak = [i for i in alive if strength[i] < floors[i]]
+        weak = [i for i in alive if strength[i] < floors[i] or not _named_last(players, t, alive, i, cfg)]
         if not weak:
             break
         alive.remove(min(weak, key=lambda i: strength[i]))
         phi = shapley(v, alive)
-    found = []
     for i in alive:
         players[i].finding.share = float(min(phi[i], 1.0))
-        found.append(players[i].finding)
-    with_launch = [c.finding for c in launch if c.finding.share >= floor_of(ctx, cfg, c, floor)]
+        _hidden_last(ctx, players, t, alive, i, cfg)
+    kept = [players[i] for i in alive] + [c for c in launch if _kept_alone(ctx, cfg, c, floor)]
+    said(ctx, kept)
     full = sum(1 << i for i in alive)
-    return diagnosis_of(ctx, cfg, found + with_launch, t_all=float(t[full]))
+    return diagnosis_of(ctx, cfg, [c.finding for c in kept], t_all=float(t[full]))
+
+
+def _score(ctx: Ctx, cands: list[Candidate]) -> dict[int, tuple[float, bool]]:
+    """Each candidate's score and gain alone (replayed, or on its own job model: ``score_alone``); returns
+    each replayed one's mean step time by ``id``, with whether it was replayed beside others (the
+    batches of ``replay_mean``: ``_subset_times`` reuses the number only where a batch would give it)."""
+    gap, T = ctx.gap, ctx.T
+    rep = [c for c in cands if c.weights is not None]
+    times = replay_mean(ctx, [c.weights for c in rep]).tolist() if rep else []  # type: ignore[misc]
+    for c, t in zip(rep, times, strict=True):
+        # a fix can beat the pooled ideal (it removes the cause from the ideal too): cap at 1
+        c.finding.score = min((T - t) / gap, 1.0)
+        c.finding.gain = T / t if t > 0 else float("inf")
+    for c in cands:
+        if c.weights is None:
+            score_alone(ctx, c)
+    return {id(c): (x, min(_BATCH, len(rep) - j // _BATCH * _BATCH) > 1)
+            for j, (c, x) in enumerate(zip(rep, times, strict=True))}
+
+
+def _last_gain(t: np.ndarray, alive: list[int], i: int) -> float:
+    """Player ``i``'s speed-up fixed last: the step with every other ``alive`` player fixed over the step
+    with all of them (``t``: mean step time by subset bitmask)."""
+    full = sum(1 << j for j in alive)
+    return float(t[full & ~(1 << i)] / t[full]) if t[full] > 0 else float("inf")
+
+
+def _named_last(players: list[Candidate], t: np.ndarray, alive: list[int], i: int, cfg: DiagnoseConfig) -> bool:
+    """Whether player ``i`` may stand on its gain (``named_gain_ok``), or, naming a rank, stage or link,
+    gains ``min_named_gain`` once the other players are fixed: a cause the others hide (a slow link
+    behind a heavy stage) gains ~nothing alone and is what the step pays once they are fixed."""
+    return named_gain_ok(players[i].finding, cfg) or _last_gain(t, alive, i) >= cfg.min_named_gain
+
+
+def _hidden_last(ctx: Ctx, players: list[Candidate], t: np.ndarray, alive: list[int], i: int,
+                 cfg: DiagnoseConfig) -> None:
+    """A kept player naming a rank, stage or link whose fix alone gains under ``min_named_gain`` is
+    hidden behind the others: marked so, with its gain and share once they are fixed (``Finding.
+    once_fixed``: what it says it gives; alone it would say "1.00x")."""
+    f = players[i].finding
+    if named_gain_ok(f, cfg):
+        return
+    full = sum(1 << j for j in alive)
+    rest = float(t[full & ~(1 << i)])
+    f.hidden = players[i].masked = True
+    gap = rest - ctx.res.T_ideal_s
+    f.once_fixed = {"gain": _last_gain(t, alive, i),
+                    "share": min(1.0, max(0.0, (rest - float(t[full])) / gap)) if gap > 0 else 0.0}
+
+
+def _kept_alone(ctx: Ctx, cfg: DiagnoseConfig, c: Candidate, floor: float) -> bool:
+    """Whether a candidate scored on its own (``score_alone``) is a finding: its share reaches the floor,
+    or its fix alone gains the healthy threshold where most of what it removes is time the pooled ideal
+    pays too (the overhead every rank pays: no part of the slowdown S measures, and a straggling cause
+    the pooled ideal cannot show, as ``laggard.diagnose.unseen`` judges it)."""
+    f = c.finding
+    return f.share >= floor_of(ctx, cfg, c, floor) or (c.ideal_paid_s > 0 and f.gain >= cfg.healthy_threshold)
+
+
+def named_gain(f: Finding) -> float:
+    """The speed-up a finding's fix shows: its own, or for a hidden finding the larger of that and its
+    gain once the findings it hid behind are fixed (what it says it gives)."""
+    once = (f.once_fixed or {}).get("gain") if f.hidden else None
+    return max(f.gain, once) if isinstance(once, float) else f.gain
+
+
+def named_gain_ok(f: Finding, cfg: DiagnoseConfig) -> bool:
+    """Whether a finding may stand on its gain: one naming a rank, stage or link gains
+    ``min_named_gain`` (on-call drains what is named); a job-wide one is held to ``min_gain`` by the
+    share floor (``share_floor``)."""
+    return not f.localized or named_gain(f) >= cfg.min_named_gain
+
+
+def said(ctx: Ctx, kept: list[Candidate]) -> None:
+    """What the findings of ``kept`` say besides their numbers: a transient target's steps
+    (``Finding.steps``), and why a fix gains more than S (``Finding.beyond_s``)."""
+    for c in kept:
+        f = c.finding
+        if f.transient_steps:
+            f.steps = f.transient_steps
+        f.beyond_s = beyond_s(ctx, c)
 
 
 def _subset_times(ctx: Ctx, players: list[Candidate], alone: dict[int, tuple[float, bool]]) -> np.ndarray:
@@ -185,7 +266,11 @@ def score_alone(ctx: Ctx, cand: Candidate) -> None:
         f.score = f.share = 0.0
         return
     t0, t1 = (float(x) for x in replay_steps(base.graph, np.stack([base.measured, w], axis=1)).mean(axis=0))
-    f.score = max(min((t0 - t1) / ctx.gap, 1.0), 0.0) if ctx.gap > 0 else 0.0
+    cand.removed_s, cand.step_s = t0 - t1, t0
+    # the part of it the pooled ideal pays too (host ops every rank has, at their typical value) is no
+    # part of the slowdown S measures, unless the ideal stands for the best fix (``Ctx.ideal_by_fix``)
+    cand.ideal_paid_s = 0.0 if ctx.ideal_by_fix else min(ideal_paid(ctx, cand.changes), t0 - t1)
+    f.score = max(min((t0 - t1 - cand.ideal_paid_s) / ctx.gap, 1.0), 0.0) if ctx.gap > 0 else 0.0
     f.share = max(f.score, cand.hidden_share)
     f.gain = t0 / t1 if t1 > 0 else float("inf")
 
@@ -228,19 +313,17 @@ def carriers(ctx: Ctx, top: int = 3, top_stages: int = 1) -> list[dict[str, Any]
     return out
 
 
-WORKER_CAUSES = ("worker", "data-loading")  # one rank slower than its peers, by its compute or its input
-
-
 def ranked(findings: list[Finding], cfg: DiagnoseConfig) -> list[Finding]:
-    """Largest share first (ties: the larger gain). A hot row explains its hot cells: a stage
-    imbalance goes before the worker findings on that stage that explain about as much (within
-    ``row_tie`` of the slowdown)."""
-    out = sorted(findings, key=lambda f: (-f.share, -f.gain))
-    for st in [f for f in out if f.cause == "stage-imbalance"]:
-        i = j = next(k for k, f in enumerate(out) if f is st)
-        while j > 0 and out[j - 1].cause in WORKER_CAUSES and set(out[j - 1].stages) <= set(st.stages):
-            if out[j - 1].share - st.share > cfg.row_tie:
-                break
-            j -= 1
-        out.insert(j, out.pop(i))
-    return out
+    """The largest speed-up first: what fixing each gives the measured job is what on-call acts on
+    (ties: a stage before a worker, a hot row explaining its hot cells; then the larger share). A
+    job-wide finding (naming no rank, stage or link) goes after every finding that names one and
+    explains more of the slowdown: its fix may gain more by removing what every rank pays, which is
+    not the straggling (``Finding.beyond_s`` says so), and the named one is what slows this job
+    against its own ranks."""
+    named = [f for f in findings if f.localized]
+
+    def place(f: Finding) -> float:  # the gain it is ranked at: at most a named finding's that explains more
+        return f.gain if f.localized else min([f.gain] + [g.gain for g in named if g.share > f.share])
+
+    return sorted(findings, key=lambda f: (-place(f), place(f) < f.gain, f.cause != "stage-imbalance", -f.gain,
+                                           -f.share))

@@ -14,7 +14,7 @@ import numpy as np
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, weights_of
 from laggard.diagnose.findings import Candidate
-from laggard.diagnose.impact import step_impact
+from laggard.diagnose.impact import stage_impact, step_impact
 from laggard.results.diagnosis import Consistency, Finding
 
 # how many of each kind of carrier are replayed (the largest by their attribution)
@@ -49,10 +49,11 @@ def _carriers(ctx: Ctx) -> list[tuple[str, str, float, dict]]:
 def _within_noise_dropped(ctx: Ctx, cfg: DiagnoseConfig, carriers: list[tuple[str, str, float, dict]]
                          ) -> tuple[list[tuple[str, str, float, dict]], dict[str, Consistency]]:
     """``carriers`` less the ranks whose own effect on the step is within the job's noise
-    (``laggard.diagnose.impact``), and in a pure pipeline (one rank per stage) the stages of such
-    ranks: on-call drains what is named, and on real jobs the rank that carried the most of a small
-    residual was often the noisiest, not the slow one (a pure pipeline's last stage named beside a
-    1.17x rank whose steps stood out). With the consistency of each kept rank's (or stage's), by selector."""
+    (``laggard.diagnose.impact``; their compute speed against their peers' where that replay is too
+    large), in a pure pipeline (one rank per stage) the stages of such ranks, and the stages with DP
+    replicas whose own effect is within the other stages' noise: on-call acts on what is named, and
+    on real jobs the rank that carried the most of a small residual was often the noisiest, not the
+    slow one. With the consistency of each kept rank's (or stage's), by selector."""
     def rank_of(named: dict) -> int | None:  # the rank a carrier stands for (its finding targets)
         if named.get("workers"):
             return int(named["workers"][0]["rank"])
@@ -62,11 +63,35 @@ def _within_noise_dropped(ctx: Ctx, cfg: DiagnoseConfig, carriers: list[tuple[st
 
     ranks = sorted({r for *_, named in carriers if (r := rank_of(named)) is not None})
     judged = step_impact(ctx, cfg, ranks) if ranks else {}
+    if ranks and not judged:  # too large a replay for the ranks' own effects: their compute instead
+        judged = _by_compute(ctx, cfg, ranks)
     noisy = {r for r, c in judged.items() if c.pattern == "noise"}
-    kept = [c for c in carriers if rank_of(c[3]) not in noisy]
+    # a stage with DP replicas: its own effect on the step, against the other stages'
+    stages = sorted({named["stages"][0] for *_, named in carriers if not named.get("workers") and named.get("stages")
+                     and rank_of(named) is None})
+    by_stage = stage_impact(ctx, cfg, stages) if stages else {}
+    kept = [c for c in carriers if rank_of(c[3]) not in noisy and not _noisy_stage(c[3], by_stage, rank_of)]
     # a stage's (a pure pipeline's one rank) is said of the stage
-    return kept, {sel: judged[r] if named.get("workers") else replace(judged[r], target=f"stage {named['stages'][0]}")
-                  for _, sel, _, named in kept if (r := rank_of(named)) in judged}
+    out = {sel: judged[r] if named.get("workers") else replace(judged[r], target=f"stage {named['stages'][0]}")
+           for _, sel, _, named in kept if (r := rank_of(named)) in judged}
+    out.update({sel: by_stage[named["stages"][0]] for _, sel, _, named in kept
+                if rank_of(named) is None and named.get("stages") and named["stages"][0] in by_stage})
+    return kept, out
+
+
+def _noisy_stage(named: dict, by_stage: dict[int, Consistency], rank_of) -> bool:  # noqa: ANN001
+    """Whether ``named`` is a stage (with DP replicas) whose own effect is within the job's noise."""
+    return rank_of(named) is None and bool(named.get("stages")) and not named.get("workers") \
+        and by_stage.get(named["stages"][0]) is not None and by_stage[named["stages"][0]].pattern == "noise"
+
+
+def _by_compute(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> dict[int, Consistency]:
+    """The ranks' compute speed against their peers' per step (``worker.consistency``), where their own
+    effect on the step is too large a replay: the same gate, on what the worker detector reads."""
+    from laggard.diagnose.worker import consistency
+
+    load = {int(r): float(x) for r, x in zip(ctx.ranks, ctx.worker_loads(), strict=True)}
+    return consistency(ctx, cfg, load, ranks)
 
 
 def _narrowest(carriers: list[tuple[str, str, float, dict]], shares: np.ndarray, gains: np.ndarray,
@@ -78,7 +103,10 @@ def _narrowest(carriers: list[tuple[str, str, float, dict]], shares: np.ndarray,
     named for a fix gaining 0.7%)."""
     narrow = {"rank": 0, "stage": 1, "optype": 2}
     kind = [narrow[c[1].split("=", 1)[0]] for c in carriers]
-    floor = np.where(np.array(kind) == narrow["rank"], max(cfg.fallback_rank_gain, cfg.min_gain), cfg.min_gain)
+    # a rank, ``fallback_rank_gain``; a stage, ``min_named_gain`` (what a finding naming one must gain)
+    floor = np.select([np.array(kind) == narrow["rank"], np.array(kind) == narrow["stage"]],
+                      [max(cfg.fallback_rank_gain, cfg.min_named_gain), max(cfg.min_named_gain, cfg.min_gain)],
+                      cfg.min_gain)
     close = np.flatnonzero((shares >= shares.max() - cfg.row_tie) & (gains >= floor))
     if not len(close):
         close = np.flatnonzero(np.array(kind) == narrow["optype"])

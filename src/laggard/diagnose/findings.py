@@ -23,7 +23,10 @@ class Candidate:
     only in its tail, ``DiagnoseConfig.comm_tail_min_gain``). ``left``: for a straggler of the job with
     the found causes fixed (``laggard.diagnose.hidden``), the share of the slowdown those causes leave
     unexplained: it may explain ``min_share`` of that rest instead of the whole slowdown, where its own
-    fix speeds the measured step up by the speed-up floor (``explain.floor_of``)."""
+    fix speeds the measured step up by the speed-up floor (``explain.floor_of``). For a candidate
+    scored on its own job model (``explain.score_alone``): ``step_s``, its mean step there, ``removed_s``,
+    what its fix takes off it, and ``ideal_paid_s``, the part of that the pooled ideal pays too (no part
+    of the slowdown S measures)."""
 
     finding: Finding
     changes: list[Change]
@@ -32,6 +35,12 @@ class Candidate:
     hidden_share: float = 0.0
     min_gain: float | None = None
     left: float | None = None
+    step_s: float = 0.0
+    removed_s: float = 0.0
+    ideal_paid_s: float = 0.0
+    # found hidden by the joint attribution itself: it gains the named floor only fixed after the others
+    # (``explain._hidden_last``, which sets its finding's ``hidden`` and ``once_fixed``)
+    masked: bool = False
 
     def __post_init__(self) -> None:
         self.finding.whatif = [a for c in self.changes for a in c.args()]

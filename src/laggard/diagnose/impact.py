@@ -6,10 +6,13 @@ which peer is the reference (a rank slower than one anomalously fast peer is not
 ideal), and it counts whatever the rank does to the step: compute, host time, transfers. The job's
 noise is the spread of the same series over up to ``rider_reference_ranks`` other ranks
 (``laggard.diagnose.noise``). Used to drop riders from multi-rank worker findings (``worker``) and to
-pick the rank a low-confidence finding names (``fallback``).
+pick the rank a low-confidence finding names (``fallback``); a stage's own effect, against the other
+stages', for the stage such a finding names (``stage_impact``).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -29,11 +32,29 @@ def step_impact(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> dict[int, Co
     return {r: judge_row(ctx, cfg, ratio, i, r) for i, r in enumerate(ranks)}
 
 
-def judge_row(ctx: Ctx, cfg: DiagnoseConfig, ratio: np.ndarray, i: int, rank: int) -> Consistency:
-    """Row ``i`` of ``impact_ratios`` (rank ``rank``) judged against the other rows' spread."""
+def judge_row(ctx: Ctx, cfg: DiagnoseConfig, ratio: np.ndarray, i: int, rank: int, target: str | None = None
+              ) -> Consistency:
+    """Row ``i`` of ``impact_ratios`` (rank ``rank``) judged against the other rows' spread, and, to be
+    consistent, slow in more steps than the other rows' rate of slow steps gives by chance
+    (``_more_than_chance``)."""
     steps = ctx.step_numbers()[: ratio.shape[1]]
-    return noise.judge(f"rank {rank}", "step", ratio[i], np.zeros(ratio.shape[1]), steps,
-                       noise.noise_for(ratio, i, cfg), cfg)
+    job = noise.noise_for(ratio, i, cfg)
+    c = noise.judge(target or f"rank {rank}", "step", ratio[i], np.zeros(ratio.shape[1]), steps, job, cfg)
+    return c if _more_than_chance(c, ratio[i], job, cfg) else dataclasses.replace(c, pattern="noise", run=False)
+
+
+def _more_than_chance(c: Consistency, row: np.ndarray, job: noise.JobNoise, cfg: DiagnoseConfig) -> bool:
+    """Whether a consistent (or run) judgement of an effect on the step holds against the others' rate
+    of slow steps (binomial tail under ``impact_chance_p``). An effect on the step is the step's
+    slowest rank: in a job of alike ranks each is the slowest in about 1/n of the steps and the others'
+    effects sit at 1 in the rest, so their spread understates the noise, and a rank slow in half the
+    steps of a short job is often only the one that happened to be slowest most."""
+    if c.pattern not in ("consistent", "transient") or (c.pattern == "transient" and not c.run):
+        return True
+    bar = 1.0 + cfg.noise_step_k * job.sigma
+    q = job.rate_over(bar)
+    r = row[np.isfinite(row)]  # its slow steps over all steps (a run's description counts fewer)
+    return q is None or noise.binom_tail(int(np.sum(r > bar)), len(r), q) < cfg.impact_chance_p
 
 
 def impact_ratios(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> np.ndarray | None:
@@ -51,4 +72,18 @@ def impact_ratios(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> np.ndarray
     return noise.ratios(alone.T, np.broadcast_to(ideal[:, 0], (len(rows), len(ideal))))
 
 
-__all__ = ["impact_ratios", "judge_row", "step_impact"]
+def stage_impact(ctx: Ctx, cfg: DiagnoseConfig, stages: list[int]) -> dict[int, Consistency]:
+    """Each of ``stages``' per-step S_stage (the replay with only its ops measured over the all-ideal
+    one) judged against the other stages' spread of the same; empty with one stage or where the replay
+    would be too large (``rider_max_cells``)."""
+    from laggard.engine.baseline import replay_mixed
+
+    every = sorted({int(s) for s in ctx.pp.tolist()}) if len(ctx.pp) else []
+    if len(every) < 2 or len(ctx.w) * (len(every) + 1) > cfg.rider_max_cells:
+        return {}
+    ideal, alone = replay_mixed(ctx.base, (None, [0]), (ctx.pp, every))
+    ratio = noise.ratios(alone.T, np.broadcast_to(ideal[:, 0], (len(every), len(ideal))))
+    return {s: judge_row(ctx, cfg, ratio, i, -1, target=f"stage {s}") for i, s in enumerate(every) if s in stages}
+
+
+__all__ = ["impact_ratios", "judge_row", "stage_impact", "step_impact"]

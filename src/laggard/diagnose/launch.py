@@ -169,6 +169,18 @@ def _outside_gc(ctx: Ctx, gaps: np.ndarray) -> np.ndarray:
     return np.where(ctx.gc, 0.0, gaps)
 
 
+def _gaps_before(ctx: Ctx) -> np.ndarray:
+    """Per op: the time (seconds) its rank was idle before it started, after its dependencies ended
+    (0 for a collective's or a transfer's op, whose wait may be its peers')."""
+    base, g = ctx.base, ctx.base.graph
+    owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
+    ready = np.zeros(g.num_ops)
+    if len(owner):
+        np.maximum.at(ready, owner, base.end_s[g.dep_idx])
+    has_dep = np.diff(g.dep_ptr) > 0
+    return np.where(has_dep & ~ctx.synced, np.maximum(base.start_s - ready, 0.0), 0.0)
+
+
 def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: float, hot: list[int]) -> Candidate:
     """Many small gaps the model leaves out: scored by the what-if that models every gap as host ops
     and removes them (``--gap-share 0 --zero kind=host``) on every rank but ``hot`` (those the
@@ -176,19 +188,12 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
     ops went away, a number the user can replay; its share is capped at the job's gap (wall clock -
     ideal) (``explain.score_alone``), and is at least the median rank's untraced host time (what the
     step pays once the causes that hide it are fixed; ``Candidate.hidden_share``)."""
-    base = ctx.base
-    g = base.graph
-    owner = np.repeat(np.arange(g.num_ops), np.diff(g.dep_ptr))
-    ready = np.zeros(g.num_ops)
-    if len(owner):
-        np.maximum.at(ready, owner, base.end_s[g.dep_idx])
-    has_dep = np.diff(g.dep_ptr) > 0
-    gaps = np.where(has_dep & ~ctx.synced, np.maximum(base.start_s - ready, 0.0), 0.0)
-    per_type = np.bincount(ctx.name, weights=gaps, minlength=len(ctx.names))
-    gaps = _outside_gc(ctx, gaps)
+    raw = _gaps_before(ctx)
+    per_type = np.bincount(ctx.name, weights=raw, minlength=len(ctx.names))
+    gaps = _outside_gc(ctx, raw)
     per_rank = np.bincount(np.searchsorted(ctx.ranks, ctx.rank), weights=gaps, minlength=len(ctx.ranks))
     per_rank[np.isin(ctx.ranks, hot)] = -1.0
-    nsteps = max(len(g.steps), 1)
+    nsteps = max(len(ctx.base.graph.steps), 1)
     worst = int(np.argmax(per_rank))
     # over the other ranks' median and over its stage peers' (``peer_groups``): one peer alone is a
     # poor yardstick on a busy host, and all ranks are no yardstick for a stage's place in the pipeline
@@ -216,8 +221,9 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
         evidence=(
             f"steps take {ctx.T_meas:.4g} s on the wall clock but the replay of the traced ops (steps back to back) "
             f"takes {float(np.mean(ctx.res.step_replayed_wall_s)):.4g} s "
-            f"({fidelity:.3f}x): many small untraced gaps, {1e3 * per_rank[worst] / nsteps:.1f} ms per step on rank "
-            f"{int(ctx.ranks[worst])}, mostly before {ctx.names[int(np.argmax(per_type))]}{hidden}"
+            f"({fidelity:.3f}x): many small untraced gaps, "
+            f"{_quoted(ctx, hot + ([int(ctx.ranks[worst])] if stands_out else []))}, "
+            f"mostly before {ctx.names[int(np.argmax(per_type))]}{hidden}"
         ),
         fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
         "profile the host, overlap data loading, use CUDA graphs",
@@ -225,4 +231,32 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
     )
     selector = ",".join([f"kind={HOST_KIND}"] + [f"rank!={r}" for r in hot])
     return Candidate(finding=finding, changes=[Change(action="zero", selector=selector)], gap_share=0.0,
-                     hidden_share=min(idle_med_s / ctx.gap, 1.0) if ctx.gap > 0 else 0.0)
+                     hidden_share=min(_hidden_s(ctx, idle_med_s, hot) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0)
+
+
+def _quoted(ctx: Ctx, beyond: list[int]) -> str:
+    """The ranks the overhead's evidence quotes: those with the most untraced host time (``GapSummary.
+    idle_s``, modelled as host ops or not) among the ``beyond`` ranks, which stand out from the job's
+    noise (named for their own host time, or this finding's rank); only the median rank's where none
+    does: a rank within the noise, quoted for the gaps every rank has, reads as the one to look at."""
+    gaps = ctx.base.gaps
+    per = dict(zip(gaps.ranks.tolist(), (gaps.idle_s / max(gaps.num_steps, 1)).tolist(), strict=True))
+    median = float(np.median(list(per.values()))) if per else 0.0
+    med = f"{1e3 * median:.1f} ms per step of host time on the median rank"
+    top = sorted((r for r in dict.fromkeys(beyond) if r in per), key=lambda r: -per[r])[:4]
+    if not top:
+        return med
+    return med + "; the most, beyond the job's noise: " + ", ".join(f"rank {r} {1e3 * per[r]:.1f} ms" for r in top)
+
+
+def _hidden_s(ctx: Ctx, idle_med_s: float, own: list[int]) -> float:
+    """The median rank's untraced host time per step (the ranks named for their own left out) that counts
+    as slowdown once the causes hiding it are fixed: all of it where the ideal stands for the best fix
+    (``Ctx.ideal_by_fix``); else only the gaps too small to be modelled as host ops, since the modelled
+    ones every rank has are in the pooled ideal too (at their typical value)."""
+    if ctx.ideal_by_fix or idle_med_s <= 0:
+        return idle_med_s
+    gaps = ctx.base.gaps
+    keep = ~np.isin(gaps.ranks, own)
+    left = ((gaps.idle_s - gaps.modelled_s) / max(gaps.num_steps, 1))[keep]
+    return float(np.median(left)) if len(left) else 0.0

@@ -14,6 +14,16 @@ on). A step is slow when its ratio is over 1 + ``noise_step_k`` sigmas. A target
   ratio is ``noise_median_k`` sigmas over 1 (sigmas of one step, not standard errors of the median:
   on a busy host healthy ranks differ steadily by about the step-to-step noise, and a rank that is
   1.5x the fastest of four on two shared cores is no slow GPU);
+- *transient*, as a run, when its slow steps form one contiguous run of steps (a straggler that
+  recovers, or one that starts late): its median ratio in the run ``noise_median_k`` sigmas over 1,
+  outside it the median under that, at most half the steps slow and fewer than
+  ``noise_transient_min_steps`` far out (one is a blip; more are bursts), the run at least and the
+  rest more than ``noise_run_share`` of the steps (and ``noise_transient_min_steps``: a steady
+  straggler's unlucky step or two at one end is no recovery), and so many steps in a row as slow as
+  the run's least slow one unlikely at the others' rate of such steps (the chance of a run that
+  long among n steps under ``noise_transient_p``). A consistent target is said to be one where its
+  slow steps are such a run; one that is not consistent, only where the detector asks (it was
+  nominated by a run, not by its median step). It is named with its steps by every detector;
 - *transient* when it is not, but has at least ``noise_transient_min_steps`` steps
   ``noise_transient_k`` sigmas over 1, more of them than the others' rate of such steps gives by
   chance (binomial tail under ``noise_transient_p``): bursts of host work, a link that stalls now
@@ -154,16 +164,21 @@ def binom_tail(k: int, n: int, p: float) -> float:
 
 
 def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, steps: np.ndarray, job: JobNoise,
-          cfg: DiagnoseConfig) -> Consistency:
+          cfg: DiagnoseConfig, *, runs: bool = False) -> Consistency:
     """One target's consistency (see the module) from its per-step ratios, excess (seconds) and step
-    numbers (NaN ratios: steps it has no reference in, skipped)."""
+    numbers (NaN ratios: steps it has no reference in, skipped). A consistent target slow in one run of
+    steps is said to be transient in that run; ``runs``: a target that is not consistent may be so too
+    (for one a detector nominated by a run of slow steps, not by its median step: a steady straggler on
+    a noisy host dips under the noise in some steps, and its slow steps then run together by chance)."""
     ok = np.isfinite(ratio)
     r, ex, st = ratio[ok], np.nan_to_num(excess_s[ok]), steps[ok]
     n, noise = len(r), job.sigma
     slow = r > 1.0 + cfg.noise_step_k * noise
     med = float(np.median(r)) if n else float("nan")
     consistent = n > 0 and slow.sum() >= cfg.noise_consistent_share * n and med >= 1.0 + cfg.noise_median_k * noise
-    far = None if consistent else _transient(r, job, cfg)
+    run = _run(r, slow, job, cfg) if consistent or runs else None
+    consistent = consistent and run is None
+    far = run if run is not None else None if consistent else _transient(r, job, cfg)
     transient = far is not None
     pattern = "consistent" if consistent else "transient" if transient else "noise" if n else "unjudged"
     if transient:
@@ -174,8 +189,66 @@ def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, step
         target=target, basis=basis, pattern=pattern, steps_total=n, slow_steps=[int(x) for x in st[slow]],
         ratio=float(np.median(sel)) if len(sel) else float("nan"),
         ratio_spread=MAD_SIGMA * float(np.median(np.abs(sel - np.median(sel)))) if len(sel) else float("nan"),
-        noise=float(noise), excess_s=float(np.median(ex[over])) if len(sel) else 0.0,
+        noise=float(noise), excess_s=float(np.median(ex[over])) if len(sel) else 0.0, run=run is not None,
     )
+
+
+def longest_run(flags: np.ndarray) -> tuple[int, int]:
+    """(start, length) of the longest run of true ``flags`` (the first such run; (0, 0) when none)."""
+    best, start, length = (0, 0), 0, 0
+    for i, f in enumerate(flags.tolist()):
+        if f:
+            start, length = (i, 1) if length == 0 else (start, length + 1)
+            if length > best[1]:
+                best = (start, length)
+        else:
+            length = 0
+    return best
+
+
+def run_tail(length: int, n: int, q: float) -> float:
+    """P(the longest run of true values among ``n`` independent Bernoulli(``q``) draws is at least
+    ``length``): one minus the chance that every run stays shorter (a walk over the current run's length)."""
+    if length <= 0:
+        return 1.0
+    if length > n:
+        return 0.0
+    q = min(max(q, 0.0), 1.0)
+    p = np.zeros(length)  # p[j]: no run of ``length`` so far, the current run j long
+    p[0] = 1.0
+    for _ in range(n):
+        nxt = np.zeros(length)
+        nxt[0] = p.sum() * (1.0 - q)
+        nxt[1:] = p[:-1] * q
+        p = nxt
+    return float(max(1.0 - p.sum(), 0.0))
+
+
+def _run(r: np.ndarray, slow: np.ndarray, job: JobNoise, cfg: DiagnoseConfig) -> np.ndarray | None:
+    """The steps of a target slow in one contiguous run and healthy outside it (see the module), as a
+    mask of ``r``; None where it is not such a target. The run is unlikely when so many steps in a row
+    as slow as its least slow one are, at the others' rate of such steps."""
+    n = len(r)
+    start, length = longest_run(slow)
+    outside = n - length
+    least = max(cfg.noise_transient_min_steps, cfg.noise_run_share * n)
+    if length < max(least, 2) or outside <= least:
+        return None
+    mask = np.zeros(n, dtype=bool)
+    mask[start : start + length] = True
+    bar = 1.0 + cfg.noise_median_k * job.sigma
+    rest = r[~mask]
+    if float(np.median(rest)) >= bar or slow[~mask].sum() > cfg.noise_consistent_share * outside \
+            or (rest > 1.0 + cfg.noise_transient_k * job.sigma).sum() >= cfg.noise_transient_min_steps:
+        return None  # slow outside the run too (a steady straggler's dips cut its run), or bursts there
+    if float(np.median(r[mask])) < bar:
+        return None
+    # the chance of a step as slow as the run's least slow one: the others' rate of such steps, or a
+    # normal tail's without their ratios
+    level = float(r[mask].min())
+    q = job.rate_over(level)
+    q = 0.5 * math.erfc((level - 1.0) / (job.sigma * math.sqrt(2.0))) if q is None else q
+    return mask if run_tail(length, n, q) < cfg.noise_transient_p else None
 
 
 def _rare(k: int, n: int, rate: float, cfg: DiagnoseConfig) -> bool:
@@ -204,11 +277,12 @@ def _transient(r: np.ndarray, job: JobNoise, cfg: DiagnoseConfig) -> np.ndarray 
 
 
 def stands_out(c: Consistency, *, transient_ok: bool = True) -> bool:
-    """Whether a target may be named: consistent, or transient where the cause can be (``transient_ok``);
-    one with no reference in any step (the only link of its op type) cannot be judged here, and the
-    detector's own rule stands."""
-    return c.pattern in ("consistent", "unjudged") or (transient_ok and c.pattern == "transient")
+    """Whether a target may be named: consistent, slow in one contiguous run of steps (any cause can
+    start or stop: a throttled GPU that cools, a link that recovers), or transient in bursts where the
+    cause can be (``transient_ok``); one with no reference in any step (the only link of its op type)
+    cannot be judged here, and the detector's own rule stands."""
+    return c.pattern in ("consistent", "unjudged") or (c.pattern == "transient" and (transient_ok or c.run))
 
 
-__all__ = ["JobNoise", "binom_tail", "cell_sigma", "deviations", "judge", "noise_for", "ratio_sigma", "ratios", "row_median",
-           "sigma", "stands_out"]
+__all__ = ["JobNoise", "binom_tail", "cell_sigma", "deviations", "judge", "longest_run", "noise_for", "ratio_sigma",
+           "ratios", "row_median", "run_tail", "sigma", "stands_out"]

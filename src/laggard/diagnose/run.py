@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
-from laggard.diagnose.explain import attribute, diagnosis_of
+from laggard.diagnose.explain import attribute, diagnosis_of, said
 from laggard.diagnose.fallback import fallback
 from laggard.diagnose.hidden import hidden_candidates
 from laggard.diagnose.nominate import candidates
+from laggard.diagnose.onestep import one_step
 from laggard.diagnose.unseen import unseen
 from laggard.results.diagnosis import Diagnosis
 
@@ -28,7 +29,9 @@ def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseC
     cfg = (config or DiagnoseConfig()).with_threshold(threshold)
     reason = too_little(res, cfg)
     if reason:
-        return Diagnosis(verdict="not enough to judge", threshold=cfg.threshold, findings=[], reason=reason)
+        # too few steps (two workers or more): what each step says on its own, where it has collectives
+        read = one_step(res, cfg, reason) if res.num_workers >= cfg.min_workers else None
+        return read or Diagnosis(verdict="not enough to judge", threshold=cfg.threshold, findings=[], reason=reason)
     ctx = Ctx(res)
     why = cannot_judge(ctx, cfg)
     if why:
@@ -61,6 +64,7 @@ def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseC
     if not d.findings:  # never silent: the largest carrier of the residual, at low confidence
         extra = fallback(ctx, cfg)
         if extra is not None:
+            said(ctx, [extra])
             d = diagnosis_of(ctx, cfg, [extra.finding], t_all=ctx.T - extra.finding.score * ctx.gap)
     return d
 

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
-from laggard.diagnose.explain import attribute, joint, replay_mean, score_alone
+from laggard.diagnose.explain import attribute, joint, named_gain_ok, replay_mean, score_alone
 from laggard.diagnose.findings import Candidate
 from laggard.diagnose.nominate import CAUSE_OF, candidates
 from laggard.results.diagnosis import Diagnosis
@@ -37,6 +37,8 @@ def unseen(ctx: Ctx, cfg: DiagnoseConfig, *, every_cause: bool = False) -> Diagn
     """The diagnosis of a job S calls healthy when a fix S cannot see speeds it up by the healthy
     threshold (None when none does). ``every_cause``: every detector's fixes, for a job whose pooled
     ideal is slower than the job itself (S < ``min_judged_slowdown``, every dependency modelled)."""
+    # the best fix stands for the ideal here: what the pooled ideal pays too is slowdown S cannot show
+    ctx.ideal_by_fix = True
     causes = OVERHEAD_CAUSES + (PIPELINE_CAUSES if ctx.num_dp == 1 and ctx.num_pp > 1 else ())
     if every_cause:
         causes = tuple(CAUSE_OF.values())
@@ -51,12 +53,14 @@ def unseen(ctx: Ctx, cfg: DiagnoseConfig, *, every_cause: bool = False) -> Diagn
     if together:
         keep, best = _together(ctx, cfg, cands)
     if not keep:
+        ctx.ideal_by_fix = False
         return None
     # the best fix stands for the ideal: the job is at least that much slower than it could be
     ctx.T_ideal = min(ctx.T_ideal, ctx.T_meas / best)
     ctx.gap = ctx.T_meas - ctx.T_ideal
     d = attribute(ctx, keep, replace(cfg, hidden_passes=0))
     if not d.findings:
+        ctx.ideal_by_fix = False
         return None
     if every_cause:
         why = "the pooled ideal (each op type at its mean over the ranks) is slower than this job"
@@ -73,7 +77,8 @@ def unseen(ctx: Ctx, cfg: DiagnoseConfig, *, every_cause: bool = False) -> Diagn
 def _together(ctx: Ctx, cfg: DiagnoseConfig, cands: list[Candidate]) -> tuple[list[Candidate], float]:
     """The replayed fixes that each speed the measured step up by ``min_gain`` alone, and their gain
     applied together (``explain.joint``), where that reaches the healthy threshold; else ([], 0)."""
-    fixes = [c for c in cands if c.weights is not None and c.finding.gain >= cfg.min_gain]
+    fixes = [c for c in cands
+             if c.weights is not None and c.finding.gain >= cfg.min_gain and named_gain_ok(c.finding, cfg)]
     if len(fixes) < 2:
         return [], 0.0
     t = float(replay_mean(ctx, [joint(ctx, fixes)])[0])

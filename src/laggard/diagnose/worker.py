@@ -68,10 +68,43 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], stalled:
     slow = [r for r in slow if r not in off]
     # ...or by their effect on the step, where their microbatch passes themselves are slow (not work
     # outside them: a rank with more garbage collections than its peers is not a slow worker; a trace
-    # without microbatches, or a pure pipeline, has no per-pass ratio and is not held to it)
+    # without microbatches, or a pure pipeline, has no per-pass ratio and is not held to it); or slow
+    # in one run of steps (a straggler that recovers or starts late: its median step is a healthy one)
     slow += by_impact(ctx, cfg, [r for r in flagged if r not in slow and per_mb.get(r, np.inf) >= cfg.worker_ratio])
+    slow += [r for r in by_run(ctx, cfg, load, flagged, slow) if r not in off]
     riders = impact_riders(ctx, cfg, slow)
     return [r for r in slow if r not in riders]
+
+
+def by_run(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], flagged: list[int], slow: list[int]) -> list[int]:
+    """Ranks not yet ``slow`` that are slow in one contiguous run of steps and healthy outside it, beyond
+    the job's noise (``noise``'s run rule): a straggler that recovers halfway, or starts late, computes
+    at its peers' speed in its median step, which ``slow_workers`` compares, and its compute ratio over
+    every step reads as noise. Judged as ``consistency`` judges, against the ranks neither ``flagged``
+    nor nominated here; their judgements are kept in ``ctx.memo`` for ``named_by``."""
+    cands = run_flags(ctx, cfg, load, slow)
+    judged = _consistency(ctx, cfg, load, list(dict.fromkeys(cands + flagged)), runs=True) if cands else {}
+    found = {r: judged[r] for r in cands if judged[r].run}
+    ctx.memo["worker.by_run"] = found
+    return list(found)
+
+
+def run_flags(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], named: list[int], top: int = 8) -> list[int]:
+    """Ranks not ``named`` whose compute is ``worker_ratio`` x their reference's (``step_ratios``) in one
+    run of consecutive steps, long enough for the noise gate's run rule to judge. At most ``top`` of
+    them, the longest runs first."""
+    ratio = step_ratios(ctx, cfg, load)[0]
+    n = ratio.shape[1]
+    floor = max(cfg.noise_transient_min_steps, 2)
+    found = []
+    for i, r in enumerate(ctx.ranks.tolist()):
+        if int(r) in named:
+            continue
+        _, length = noise.longest_run(np.nan_to_num(ratio[i], nan=0.0) >= cfg.worker_ratio)
+        least = max(floor, cfg.noise_run_share * n)
+        if length >= least and n - length > least:
+            found.append((-length, int(r)))
+    return [r for _, r in sorted(found)[:top]]
 
 
 def beside_stalls(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], lv: np.ndarray, stage: np.ndarray,
@@ -123,7 +156,7 @@ def by_impact(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> list[int]:
     if top >= len(ranks):  # a rank not flagged slow has the largest effect on the step
         return []
     c = judge_row(ctx, cfg, ratio, top, ranks[top])
-    if c.pattern != "consistent" or c.ratio - 1.0 < cfg.worker_impact_k * c.noise:
+    if not (c.pattern == "consistent" or c.run) or c.ratio - 1.0 < cfg.worker_impact_k * c.noise:
         return []
     ctx.memo["worker.by_impact"] = {ranks[top]: c}
     return [ranks[top]]
@@ -151,7 +184,7 @@ def impact_riders(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> set[int]:
     if len(ranks) < 2:
         return set()
     judged = step_impact(ctx, cfg, ranks)
-    if not any(c.pattern == "consistent" for c in judged.values()):
+    if not any(c.pattern == "consistent" or c.run for c in judged.values()):
         return set()
     return {r for r, c in judged.items() if c.pattern == "noise"}
 
@@ -173,7 +206,8 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], ranks: li
     return out
 
 
-def _consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], ranks: list[int]) -> dict[int, Consistency]:
+def _consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], ranks: list[int],
+                 runs: bool = False) -> dict[int, Consistency]:
     ratio, excess = step_ratios(ctx, cfg, load)
     speed, num_ref = ctx.memo["worker.speed"]
     pool = ~np.isin(ctx.ranks, ranks)
@@ -185,7 +219,7 @@ def _consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], ranks: l
         rows = others & pool if np.isfinite(speed[others & pool]).sum() >= 2 else others
         sig = noise.ratio_sigma(noise.cell_sigma(speed, rows, cfg), int(num_ref[i]))
         job = noise.JobNoise.of(sig, ratio[rows], cfg)
-        out[r] = noise.judge(f"rank {r}", "compute", ratio[i], excess[i], steps, job, cfg)
+        out[r] = noise.judge(f"rank {r}", "compute", ratio[i], excess[i], steps, job, cfg, runs=runs)
     return out
 
 
@@ -369,11 +403,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
     ref, ok = ctx.group_mean(ctx.compute & ~np.isin(ctx.rank, cells), [ctx.name, ctx.pp])
     if not ok[on].any():
         return []
-    from laggard.whatif.custom import Change
-
-    # each slow worker's compute set to its stage peers' mean, op type by op type
-    changes = [Change(action="peer", selector=s)
-               for r in cells for s in existing(ctx, [f"rank={r},kind=compute", f"rank={r},kind=other"])]
+    cells = worth_naming(ctx, cfg, cells)
+    changes = _peer_changes(ctx, cells)
     sw = {x["rank"]: x["slowdown"] for x in ctx.res.by_worker}
     r0 = cells[0]
     mine = (ctx.rank == r0) & ctx.compute
@@ -408,9 +439,41 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
     return [Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes))]
 
 
+def _peer_changes(ctx: Ctx, cells: list[int]) -> list:
+    """Each slow worker's compute set to its stage peers' mean, op type by op type."""
+    from laggard.whatif.custom import Change
+
+    return [Change(action="peer", selector=s)
+            for r in cells for s in existing(ctx, [f"rank={r},kind=compute", f"rank={r},kind=other"])]
+
+
+def worth_naming(ctx: Ctx, cfg: DiagnoseConfig, cells: list[int]) -> list[int]:
+    """Of several slow ``cells``, those that carry ``worker_marginal_share`` of what fixing all of them
+    removes from the step: the step with every other cell fixed less the step with all of them, over the
+    measured step less the latter. A rank that is slower
+    than its peers by a sliver of the step (a TP peer's compute held up beside a slow partner, a rank
+    that drew a heavier share of the host) passes the compute-ratio test yet gives the step nothing;
+    draining its node fixes nothing. Two equally slow ranks each carry all of it: with the other fixed,
+    each is alone the straggler. Judged only where the joint fix gains ``min_named_gain``: behind
+    another cause (a heavy stage) the step shows no rank's part, and all are kept. At most ``worker_marginal_max`` cells are judged (one replay
+    each); beyond that all are kept."""
+    if len(cells) < 2 or len(cells) > cfg.worker_marginal_max:
+        return cells
+    from laggard.engine.replay import replay_steps
+
+    w = np.stack([weights_of(ctx, _peer_changes(ctx, cells))]
+                 + [weights_of(ctx, _peer_changes(ctx, [c for c in cells if c != r])) for r in cells], axis=1)
+    t = replay_steps(ctx.base.graph, w).mean(axis=0)
+    removed = ctx.T - t[0]
+    if t[0] <= 0 or ctx.T / t[0] < cfg.min_named_gain:  # hidden behind another cause: no part to judge
+        return cells
+    keep = [r for r, x in zip(cells, t[1:], strict=True) if (x - t[0]) / removed >= cfg.worker_marginal_share]
+    return keep or cells[:1]
+
+
 def named_by(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[int]) -> list[Consistency]:
     """Each slow rank's consistency (of ``slow_workers``' ranks): its compute ratio's, or its effect on
-    the step's where that is what it was found by (``by_impact``)."""
-    impact = ctx.memo.get("worker.by_impact") or {}
+    the step's where that is what it was found by (``by_impact``), or its run's (``by_run``)."""
+    impact = {**(ctx.memo.get("worker.by_run") or {}), **(ctx.memo.get("worker.by_impact") or {})}
     judged = consistency(ctx, cfg, load, [r for r in cells if r not in impact])
     return [impact[r] if r in impact else judged[r] for r in cells]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from laggard.io.native_layout import infer_pipeline
+from laggard.io.native_layout import infer_layout
 from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, conform
 from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, check_trace
 
@@ -43,7 +43,7 @@ def read_native(path: Path) -> Job:
     table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
     if table.num_rows == 0:
         raise LaggardError(f"{path}: the trace has no ops")
-    job = infer_pipeline(Job(table=table, meta=meta))
+    job = infer_layout(Job(table=table, meta=meta))
     for problem in _missing_ranks(path, job):
         warnings.warn(problem, LaggardWarning, stacklevel=2)
     return job

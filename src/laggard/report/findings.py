@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from laggard.results.analysis import Analysis
-    from laggard.results.diagnosis import Finding
+    from laggard.results.diagnosis import Diagnosis, Finding
 
 PATTERN = {
     "worker": "one hot cell in the DP x PP heatmap",
@@ -24,6 +24,7 @@ PATTERN = {
     "comm": "slow transfers on one link or group",
     "launch-delay": "measured steps longer than the replay (untraced gaps)",
     "unexplained": "no known cause's pattern: the largest carrier of the slowdown",
+    "late-arrival": "one rank reaching the step's first collective after the others (too few steps to judge more)",
 }
 
 
@@ -78,6 +79,9 @@ def print_findings(res: Analysis, console: Console) -> None:
     if d.verdict == "healthy":
         console.print(f"[green bold]verdict: healthy[/] (slowdown below {d.threshold:g}); no findings")
         return
+    if d.one_step:
+        print_one_step(d, console)
+        return
     if d.reason:
         console.print(f"[yellow bold]verdict: {d.verdict}[/] ({d.reason}); no findings", highlight=False)
         return
@@ -98,6 +102,8 @@ def print_findings(res: Analysis, console: Console) -> None:
         if w.consistency:
             text.append(f"\nconsistency: {w.consistency}")
         text.append(f"\nfix: {w.fix}")
+        if w.beyond:
+            text.append(f"\ngain beyond S: {w.beyond}")
         t.add_row(str(i), text, f"{100 * f.share:.0f}%\n({100 * f.score:.0f}% alone)", gain_cell(f))
     console.print(t)
     width = min(console.width, 120)
@@ -121,6 +127,31 @@ def print_findings(res: Analysis, console: Console) -> None:
                       highlight=False)
 
 
+def print_one_step(d: Diagnosis, console: Console) -> None:
+    """Too few steps to judge: each step's arrivals at its first collective, and the ranks that came
+    late (``laggard.diagnose.onestep``), with the caveat that one step cannot tell a steady straggler
+    from a one-off."""
+    from rich.table import Table
+
+    console.print(f"[yellow bold]verdict: {d.verdict}[/] ({d.reason})", highlight=False)
+    for s in d.one_step:
+        console.print(f"step {s.step} ({1e3 * s.step_s:.1f} ms): each rank's start and its arrival at its first "
+                      "collective, after the earliest rank's", highlight=False)
+        t = Table(show_edge=False, highlight=False)
+        for c in ("rank", "began +ms", "arrived +ms", "waited ms"):
+            t.add_column(c, justify="right", no_wrap=True)
+        for a in s.arrivals:
+            t.add_row(str(a.rank), f"{1e3 * a.entry_s:.1f}", f"{1e3 * a.arrival_s:.1f}", f"{1e3 * a.waited_s:.1f}")
+        console.print(t)
+        if not s.late:
+            console.print(f"no rank arrived late in step {s.step} (each within {1e3 * s.threshold_s:.1f} ms, "
+                          f"{100 * s.threshold_s / s.step_s:.0f}% of the step, of the next)", highlight=False)
+    for i, f in enumerate(d.findings, 1):
+        w = finding_text(f.to_json())
+        console.print(f"{i}. [bold]{w.what}[/] (low confidence: one step)", highlight=False)
+        console.print(Text(f"   evidence: {w.evidence}\n   next: {w.fix}"), highlight=False)
+
+
 def findings_html(res: Analysis) -> str | None:
     """The findings section for the top of the HTML report (None without a diagnosis)."""
     from laggard.report.page import rich_text, section
@@ -130,6 +161,12 @@ def findings_html(res: Analysis) -> str | None:
         return None
     if d.verdict == "healthy":
         body = f'<p class="lead">Healthy: the straggler slowdown is below {d.threshold:g}; nothing to fix.</p>'
+        return section("Diagnosis", body, id="findings")
+    if d.one_step:  # too few steps: who arrived late, read off each step (laggard.diagnose.onestep)
+        items = "".join(f"<li><strong>{escape(finding_text(f.to_json()).what)}</strong> (low confidence: one step): "
+                        f"{escape(f.evidence)}</li>" for f in d.findings)
+        late = f"<ol>{items}</ol>" if items else "<p>No rank arrived late.</p>"
+        body = f'<p class="lead">{escape(d.verdict.capitalize())}: {escape(d.reason)}.</p>{late}'
         return section("Diagnosis", body, id="findings")
     if d.reason:
         body = f'<p class="lead">{escape(d.verdict.capitalize())}: {escape(d.reason)}. No findings.</p>'
@@ -152,8 +189,9 @@ def findings_html(res: Analysis) -> str | None:
             f"<td>{rich_text(w.evidence)}"
             + (f"<br>consistency: {rich_text(w.consistency)}" if w.consistency else "")
             + f"<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
-            f"<td>{rich_text(w.fix)}" + (f"<br><small>check the {f.gain:.2f}x{' bound' if f.gain_layers is not None else ''}:"
-                                      f"</small> <code>{escape(w.check)}</code>" if w.check else "") + "</td>"
+            f"<td>{rich_text(w.fix)}" + (f"<br><small>gain beyond S: {escape(w.beyond)}</small>" if w.beyond else "")
+            + (f"<br><small>check the {f.gain:.2f}x{' bound' if f.gain_layers is not None else ''}:"
+               f"</small> <code>{escape(w.check)}</code>" if w.check else "") + "</td>"
             "</tr>"
         )
     body = (
@@ -170,9 +208,13 @@ def findings_html(res: Analysis) -> str | None:
         howto=[
             "**explains** is the finding's share of (measured step time - ideal step time) when every finding's "
             "fix is shared out jointly (Shapley values: causes that hide each other split what fixing them "
-            "together removes); in brackets, what fixing only this cause removes. Findings are sorted by share.",
+            "together removes); in brackets, what fixing only this cause removes. Findings are sorted by the "
+            "speed-up their fix gives, except that a job-wide finding goes after a named rank, stage or link that "
+            "explains more of the slowdown.",
             "**fix gives** is the predicted speed-up of the replayed step time: the speed-up of the "
-            "`laggard whatif` command under the fix, which prints the same number when you run it.",
+            "`laggard whatif` command under the fix, which prints the same number when you run it. Where it is "
+            "more than the job's slowdown S, *gain beyond S* says why (the fix removes time the ideal pays too, or "
+            "the ideal holds the slow ops in its means).",
             "**consistency** says, for each rank, stage or link a finding names, in how many steps its time "
             "exceeds its reference (its stage peers, the other stages, the other links of its op type) beyond the "
             "job's own step-to-step noise, the median ratio and its spread; a transient straggler lists its slow steps. "

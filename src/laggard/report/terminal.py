@@ -56,6 +56,9 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     if isinstance(layout, dict) and "how" in layout:  # profiler traces: the layout and where it comes from
         dims = [f"dp {layout['dp']}", f"pp {layout['pp']}"] + ([f"tp {layout['tp']}"] if layout.get("tp", 1) > 1 else [])
         con.print(f"layout: {' x '.join(dims)} ({layout['how']})", markup=False)
+    elif isinstance(m.extra.get("layout_inferred"), str):  # a zero-code trace's (laggard.io.native_layout)
+        dims = [f"dp {m.dp_size}", f"pp {m.pp_size}"] + ([f"tp {m.tp_size}"] if m.tp_size > 1 else [])
+        con.print(f"layout: {' x '.join(dims)} (inferred: {m.extra['layout_inferred']})", markup=False)
     style = _heat(res.slowdown)
     line = (
         f"straggler slowdown S = [{style}]{res.slowdown:.3f}[/]   waste {_pct(res.waste)}"
@@ -89,13 +92,15 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     for name, s in sorted(res.by_optype.items(), key=lambda kv: -kv[1])[:top]:
         t.add_row(name, f"[{_heat(s)}]{s:.3f}[/]")
     w = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for c in ("rank", "dp", "stage", "S_w"):
+    tp = any("tp_rank" in row for row in res.by_worker)  # tensor parallel: a rank is also its TP slice's
+    for c in ("rank", "dp", "stage", *(("tp",) if tp else ()), "S_w"):
         w.add_column(c, justify="right", no_wrap=True)
     for row in res.by_worker[:top]:
-        w.add_row(str(row["rank"]), str(row["dp_rank"]), str(row["stage"]), f"[{_heat(row['slowdown'])}]{row['slowdown']:.3f}[/]")
+        w.add_row(str(row["rank"]), str(row["dp_rank"]), str(row["stage"]), *((str(row.get("tp_rank", "")),) if tp else ()),
+                  f"[{_heat(row['slowdown'])}]{row['slowdown']:.3f}[/]")
     con.print("op types by S_t (the job replayed with only this type measured):")
     con.print(t)
-    con.print("worst workers by S_w = min(S_dp, S_stage):")
+    con.print(f"worst workers by S_w = min(S_dp, S_stage{', S_tp' if tp else ''}):")
     con.print(w)
     stages = list(res.by_stage.items())
     shown_st = stages if len(stages) <= 8 else sorted(stages, key=lambda kv: -kv[1])[:8]

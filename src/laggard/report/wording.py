@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from laggard.results.diagnosis import step_spans
+
 # the cause as a reader names it (the JSON keeps the short key)
 CAUSE_WORDS = {
     "worker": "slow worker",
@@ -21,6 +23,7 @@ CAUSE_WORDS = {
     "comm": "slow communication",
     "launch-delay": "launch delay (untraced host time)",
     "unexplained": "unexplained slowdown",
+    "late-arrival": "late arrival (one step)",
 }
 
 
@@ -36,6 +39,7 @@ class FindingText:
     share: str  # "explains 42% of the slowdown (40% alone)"
     gain: str  # "fixing it: 1.32x faster"
     check_label: str = "check"  # "check the bound" where the gain shown is the whole-layer one
+    beyond: str = ""  # why the gain exceeds the job's slowdown S ("" where it does not)
 
     @property
     def what(self) -> str:
@@ -48,6 +52,8 @@ class FindingText:
         if self.consistency:
             out.append(f"consistency: {self.consistency}")
         out.append(f"fix: {self.fix}")
+        if self.beyond:
+            out.append(f"gain beyond S: {self.beyond}")
         if self.check:
             out.append(f"{self.check_label}: {self.check}")
         return out
@@ -55,7 +61,7 @@ class FindingText:
     def to_json(self) -> dict[str, str]:
         return {"what": self.what, "cause": self.cause, "where": self.where, "qualifier": self.qualifier, "evidence": self.evidence,
                 "consistency": self.consistency, "fix": self.fix, "check": self.check, "check_label": self.check_label,
-                "share": self.share, "gain": self.gain}
+                "share": self.share, "gain": self.gain, "beyond": self.beyond}
 
 
 def where(f: dict[str, Any], *, max_workers: int = 4) -> str:
@@ -68,6 +74,9 @@ def where(f: dict[str, Any], *, max_workers: int = 4) -> str:
     stages = f.get("stages") or []
     if stages and f.get("cause") == "stage-imbalance":
         parts.append(("stage " if len(stages) == 1 else "stages ") + ", ".join(str(s) for s in stages))
+    steps = f.get("transient_steps") or []
+    if parts and steps:  # a transient straggler: the steps it was slow in
+        parts[-1] += f" in step{'s' if len(steps) > 1 else ''} {step_spans([int(s) for s in steps])}"
     return "; ".join(parts)
 
 
@@ -75,7 +84,9 @@ def qualifier(f: dict[str, Any]) -> str:
     """What the reader must know before acting on a finding: a guess (low confidence), or a cause that
     other findings hid (named once they are fixed)."""
     out = ""
-    if f.get("confidence", "high") != "high":
+    if f.get("cause") == "late-arrival":  # (laggard.diagnose.onestep: read off too few steps to judge)
+        out += f" ({f.get('confidence')} confidence: one step cannot tell a steady straggler from a one-off)"
+    elif f.get("confidence", "high") != "high":
         out += f" ({f.get('confidence')} confidence: no known cause's signature fits)"
     if f.get("hidden"):
         once = f.get("once_fixed") or {}
@@ -113,6 +124,7 @@ def finding_text(f: dict[str, Any]) -> FindingText:
         consistency=str(f.get("consistency") or ""), fix=str(f.get("fix") or ""), check=str(f.get("whatif") or ""),
         share=f"explains {_pct(f.get('share'))} of the slowdown ({_pct(f.get('score'))} alone)",
         gain=gain_words(f), check_label="check the bound" if isinstance(f.get("gain_layers"), (int, float)) else "check",
+        beyond=str(f.get("beyond_slowdown") or ""),
     )
 
 

@@ -142,6 +142,9 @@ class Analysis:
                                         for s, v in zip(self.steps, self.step_replayed_wall_s, strict=True)},
             "meta": {"name": self.meta.name, "source": self.meta.source, **self.meta.parallel_sizes(),
                      **({"layout": self.meta.extra["layout"]} if "layout" in self.meta.extra else {}),
+                     # how a zero-code trace's layout was read (laggard.io.native_layout)
+                     **({"layout_inferred": self.meta.extra["layout_inferred"]}
+                        if "layout_inferred" in self.meta.extra else {}),
                      # where each rank ran (laggard.optable.hosts), where the trace says
                      **({HOSTS_KEY: hosts} if (hosts := hosts_of(self.meta.extra)) else {})},
             "warnings": list(self.warnings),

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from laggard.results.onestep import OneStep
 
 # laggard commands that carry a fix out, and what they do: a detector names one (``fix_tool``);
 # where the trace is known the analysis writes it out in full (``fix_command``)
@@ -47,6 +50,9 @@ class Consistency:
     ratio_spread: float  # 1.4826 x MAD of those ratios (a robust sigma)
     noise: float  # the job's per-step noise (sigma of the same ratio for the other targets)
     excess_s: float  # median per-step excess over the reference, seconds (same steps as ``ratio``)
+    # transient as one contiguous run of slow steps, healthy outside it (a straggler that recovers or
+    # starts late), not in scattered bursts
+    run: bool = False
 
     @property
     def text(self) -> str:
@@ -80,7 +86,7 @@ class Consistency:
                 "steps_slow": len(self.slow_steps), "steps_total": self.steps_total,
                 "slow_steps": self.slow_steps, "ratio": finite(self.ratio),
                 "ratio_spread": finite(self.ratio_spread), "noise": finite(self.noise),
-                "excess_s": finite(self.excess_s)}
+                "excess_s": finite(self.excess_s), "run": self.run}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -116,6 +122,15 @@ class Finding:
     # how consistent each named target's excess is (worst first); empty for causes that name no
     # target of their own (sequence imbalance, GC, a tail on every link, the launch overhead)
     targets: list[Consistency] = field(default_factory=list)
+    # why the fix gains more than the job's slowdown S (empty where it does not): one line, e.g. the fix
+    # removes time the pooled ideal also pays (``laggard.diagnose.beyond``)
+    beyond_s: str = ""
+
+    @property
+    def localized(self) -> bool:
+        """Whether it names a rank, a stage or a link (a link's finding names its two ranks); a job-wide
+        finding (the launch overhead every rank pays, a tail every link shares) names none."""
+        return bool(self.workers or self.stages)
 
     @property
     def steps_slow(self) -> int | None:
@@ -195,12 +210,15 @@ class Finding:
             "transient_steps": self.transient_steps,
             "consistency": self.consistency_text,
             "targets": [t.to_json() for t in self.targets],
+            "beyond_slowdown": self.beyond_s,  # why the gain exceeds S ("" where it does not)
         }
 
 
 @dataclass(kw_only=True, slots=True)
 class Diagnosis:
-    verdict: str  # healthy | straggling | not enough to judge | cannot judge (the replay does not model the job)
+    # healthy | straggling | not enough to judge | cannot judge (the replay does not model the job) | one step
+    # only / few steps only (too few to judge: each step read on its own, ``one_step``)
+    verdict: str
     threshold: float
     findings: list[Finding]
     reason: str = ""  # why a job could not be judged (verdicts "not enough to judge" and "cannot judge")
@@ -210,6 +228,9 @@ class Diagnosis:
     unexplained: float = 0.0  # 1 - combined share
     unexplained_by: list[dict[str, Any]] = field(default_factory=list)  # the attributions that carry it
     note: str = ""  # how a straggling verdict was reached when S alone would not show it (diagnose.unseen)
+    # too few steps to judge: what each step says on its own (verdict "one step only" / "few steps only":
+    # laggard.diagnose.onestep); empty otherwise
+    one_step: list[OneStep] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -221,6 +242,8 @@ class Diagnosis:
             out["reason"] = self.reason
         if self.note:
             out["note"] = self.note
+        if self.one_step:
+            out["one_step"] = [x.to_json() for x in self.one_step]
         if self.verdict == "straggling":
             out["combined"] = {"share": finite(self.combined_share), "gain": finite(self.combined_gain),
                                "interaction": finite(self.interaction), "unexplained": finite(self.unexplained),

@@ -82,9 +82,16 @@ def _analyze(base: Baseline) -> Analysis:
     last_stage = base.pp_rank == stages.max()
     blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages), (last_stage, [False, True]),
               (base.is_comm(), [False, True])]
+    # tensor parallelism: the TP ranks of one DP replica share its DP rank and stage, so their S_dp and
+    # S_stage are one value; the TP slice (every rank of one TP rank measured) tells them apart
+    tp_col = base.job.column("tp_rank").astype(np.int64) if base.job.meta.tp_size > 1 else None
+    tps = np.unique(tp_col[tp_col >= 0]) if tp_col is not None else np.zeros(0, np.int64)
+    if len(tps) > 1:
+        blocks.append((tp_col, tps))
     if reduction is None:
         blocks.append((base.dp_rank, dps))
     st_base, st_type, st_pp, st_ms, st_kind, *rest = replay_mixed(base, *blocks)
+    st_tp = rest.pop(0) if len(tps) > 1 else None
     st_meas, st_ideal = st_base[:, 0], st_base[:, 1]
     T, T_ideal = float(st_meas.mean()), float(st_ideal.mean())
     slowdown = T / T_ideal
@@ -93,13 +100,18 @@ def _analyze(base: Baseline) -> Analysis:
     st_dp = rest[0] if reduction is None else by_dp_rank_step_times(base, dps, reduction)
     by_dp = dict(zip(dps.tolist(), _ratio(st_dp, st_ideal[:, None]).tolist(), strict=True))
     by_stage = dict(zip(stages.tolist(), _ratio(st_pp, st_ideal[:, None]).tolist(), strict=True))
-    # workers: S_w = min(S_dp, S_stage); M_W fixes the top 3% of them
+    # workers: S_w = min(S_dp, S_stage) (and S_tp: a rank is the intersection of its DP replica, its
+    # stage and its TP slice); M_W fixes the top 3% of them
     ranks, first = unique_first(base.rank)
     w_dp, w_pp = base.dp_rank[first], base.pp_rank[first]
     s_w = np.minimum([by_dp[int(d)] for d in w_dp], [by_stage[int(p)] for p in w_pp])
+    if st_tp is not None:
+        by_tp = dict(zip(tps.tolist(), _ratio(st_tp, st_ideal[:, None]).tolist(), strict=True))
+        s_w = np.minimum(s_w, [by_tp.get(int(t), np.inf) for t in tp_col[first]])
     order = np.lexsort((ranks, -s_w))
     by_worker = [
-        {"dp_rank": int(w_dp[i]), "stage": int(w_pp[i]), "rank": int(ranks[i]), "slowdown": float(s_w[i])}
+        {"dp_rank": int(w_dp[i]), "stage": int(w_pp[i]), "rank": int(ranks[i]), "slowdown": float(s_w[i]),
+         **({"tp_rank": int(tp_col[first[i]])} if st_tp is not None else {})}
         for i in order
     ]
     num_fix = max(1, math.ceil(len(ranks) * TOP_WORKER_SHARE))

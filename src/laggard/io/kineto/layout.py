@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from laggard.errors import LaggardError
+from laggard.io.kineto.chains import Search, find_chains, match_pipelines
 from laggard.io.kineto.comm import KIND_RECV, KIND_SEND
-from laggard.io.kineto.p2p import Peerless, Search, apply_pairs, find_chains, match_pipelines, p2p_kind
+from laggard.io.kineto.p2p import Peerless, apply_pairs, p2p_kind
 from laggard.io.kineto.rank import RankOps
 
 DIMS = ("dp", "pp", "tp")

@@ -18,14 +18,8 @@ transfer are found here, from what every trace does hold:
   the two carry different phases (``_ways``: on CPU ranks, a send carries the phase of the compute
   before it, a receive that of the compute after it).
 
-A pipeline is a chain of ranks: its first stage talks to one neighbour only, so all of its
-transfers go to one rank; with them taken out, that rank's remaining transfers go to one other
-rank, and so on (``_walk``; each link one dynamic programme, ``_embed``). Where a layout is given
-(``--layout``, a rank map, per-stage process groups), the walk follows its stages; otherwise
-chains are searched (``find_chains``) from the ranks with the fewest transfers (the ends), each
-link to the rank whose pairing costs least. When another rank fits almost as well (two DP
-replicas of a pipeline running in lockstep look alike) nothing is matched, and the warning says
-which ranks.
+Two ranks' transfers are paired here (``_link``: each direction one dynamic programme, ``_embed``);
+the chains of ranks they make are walked in ``laggard.io.kineto.chains``.
 """
 
 from __future__ import annotations
@@ -59,9 +53,8 @@ _END_WEIGHT = 0.05
 # received before a backward. A cost, not a rule: a phase read wrong (a stalled segment) must
 # not make a pairing impossible; it outweighs the end gaps of a busy host, not 10 ms apart
 _WAY_COST_NS = 10_000_000
-# a neighbour is chosen only when the next best fits clearly worse: its mean cost at least this
-# many times the best one's (plus _COST_FLOOR_NS, so that two near-zero costs count as a tie)
-_AMBIGUOUS_RATIO = 3.0
+# two mean pair costs under this count as a tie (``laggard.io.kineto.chains``); a pairing on the
+# fitted clocks that costs less needs no shift (``_link``)
 _COST_FLOOR_NS = 200_000
 
 
@@ -137,19 +130,6 @@ class Pairs:
     @property
     def num_transfers(self) -> int:
         return int(sum(len(x) for x in self.send_rows))
-
-
-@dataclass(slots=True)
-class Search:
-    """Chains found by matching transfers (``why``: why there are none)."""
-
-    chains: list[list[int]] | None
-    pairs: dict[tuple[int, ...], Pairs]  # chain (as walked) -> its matched transfers
-    why: str = ""
-
-    @property
-    def edges(self) -> set[tuple[int, int]]:
-        return {(a, b) for p in self.pairs.values() for a, b in zip(p.src, p.dst, strict=True)}
 
 
 def peerless(ranks: list[RankOps]) -> Peerless | None:
@@ -302,6 +282,9 @@ class _Link:
     pairs: Pairs
     used_send: np.ndarray  # of the next rank: indices into its remaining sends / receives
     used_recv: np.ndarray
+    # per transfer of this rank (its sends, then its receives, in order): from the send's issue to the
+    # receive's end, the data's way from one end to the other (``_nearest``)
+    latency: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def _link(me: tuple[_Side, _Side], nxt: tuple[_Side, _Side], tol: float = _TOL_NS, other_host: bool = False
@@ -369,107 +352,17 @@ def _link_on(me: tuple[_Side, _Side], nxt: tuple[_Side, _Side], tol: float) -> _
     pairs = Pairs()
     pairs.add(me[0].rank, nxt[0].rank, me[0].rows[out[1]], nxt[1].rows[out[2]])
     pairs.add(nxt[0].rank, me[0].rank, nxt[0].rows[back[2]], me[1].rows[back[1]])
-    return _Link(cost_ns=(out[0] + back[0]) / max(num, 1), pairs=pairs, used_send=back[2], used_recv=out[2])
+    latency = np.empty(len(me[0].rows) + len(me[1].rows))
+    latency[out[1]] = nxt[1].end[out[2]] - me[0].issue[out[1]]
+    latency[len(me[0].rows) + back[1]] = me[1].end[back[1]] - nxt[0].issue[back[2]]
+    return _Link(cost_ns=(out[0] + back[0]) / max(num, 1), pairs=pairs, used_send=back[2], used_recv=out[2],
+                 latency=latency)
 
 
 def _left(side: _Side, used: np.ndarray) -> _Side:
     keep = np.ones(len(side.rows), bool)
     keep[used] = False
     return side.take(keep)
-
-
-# ---------------------------------------------------------------- chains
-
-
-@dataclass(slots=True)
-class _Walk:
-    chain: list[int]
-    pairs: Pairs
-    left: dict[int, tuple[_Side, _Side]]
-    why: str = ""  # why the walk failed ("" when it did not)
-    ambiguous: bool = False
-
-
-def _walk(pl: Peerless, left: dict[int, tuple[_Side, _Side]], start: int, order: list[int] | None = None) -> _Walk:
-    """From ``start``, whose transfers all go to one rank: pair them with that rank's (the one that
-    fits best, or the next in ``order``), take them out, and go on from that rank until one has
-    none left. A walk that cannot go on, or (without ``order``) has two ranks to go on to that fit
-    alike, fails."""
-    left = dict(left)
-    w = _Walk(chain=[start], pairs=Pairs(), left=left)
-    cur = start
-    while cur in left and (len(left[cur][0].rows) or len(left[cur][1].rows)):
-        if order is not None:
-            cands = order[len(w.chain):len(w.chain) + 1]
-        else:
-            cands = [c for c in left if c not in w.chain and (len(left[c][0].rows) or len(left[c][1].rows))]
-        links = ((c, _link(left[cur], left[c], pl.tol(cur, c), pl.other_host(cur, c))) for c in cands if c in left)
-        fits = sorted(((lk.cost_ns, c, lk) for c, lk in links if lk is not None), key=lambda x: (x[0], x[1]))
-        if not fits:
-            nxt = f"rank {cands[0]}'s" if order is not None and cands else "any other rank's"
-            w.why = (f"rank {cur}'s transfers do not pair with {nxt} (the counts per step differ, or a receive would "
-                     "complete before its send was issued)")
-            return w
-        if order is None and len(fits) > 1 and fits[1][0] <= _AMBIGUOUS_RATIO * fits[0][0] + _COST_FLOOR_NS:
-            w.why = (f"rank {cur}'s transfers pair as well with rank {fits[1][1]} as with rank {fits[0][1]} (mean "
-                     f"pairing cost {fits[1][0] / 1e6:.2f} vs {fits[0][0] / 1e6:.2f} ms)")
-            w.ambiguous = True
-            return w
-        _, nxt_rank, lk = fits[0]
-        w.pairs.extend(lk.pairs)
-        left[cur] = (_left(left[cur][0], np.arange(len(left[cur][0].rows))),
-                     _left(left[cur][1], np.arange(len(left[cur][1].rows))))
-        left[nxt_rank] = (_left(left[nxt_rank][0], lk.used_send), _left(left[nxt_rank][1], lk.used_recv))
-        w.chain.append(nxt_rank)
-        cur = nxt_rank
-    if order is not None:
-        rest = [r for r in order if r in left and (len(left[r][0].rows) or len(left[r][1].rows))]
-        if rest or w.chain != order[:len(w.chain)]:
-            w.why = (f"the transfers of ranks {order} do not pair up along the pipeline (rank "
-                     f"{rest[0] if rest else w.chain[-1]} has transfers left over)")
-    return w
-
-
-def find_chains(pl: Peerless) -> Search:
-    """Pipelines as chains of ranks joined by matched transfers, walked from their ends (the ranks
-    with the fewest transfers first)."""
-    left = dict(pl.sides)
-    order = sorted(left, key=lambda r: (len(left[r][0].rows) + len(left[r][1].rows), r))
-    out = Search(chains=[], pairs={})
-    first_why = ""
-    while left:
-        for start in [r for r in order if r in left]:
-            w = _walk(pl, left, start)
-            if w.ambiguous:
-                return Search(chains=None, pairs={}, why=w.why)
-            if not w.why and len(w.chain) > 1:
-                break
-            first_why = first_why or w.why
-        else:
-            return Search(chains=None, pairs={}, why=first_why or "no rank's transfers pair with another's")
-        out.chains.append(w.chain)  # type: ignore[union-attr]
-        out.pairs[tuple(w.chain)] = w.pairs
-        left = {r: s for r, s in w.left.items() if r not in w.chain}
-    return out
-
-
-def match_pipelines(pl: Peerless, pipes: list[list[int]], search: Search | None = None) -> tuple[Pairs, list[str]]:
-    """The transfers of each pipeline (ranks by stage), matched along its stages; why those of a
-    pipeline stay unmatched, for each that does."""
-    pairs, why = Pairs(), []
-    for pipe in pipes:
-        if len(pipe) < 2 or not any(r in pl.sides for r in pipe):
-            continue
-        known = search.pairs.get(tuple(pipe), search.pairs.get(tuple(pipe[::-1]))) if search else None
-        if known is not None:
-            pairs.extend(known)
-            continue
-        w = _walk(pl, {r: pl.sides[r] for r in pipe if r in pl.sides}, pipe[0], order=pipe)
-        if w.why:
-            why.append(w.why)
-        else:
-            pairs.extend(w.pairs)
-    return pairs, why
 
 
 def apply_pairs(ranks: list[RankOps], pairs: Pairs) -> None:
