@@ -7,8 +7,9 @@ ops both name. Every finding of the diagnosis is one of these what-ifs (``Findin
 gain is a number a user can reproduce.
 
 - ``fix``: the op's ideal duration (mean per compute op type, median per communication op type);
-- ``peer``: the mean of its op type on its stage over the ops no ``--peer`` selects (a slow worker
-  made as fast as the other workers of its stage);
+- ``peer``: the mean of the same op (its op type, and how many of that type its rank ran before it in
+  the step) on its stage over the ops no ``--peer`` selects, in the same step (over every step where
+  that step has none): a slow worker made as fast as the other workers of its stage were in each step;
 - ``even``: the mean of the selected ops of its op type, stage and step (balanced microbatches);
   stalls (``laggard.engine.spikes``) stay out of the mean and keep their excess (a GC pause is not a long
   sequence's);
@@ -204,7 +205,7 @@ def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np
             w[mask] = w[mask] * c.factor
         elif c.action == "peer":
             if peer_ref is None:
-                peer_ref = group_mean(w, ~peers, [base.name_code, base.pp_rank])
+                peer_ref = _peer_means(base, w, ~peers)
             ref, ok = peer_ref
             sel = mask & ok
             w[sel] = ref[sel]
@@ -220,6 +221,35 @@ def apply_changes(base: Baseline, changes: list[Change]) -> tuple[np.ndarray, np
             hit, expect = _spikes_of(base, w, mask)
             w[hit] = expect[hit]
     return w, changed
+
+
+def _peer_means(base: Baseline, w: np.ndarray, ref_ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, the mean of its op type on its stage over ``ref_ops`` in the same step, or over every
+    step where its step has none (and whether it has either). Step by step, because what a rank's peers
+    take moves from step to step (warm-up, a step the whole host ran slow): against the pooled mean, a
+    straggler that is slow in half the steps would be made slower in its good ones, and its fix would
+    read as no gain. The same op on each peer (``occurrence``), not its op type's mean."""
+    nth = occurrence(base)
+    ref, ok = group_mean(w, ref_ops, [base.graph.op_step, base.name_code, base.pp_rank, nth])
+    pooled, pooled_ok = group_mean(w, ref_ops, [base.name_code, base.pp_rank, nth])
+    return np.where(ok, ref, pooled), ok | pooled_ok
+
+
+def occurrence(base: Baseline) -> np.ndarray:
+    """Per op, how many ops of its op type its rank ran before it in its step (0 for the first): the
+    same op on another rank. One op type can name ops of very different lengths (the backward before
+    the gradients' all-reduce and the short rest after it), and a peer's mean over all of them would
+    give the short one the long one's time."""
+    start = base.job.column("start_ns")
+    order = np.lexsort((start, base.name_code, base.graph.op_step, base.rank))
+    key = np.stack([base.rank[order], base.graph.op_step[order], base.name_code[order]])
+    new_run = np.ones(len(order), dtype=bool)
+    new_run[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
+    idx = np.arange(len(order))
+    first = np.maximum.accumulate(np.where(new_run, idx, 0))
+    nth = np.empty(len(order), dtype=np.int64)
+    nth[order] = idx - first
+    return nth
 
 
 def _spikes_of(base: Baseline, w: np.ndarray, mask: np.ndarray, *,
