@@ -139,8 +139,9 @@ def test_slow_worker_on_a_slightly_heavy_stage_stays_a_worker(heavy):
 
 def test_findings_are_ranked_by_gain_and_a_job_wide_one_after_a_named_one_that_explains_more():
     """Rule (a) of issue 60: the largest speed-up first (it replaces the share order, with its stage
-    before a worker of it that explains about as much); ties: a stage before a worker. Rule (b): a
-    job-wide finding goes after any finding naming a rank, stage or link that explains more."""
+    before a worker of it that explains about as much); ties: a stage before a worker. Rule (b): a cost
+    every rank pays (the launch overhead, a tail on every link) goes after every straggler, whatever
+    its gain or share; GC, naming no rank, is a straggler."""
     from laggard.diagnose import DiagnoseConfig, ranked
     from laggard.results.diagnosis import Finding
 
@@ -157,9 +158,11 @@ def test_findings_are_ranked_by_gain_and_a_job_wide_one_after_a_named_one_that_e
     assert _ranked([gc, worker(0.93, 1.6), stage]) == ["stage-imbalance", "worker", "gc"]  # a tie: the stage first
     launch = Finding(cause="launch-delay", share=0.2, gain=2.5)  # job-wide: names no rank
     assert _ranked([worker(0.8, 1.3), launch]) == ["worker", "launch-delay"]  # it explains less, though gains more
-    assert _ranked([worker(0.1, 1.3), launch]) == ["launch-delay", "worker"]  # it explains more and gains more
+    assert _ranked([worker(0.1, 1.3), launch]) == ["worker", "launch-delay"]  # it explains more and gains more
     tail = Finding(cause="comm", share=0.5, gain=1.2)
     assert _ranked([tail, worker(0.6, 1.1), launch]) == ["worker", "launch-delay", "comm"]
+    stalls = Finding(cause="gc", share=0.6, gain=1.5)  # names no rank: still a straggler, by its gain
+    assert _ranked([worker(0.3, 1.1), launch, stalls]) == ["gc", "worker", "launch-delay"]
 
 
 def _with_comm_tail(on_link: tuple[int, int] | None):

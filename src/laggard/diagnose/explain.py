@@ -314,16 +314,10 @@ def carriers(ctx: Ctx, top: int = 3, top_stages: int = 1) -> list[dict[str, Any]
 
 
 def ranked(findings: list[Finding], cfg: DiagnoseConfig) -> list[Finding]:
-    """The largest speed-up first: what fixing each gives the measured job is what on-call acts on
-    (ties: a stage before a worker, a hot row explaining its hot cells; then the larger share). A
-    job-wide finding (naming no rank, stage or link) goes after every finding that names one and
-    explains more of the slowdown: its fix may gain more by removing what every rank pays, which is
-    not the straggling (``Finding.beyond_s`` says so), and the named one is what slows this job
-    against its own ranks."""
-    named = [f for f in findings if f.localized]
-
-    def place(f: Finding) -> float:  # the gain it is ranked at: at most a named finding's that explains more
-        return f.gain if f.localized else min([f.gain] + [g.gain for g in named if g.share > f.share])
-
-    return sorted(findings, key=lambda f: (-place(f), place(f) < f.gain, f.cause != "stage-imbalance", -f.gain,
-                                           -f.share))
+    """Stragglers first, then costs every rank pays alike (``Finding.everywhere``: the launch overhead, a
+    transfer tail every link shares); each part by the largest speed-up (what on-call acts on; ties: a
+    stage before a worker, a hot row explaining its hot cells; then the larger share). A straggler
+    finding has passed the noise gate (and, naming a rank, stage or link, the named-gain floor): it is
+    what slows this job against its own ranks. A cost every rank pays is no straggler, and its gain and
+    share count time the ideal step pays too (``Finding.beyond_s``), so they do not compare."""
+    return sorted(findings, key=lambda f: (f.everywhere, -f.gain, f.cause != "stage-imbalance", -f.share))

@@ -208,9 +208,9 @@ def findings_html(res: Analysis) -> str | None:
         howto=[
             "**explains** is the finding's share of (measured step time - ideal step time) when every finding's "
             "fix is shared out jointly (Shapley values: causes that hide each other split what fixing them "
-            "together removes); in brackets, what fixing only this cause removes. Findings are sorted by the "
-            "speed-up their fix gives, except that a job-wide finding goes after a named rank, stage or link that "
-            "explains more of the slowdown.",
+            "together removes); in brackets, what fixing only this cause removes. Stragglers come first, then "
+            "costs every rank pays alike (the launch overhead, a tail on every link), each by the speed-up its "
+            "fix gives.",
             "**fix gives** is the predicted speed-up of the replayed step time: the speed-up of the "
             "`laggard whatif` command under the fix, which prints the same number when you run it. Where it is "
             "more than the job's slowdown S, *gain beyond S* says why (the fix removes time the ideal pays too, or "

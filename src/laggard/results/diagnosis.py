@@ -133,6 +133,13 @@ class Finding:
         return bool(self.workers or self.stages)
 
     @property
+    def everywhere(self) -> bool:
+        """Whether it is a cost every rank pays alike (the launch overhead, a transfer tail every link
+        shares): no straggler. One rank's own host time is a launch delay naming that rank, a straggler;
+        garbage collection and sequence imbalance name no rank, yet strike ranks unevenly: stragglers."""
+        return self.cause in ("launch-delay", "comm") and not self.localized
+
+    @property
     def steps_slow(self) -> int | None:
         return len(self.targets[0].slow_steps) if self.targets else None
 
