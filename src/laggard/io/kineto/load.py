@@ -223,6 +223,8 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
         name_c, names = _transfer_names(name_c, names, kind, peer, rank_of, layout)
     stream_c, streams = relabel("stream", "streams")
     group_c, groups = relabel("group", "groups")
+    if layout.pp_size > 1:
+        group_c, groups = _unnamed_by_stage(group_c, groups, kind, rank_of, layout)
     step = cat([r.step for r in ranks])
     start_ns = cat([r.start_ns for r in ranks])
     dur_ns = cat([r.dur_ns for r in ranks])
@@ -441,6 +443,28 @@ def _phase_names(name_c: np.ndarray, names: list[str], phase: np.ndarray) -> tup
                 lut[label] = len(out)
                 out.append(label)
             new_c[rows[name_c[rows] == code]] = lut[label]
+    return new_c, out
+
+
+def _unnamed_by_stage(group_c: np.ndarray, groups: list[str], kind: np.ndarray, rank_of: np.ndarray,
+                      layout: Layout) -> tuple[np.ndarray, list[str]]:
+    """Pipeline layouts: collectives with no process-group name (``?``: gloo's events carry none) are
+    matched among the ranks of one stage (``?|stage<s>``), not across the job. A pipeline's collectives
+    are its stages' gradient all-reduces over their DP replicas: each stage runs its own at its own
+    time (the last stage's backward ends first), and matched across stages by order one stage's would
+    wait for another's, which under 1F1B waits for the first, and the graph has a cycle."""
+    if "?" not in groups:
+        return group_c, groups
+    stage_of = {int(r): c[1] for r, c in layout.coords.items()}
+    unnamed = groups.index("?")
+    rows = np.flatnonzero((group_c == unnamed) & ~np.isin(kind, (KIND_SEND, KIND_RECV)))
+    if not len(rows):
+        return group_c, groups
+    stage = np.array([stage_of.get(int(r), -1) for r in rank_of[rows]])
+    out, new_c = list(groups), group_c.copy()
+    for s in np.unique(stage[stage >= 0]).tolist():
+        out.append(f"?|stage{s}")
+        new_c[rows[stage == s]] = len(out) - 1
     return new_c, out
 
 

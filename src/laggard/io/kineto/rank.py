@@ -410,7 +410,11 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
     dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start), gcs.dur_us]) * 1000.0).astype(np.int64)
     steps_all = np.concatenate([seg.step, c_step, gcs.step]).astype(np.int64)
     kind = np.concatenate([np.zeros(num_seg, np.int8), co.kind, np.full(n_gc, KIND_OTHER, np.int8)])
-    dep_ptr, dep_idx = _dependencies(seg, num_seg, n_ops, steps_all, stream_codes, start_ns)
+    # (by the call's type: a transfer without its peers in the trace is paired later, kineto/p2p.py)
+    p2p_call = np.array([x.rsplit(":", 1)[-1] in ("send", "recv") for x in co.name], dtype=bool)
+    posted = np.concatenate([np.zeros(num_seg, bool), p2p_call, np.zeros(n_gc, bool)]) if device == "cpu" else \
+        np.zeros(n_ops, bool)
+    dep_ptr, dep_idx = _dependencies(seg, num_seg, n_ops, steps_all, stream_codes, start_ns, posted)
     ws = info.get("world_size") if isinstance(info.get("world_size"), int) else None
     return RankOps(
         path=ev.path,
@@ -451,10 +455,15 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
 
 
 def _dependencies(seg: Segments, num_seg: int, n_ops: int, steps_all: np.ndarray, stream_codes: np.ndarray,
-                  start_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  start_ns: np.ndarray, posted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CSR of each op's dependencies: the previous op on its stream and its launch / wait links
     (same step only). Every op gets an explicit list, so the graph never has to infer stream order
-    for part of the table."""
+    for part of the table. A ``posted`` transfer (a CPU rank's point-to-point send or receive) does not
+    wait for the transfer before it on its stream when that is one too: gloo runs posted isend/irecv
+    at once, and a 1F1B stage posts its next forward's send before the previous backward's receive
+    while its neighbour posts them the other way round, which chained in posting order is a cycle.
+    Each still waits for the op it was posted after (the previous op of its thread), which orders
+    blocking transfers."""
     dst = np.concatenate([num_seg + seg.launch_dst, seg.wait_dst]).astype(np.int64)
     src = np.concatenate([seg.launch_src, num_seg + seg.wait_src]).astype(np.int64)
     same = steps_all[dst] == steps_all[src] if len(dst) else np.zeros(0, bool)
@@ -464,6 +473,7 @@ def _dependencies(seg: Segments, num_seg: int, n_ops: int, steps_all: np.ndarray
     if n_ops > 1:
         sm = (stream_codes[order_ops][1:] == stream_codes[order_ops][:-1]) & (steps_all[order_ops][1:] == steps_all[order_ops][:-1])
         prev[order_ops[1:][sm]] = order_ops[:-1][sm]
+    prev[posted & (prev >= 0) & posted[np.maximum(prev, 0)]] = -1
     pd = np.flatnonzero(prev >= 0)
     all_dst = np.concatenate([dst, pd])
     all_src = np.concatenate([src, prev[pd]])
