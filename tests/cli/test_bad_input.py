@@ -196,6 +196,21 @@ def test_wrong_flags(capsys):
     assert "nothing to change" in _one_line_error(capsys, "whatif", ST)
 
 
+def test_a_huge_step_range_is_clamped_not_built(tmp_path):
+    """A range is compared with the trace's steps: ``0-100000000`` once built every number (a
+    MemoryError traceback), and a bound past int64 was killed. Both now select every step, as no
+    ``--steps`` does."""
+    import json
+
+    outs = {}
+    for spec in (None, "0-100000000", "0-999999999999999999999", "-999999999999999999999-999999999999999999999"):
+        steps = ["--steps", spec] if spec else []
+        assert run_cli("analyze", ST, *steps, "--json", tmp_path / "a.json", "-q") == 0, spec
+        outs[spec] = json.loads((tmp_path / "a.json").read_text())["slowdown"]
+    assert len(set(outs.values())) == 1, outs
+    assert run_cli("whatif", ST, "--steps", "0-100000000", "--fix", "stage=1", "--json", tmp_path / "w.json") == 0
+
+
 def test_native_missing_rank_is_reported(capsys, tmp_path):
     from laggard.groundtruth.synth import SynthConfig, synthesize
     from laggard.optable.ops import Job, write_native
@@ -332,3 +347,12 @@ def test_version(capsys) -> None:
     assert run_cli("--version") == 0
     out = capsys.readouterr().out.strip()
     assert out == f"laggard {version('laggard')}" and version("laggard") == laggard.__version__
+
+
+def test_the_warning_count_says_where_the_warnings_are(capsys):
+    """The summary's count of warnings said "(see above)", and the warnings came after it, on stderr."""
+    kineto = ND.parent / "kineto" / "ddp_host_stall_a"
+    assert run_cli("analyze", kineto) == 0
+    out, err = capsys.readouterr()
+    assert "warning(s) (printed on stderr once the command ends)" in out and "see above" not in out
+    assert "laggard: warning:" in err

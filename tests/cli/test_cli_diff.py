@@ -81,3 +81,25 @@ def test_bad_input(runs, tmp_path, capsys):
     assert "--max-parts" in _one_line_error(capsys, "diff", a, a, "--max-parts", "many")
     assert "--json" in _one_line_error(capsys, "diff", a, a, "--json", tmp_path)
     assert "Missing argument" in _one_line_error(capsys, "diff", a)
+
+
+def test_max_regression_is_a_ci_gate(runs, tmp_path, capsys):
+    """``--max-regression PCT``: exit 1 when B is more than PCT% slower than A, after the comparison is
+    printed and written; 0 within it (and B against itself); a bad value is one line, exit 2. The
+    change is read off the written JSON, not off the gate."""
+    a, b = runs
+    out = tmp_path / "d.json"
+    assert run_cli("diff", a, b, "--json", out, "-q") == 0
+    change = json.loads(out.read_text())["change"]
+    capsys.readouterr()
+    assert change > 0.01
+    below, above = f"{100 * change * 0.5:.3f}%", f"{100 * change * 1.5:.3f}"
+    assert run_cli("diff", a, b, "--max-regression", below, "--json", out) == 1
+    res = capsys.readouterr()
+    assert "slower than A" in res.out and f"laggard: regression: B's step is {100 * change:.1f}% slower" in res.err
+    assert out.exists()
+    assert run_cli("diff", a, b, "--max-regression", above, "-q") == 0
+    assert run_cli("diff", b, a, "--max-regression", "0", "-q") == 0  # A is faster than B: no regression
+    capsys.readouterr()
+    assert run_cli("diff", a, b, "--max-regression", "five") == 2
+    assert "--max-regression: cannot read 'five'" in capsys.readouterr().err

@@ -23,10 +23,15 @@ def diff(
     html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML page of the comparison to this file.")] = None,
     max_parts: Annotated[int, typer.Option("--max-parts", help="Parts of the job named separately (1-10; 2^(n+1) replays of B); the rest is one part.")] = 7,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
+    max_regression: Annotated[str | None, typer.Option(
+        "--max-regression", metavar="PCT",
+        help="A CI gate: exit 1 when B's step is more than PCT percent slower than A's (e.g. 5 or 5%), after the "
+             "comparison is printed and written.")] = None,
 ) -> None:
     """Explain why B's step time differs from A's: B replayed with A's durations, part by part."""
     from laggard.whatif.diff import DiffConfig
 
+    limit = _percent(max_regression) if max_regression is not None else None
     if not 1 <= max_parts <= 10:
         raise LaggardError(f"--max-parts must be 1 to 10 (2^(n+1) replays of B), got {max_parts}")
     cfg = DiffConfig(max_parts=max_parts)  # checked before the (slow) loads
@@ -58,6 +63,24 @@ def diff(
         from laggard.report.diff import print_diff
 
         print_diff(res)
+    if limit is not None and res.change > limit:
+        import sys
+
+        print(f"laggard: regression: B's step is {100 * res.change:.1f}% slower than A's (--max-regression "
+              f"{100 * limit:g}%)", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+def _percent(text: str) -> float:
+    """``5``, ``5%`` or ``2.5 %`` as a fraction (0.05); one clear line for anything else."""
+    raw = text.strip().removesuffix("%").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise LaggardError(f"--max-regression: cannot read {text!r} (a percentage at least 0, e.g. 5 or 5%)")
+    return value / 100.0
 
 
 def register(app: typer.Typer) -> None:

@@ -119,7 +119,7 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     if res.extras.get("arrivals"):
         print_arrivals(res.extras, con, top=top)
     if res.warnings:
-        con.print(f"[yellow]{len(res.warnings)} warning(s)[/] (see above)")
+        con.print(f"[yellow]{len(res.warnings)} warning(s)[/] (printed on stderr once the command ends)")
 
 
 def print_arrivals(extras: dict, console: Console | None = None, *, top: int = 6) -> None:
