@@ -356,3 +356,27 @@ def test_the_warning_count_says_where_the_warnings_are(capsys):
     out, err = capsys.readouterr()
     assert "warning(s) (printed on stderr once the command ends)" in out and "see above" not in out
     assert "laggard: warning:" in err
+
+
+def test_a_missing_rank_is_in_the_headline(capsys, tmp_path):
+    """A trace missing a rank was analysed in full with the missing rank only in the last warning: the
+    headline (the terminal's second line, the JSON's meta) now says which ranks the figures leave out."""
+    from laggard.groundtruth.synth import SynthConfig, synthesize
+    from laggard.optable.ops import Job, write_native
+    from tests.conftest import DATA
+
+    job = synthesize(SynthConfig(dp=4, pp=1, steps=4))
+    write_native(Job(table=job.table.filter(pa.array(job.column("rank") != 2)), meta=job.meta), tmp_path / "nat")
+    for r in (0, 1, 3):
+        shutil.copy(DATA / "kineto" / "ddp_gloo" / f"rank{r}.json.gz", tmp_path / f"k{r}.json.gz")
+    (tmp_path / "prof").mkdir()
+    for r in (0, 1, 3):
+        shutil.move(tmp_path / f"k{r}.json.gz", tmp_path / "prof" / f"rank{r}.json.gz")
+    for trace in (tmp_path / "nat", tmp_path / "prof"):
+        assert run_cli("analyze", trace, "--json", tmp_path / "a.json") == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[1].startswith("partial: 1 of 4 ranks not analysed (rank(s) 2"), lines[:3]
+        assert json.loads((tmp_path / "a.json").read_text())["meta"]["missing_ranks"] == {"ranks": [2], "of": 4}
+    assert run_cli("analyze", DATA / "kineto" / "ddp_gloo", "--json", tmp_path / "a.json") == 0
+    assert "partial:" not in capsys.readouterr().out
+    assert "missing_ranks" not in json.loads((tmp_path / "a.json").read_text())["meta"]

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from laggard.io.native_layout import infer_layout
-from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, conform
+from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, conform, note_missing
 from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, check_trace
 
 
@@ -46,7 +46,19 @@ def read_native(path: Path) -> Job:
     job = infer_layout(Job(table=table, meta=meta))
     for problem in _missing_ranks(path, job):
         warnings.warn(problem, LaggardWarning, stacklevel=2)
+    note_missing(job.meta, _absent(job))
     return job
+
+
+def _absent(job: Job) -> list[int]:
+    """The ranks job.json's world size has that wrote no op (each worker's first rank)."""
+    meta = job.meta
+    if meta.world_size is None:
+        return []
+    import numpy as np
+
+    have = set(np.unique(job.column("rank")).tolist())
+    return [r for r in range(0, meta.world_size, max(meta.gpus_per_worker, 1)) if r not in have]
 
 
 def _missing_ranks(path: Path, job: Job) -> list[str]:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from laggard.optable.ops import MISSING_KEY
 from laggard.report.bands import band
 
 if TYPE_CHECKING:
@@ -52,6 +53,11 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
         + (f" vpp={m.vpp_size}" if m.vpp_size > 1 else "")
         + f"  {res.num_workers} workers, {len(res.steps)} steps, {res.num_ops:,} ops"
     )
+    absent = m.extra.get(MISSING_KEY)
+    if isinstance(absent, dict) and absent.get("ranks"):  # a partial trace: said where it is read first
+        few = ", ".join(map(str, absent["ranks"][:8])) + (" ..." if len(absent["ranks"]) > 8 else "")
+        con.print(f"[yellow bold]partial:[/] {len(absent['ranks'])} of {absent['of']} ranks not analysed (rank(s) "
+                  f"{few}: no trace, or left out with their pipeline); the figures cover the others only")
     layout = m.extra.get("layout")
     if isinstance(layout, dict) and "how" in layout:  # profiler traces: the layout and where it comes from
         dims = [f"dp {layout['dp']}", f"pp {layout['pp']}"] + ([f"tp {layout['tp']}"] if layout.get("tp", 1) > 1 else [])

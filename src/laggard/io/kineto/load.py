@@ -67,6 +67,8 @@ def read_kineto(
     missing, left_out = missing_ranks(ranks)
     if missing:
         warnings.warn(missing, LaggardWarning, stacklevel=2)
+    declared = next((r.world_size for r in ranks if r.world_size is not None), None)
+    absent = sorted(set(range(declared or 0)) - {int(r.rank) for r in ranks} | left_out)  # type: ignore[arg-type]
     ranks = [r for r in ranks if int(r.rank) not in left_out]  # type: ignore[arg-type]
     ranks = _common_steps(ranks)  # (transfers are matched step by step: both ends must be traced)
     pl = peerless(ranks)
@@ -74,7 +76,11 @@ def read_kineto(
     matched, p2p_warnings = assign_peers(ranks, lay, pl, search)
     for w in lay_warnings + p2p_warnings:
         warnings.warn(w, LaggardWarning, stacklevel=2)
-    return _build_job(ranks, files, align_clocks=align_clocks, layout=lay, peers_matched=matched)
+    job = _build_job(ranks, files, align_clocks=align_clocks, layout=lay, peers_matched=matched)
+    from laggard.optable.ops import note_missing  # (after the decode: pyarrow's threads would stop the fork)
+
+    note_missing(job.meta, absent, declared)
+    return job
 
 
 # ---------------------------------------------------------------- ranks and jobs
