@@ -26,3 +26,19 @@ def test_analysis_stack_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_diagnose_again_gives_the_same_commands(tmp_path):
+    """``laggard.diagnose(res)`` (the README's "the diagnosis again") returned findings with
+    ``command=''`` where ``res.diagnosis`` had each finding's ``laggard whatif`` command; and with
+    ``--steps`` the command keeps the steps."""
+    import laggard
+
+    path = "tests/data/ndtimeline/trace-ST.parquet"
+    for job in (laggard.load_job(path), laggard.load_job(path, steps="0-700")):
+        res = laggard.analyze(job)
+        again = laggard.diagnose(res)
+        first = [f.command for f in res.diagnosis.findings]
+        assert first and all(c.startswith(f"laggard whatif {path}") for c in first), first
+        assert [f.command for f in again.findings] == first
+    assert "--steps 0-700" in first[0], first[0]

@@ -66,11 +66,6 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
             warnings.simplefilter("always", LaggardWarning)
             res.diagnosis = run_diagnosis(res, config=diagnosis_cfg)
             fill_partition(job, res.diagnosis.findings, cfg.num_layers)
-        from laggard.whatif.custom import whatif_command
-
-        for f in res.diagnosis.findings:
-            if f.whatif:
-                f.command = whatif_command(job.load_args, f.whatif)
         for w in caught:
             if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
                 res.warnings.append(str(w.message))

@@ -21,9 +21,21 @@ if TYPE_CHECKING:
 
 def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseConfig | None = None) -> Diagnosis:
     """Findings for an analysed job, strongest first; a healthy job (slowdown below ``threshold``)
-    gets none."""
+    gets none. Each finding with a what-if carries the ``laggard whatif`` command that replays it on
+    the job's own files (``Finding.command``)."""
     if res.base is None:
         raise ValueError("diagnose needs the Analysis of a job (with its base)")
+    from laggard.whatif.custom import whatif_command
+
+    d = _diagnose(res, threshold=threshold, config=config)
+    for f in d.findings:
+        if f.whatif:
+            f.command = whatif_command(res.base.job.load_args, f.whatif)
+    return d
+
+
+def _diagnose(res: Analysis, *, threshold: float | None, config: DiagnoseConfig | None) -> Diagnosis:
+    assert res.base is not None
     # the threshold in force: ``threshold``, else the config's, else HEALTHY_THRESHOLD (both given
     # and different: an error, never one silently over the other)
     cfg = (config or DiagnoseConfig()).with_threshold(threshold)

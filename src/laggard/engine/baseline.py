@@ -211,7 +211,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
         if len(bad) == len(graph.steps):
             raise LaggardError("every step has a collective with missing participants; nothing to analyse")
         keep = pa.array(~np.isin(job.column("step"), bad))
-        job = Job(table=job.table.filter(keep), meta=job.meta, warnings=job.warnings)
+        job = Job(table=job.table.filter(keep), meta=job.meta, warnings=job.warnings, load_args=job.load_args)
         graph = build_graph(job)
     start_ns = job.column("start_ns")
     dur_ns = job.column("dur_ns")

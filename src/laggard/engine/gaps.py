@@ -407,7 +407,7 @@ def _with_host_ops(job: Job, at: np.ndarray, gaps: _Gaps, *, wait_for_busy: bool
     out = out.set_column(out.schema.get_field_index("op_id"), "op_id", pa.array(np.arange(new_n, dtype=np.int64)))
     out = out.append_column(t.schema.field("deps"), new_deps)
     out = out.select(t.column_names)
-    return Job(table=out, meta=job.meta, warnings=job.warnings)
+    return Job(table=out, meta=job.meta, warnings=job.warnings, load_args=job.load_args)
 
 
 __all__ = ["GapConfig", "GapSummary", "HOST_KIND", "host_attribution_type", "insert_host_gaps", "is_host_name"]
