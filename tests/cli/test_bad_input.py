@@ -380,3 +380,20 @@ def test_a_missing_rank_is_in_the_headline(capsys, tmp_path):
     assert run_cli("analyze", DATA / "kineto" / "ddp_gloo", "--json", tmp_path / "a.json") == 0
     assert "partial:" not in capsys.readouterr().out
     assert "missing_ranks" not in json.loads((tmp_path / "a.json").read_text())["meta"]
+
+
+def test_fit_cost_names_the_file_it_cannot_fit(capsys):
+    """fit-cost on a trace without token metadata said what was missing but not of which file."""
+    line = _one_line_error(capsys, "fit-cost", ND.parent / "kineto" / "ddp_gloo")
+    assert line.startswith(f"laggard: error: {ND.parent / 'kineto' / 'ddp_gloo'}: no compute op carries token"), line
+
+
+def test_a_ray_failure_names_laggards_flag():
+    """Ray's own advice names its flag (--address); the line adds laggard's (--ray-address)."""
+    from laggard.fleet.engines import ray_failure
+
+    msg = ("Could not find any running Ray instance. Please specify the one to connect to by setting `--address` "
+           "flag or `RAY_ADDRESS` environment variable.\nmore")
+    line = ray_failure(None, msg)
+    assert "\n" not in line and line.endswith("(laggard's flag for the cluster's address is --ray-address)"), line
+    assert ray_failure("10.0.0.1:6379", "timed out") == "cannot start or reach Ray at 10.0.0.1:6379: timed out"

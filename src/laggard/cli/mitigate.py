@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from laggard.errors import LaggardError
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -51,7 +53,7 @@ def token_samples(job: Job, optypes: list[str] | None = None, stage: int | None 
     lengths per sample, duration in seconds, whether the lengths are real sequence lengths)."""
     import numpy as np
 
-    from laggard.optable.ops import LaggardError, valid_mask
+    from laggard.optable.ops import valid_mask
 
     t = job.table
     name_code, names = job.codes("name")
@@ -112,7 +114,10 @@ def fit_cost_cmd(
     from laggard.optable.ops import LaggardWarning
 
     job = _load(path, fmt, meta, steps)
-    samples = token_samples(job, optype, stage)
+    try:
+        samples = token_samples(job, optype, stage)
+    except LaggardError as e:  # (the file the user gave: the samples' errors cannot name it)
+        raise LaggardError(f"{path}: {e}") from None
     fits: dict[str, Any] = {}
     for name, (lens, dur_s, real) in samples.items():
         if len(dur_s) < (3 if real else 2):
@@ -131,9 +136,7 @@ def fit_cost_cmd(
             warnings.warn(f"{name}: R^2 = {fit.r2:.4g} (< {MIN_USEFUL_R2:g}): sequence lengths explain little of how its "
                           "durations vary; do not plan a balance on this fit", LaggardWarning, stacklevel=1)
     if not fits:
-        from laggard.optable.ops import LaggardError
-
-        raise LaggardError("too few ops with token metadata to fit three coefficients")
+        raise LaggardError(f"{path}: too few ops with token metadata to fit three coefficients")
     result = {"unit": "s", "trace": str(path), "fits": {k: v.to_json() for k, v in fits.items()}}
     if _dump(result, json_out):
         return

@@ -173,8 +173,7 @@ class RayEngine:
             try:
                 ray.init(address=address, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:
-                raise LaggardError(f"cannot start or reach Ray{f' at {address}' if address else ''}: "
-                                   f"{str(e).splitlines()[0]}") from None
+                raise LaggardError(ray_failure(address, str(e))) from None
             self._owned = True
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = workers if workers > 0 else max(1, cpus)
@@ -224,3 +223,11 @@ def make_engine(name: str, *, workers: int | None, ray_address: str | None, ray_
     if workers == 0:
         return InlineEngine()
     return LocalEngine(workers or os.cpu_count() or 1)
+
+
+def ray_failure(address: str | None, message: str) -> str:
+    """The one line for a Ray that would not start or answer: Ray's own first line, whose advice names
+    Ray's flags (``--address``), with laggard's flag for the same thing beside it."""
+    first = message.splitlines()[0] if message else "no reason given"
+    hint = " (laggard's flag for the cluster's address is --ray-address)" if "--address" in first else ""
+    return f"cannot start or reach Ray{f' at {address}' if address else ''}: {first}{hint}"
