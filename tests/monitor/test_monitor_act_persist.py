@@ -152,3 +152,23 @@ def test_the_dashboard_shows_the_stored_actions(tmp_path):
     assert [r[:4] for r in rows] == [["40", "drain", "3", DRAIN["reason"]], ["12", "rebalance", "2", SHIFT["reason"]]]
     assert "0.512" in rows[1][4] and "0.401" in rows[1][5], rows
     assert "kill switch on" in note
+
+
+def test_a_browser_without_the_token_gets_a_page_saying_how(tmp_path):
+    """``/`` without the token answered a browser with raw JSON; it now gets a page saying where the
+    token is (still 401). API clients keep the one-line JSON."""
+    import urllib.error
+    import urllib.request
+
+    srv = Server(str(tmp_path / "m.db"), tmp_path).start()
+    try:
+        req = urllib.request.Request(srv.url + "/", headers={"Accept": "text/html,application/xhtml+xml"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        assert e.value.code == 401 and e.value.headers["content-type"].startswith("text/html")
+        page = e.value.read().decode()
+        assert "?token=TOKEN" in page and "laggard monitor serve" in page
+        code, ans = srv.request("GET", "/api/v1/alerts", token="wrong-token-0123456789")
+        assert code == 401 and ans["detail"] == "missing or wrong bearer token"
+    finally:
+        srv.stop()

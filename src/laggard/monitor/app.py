@@ -219,6 +219,22 @@ async def read_json(request: Request, limit: int) -> Any:
         raise HTTPException(400, f"body is not JSON ({e})") from None
 
 
+def _wants_page(conn: HTTPConnection) -> bool:
+    """A browser opening the dashboard (``/`` asking for HTML), not an API client."""
+    return conn.url.path == "/" and "text/html" in conn.headers.get("accept", "")
+
+
+def _login_page() -> HTMLResponse:
+    """What a browser gets at ``/`` without the token: how to open the dashboard, not raw JSON."""
+    return HTMLResponse(
+        "<!doctype html><meta charset=utf-8><title>laggard monitor: token needed</title>"
+        "<h1>The dashboard needs the collector's token</h1>"
+        "<p>Open this address with <code>?token=TOKEN</code> once (a cookie keeps it): the token is the one "
+        "<code>laggard monitor serve</code> printed when it first started (or its <code>--token</code>, or "
+        "<code>LAGGARD_TOKEN</code>), kept in its token file (beside a SQLite database, else "
+        "~/.config/laggard/monitor.token).</p>", status_code=401)
+
+
 class TokenGuard:
     """The token check (everything but ``/healthz``) and the last-resort 500, as plain ASGI: Starlette's
     ``BaseHTTPMiddleware`` costs a task group and a body stream per request on the ingest path."""
@@ -234,8 +250,10 @@ class TokenGuard:
         authorization = conn.headers.get("authorization")
         if not (auth.check(self.token, authorization)
                 or auth.check(self.token, None, conn.cookies.get(COOKIE), conn.query_params.get("token"))):
-            await JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
-                               headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+            refused = _login_page() if _wants_page(conn) else JSONResponse({"detail": "missing or wrong bearer token"},
+                                                                          status_code=401)
+            refused.headers["WWW-Authenticate"] = "Bearer"
+            await refused(scope, receive, send)
             return
         started = False
 
