@@ -153,3 +153,25 @@ def test_alerts_reach_a_webhook(tmp_path):
     finally:
         httpd.shutdown()
     assert got and got[0]["rule"] == "worker-slow" and got[0]["detail"]["rank"] == 2, got
+
+
+def test_a_window_over_sparse_steps_holds_window_steps_of_them():
+    """A trace's steps can be sparse (every 10th step profiled): the window counted step numbers, so 6
+    numbers held one step and its analysis said "not enough to judge". It holds the last 6 reported."""
+    import pyarrow.compute as pc
+
+    job = make_job(NoisyJob(seed=0, steps=10, spike_prob=0.0))
+    sparse = job.table.set_column(job.table.schema.get_field_index("step"), "step",
+                                  pc.multiply(job.table.column("step"), 10))
+    from laggard.monitor.push import step_batches
+
+    cfg = MonitorConfig(window_steps=6)
+    win = JobWindow(job_id="j", meta=job.meta, cfg=cfg)
+    for s, r, t in step_batches(Job(table=sparse, meta=job.meta)):
+        win.add(t, r, s, s, now_s=0.0)
+    last = win.complete_through()
+    assert last == 89  # step 90 is the last every rank has reported: 80 is the last complete
+    cut = win.window_table(last)
+    steps = sorted(set(to_numpy(cut.column("step")).tolist()))
+    assert steps == [30, 40, 50, 60, 70, 80], steps
+    assert win.first_of(last) == 30

@@ -11,6 +11,7 @@ is reported as "hang suspected" with the last op it recorded.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 import warnings
@@ -173,6 +174,9 @@ class JobWindow:
     # how many ranks have each latest step (the ranks' last_step counted: the job's slowest and
     # fastest rank without a pass over 1,024 ranks per batch; a job's ranks span a few steps)
     _at_step: dict[int, int] = field(default_factory=dict)
+    # the step numbers any rank has reported, sorted: a window is its last window_steps of them, not
+    # of the numbers (a trace's steps may be sparse: every 10th step profiled)
+    _steps: list[int] = field(default_factory=list)
 
     # ------------------------------------------------------------------ ingest side
     def add(self, table: pa.Table, rank: int, min_step: int, max_step: int, now_s: float | None = None,
@@ -192,9 +196,37 @@ class JobWindow:
             st.last_step = max_step
             st.last_batch = table
         self._batches.append((rank, min_step, max_step, table, body))
+        self._note_steps(table, min_step, max_step)
         if len(self._batches) % 256 == 0:  # between refreshes too: memory bounded by the window
-            first = self.complete_through() - self.cfg.window_steps + 1
+            first = self.first_of(self.complete_through())
             self._batches = [b for b in self._batches if b[2] >= first]
+
+    def _note_steps(self, table: pa.Table, min_step: int, max_step: int) -> None:
+        """Keep the batch's step numbers in ``_steps`` (only a batch of several steps is read through)."""
+        if min_step == max_step or "step" not in table.column_names:
+            new = {min_step, max_step}
+        else:
+            import pyarrow.compute as pc
+
+            new = set(pc.unique(table.column("step")).to_pylist())
+        seen = self._steps
+        for st in sorted(new):
+            if st is None:
+                continue
+            i = bisect.bisect_left(seen, st)
+            if i == len(seen) or seen[i] != st:
+                seen.insert(i, st)
+        # the steps before every window held are not needed (memory bounded over a long job)
+        keep = bisect.bisect_left(seen, self.first_of(self.complete_through()))
+        if keep > 4 * max(self.cfg.window_steps, 1):
+            del seen[:keep]
+
+    def first_of(self, last: int) -> int:
+        """The first step of the window ending at ``last``: the ``window_steps``-th reported step up to
+        it (``last - window_steps + 1`` where fewer were reported)."""
+        n = max(self.cfg.window_steps, 1)
+        i = bisect.bisect_right(self._steps, last)
+        return self._steps[i - n] if i >= n else last - n + 1
 
     @property
     def expected_ranks(self) -> int:
@@ -225,7 +257,7 @@ class JobWindow:
     # ------------------------------------------------------------------ analysis side
     def window_cut(self, last: int) -> WindowCut:
         """The batches that hold steps of the window ending at ``last``."""
-        first = last - self.cfg.window_steps + 1
+        first = self.first_of(last)
         self._batches = [b for b in self._batches if b[2] >= first]  # older batches are out of every window
         # in (step, rank) order whatever the arrival order: the same window gives the same table, and a
         # relay's pack (its ranks of one flush) is one run of adjacent parts, read as one slice
@@ -253,7 +285,7 @@ class JobWindow:
         self.load_ratio = load_ratio or {}
         self.rank_steps = rank_steps
         if doc is None:
-            self.error = f"steps {last - self.cfg.window_steps + 1}-{last}: {error}"
+            self.error = f"steps {self.first_of(last)}-{last}: {error}"
             return
         self.error = None
         steps = [int(k) for k in doc["per_step"]] or [last]
