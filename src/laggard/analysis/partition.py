@@ -47,7 +47,8 @@ def partition_hint(job: Job, num_layers: int | None = None) -> str:
 
     known = layers_known(job) or num_layers is not None
     return (f"`{partition_command(job, num_layers)}` proposes the split"
-            + ("" if known else " (N: the model's decoder layers; the trace does not record it)")
+            + ("" if known else " (N: the model's decoder layers, which the trace does not record: e.g. "
+                                 "`len(model.layers)`, or `num_hidden_layers` in a Hugging Face config)")
             + f"; this finding's gain is {BOUND}: moving whole layers gains less, and the "
             "command predicts its split's own speed-up")
 
