@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from laggard.io.native_layout import infer_layout
-from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, conform, note_missing
+from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, conform
+from laggard.optable.partial import note_missing
 from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, check_trace
 
 

@@ -461,16 +461,6 @@ def write_native(job: Job, out_dir: str | Path, *, rows_per_shard: int = 4_000_0
     return out
 
 
-MISSING_KEY = "missing_ranks"  # JobMeta.extra: {"ranks": [...], "of": N}, the ranks a partial trace lacks
-
-
-def note_missing(meta: JobMeta, ranks: list[int], of: int | None = None) -> None:
-    """Record in ``meta`` the ranks the job has but the trace lacks (the report's headline says so:
-    the analysis covers the others only); nothing when none is."""
-    if ranks:
-        meta.extra[MISSING_KEY] = {"ranks": sorted(int(r) for r in ranks), "of": int(of or meta.world_size or 0)}
-
-
 def parse_steps(spec: str) -> set[int]:
     """'10-20,25' -> {10, ..., 20, 25} (the syntax: ``laggard.util.ranges``)."""
     out = parse_ranges(spec, flag="--steps", example="10-20,25")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from laggard.optable.ops import MISSING_KEY
+from laggard.optable.partial import MISSING_KEY
 from laggard.report.bands import band
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ import numpy as np
 
 from laggard.engine.replay import replay
 from laggard.optable.hosts import HOSTS_KEY, hosts_of
-from laggard.optable.ops import MISSING_KEY, JobMeta
+from laggard.optable.ops import JobMeta
+from laggard.optable.partial import MISSING_KEY
 from laggard.results.diagnosis import finite as _num
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class Analysis:
                      # how a zero-code trace's layout was read (laggard.io.native_layout)
                      **({"layout_inferred": self.meta.extra["layout_inferred"]}
                         if "layout_inferred" in self.meta.extra else {}),
-                     # the ranks a partial trace lacks (laggard.optable.ops.note_missing)
+                     # the ranks a partial trace lacks (laggard.optable.partial.note_missing)
                      **({MISSING_KEY: self.meta.extra[MISSING_KEY]} if MISSING_KEY in self.meta.extra else {}),
                      # where each rank ran (laggard.optable.hosts), where the trace says
                      **({HOSTS_KEY: hosts} if (hosts := hosts_of(self.meta.extra)) else {})},

@@ -77,7 +77,9 @@ def read_kineto(
     for w in lay_warnings + p2p_warnings:
         warnings.warn(w, LaggardWarning, stacklevel=2)
     job = _build_job(ranks, files, align_clocks=align_clocks, layout=lay, peers_matched=matched)
-    from laggard.optable.ops import note_missing  # (after the decode: pyarrow's threads would stop the fork)
+    from laggard.optable.partial import (
+        note_missing,  # (after the decode: pyarrow's threads would stop the fork)
+    )
 
     note_missing(job.meta, absent, declared)
     return job
@@ -201,7 +203,13 @@ def _subset(r: RankOps, keep: np.ndarray) -> RankOps:
 
 def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, layout: Layout,
                peers_matched: int = 0) -> Job:
-    from laggard.io.kineto.match import check_matches, clock_domains, clock_offsets, match_collectives
+    from laggard.io.kineto.match import (
+        check_matches,
+        clock_domains,
+        clock_offsets,
+        match_collectives,
+        unnamed_by_stage,
+    )
     from laggard.optable.ops import Job, make_table
 
     sizes = np.array([len(r.step) for r in ranks], dtype=np.int64)
@@ -230,7 +238,8 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
     stream_c, streams = relabel("stream", "streams")
     group_c, groups = relabel("group", "groups")
     if layout.pp_size > 1:
-        group_c, groups = _unnamed_by_stage(group_c, groups, kind, rank_of, layout)
+        group_c, groups = unnamed_by_stage(group_c, groups, kind, rank_of,
+                                           {int(r): c[1] for r, c in layout.coords.items()})
     step = cat([r.step for r in ranks])
     start_ns = cat([r.start_ns for r in ranks])
     dur_ns = cat([r.dur_ns for r in ranks])
@@ -449,28 +458,6 @@ def _phase_names(name_c: np.ndarray, names: list[str], phase: np.ndarray) -> tup
                 lut[label] = len(out)
                 out.append(label)
             new_c[rows[name_c[rows] == code]] = lut[label]
-    return new_c, out
-
-
-def _unnamed_by_stage(group_c: np.ndarray, groups: list[str], kind: np.ndarray, rank_of: np.ndarray,
-                      layout: Layout) -> tuple[np.ndarray, list[str]]:
-    """Pipeline layouts: collectives with no process-group name (``?``: gloo's events carry none) are
-    matched among the ranks of one stage (``?|stage<s>``), not across the job. A pipeline's collectives
-    are its stages' gradient all-reduces over their DP replicas: each stage runs its own at its own
-    time (the last stage's backward ends first), and matched across stages by order one stage's would
-    wait for another's, which under 1F1B waits for the first, and the graph has a cycle."""
-    if "?" not in groups:
-        return group_c, groups
-    stage_of = {int(r): c[1] for r, c in layout.coords.items()}
-    unnamed = groups.index("?")
-    rows = np.flatnonzero((group_c == unnamed) & ~np.isin(kind, (KIND_SEND, KIND_RECV)))
-    if not len(rows):
-        return group_c, groups
-    stage = np.array([stage_of.get(int(r), -1) for r in rank_of[rows]])
-    out, new_c = list(groups), group_c.copy()
-    for s in np.unique(stage[stage >= 0]).tolist():
-        out.append(f"?|stage{s}")
-        new_c[rows[stage == s]] = len(out) - 1
     return new_c, out
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from laggard.errors import LaggardWarning
+from laggard.io.kineto.comm import KIND_RECV, KIND_SEND
 
 if TYPE_CHECKING:
     from laggard.io.kineto.rank import RankOps
@@ -41,6 +42,27 @@ def match_collectives(group_c: np.ndarray, groups: list[str], meta_seq: np.ndarr
         matched_by[label] = "order in the step"
         _split_by_size(o, label, group_c, groups, seq, step, size_b, matched_by)
     return seq, matched_by
+
+
+def unnamed_by_stage(group_c: np.ndarray, groups: list[str], kind: np.ndarray, rank_of: np.ndarray,
+                     stage_of: dict[int, int]) -> tuple[np.ndarray, list[str]]:
+    """Pipeline layouts: collectives with no process-group name (``?``: gloo's events carry none) are
+    matched among the ranks of one stage (``?|stage<s>``), not across the job. A pipeline's collectives
+    are its stages' gradient all-reduces over their DP replicas: each stage runs its own at its own
+    time (the last stage's backward ends first), and matched across stages by order one stage's would
+    wait for another's, which under 1F1B waits for the first, and the graph has a cycle."""
+    if "?" not in groups:
+        return group_c, groups
+    unnamed = groups.index("?")
+    rows = np.flatnonzero((group_c == unnamed) & ~np.isin(kind, (KIND_SEND, KIND_RECV)))
+    if not len(rows):
+        return group_c, groups
+    stage = np.array([stage_of.get(int(r), -1) for r in rank_of[rows]])
+    out, new_c = list(groups), group_c.copy()
+    for s in np.unique(stage[stage >= 0]).tolist():
+        out.append(f"?|stage{s}")
+        new_c[rows[stage == s]] = len(out) - 1
+    return new_c, out
 
 
 def _split_by_size(o, label, group_c, groups, seq, step, size_b, matched_by) -> None:
@@ -167,4 +189,4 @@ def clock_offsets(op_dom, group_c, seq, step, end_ns, num_dom: int) -> np.ndarra
     return off
 
 
-__all__ = ["check_matches", "clock_domains", "clock_offsets", "clock_spread", "match_collectives"]
+__all__ = ["check_matches", "clock_domains", "clock_offsets", "clock_spread", "match_collectives", "unnamed_by_stage"]
