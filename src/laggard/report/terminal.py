@@ -11,6 +11,7 @@ from laggard.optable.partial import MISSING_KEY
 from laggard.report.bands import band
 
 if TYPE_CHECKING:
+    from laggard.optable.ops import JobMeta
     from laggard.results.analysis import Analysis
     from laggard.whatif.custom import WhatIfResult
 
@@ -44,15 +45,9 @@ def _heat(s: float) -> str:
     return _HEAT[band(s)]
 
 
-def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6) -> None:
-    con = console or Console(highlight=False)
-    m = res.meta
-    d = res.to_json()
-    con.print(
-        f"[bold]laggard[/] {m.name}  ({m.source})  dp={m.dp_size} pp={m.pp_size} tp={m.tp_size}"
-        + (f" vpp={m.vpp_size}" if m.vpp_size > 1 else "")
-        + f"  {res.num_workers} workers, {len(res.steps)} steps, {res.num_ops:,} ops"
-    )
+def print_layout(m: JobMeta, con: Console) -> None:
+    """The lines under the headline: the ranks a partial trace lacks, and the layout where it was read
+    off the trace (profiler traces, zero-code traces)."""
     absent = m.extra.get(MISSING_KEY)
     if isinstance(absent, dict) and absent.get("ranks"):  # a partial trace: said where it is read first
         few = ", ".join(map(str, absent["ranks"][:8])) + (" ..." if len(absent["ranks"]) > 8 else "")
@@ -65,6 +60,18 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     elif isinstance(m.extra.get("layout_inferred"), str):  # a zero-code trace's (laggard.io.native_layout)
         dims = [f"dp {m.dp_size}", f"pp {m.pp_size}"] + ([f"tp {m.tp_size}"] if m.tp_size > 1 else [])
         con.print(f"layout: {' x '.join(dims)} (inferred: {m.extra['layout_inferred']})", markup=False)
+
+
+def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6) -> None:
+    con = console or Console(highlight=False)
+    m = res.meta
+    d = res.to_json()
+    con.print(
+        f"[bold]laggard[/] {m.name}  ({m.source})  dp={m.dp_size} pp={m.pp_size} tp={m.tp_size}"
+        + (f" vpp={m.vpp_size}" if m.vpp_size > 1 else "")
+        + f"  {res.num_workers} workers, {len(res.steps)} steps, {res.num_ops:,} ops"
+    )
+    print_layout(m, con)
     style = _heat(res.slowdown)
     line = (
         f"straggler slowdown S = [{style}]{res.slowdown:.3f}[/]   waste {_pct(res.waste)}"
