@@ -103,3 +103,56 @@ def test_max_regression_is_a_ci_gate(runs, tmp_path, capsys):
     capsys.readouterr()
     assert run_cli("diff", a, b, "--max-regression", "five") == 2
     assert "--max-regression: cannot read 'five'" in capsys.readouterr().err
+
+
+def _words(text: str) -> str:
+    """The terminal's text with the lines rich wrapped at 80 columns joined again."""
+    return " ".join(text.split())
+
+
+def test_unrelated_jobs_are_warned_in_the_headline_and_the_json(tmp_path, capsys):
+    """The published AR and ST traces are two unrelated jobs: exit 0, and the headline and the JSON
+    say the layouts differ; the headline states the large share no duration of B carries."""
+    out = tmp_path / "d.json"
+    assert run_cli("diff", ND / "trace-AR.parquet", ND / "trace-ST.parquet", "--json", out) == 0
+    term = _words(capsys.readouterr().out)
+    d = json.loads(out.read_text())
+    warning = "A is dp 4 x pp 4 x tp 4 (16 ranks), B is dp 2 x pp 4 (8 ranks): the attribution compares unlike jobs"
+    assert d["layout_mismatch"] == ["ranks", "dp", "tp"] and d["warnings"][0] == warning
+    assert f"Warning: {warning}" in term
+    rest = [c for c in d["contributions"] if c["what"].startswith("not from durations")]
+    assert len(rest) == 1 and rest[0]["share"] > 0.25 and "not from durations" in d["warnings"][1]
+    of_step = f"{100 * abs(d['change']) * rest[0]['share']:.1f}%"
+    assert f"B is {100 * abs(d['change']):.1f}% faster than A: {of_step} not from durations" in term
+
+
+def test_same_layout_no_warning(runs, tmp_path, capsys):
+    out = tmp_path / "d.json"
+    assert run_cli("diff", *runs, "--json", out) == 0
+    term = capsys.readouterr().out
+    d = json.loads(out.read_text())
+    assert d["warnings"] == [] and d["layout_mismatch"] == [] and "Warning" not in term
+    assert "not from durations" not in _words(term).split(" share ")[0]  # not in the headline
+
+
+@pytest.mark.parametrize("trace", ["trace-ST", "host-stall"])
+def test_analyze_and_diff_count_the_same_ops(trace, tmp_path, capsys):
+    """Both count the traced ops, whatever untraced gaps each models as host ops (analyze the large
+    ones, diff every one): a synthetic job with a host stall has both kinds of gaps."""
+    from laggard.io import load_job
+
+    if trace == "host-stall":
+        path = tmp_path / "syn"
+        assert run_cli("synth", "--out", path, "--inject", "host-stall:rank=1,ms=50,every=2") == 0
+    else:
+        path = ND / f"{trace}.parquet"
+    n = load_job(path).num_ops
+    a_json, d_json = tmp_path / "a.json", tmp_path / "d.json"
+    capsys.readouterr()
+    assert run_cli("analyze", path, "--json", a_json) == 0
+    analyzed = _words(capsys.readouterr().out)
+    assert run_cli("diff", path, path, "--json", d_json) == 0
+    diffed = _words(capsys.readouterr().out)
+    a, d = json.loads(a_json.read_text()), json.loads(d_json.read_text())
+    assert a["num_ops"] == d["a"]["num_ops"] == d["b"]["num_ops"] == n
+    assert f"{n:,} ops" in analyzed and f"{n:,} traced ops" in diffed

@@ -19,7 +19,7 @@ from laggard.whatif.diff import DiffConfig, diff
 from tests.conftest import DATA, ND
 
 KEYS = {"a", "b", "change", "delta_s", "T_b_as_a_s", "grain", "within_noise", "contributions", "shares_sum",
-        "not_compared", "notes"}
+        "not_compared", "notes", "layout_mismatch", "warnings"}
 CONTRIBUTION_KEYS = {"selector", "what", "share", "alone", "delta_s", "num_ops", "changes", "command", "duration_change"}
 
 
@@ -154,3 +154,69 @@ def test_a_slow_link_is_named_as_the_link(native_st, tmp_path):
     top = res.contributions[0]
     assert top.selector == "optype=forward-send,rank=4,peer=6" and top.what == "forward-send on link 4 -> 6"
     assert top.share == pytest.approx(1.0, abs=0.02)
+
+
+def renamed(src: Path, dst: Path, keep: str) -> Path:
+    """A copy of the native trace ``src`` whose op types other than ``keep`` are renamed: the same layout,
+    another job's code."""
+    shutil.copytree(src, dst)
+    for shard in dst.glob("*.parquet"):
+        t = pq.read_table(shard)
+        name = pc.cast(t["name"], pa.string())
+        new = pc.if_else(pc.equal(name, keep), name, pc.binary_join_element_wise("other-", name, ""))
+        t = t.set_column(t.schema.get_field_index("name"), "name", pc.cast(new, t.schema.field("name").type))
+        pq.write_table(t, shard)
+    return dst
+
+
+def test_unlike_layouts_are_warned_and_the_structure_is_in_the_headline():
+    """Two unrelated jobs (the published AR and ST traces): the result says what differs, and the
+    headline states the large share no duration carries beside the warning."""
+    from laggard.report.diff import headline
+    from laggard.report.page import pct
+
+    res = diff(load_job(ND / "trace-AR.parquet"), load_job(ND / "trace-ST.parquet"))
+    d = _check_sums(res)
+    assert d["layout_mismatch"] == ["ranks", "dp", "tp"]
+    warning = "A is dp 4 x pp 4 x tp 4 (16 ranks), B is dp 2 x pp 4 (8 ranks): the attribution compares unlike jobs"
+    assert res.layout_warning == warning and d["warnings"][0] == warning
+    rest = res.structure
+    assert rest is not None and rest.share > 0.5 and res.structure_large
+    assert d["warnings"][1].startswith(f"{100 * rest.share:.1f}% of the change (")
+    text = headline(res)
+    assert text.startswith(f"B is {pct(abs(res.change))} faster than A: {pct(abs(res.change) * rest.share)} not from "
+                           "durations (B's structure")
+    assert text.endswith(f"Warning: {warning}")
+
+
+def test_same_layout_no_warning(native_st, tmp_path):
+    from laggard.report.diff import headline
+
+    b = slowed(native_st, tmp_path / "b", [("backward-compute", "pp_rank", 1, 1.5)])
+    res = diff(load_job(native_st), load_job(b))
+    d = _check_sums(res)
+    assert res.change > 0.02 and d["layout_mismatch"] == [] and d["warnings"] == [] and res.layout_warning is None
+    assert not res.structure_large and "Warning" not in headline(res) and "not from durations" not in headline(res)
+
+
+def test_op_types_largely_disjoint_are_warned(native_st, tmp_path):
+    res = diff(load_job(native_st), load_job(renamed(native_st, tmp_path / "b", keep="forward-compute")))
+    d = res.to_json()
+    assert d["layout_mismatch"] == ["op types"]
+    assert d["warnings"][0].startswith("only 1 of their ") and "op types are in both runs" in d["warnings"][0]
+    assert "A is" not in d["warnings"][0]
+
+
+def test_op_counts_are_the_traced_ops_as_analyze_counts_them():
+    """A job with a host stall: analyze models the big gaps as host ops, diff every gap; both count the
+    traced ops."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.groundtruth.inject import parse_injection
+    from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
+
+    job = synthesize_with_truth(SynthConfig(dp=2, pp=2, microbatches=4, steps=6, seed=5),
+                                [parse_injection("host-stall:rank=1,ms=50,every=2")]).job
+    res = analyze(job)
+    assert res.base is not None and res.base.gaps.num_ops > 0  # host ops were added
+    d = diff(job, job)
+    assert res.num_ops == d.a.num_ops == d.b.num_ops == job.num_ops

@@ -79,6 +79,9 @@ class Baseline:
     measured_step_s: np.ndarray  # per step: last end - first start, as traced
     wall_step_s: np.ndarray  # per step: last end - the previous step's last end (wall clock)
     gaps: GapSummary  # untraced host time per rank, and what of it became host ops
+    # ops of the model that the trace holds: the host ops made of untraced gaps are not counted, so
+    # every command counts the same ops of a trace whatever gaps it models
+    num_traced_ops: int
     traced: Job | None = None  # the job as loaded, before host ops (a what-if may model gaps anew)
     # what depends only on the job and its graph, computed once (the DP reduction,
     # laggard.engine.symmetry): shared by a copy with other durations (dataclasses.replace keeps it)
@@ -213,6 +216,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
         keep = pa.array(~np.isin(job.column("step"), bad))
         job = Job(table=job.table.filter(keep), meta=job.meta, warnings=job.warnings, load_args=job.load_args)
         graph = build_graph(job)
+    num_traced = int(np.isin(traced.column("step"), bad, invert=True).sum()) if len(bad) else traced.num_ops
     start_ns = job.column("start_ns")
     dur_ns = job.column("dur_ns")
     if (dur_ns < 0).any():
@@ -257,6 +261,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
         measured_step_s=measured_step,
         wall_step_s=wall_step_times(graph.steps, step_end, measured_step),
         gaps=gap_summary,
+        num_traced_ops=num_traced,
         traced=traced,
     )
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from laggard.errors import LaggardError
 from laggard.report.page import CSS, finite, pct, rich_text, secs, section
+from laggard.results.diff import NOT_FROM_DURATIONS
 
 if TYPE_CHECKING:
     from laggard.results.diff import Contribution, DiffResult, RunSummary
@@ -20,17 +21,31 @@ HIDE_BELOW = 0.0005  # the terminal and the page leave out unnamed parts smaller
 
 
 def headline(res: DiffResult) -> str:
-    """'B is 12.0% slower than A: 9.1% from backward-compute on stage 3, 2.9% from ...'."""
+    """'B is 12.0% slower than A: 9.1% from backward-compute on stage 3, 2.9% from ...', the part not
+    from durations where it is large, and a warning when the two jobs' layouts differ."""
+    text = _change_line(res)
+    if res.layout_warning:
+        text += f". Warning: {res.layout_warning}"
+    return text
+
+
+def _change_line(res: DiffResult) -> str:
     if not finite(res.change):
         return "B's step time cannot be compared with A's (A's replayed step time is 0)"
     if res.change == 0:
         return "B's step time is the same as A's"
     word = "slower" if res.change > 0 else "faster"
-    named = [c for c in res.contributions if c.selector is not None and finite(c.share) and c.share > 0]
-    parts = [f"{pct(abs(res.change) * c.share)} from {c.what}" for c in named[:3]]
+    shown = [c for c in res.contributions if c.selector is not None and finite(c.share) and c.share > 0][:3]
+    rest = res.structure if res.structure_large else None
+    if rest is not None and finite(rest.share) and rest.share > 0:
+        shown = sorted([*shown, rest], key=lambda c: -c.share)
+    parts = [f"{pct(abs(res.change) * c.share)} " + (NOT_FROM_DURATIONS if c is rest else f"from {c.what}")
+             for c in shown]
     text = f"B is {pct(abs(res.change))} {word} than A"
     if parts:
         text += ": " + ", ".join(parts)
+    if rest is not None and finite(rest.share) and rest.share < 0:
+        text += f"; {pct(abs(res.change * rest.share))} the other way, {NOT_FROM_DURATIONS}"
     if res.within_noise:
         text += " (within run-to-run noise: read the shares with care)"
     return text
@@ -41,7 +56,7 @@ def _sides(res: DiffResult) -> list[tuple[str, str]]:
     for side, s in (("A", res.a), ("B", res.b)):
         lay = f"dp {s.layout.get('dp')} x pp {s.layout.get('pp')}" + (f" x tp {s.layout['tp']}" if s.layout.get("tp", 1) > 1 else "")
         rows.append((side, f"{_label(s)} ({s.source}): {lay}, {s.num_ranks} ranks, {s.num_steps} steps, "
-                           f"{s.num_ops:,} ops; step {secs(s.T_s)} replayed, {secs(s.measured_step_s)} traced"))
+                           f"{s.num_ops:,} traced ops; step {secs(s.T_s)} replayed, {secs(s.measured_step_s)} traced"))
     return rows
 
 

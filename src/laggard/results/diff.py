@@ -9,6 +9,9 @@ from typing import Any
 
 from laggard.results.diagnosis import finite as _num
 
+# the part of the change no duration of B carries
+NOT_FROM_DURATIONS = "not from durations (B's structure: layout, op counts, op types A lacks)"
+
 
 @dataclass(kw_only=True, slots=True)
 class Contribution:
@@ -53,7 +56,7 @@ class RunSummary:
     layout: dict[str, int]  # dp, pp, tp, ... (JobMeta.parallel_sizes)
     num_ranks: int
     num_steps: int
-    num_ops: int
+    num_ops: int  # traced ops (as `laggard analyze` counts them): the host ops of untraced gaps not counted
     T_s: float  # replayed step time (mean over steps), untraced host gaps modelled
     measured_step_s: float  # traced step time (mean over steps)
 
@@ -76,10 +79,35 @@ class DiffResult:
     not_compared: list[str] = field(default_factory=list)  # op types or parts one run lacks, in words
     notes: list[str] = field(default_factory=list)  # how the two were made comparable, and caveats
     within_noise: bool = False  # |change| under DiffConfig.min_change: the shares are of a tiny change
+    # what differs between the two jobs' layouts ("ranks", "dp", "pp", "tp", ..., "op types"); empty
+    # when they are alike, and then ``layout_warning`` is None
+    layout_mismatch: list[str] = field(default_factory=list)
+    # "A is dp 4 x pp 2 (8 ranks), B is dp 2 x pp 4 (8 ranks): the attribution compares unlike jobs"
+    layout_warning: str | None = None
+    # the part "not from durations" carries more than DiffConfig.structure_share of the change: the
+    # headline states it beside the parts named
+    structure_large: bool = False
 
     @property
     def delta_s(self) -> float:
         return self.b.T_s - self.a.T_s
+
+    @property
+    def structure(self) -> Contribution | None:
+        """The part "not from durations", where the change has one."""
+        parts = (c for c in self.contributions if c.selector is None and c.what == NOT_FROM_DURATIONS)
+        return next(parts, None)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What to read the attribution with: unlike layouts, and a change mostly not from durations."""
+        out = [self.layout_warning] if self.layout_warning else []
+        s = self.structure
+        if self.structure_large and s is not None:
+            points = f"{100 * abs(self.change * s.share):.1f} of its {100 * abs(self.change):.1f} points"
+            out.append(f"{100 * s.share:.1f}% of the change ({points}) is {NOT_FROM_DURATIONS}: the parts "
+                       "named explain only the rest")
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,7 +122,9 @@ class DiffResult:
             "shares_sum": _num(sum(c.share for c in self.contributions)),
             "not_compared": self.not_compared,
             "notes": self.notes,
+            "layout_mismatch": self.layout_mismatch,
+            "warnings": self.warnings,
         }
 
 
-__all__ = ["Contribution", "DiffResult", "RunSummary"]
+__all__ = ["NOT_FROM_DURATIONS", "Contribution", "DiffResult", "RunSummary"]

@@ -145,7 +145,7 @@ def _analyze(base: Baseline) -> Analysis:
         M_S_detail=ms,
         fixed_workers=[int(r) for r in fixed],
         num_workers=len(ranks),
-        num_ops=g.num_ops,
+        num_ops=base.num_traced_ops,
         base=base,
         step_by_dp_s=np.asarray(st_dp, dtype=np.float64),
         step_by_stage_s=np.asarray(st_pp, dtype=np.float64),

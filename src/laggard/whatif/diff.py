@@ -29,7 +29,7 @@ from laggard.engine.gaps import GapConfig
 from laggard.engine.replay import replay_steps
 from laggard.errors import LaggardError
 from laggard.optable.ops import Job
-from laggard.results.diff import Contribution, DiffResult, RunSummary
+from laggard.results.diff import NOT_FROM_DURATIONS, Contribution, DiffResult, RunSummary
 from laggard.util.shapley import shapley
 
 
@@ -55,12 +55,22 @@ class DiffConfig:
     # An op type is a part of its own when it moves B's step (alone or removed last) by at least this
     # share of the change; smaller ones join "every other op type" rather than list float noise.
     min_part: float = 0.005
+    # Two runs compare unlike jobs when fewer than this share of their traced op types (the union of
+    # both, host gaps left out) are in both: the job's code changed, not only its durations. Half
+    # keeps a run with a few extra op types (a recompute, another optimizer step) comparable.
+    min_shared_types: float = 0.5
+    # The headline states the part "not from durations" beside the parts named when it carries more
+    # than this share of the change: then the named parts explain only the smaller rest.
+    structure_share: float = 0.25
 
     def __post_init__(self) -> None:
         if not 0.0 < self.narrow_share <= 1.0:
             raise LaggardError(f"DiffConfig.narrow_share must be in (0, 1], got {self.narrow_share}")
         if not 1 <= self.max_parts <= 10:
             raise LaggardError(f"DiffConfig.max_parts must be 1-10 (2^(n+1) replays), got {self.max_parts}")
+        for name in ("min_shared_types", "structure_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise LaggardError(f"DiffConfig.{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -107,10 +117,15 @@ def diff(job_a: Job, job_b: Job, config: DiffConfig | None = None, *,
     contributions, t_all = _attribute(game, m, parts, t_a, t_b, job_b)
     report(4, 4, "compared")
     change = t_b / t_a - 1.0 if t_a > 0 else float("nan")
+    sum_a, sum_b = _summary(job_a, base_a, t_a), _summary(job_b, base_b, t_b)
+    differs, warning = layout_mismatch(sum_a, sum_b, base_a, base_b, cfg)
+    structure = sum(c.share for c in contributions if c.what == NOT_FROM_DURATIONS and c.selector is None)
     return DiffResult(
-        a=_summary(job_a, base_a, t_a), b=_summary(job_b, base_b, t_b), change=change, T_b_as_a_s=t_all,
+        a=sum_a, b=sum_b, change=change, T_b_as_a_s=t_all,
         grain=m.grain, contributions=sorted(contributions, key=lambda c: -c.share),
         not_compared=m.not_compared, notes=m.notes, within_noise=bool(abs(change) < cfg.min_change),
+        layout_mismatch=differs, layout_warning=warning,
+        structure_large=bool(abs(structure) > cfg.structure_share),
     )
 
 
@@ -157,9 +172,42 @@ def _summary(job: Job, base: Baseline, t: float) -> RunSummary:
     return RunSummary(
         name=job.meta.name, source=job.meta.source, paths=_paths(job),
         layout=job.meta.parallel_sizes(), num_ranks=len(np.unique(base.rank)),
-        num_steps=len(base.graph.steps), num_ops=base.graph.num_ops, T_s=t,
+        num_steps=len(base.graph.steps), num_ops=base.num_traced_ops, T_s=t,
         measured_step_s=float(base.measured_step_s.mean()),
     )
+
+
+# the sizes of a layout compared between the runs, in the order a layout is written
+_SIZES = ("dp", "pp", "tp", "cp", "dsp", "ep", "vpp")
+
+
+def _layout_words(s: RunSummary) -> str:
+    """'dp 4 x pp 2 x tp 2 (16 ranks)': dp and pp, and the other sizes above 1."""
+    sizes = [f"{k} {s.layout.get(k)}" for k in _SIZES if k in ("dp", "pp") or (s.layout.get(k) or 1) > 1]
+    return " x ".join(sizes) + f" ({s.num_ranks} ranks)"
+
+
+def _traced_types(base: Baseline) -> set[str]:
+    """The op types of the trace (host ops of untraced gaps are named by position, which a layout moves)."""
+    return {base.names[c] for c in np.unique(base.name_code[~base.is_host()]).tolist()}
+
+
+def layout_mismatch(a: RunSummary, b: RunSummary, base_a: Baseline, base_b: Baseline,
+                    cfg: DiffConfig) -> tuple[list[str], str | None]:
+    """What differs between the two jobs ("ranks", "dp", "tp", ..., "op types") and the warning that
+    says so (None when they are alike)."""
+    differs = ["ranks"] if a.num_ranks != b.num_ranks else []
+    differs += [k for k in _SIZES if (a.layout.get(k) or 1) != (b.layout.get(k) or 1)]
+    types_a, types_b = _traced_types(base_a), _traced_types(base_b)
+    union, shared = len(types_a | types_b), len(types_a & types_b)
+    if union and shared < cfg.min_shared_types * union:
+        differs.append("op types")
+    if not differs:
+        return [], None
+    what = [f"A is {_layout_words(a)}, B is {_layout_words(b)}"] if differs != ["op types"] else []
+    if "op types" in differs:
+        what.append(f"only {shared} of their {union} op types are in both runs")
+    return differs, "; ".join(what) + ": the attribution compares unlike jobs"
 
 
 # ---------------------------------------------------------------- matching B's ops with A's
@@ -344,7 +392,7 @@ def _attribute(game: _Game, m: _Match, parts: list[_Part], t_a: float, t_b: floa
     residual = t_all - t_a
     if abs(residual) > 1e-9 * max(t_a, t_b):
         out.append(Contribution(
-            selector=None, what="not from durations (B's structure: layout, op counts, op types A lacks)",
+            selector=None, what=NOT_FROM_DURATIONS,
             share=share(residual) if delta != 0 else 0.0, alone=float("nan"), delta_s=residual,
             num_ops=int((~m.comparable).sum())))
     return out, t_all
@@ -388,4 +436,4 @@ def _command(job_b: Job, flags: list[str]) -> str:
     return whatif_command(job_b.load_args, flags + ["--gap-share", "0"])
 
 
-__all__ = ["DiffConfig", "choose_parts", "diff", "grain_of", "match"]
+__all__ = ["DiffConfig", "choose_parts", "diff", "grain_of", "layout_mismatch", "match"]
