@@ -14,6 +14,7 @@ pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
 from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
 from laggard.monitor.push import step_batches  # noqa: E402
+from laggard.report.plots import heat_range  # noqa: E402
 from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
 from tests.monitor_helpers import TOKEN, Server  # noqa: E402
 
@@ -87,6 +88,8 @@ def _view(srv: Server, page, job: str) -> dict:
       timelineText: [...document.querySelectorAll("#timeline text")].map(e => e.textContent),
       heatText: [...document.querySelectorAll("#heatmap text")].map(e => e.textContent),
       scale: !!document.querySelector("#heatmap-scale linearGradient, #heatmap-scale rect"),
+      scaleLo: (document.querySelector("#heatmap-scale .scale-lo") || {}).textContent,
+      scaleHi: (document.querySelector("#heatmap-scale .scale-hi") || {}).textContent,
       cells: [...document.querySelectorAll("#heatmap rect.cell")].map(e => [+e.dataset.rank, +e.dataset.slowdown]),
       ytick: [...document.querySelectorAll("#trend text.ytick")].map(e => e.textContent),
       xtick: [...document.querySelectorAll("#trend text.xtick")].map(e => e.textContent),
@@ -130,8 +133,11 @@ def test_dashboard_views_are_labelled(srv, tmp_path: Path):
         for lab in [f"dp{i}" for i in range(dp)] + [f"pp{i}" for i in range(pp)] + ["stage"]:
             assert lab in v["heatText"], (job, lab, v["heatText"])
         assert v["scale"]
-        lo, hi = min(s for _, s in v["cells"]), max(s for _, s in v["cells"])
-        assert f"{lo:.3f}" in v["heatText"] and f"{hi:.3f}" in v["heatText"], v["heatText"]
+        # the scale starts at 1 (no slowdown), not at the smallest S_w, and spans at least the report's
+        # (laggard.report.plots): a mild slowdown everywhere reads pale, not white to red
+        lo, hi = heat_range([s for _, s in v["cells"]])
+        assert (v["scaleLo"], v["scaleHi"]) == (f"{lo:.3f}", f"{hi:.3f}"), (v["scaleLo"], v["scaleHi"], v["cells"])
+        assert v["scaleLo"] == "1.000"
         # trend: >= 3 y ticks, x ticks, both axes named
         assert len(v["ytick"]) >= 3 and len(v["xtick"]) >= 2, (v["ytick"], v["xtick"])
         assert "step" in v["trendText"] and any(t.startswith("S") for t in v["trendText"])

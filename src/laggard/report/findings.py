@@ -26,6 +26,50 @@ PATTERN = {
     "unexplained": "no known cause's pattern: the largest carrier of the slowdown",
     "late-arrival": "one rank reaching the step's first collective after the others (too few steps to judge more)",
 }
+# the pattern of a cost every rank pays alike (``Finding.everywhere``): no link, rank or stage stands out
+JOB_WIDE_PATTERN = {
+    "comm": "the same slow tail on many links and ranks alike: no one link or group stands out",
+    "launch-delay": "measured steps longer than the replay on every rank alike (untraced gaps)",
+}
+HEADINGS = {
+    "straggler": "Diagnosis: why this job straggles",
+    "no straggler": "Diagnosis: no straggler stands out",
+}
+
+
+def pattern(f: Finding) -> str:
+    """The heatmap pattern a finding was read from: the job-wide one where it names no link, rank or
+    stage (a tail every link shares is no slow link), else its cause's."""
+    if f.everywhere:
+        return JOB_WIDE_PATTERN.get(f.cause, PATTERN.get(f.cause, ""))
+    return PATTERN.get(f.cause, "")
+
+
+def names_straggler(f: Finding) -> bool:
+    """Whether a finding points at a straggler: not a cost every rank pays alike, nor a low-confidence
+    carrier that names no rank or stage (an op type no known cause's signature fits)."""
+    return not f.everywhere and (f.confidence == "high" or f.localized)
+
+
+def no_straggler(d: Diagnosis) -> bool:
+    """A straggling verdict none of whose findings points at a straggler: the slowdown is spread over
+    every rank alike (on a busy host, the jitter of op times against their averages)."""
+    return d.verdict == "straggling" and not d.one_step and not d.reason and not any(map(names_straggler, d.findings))
+
+
+def no_straggler_words(d: Diagnosis, slowdown: float) -> str:
+    """Why a straggling job has no straggler to name, in one sentence."""
+    return (f"S = {slowdown:.3f} is over the healthy threshold {d.threshold:g}, but no rank, stage or link is slow "
+            "beyond the job's noise: what is named below is shared by every rank alike (a cost every rank pays, "
+            "or op times jittering on a busy host), not one straggler to drain")
+
+
+def heading(d: Diagnosis) -> str:
+    """The diagnosis section's heading: healthy, why the job straggles, that no straggler stands out,
+    or the verdict that it could not be judged."""
+    if d.verdict == "straggling":
+        return HEADINGS["no straggler" if no_straggler(d) else "straggler"]
+    return f"Diagnosis: {d.verdict}"
 
 
 def command_lines(command: str, width: int = 80, indent: int = 4) -> list[str]:
@@ -85,7 +129,11 @@ def print_findings(res: Analysis, console: Console) -> None:
     if d.reason:
         console.print(f"[yellow bold]verdict: {d.verdict}[/] ({d.reason}); no findings", highlight=False)
         return
-    console.print("[red bold]verdict: straggling[/]")
+    if no_straggler(d):
+        console.print("[yellow bold]verdict: straggling, but no straggler stands out[/]")
+        console.print(no_straggler_words(d, res.slowdown), highlight=False)
+    else:
+        console.print("[red bold]verdict: straggling[/]")
     if d.note:
         console.print(f"[yellow]note:[/] {d.note}", highlight=False)
     t = Table(show_edge=False, pad_edge=False, expand=False, show_lines=True, highlight=False)
@@ -152,33 +200,10 @@ def print_one_step(d: Diagnosis, console: Console) -> None:
         console.print(Text(f"   evidence: {w.evidence}\n   next: {w.fix}"), highlight=False)
 
 
-def findings_html(res: Analysis) -> str | None:
-    """The findings section for the top of the HTML report (None without a diagnosis)."""
-    from laggard.report.page import rich_text, section
+def findings_table(d: Diagnosis) -> str:
+    """The HTML table of the findings (one row each), with the combined gain where there are several."""
+    from laggard.report.page import rich_text
 
-    d = res.diagnosis
-    if d is None:
-        return None
-    if d.verdict == "healthy":
-        body = f'<p class="lead">Healthy: the straggler slowdown is below {d.threshold:g}; nothing to fix.</p>'
-        return section("Diagnosis", body, id="findings")
-    if d.one_step:  # too few steps: who arrived late, read off each step (laggard.diagnose.onestep)
-        items = "".join(f"<li><strong>{escape(finding_text(f.to_json()).what)}</strong> (low confidence: one step): "
-                        f"{escape(f.evidence)}</li>" for f in d.findings)
-        late = f"<ol>{items}</ol>" if items else "<p>No rank arrived late.</p>"
-        body = f'<p class="lead">{escape(d.verdict.capitalize())}: {escape(d.reason)}.</p>{late}'
-        return section("Diagnosis", body, id="findings")
-    if d.reason:
-        body = f'<p class="lead">{escape(d.verdict.capitalize())}: {escape(d.reason)}. No findings.</p>'
-        return section("Diagnosis", body, id="findings")
-    unexplained = ""
-    if d.unexplained_by:
-        carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
-        unexplained = f"<p>Unexplained: {100 * d.unexplained:.0f}% of the slowdown; carried by {rich_text(carried)}.</p>"
-    if d.note:
-        unexplained = f"<p>Note: {escape(d.note)}.</p>" + unexplained
-    if not d.findings:
-        return section("Diagnosis", unexplained, id="findings")
     rows = []
     for i, f in enumerate(d.findings, 1):
         w = finding_text(f.to_json())
@@ -188,22 +213,52 @@ def findings_html(res: Analysis) -> str | None:
             f"<td>{100 * f.share:.0f}% ({100 * f.score:.0f}% alone)</td><td>{gain_html(f)}</td>"
             f"<td>{rich_text(w.evidence)}"
             + (f"<br>consistency: {rich_text(w.consistency)}" if w.consistency else "")
-            + f"<br><small>pattern: {escape(PATTERN.get(f.cause, ''))}</small></td>"
+            + f"<br><small>pattern: {escape(pattern(f))}</small></td>"
             f"<td>{rich_text(w.fix)}" + (f"<br><small>gain beyond S: {escape(w.beyond)}</small>" if w.beyond else "")
             + (f"<br><small>check the {f.gain:.2f}x{' bound' if f.gain_layers is not None else ''}:"
                f"</small> <code>{escape(w.check)}</code>" if w.check else "") + "</td>"
             "</tr>"
         )
-    body = (
+    return (
         '<table class="findings"><thead><tr><th>#</th><th>cause</th><th>explains</th><th>fix gives</th>'
         "<th>evidence</th><th>fix</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
     ) + (f"<p>Fixing all {len(d.findings)} together: {d.combined_gain:.2f}x faster.</p>" if len(d.findings) > 1 else "")
-    body += unexplained
+
+
+def findings_html(res: Analysis) -> str | None:
+    """The findings section for the top of the HTML report (None without a diagnosis)."""
+    from laggard.report.page import rich_text, section
+
+    d = res.diagnosis
+    if d is None:
+        return None
+    if d.verdict == "healthy":
+        body = f'<p class="lead">Healthy: the straggler slowdown is below {d.threshold:g}; nothing to fix.</p>'
+        return section(heading(d), body, id="findings")
+    if d.one_step:  # too few steps: who arrived late, read off each step (laggard.diagnose.onestep)
+        items = "".join(f"<li><strong>{escape(finding_text(f.to_json()).what)}</strong> (low confidence: one step): "
+                        f"{escape(f.evidence)}</li>" for f in d.findings)
+        late = f"<ol>{items}</ol>" if items else "<p>No rank arrived late.</p>"
+        body = f'<p class="lead">{escape(d.verdict.capitalize())}: {escape(d.reason)}.</p>{late}'
+        return section(heading(d), body, id="findings")
+    if d.reason:
+        body = f'<p class="lead">{escape(d.verdict.capitalize())}: {escape(d.reason)}. No findings.</p>'
+        return section(heading(d), body, id="findings")
+    unexplained = ""
+    if d.unexplained_by:
+        carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
+        unexplained = f"<p>Unexplained: {100 * d.unexplained:.0f}% of the slowdown; carried by {rich_text(carried)}.</p>"
+    if d.note:
+        unexplained = f"<p>Note: {escape(d.note)}.</p>" + unexplained
+    # a straggling job with no straggler to name says so first (its findings are costs every rank pays)
+    first = no_straggler_words(d, res.slowdown) + ". " if no_straggler(d) else ""
+    if not d.findings:
+        return section(heading(d), unexplained, id="findings", lead=first or None)
     return section(
-        "Diagnosis: why this job straggles",
-        body,
+        heading(d),
+        findings_table(d) + unexplained,
         id="findings",
-        lead="Each finding names a cause, the share of the slowdown it explains (a what-if that fixes only "
+        lead=first + "Each finding names a cause, the share of the slowdown it explains (a what-if that fixes only "
         "that cause) and the speed-up fixing it gives.",
         howto=[
             "**explains** is the finding's share of (measured step time - ideal step time) when every finding's "

@@ -3,7 +3,8 @@
 Rows are DP ranks, columns stages (both binned to fit the page: a merged cell shows its worst
 worker). The outline follows the diagnosis: a stage-imbalance finding outlines its whole stage (a
 column band), a worker finding its workers' cells; without findings the workers M_W fixes that
-clearly stand out are outlined.
+stand out beyond the job's noise are outlined (``standing_out``, thresholds in ``OutlineConfig``):
+a 1.08 among 1.07s is noise, and nothing is outlined.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from laggard.diagnose.noise import MAD_SIGMA
+from laggard.errors import LaggardError
 from laggard.report import plots
 from laggard.report.page import NOISE, section
 
@@ -22,7 +25,50 @@ if TYPE_CHECKING:
 
 MAX_ROWS = 64  # heatmap rows (DP ranks) before neighbouring ranks are merged into one row
 MAX_COLS = 48  # heatmap columns (stages) before neighbouring stages are merged
-MAX_OUTLINED = 24  # heatmap cells outlined at most
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutlineConfig:
+    """When a worker's S_w stands out in the heatmap without a finding to say which: every rule must hold."""
+
+    # over the other workers' median by 3 robust sigmas (1.4826 x their MAD): a cell of alike workers
+    # does so with p = 0.13% under a normal spread, about one cell in 700
+    mad_k: float = 3.0
+    # the sigma is at least 1% (the diagnosis's noise floor, ``DiagnoseConfig.noise_floor``): workers
+    # that read alike to three decimals have a MAD near 0, and a 1.08 among 1.07s is then no outlier
+    noise_floor: float = 0.01
+    # ...its excess S_w - 1 at least half the worst worker's: the outline marks the worst, not a tail
+    of_top: float = 0.5
+    # ...and above the noise the report calls out nowhere (``page.NOISE``)
+    min_excess: float = NOISE
+    max_outlined: int = 24  # heatmap cells outlined at most: more is a pattern, which the lead names
+
+    def __post_init__(self) -> None:
+        for name, ok in (("mad_k", self.mad_k >= 0), ("noise_floor", self.noise_floor > 0),
+                         ("of_top", 0 <= self.of_top <= 1), ("max_outlined", self.max_outlined >= 1)):
+            if not ok:
+                raise LaggardError(f"OutlineConfig.{name}={getattr(self, name)}: out of range")
+
+
+def standing_out(values: np.ndarray, cfg: OutlineConfig | None = None) -> np.ndarray:
+    """Which cells of ``values`` (any shape; NaN: no worker) stand out beyond the others' noise: each
+    of the ``max_outlined`` highest judged against every other finite cell (leaving itself out, so that
+    one slow worker of two is not its own yardstick): over their median by ``mad_k`` robust sigmas,
+    the sigma at least ``noise_floor``. A mask of ``values``' shape; none with fewer than two cells."""
+    cfg = cfg or OutlineConfig()
+    v = np.asarray(values, dtype=float)
+    flat = v.ravel()
+    out = np.zeros(flat.shape, dtype=bool)
+    idx = np.flatnonzero(np.isfinite(flat))
+    if len(idx) < 2:
+        return out.reshape(v.shape)
+    order = idx[np.argsort(-flat[idx], kind="stable")][: cfg.max_outlined]
+    for i in order.tolist():
+        others = flat[idx[idx != i]]
+        med = float(np.median(others))
+        sigma = max(MAD_SIGMA * float(np.median(np.abs(others - med))), cfg.noise_floor)
+        out[i] = flat[i] > med + cfg.mad_k * sigma
+    return out.reshape(v.shape)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -38,18 +84,20 @@ class Outline:
             return f"the {self.cause} finding's stage " + ", ".join(str(s) for s in self.stages)
         if self.cause:
             return f"the {self.cause} finding's worker" + ("s" if len(self.ranks) > 1 else "")
-        return "the workers that clearly stand out among the worst 3% (the ones M_W fixes)"
+        if not self.ranks:
+            return "none, since no worker stands out from the others beyond the job's noise"
+        return "the workers that stand out beyond the job's noise among the worst 3% (the ones M_W fixes)"
 
 
-def top_outline(res: Analysis) -> Outline:
-    """The top finding's stage (stage-imbalance) or workers; else M_W's clear standouts."""
+def top_outline(res: Analysis, cfg: OutlineConfig | None = None) -> Outline:
+    """The top finding's stage (stage-imbalance) or workers; else M_W's workers that stand out."""
     d = res.diagnosis
     f = d.findings[0] if d is not None and d.findings else None
     if f is not None and f.cause == "stage-imbalance" and f.stages:
         return Outline(cause=f.cause, stages=[int(s) for s in f.stages])
     if f is not None and f.workers:
         return Outline(cause=f.cause, ranks=[int(w["rank"]) for w in f.workers])
-    return Outline(ranks=[int(w["rank"]) for w in outlined_workers(res)])
+    return Outline(ranks=[int(w["rank"]) for w in outlined_workers(res, cfg=cfg)])
 
 
 @dataclass(kw_only=True, slots=True)
@@ -76,7 +124,8 @@ def _span(vals: list[int], what: str) -> str:
     return f"{what} {vals[0]}" if len(vals) == 1 else f"{what} {vals[0]}–{vals[-1]}"
 
 
-def worker_grid(res: Analysis, *, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS) -> HeatGrid:
+def worker_grid(res: Analysis, *, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS,
+                cfg: OutlineConfig | None = None) -> HeatGrid:
     """Bin the per-worker S_w into at most max_rows x max_cols cells (the maximum of each bin)."""
     dps = sorted({int(w["dp_rank"]) for w in res.by_worker})
     stages = sorted({int(w["stage"]) for w in res.by_worker})
@@ -109,28 +158,30 @@ def worker_grid(res: Analysis, *, max_rows: int = MAX_ROWS, max_cols: int = MAX_
                                f"S_w = {float(w['slowdown']):.4f}")
         ids.append(id_row)
         tips.append(tip_row)
-    out = top_outline(res)
+    out = top_outline(res, cfg)
     by_rank = {int(w["rank"]): w for w in res.by_worker}
     hot = sorted({(r_of[int(by_rank[r]["dp_rank"])], c_of[int(by_rank[r]["stage"])])
-                  for r in out.ranks[:MAX_OUTLINED] if r in by_rank})
+                  for r in out.ranks[: (cfg or OutlineConfig()).max_outlined] if r in by_rank})
     bands = sorted({(c_of[s], f"hot-stage-{s}" if cb == 1 else f"hot-c{c_of[s]}") for s in out.stages if s in c_of})
     return HeatGrid(values=vals, row_labels=row_labels, col_labels=col_labels, cell_ids=ids, tooltips=tips,
                     highlight=hot, bands=bands, row_bin=rb, col_bin=cb)
 
 
-def outlined_workers(res: Analysis, *, limit: int = MAX_OUTLINED) -> list[dict[str, Any]]:
-    """The workers M_W fixes that clearly stand out.
-
-    A worker stands out when its excess S_w - 1 is at least half the worst worker's (and above
-    noise); at most ``limit`` of them, worst first.
-    """
+def outlined_workers(res: Analysis, *, cfg: OutlineConfig | None = None) -> list[dict[str, Any]]:
+    """The workers M_W fixes that stand out beyond the job's noise (``standing_out`` over every
+    worker's S_w), their excess S_w - 1 at least ``of_top`` of the worst worker's and over
+    ``min_excess``; at most ``max_outlined`` of them, worst first."""
+    cfg = cfg or OutlineConfig()
     if not res.by_worker:
         return []
     fixed = set(res.fixed_workers)
-    worst = max(float(w["slowdown"]) for w in res.by_worker)
-    cut = 1.0 + max(0.5 * (worst - 1.0), NOISE)
-    hot = [w for w in res.by_worker if int(w["rank"]) in fixed and float(w["slowdown"]) >= cut]
-    return sorted(hot, key=lambda w: -float(w["slowdown"]))[:limit]
+    s_w = np.array([float(w["slowdown"]) for w in res.by_worker])
+    beyond = standing_out(s_w, cfg)
+    worst = float(np.nanmax(s_w)) if np.isfinite(s_w).any() else 1.0
+    cut = 1.0 + max(cfg.of_top * (worst - 1.0), cfg.min_excess)
+    hot = [w for w, out in zip(res.by_worker, beyond.tolist(), strict=True)
+           if out and int(w["rank"]) in fixed and float(w["slowdown"]) >= cut]
+    return sorted(hot, key=lambda w: -float(w["slowdown"]))[: cfg.max_outlined]
 
 
 def heatmap_section(res: Analysis) -> str:
@@ -168,4 +219,5 @@ def heatmap_section(res: Analysis) -> str:
                    lead=lead, howto=howto)
 
 
-__all__ = ["HeatGrid", "Outline", "heatmap_section", "outlined_workers", "top_outline", "worker_grid"]
+__all__ = ["HeatGrid", "Outline", "OutlineConfig", "heatmap_section", "outlined_workers", "standing_out", "top_outline",
+           "worker_grid"]

@@ -35,8 +35,12 @@ GREY = "#9aa5b1"
 COMPUTE = "#2f6db3"
 COMM = "#e07b24"
 HEAT_COLOURS = ("#f3f5f7", "#fde4a8", "#f6a04d", "#dc4b2f", "#8c1010")
-# the colour scale spans at least [1, 1 + MIN_SPAN] so that noise around 1 stays pale
-MIN_SPAN = 0.25
+# colour scales of slowdowns (S_w, S per step) start at HEAT_LO, the value of no slowdown, never at
+# the data's smallest value: a grid of 1.115-1.149 is a mild slowdown everywhere, not white to red
+HEAT_LO = 1.0
+# ...and span at least [1, 1 + MIN_SPAN]: a worker that alone makes the step 1.5x as long is the
+# darkest red, while the 1.0-1.15 healthy workers of a shared host read stays in the pale first third
+MIN_SPAN = 0.5
 _RC = {
     "svg.fonttype": "none",
     "svg.hashsalt": "laggard",
@@ -133,19 +137,25 @@ def heat_cmap() -> Colormap:
 
 
 def heat_vmax(values: np.ndarray | Sequence[float]) -> float:
-    """Upper end of the colour scale: the largest value, but at least 1 + MIN_SPAN."""
+    """Upper end of the colour scale: the largest value, but at least HEAT_LO + MIN_SPAN."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
-    return max(1.0 + MIN_SPAN, float(v.max()) if len(v) else 1.0)
+    return max(HEAT_LO + MIN_SPAN, float(v.max()) if len(v) else HEAT_LO)
+
+
+def heat_range(values: np.ndarray | Sequence[float]) -> tuple[float, float]:
+    """The colour scale of slowdown-like ``values``: (HEAT_LO, :func:`heat_vmax`); values under 1
+    (noise: ideal durations are averages) take the palest colour."""
+    return HEAT_LO, heat_vmax(values)
 
 
 def heat_colour(value: float, vmax: float) -> str:
-    """The heatmap colour of ``value`` (scale [1, vmax]) as #rrggbb, for HTML tables."""
+    """The heatmap colour of ``value`` (scale [HEAT_LO, vmax]) as #rrggbb, for HTML tables."""
     from matplotlib.colors import to_hex
 
     if not np.isfinite(value):
         return "#ffffff"
-    x = min(max((value - 1.0) / max(vmax - 1.0, 1e-12), 0.0), 1.0)
+    x = min(max((value - HEAT_LO) / max(vmax - HEAT_LO, 1e-12), 0.0), 1.0)
     return str(to_hex(heat_cmap()(x)))
 
 
@@ -171,7 +181,7 @@ def heatmap_svg(
     cbar_label: str = "S_w",
     prefix: str = "heat",
 ) -> str:
-    """A rows x columns heatmap on the [1, vmax] scale, one SVG group per cell (gid ``cell_ids``).
+    """A rows x columns heatmap on the :func:`heat_range` scale, one SVG group per cell (gid ``cell_ids``).
 
     NaN cells are drawn empty (hatched). ``highlight`` cells get a dark outline (gid ``hot-...``
     derived from the cell id); ``bands`` (column, gid) outline whole columns. Values are written in the cells when ``annotate`` (default: small
@@ -190,9 +200,8 @@ def heatmap_svg(
     label_w = 0.35 + 0.065 * max((len(s) for s in row_labels), default=4)
     fig = new_figure(max(4.8, label_w + nc * cell_w + 1.5), 0.95 + nr * cell_h)
     ax = fig.add_subplot()
-    vmax = heat_vmax(grid)
     cmap = heat_cmap()
-    norm = Normalize(1.0, vmax, clip=True)
+    norm = Normalize(*heat_range(grid), clip=True)
     titles: dict[str, str] = {}
     for r in range(nr):
         for c in range(nc):
@@ -413,6 +422,7 @@ __all__ = [
     "bars_svg",
     "figure_svg",
     "heat_colour",
+    "heat_range",
     "heat_vmax",
     "heatmap_svg",
     "new_figure",
