@@ -391,7 +391,7 @@ def part_act(out: Path) -> dict[str, Any]:
     first = next((a for a in items if a.get("kind") == "rebalance"), None)
     if first and first.get("step_s_before") and first.get("step_s_after"):  # the windows around it
         res["before_over_after"] = first["step_s_before"] / first["step_s_after"]
-    m = re.search(r"steps after the first shift \(step \d+\) ran x([\d.]+) faster", p.stdout)
+    m = re.search(r"after the first shift \(step \d+\), steps \d+-\d+ ran x([\d.]+) faster", p.stdout)
     if m:  # the demo's own figure: every step before the shift against every step after it
         res["steps_after_over_before"] = float(m.group(1))
     res["ok"] = p.returncode == 0 and first is not None and first.get("step", 99) < 3 + 30

@@ -68,4 +68,4 @@ def test_laggard_demo_act_command(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert acts and acts[0]["kind"] == "rebalance" and 2 in acts[0]["ranks"]
     assert acts[0]["counts"][2] == min(acts[0]["counts"])
     assert f"actions: {out / 'actions.json'}" in text and "rebalance DP ranks [" in text
-    assert "act: steps after the first shift (step " in text and " ran x" in text
+    assert "act: after the first shift (step " in text and " ran x" in text

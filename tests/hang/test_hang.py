@@ -57,6 +57,32 @@ def test_stuck_rank_is_in_compute_and_pp_receiver_blocked_on_the_silent_stage(jo
     assert pp.ranks[2]["where"]["state"] == "p2p_recv"
 
 
+def test_pp_evidence_names_the_culprit_the_gap_waits_on(jobs: Path) -> None:
+    """Rank 1 skipped its send: rank 2 never reached the all-reduce because it waits in recv for
+    rank 1. The gap's evidence says so, and names the culprit, not only the rank that never came."""
+    from laggard.hang import analyze_hang
+
+    pp = analyze_hang([jobs / "pp" / "trace"])
+    assert pp.culprit_ranks == [1]
+    gap = next(e for e in pp.evidence if "never reached it" in e)
+    assert gap.endswith("ranks [2] never reached it: rank 2 is blocked in recv from rank 1, and rank 1 never "
+                        "posted the send rank 2 waits for"), gap
+    assert any(e.startswith("rank 1:") and e.endswith("(it never posted the send rank 2 waits for)")
+               for e in pp.evidence), pp.evidence
+
+
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n in ("skip", "stuck", "killed", "pp", "dppp")])
+def test_every_gap_leads_to_a_culprit(jobs: Path, name: str) -> None:
+    """A gap whose missing ranks are not culprits names the chain of waits that ends at one."""
+    from laggard.hang import analyze_hang
+
+    rep = analyze_hang([jobs / name / "trace"])
+    for e in (e for e in rep.evidence if "never reached it" in e):
+        lacking = [int(x) for x in e.split("; ranks [")[-1].split("]")[0].split(", ")]
+        if not set(lacking) <= set(rep.culprit_ranks):
+            assert any(f"for rank {c}" in e or f"from rank {c}" in e for c in rep.culprit_ranks), e
+
+
 def test_plain_torch_dumps_rank_from_file_name_and_json(jobs: Path, tmp_path: Path) -> None:
     """Strip laggard's additions (a dump as torch writes it on gloo), mix pickle and JSON, odd names."""
     src = jobs / "skip" / "trace"

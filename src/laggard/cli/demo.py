@@ -31,6 +31,7 @@ def demo(
         DemoOutput,
         analyse_and_report,
         demo_config,
+        pre_action,
         run_traced_job,
         summary_lines,
     )
@@ -66,7 +67,8 @@ def demo(
         raise LaggardError("the demo job wrote no trace" + (" (it failed)" if job.failures else ""))
     result, paths, _ = analyse_and_report(Path(cfg.trace_dir or ""), out)
     print_summary(result)
-    for line in summary_lines(DemoOutput(analysis=result, paths=paths, job=job, config=cfg)):
+    pre = pre_action(Path(cfg.trace_dir or ""), job, cfg)
+    for line in summary_lines(DemoOutput(analysis=result, paths=paths, job=job, config=cfg, pre_action=pre)):
         typer.echo(line)
     typer.echo(f"trace: {cfg.trace_dir}")
     if cfg.act:

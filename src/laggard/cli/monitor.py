@@ -55,6 +55,7 @@ def serve(
     from laggard.monitor.config import MonitorConfig
     from laggard.monitor.service import Collector
     from laggard.monitor.serving import listen, removed_on_failure
+    from laggard.monitor.shutdown import stop_on_sigterm
     from laggard.monitor.store import Store
 
     cfg = MonitorConfig(window_steps=window_steps, refresh_every_steps=max(1, window_steps // 2),
@@ -82,13 +83,14 @@ def serve(
         typer.echo(f"token: {tok}")
     typer.echo(f"dashboard: http://{host}:{port}/?token=<TOKEN>   (API: http://{host}:{port}/api/v1/)", err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    collector.start()
-    try:
-        server = uvicorn.Server(uvicorn.Config(create_app(collector, tok), log_level="warning", access_log=False))
-        server.run(sockets=[sock])
-    finally:
-        collector.stop()
-        sock.close()
+    with stop_on_sigterm():  # SIGTERM: the clean stop below, exit code 0
+        try:
+            collector.start()
+            server = uvicorn.Server(uvicorn.Config(create_app(collector, tok), log_level="warning", access_log=False))
+            server.run(sockets=[sock])
+        finally:
+            collector.stop()
+            sock.close()
 
 
 @app.command()

@@ -6,6 +6,7 @@ spelled out in ``expectations``, so the demo can say whether the analysis found 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,38 @@ class DemoOutput:
     job: JobResult | None = None
     config: JobConfig | None = None
     trace_warnings: list[str] = field(default_factory=list)
+    # ``--act``: the injected causes are judged on the steps before the controller's first action
+    # (after it the work is moved, so the whole trace no longer shows the cause alone)
+    pre_action: PreAction | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class Span:
+    """Steps ``lo``..``hi`` (inclusive, counted from the first traced step as the controller counts
+    them) and their wall step time (mean over the steps and the ranks)."""
+
+    lo: int
+    hi: int
+    step_s: float
+
+    @property
+    def label(self) -> str:
+        return f"step {self.lo}" if self.lo == self.hi else f"steps {self.lo}-{self.hi}"
+
+
+@dataclass(kw_only=True, slots=True)
+class PreAction:
+    """The analysis of the steps before the controller's first action that changed the job."""
+
+    steps: Span
+    warmup_steps: int  # trace step = controller step + this (the untraced warm-up steps come first)
+    analysis: Analysis | None = None
+    why_not: str = ""  # when ``analysis`` is None: why those steps could not be analysed
+
+    @property
+    def trace_steps(self) -> tuple[int, int]:
+        """The same steps as the trace numbers them (``laggard analyze --steps LO-HI``)."""
+        return self.steps.lo + self.warmup_steps, self.steps.hi + self.warmup_steps
 
 
 def clear_trace_dir(trace_dir: Path) -> None:
@@ -146,42 +179,118 @@ def summary_lines(out: DemoOutput) -> list[str]:
         lines.append(f"demo job: dp={out.config.dp} x pp={out.config.pp}, {out.config.steps} traced steps of "
                      f"{mean:.3f} s, {out.job.wall_s:.1f} s in all" + (f", final loss {loss:.3f}" if loss else ""))
         lines += act_lines(out.job, out.config)
-        for text, ok in expectations(out.analysis, out.config.injections):
-            mark = "found" if ok else ("NOT found" if ok is not None else "check")
-            lines.append(f"  [{mark}] {text}")
+        lines += check_lines(out)
     return lines
 
 
+def check_lines(out: DemoOutput) -> list[str]:
+    """One line per injected cause: found, NOT found, or no check; with ``--act``, judged on the steps
+    before the controller's first action (the line before them says which)."""
+    assert out.config is not None
+    if not out.config.injections:
+        return []
+    result, lines, pre = out.analysis, [], out.pre_action
+    if pre is not None:
+        lo, hi = pre.trace_steps
+        where = (f"  checks on {pre.steps.label} (trace steps {lo}-{hi}), before the controller's first action: "
+                 "the analysis above covers every step, also those after the work was moved")
+        if pre.analysis is None:
+            return [where, f"  [check] not judged: {pre.why_not}"]
+        result = pre.analysis
+        lines.append(where)
+    for text, ok in expectations(result, out.config.injections):
+        mark = "found" if ok else ("NOT found" if ok is not None else "check")
+        lines.append(f"  [{mark}] {text}")
+    return lines
+
+
+def mean_step_s(job: JobResult) -> list[float]:
+    """The wall step time of each traced step, mean over the ranks."""
+    return [sum(x) / len(x) for x in zip(*(r["step_s"] for r in job.ranks.values()), strict=True)]
+
+
+def changes_job(action: dict[str, Any]) -> bool:
+    """A drain is a request to the scheduler; every other action changes how the job runs."""
+    return action["kind"] != "drain"
+
+
+def span(steps: list[float], lo: int, hi: int) -> Span:
+    return Span(lo=lo, hi=hi, step_s=sum(steps[lo:hi + 1]) / (hi + 1 - lo))
+
+
+def around(steps: list[float], actions: list[dict[str, Any]], step: int) -> tuple[Span, Span | None]:
+    """The one definition of "before" and "after" an action taken at the end of ``step``: the steps
+    since the previous action that changed the job (or the first traced step) up to ``step``, and the
+    steps after it up to the next such action (or the last step); no after span when it was the last."""
+    cuts = sorted({a["step"] for a in actions if changes_job(a)})
+    prev = max((c for c in cuts if c < step), default=-1)
+    nxt = min((c for c in cuts if c > step), default=len(steps) - 1)
+    return span(steps, prev + 1, step), (span(steps, step + 1, nxt) if step + 1 < len(steps) else None)
+
+
+def first_action_step(job: JobResult) -> int | None:
+    """The step of the controller's first action that changed the job (None: none did)."""
+    first = next((r for r in job.ranks.values() if r.get("actions") is not None), None)
+    return min((a["step"] for a in (first or {}).get("actions") or [] if changes_job(a)), default=None)
+
+
 def act_effect(job: JobResult) -> dict[str, Any] | None:
-    """The first sample shift's effect on the wall step time (mean over ranks): the steps up to and
-    including the one that decided it, against the steps after it."""
+    """The first sample shift's effect on the wall step time (mean over ranks): the steps before it
+    (as ``around`` has them, the span each action's line shows) against every step after it."""
     first = next((r for r in job.ranks.values() if r.get("actions") is not None), None)
     if first is None:
         return None
     shift = next((a for a in first["actions"] if a["kind"] == "rebalance"), None)
-    steps = [sum(x) / len(x) for x in zip(*(r["step_s"] for r in job.ranks.values()), strict=True)]
+    steps = mean_step_s(job)
     if shift is None or shift["step"] + 1 >= len(steps):
         return {"actions": first["actions"], "first_shift_step": None}
-    k = shift["step"] + 1
-    before, after = sum(steps[:k]) / k, sum(steps[k:]) / (len(steps) - k)
-    return {"actions": first["actions"], "first_shift_step": shift["step"], "step_s_before": before,
-            "step_s_after": after, "speedup": before / after}
+    before, _ = around(steps, first["actions"], shift["step"])
+    after = span(steps, shift["step"] + 1, len(steps) - 1)
+    return {"actions": first["actions"], "first_shift_step": shift["step"], "before": before, "after": after,
+            "step_s_before": before.step_s, "step_s_after": after.step_s, "speedup": before.step_s / after.step_s}
 
 
 def act_lines(job: JobResult, cfg: JobConfig) -> list[str]:
-    """What the runtime controller did (``--act``), one line per action and the shift's effect."""
+    """What the runtime controller did (``--act``), one line per action and the shift's effect; every
+    figure compares the spans ``around`` defines, and each says which steps it compares."""
     eff = act_effect(job) if cfg.act else None
     if eff is None:
         return []
-    lines = [f"  act: {len(eff['actions'])} action(s)" + (f" (written to {cfg.actions_path})" if cfg.actions_path else "")]
+    steps = mean_step_s(job)
+    lines = [f"  act: {len(eff['actions'])} action(s)" + (f" (written to {cfg.actions_path})" if cfg.actions_path else "")
+             + f"; steps counted from the first traced step (trace step = step + {cfg.warmup_steps})"]
     for a in eff["actions"]:
-        ba = (f"; step {a['step_s_before']:.3f} -> {a['step_s_after']:.3f} s" if a.get("step_s_before") and
-              a.get("step_s_after") else "")
+        ba = ""
+        if changes_job(a):
+            before, after = around(steps, eff["actions"], a["step"])
+            ba = f"; step time {before.step_s:.3f} s ({before.label})" + (
+                f" -> {after.step_s:.3f} s ({after.label})" if after is not None else "")
         lines.append(f"    step {a['step']}: {a['kind']} DP ranks {a['ranks']}: {a['reason']}{ba}")
     if eff["first_shift_step"] is not None:
-        lines.append(f"  act: steps after the first shift (step {eff['first_shift_step']}) ran x{eff['speedup']:.2f} "
-                     f"faster: {eff['step_s_before']:.3f} -> {eff['step_s_after']:.3f} s (wall, mean over ranks)")
+        b, f = eff["before"], eff["after"]
+        lines.append(f"  act: after the first shift (step {eff['first_shift_step']}), {f.label} ran x{eff['speedup']:.2f} "
+                     f"faster than {b.label}: {b.step_s:.3f} -> {f.step_s:.3f} s (wall, mean over ranks)")
     return lines
+
+
+def pre_action(trace: Path, job: JobResult, cfg: JobConfig) -> PreAction | None:
+    """``--act``: analyse the steps before the controller's first action that changed the job (None:
+    no such action)."""
+    from laggard.analysis.pipeline import analyze
+    from laggard.io import load_job
+
+    step = first_action_step(job) if cfg.act else None
+    if step is None:
+        return None
+    out = PreAction(steps=span(mean_step_s(job), 0, step), warmup_steps=cfg.warmup_steps)
+    lo, hi = out.trace_steps
+    try:
+        with warnings.catch_warnings():  # the whole trace's analysis has said what there is to warn of
+            warnings.simplefilter("ignore")
+            out.analysis = analyze(load_job(trace, steps=f"{lo}-{hi}"), diagnose=False)
+    except LaggardError as e:
+        out.why_not = f"trace steps {lo}-{hi} could not be analysed ({e})"
+    return out
 
 
 def demo_config(*, quick: bool, dp: int, pp: int, steps: int | None, microbatches: int, seed: int,

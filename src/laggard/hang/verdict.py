@@ -11,7 +11,9 @@ Rules, in order (the first that applies wins; the others' findings are kept as n
    nobody (stuck in compute, exited, dead). When the waits form a cycle, a rank waited for in a
    receive that is not sending is the culprit; else the rank whose pending collective differs from
    what the other ranks called at the same position of their own call sequence. A culprit with
-   no dump at all makes the verdict missing-ranks.
+   no dump at all makes the verdict missing-ranks. A rank that never reached a collective without
+   being a culprit gets, in that gap's evidence, the chain of waits from it to a culprit (in a
+   pipeline: "rank 2 is blocked in recv from rank 1, and rank 1 never posted the send rank 2 waits for").
    A member that did not reach a collective only counts when that collective is still pending on
    the ranks that entered it, or the member was dumped after the others entered it (else its dump
    may just be older: said as undecided). Members without a dump count as never arriving only
@@ -300,8 +302,9 @@ def _hang(rep: HangReport, gaps: list[_Gap], dumps: dict[int, RankDump], vmap: d
         rep.op, rep.sizes = head.entry.op, [list(s) for s in head.entry.sig[1]]
     for g in gaps:
         state = "still pending" if g.pending else "ended (timeout or error)"
+        chains = [c for r in g.lacking if r not in culprits and (c := _chain(r, waits, culprits, gaps, p2p, dumps))]
         rep.evidence.append(f"ranks {g.ahead} entered {g.entry.op} seq {g.seq} of {g.view.label()} ({state}); "
-                            f"ranks {g.lacking} never reached it")
+                            f"ranks {g.lacking} never reached it" + (": " + "; ".join(chains) if chains else ""))
     for r in sorted(set(culprits) | {x for g in gaps for x in g.lacking}):
         if r not in dumps:
             rep.evidence.append(f"rank {r}: no dump (dead process, OOM kill, or not collected)")
@@ -312,10 +315,66 @@ def _hang(rep: HangReport, gaps: list[_Gap], dumps: dict[int, RankDump], vmap: d
             "no completed collective in its buffer"
         extra = _where_text(f)
         rep.evidence.append(f"rank {r}: {lc}" + (f"; {extra}" if extra else "") +
-                            (f" ({why})" if r in culprits else ""))
+                            (f" ({_never_sent(r, p2p, dumps) or why})" if r in culprits else ""))
     for r, peer in sorted(p2p.items()):
-        rep.evidence.append(f"rank {r} is blocked in {(dumps[r].where or {}).get('op')} with rank {peer} "
-                            "(from laggard's dump: gloo's Flight Recorder does not record p2p)")
+        rep.evidence.append(f"{_hop(r, peer, gaps, p2p, dumps)} (from laggard's dump: gloo's Flight Recorder does "
+                            "not record p2p)")
+
+
+def _blocked_on(r: int, p2p: dict[int, int]) -> list[int]:
+    """The ranks blocked in a p2p call with rank ``r`` that ``r`` is not in a p2p call with."""
+    return sorted(a for a, b in p2p.items() if b == r and p2p.get(r) != a)
+
+
+def _missing_call(a: int, dumps: dict[int, RankDump]) -> str:
+    """What rank ``a``'s p2p call needs from its peer: a send for a receive, a receive for a send."""
+    return "receive" if str((dumps[a].where or {}).get("state")) == "p2p_send" else "send"
+
+
+def _never_sent(r: int, p2p: dict[int, int], dumps: dict[int, RankDump]) -> str:
+    """Why a rank that p2p calls wait for is the culprit (empty when none waits for it so)."""
+    return "; ".join(f"it never posted the {_missing_call(a, dumps)} rank {a} waits for" for a in _blocked_on(r, p2p))
+
+
+def _hop(a: int, b: int, gaps: list[_Gap], p2p: dict[int, int], dumps: dict[int, RankDump]) -> str:
+    """How rank ``a`` waits for rank ``b``: a p2p call (laggard's dump) or a collective gap."""
+    if p2p.get(a) == b:
+        w = dumps[a].where or {}
+        to = {"p2p_recv": "from", "p2p_send": "to"}.get(str(w.get("state")), "with")
+        return f"rank {a} is blocked in {w.get('op', 'p2p')} {to} rank {b}"
+    g = next((g for g in gaps if a in g.ahead and b in g.lacking), None)
+    return f"rank {a} waits for rank {b}" if g is None else \
+        f"rank {a} waits in {g.entry.op} seq {g.seq} of group {g.view.name} for rank {b}"
+
+
+def _chain(start: int, waits: dict[int, set[int]], culprits: list[int], gaps: list[_Gap], p2p: dict[int, int],
+           dumps: dict[int, RankDump]) -> str:
+    """Why a rank that is no culprit never reached a collective: the shortest chain of waits from it
+    to a culprit, each hop named (empty when no chain leads to one)."""
+    prev: dict[int, int] = {start: start}
+    todo, end = [start], None
+    while todo and end is None:
+        a = todo.pop(0)
+        for b in sorted(waits.get(a, ())):
+            if b not in prev:
+                prev[b] = a
+                if b in culprits:
+                    end = b
+                    break
+                todo.append(b)
+    if end is None:
+        return ""
+    path = [end]
+    while path[-1] != start:
+        path.append(prev[path[-1]])
+    path.reverse()
+    hops = [_hop(a, b, gaps, p2p, dumps) for a, b in zip(path, path[1:], strict=False)]
+    last = path[-2]
+    if p2p.get(last) == end and p2p.get(end) != last:
+        hops.append(f"rank {end} never posted the {_missing_call(last, dumps)} rank {last} waits for")
+    elif end not in dumps:
+        hops.append(f"rank {end} left no dump")
+    return hops[0] if len(hops) == 1 else ", ".join(hops[:-1]) + ", and " + hops[-1]
 
 
 def _straggle(rep: HangReport, cfg: HangConfig) -> None:
