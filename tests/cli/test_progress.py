@@ -1,10 +1,11 @@
 """Commands that run over ~2 s show a rich progress display on stderr when it is a terminal (issue 26):
-analyze, diff, simulate tail and simulate policy (bench allreduce, fleet, demo and monitor push use the
+analyze, diff, simulate tail, simulate policy and bench allreduce (fleet, demo and monitor push use the
 same helper). Piped, with --quiet, or with --json -, nothing but the result is written."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -68,3 +69,30 @@ def test_analyze_names_the_file_it_writes(terminal, capsys, tmp_path):
     assert run_cli("analyze", ND / "trace-ST.parquet", "--html", tmp_path / "r.html") == 0
     err = capsys.readouterr().err
     assert "writing the HTML report" in err and "3/4" in err  # the last phase, drawn as the display stops
+
+
+BENCH = ("bench", "allreduce", "--ranks", "2", "--size-mb", "0.01", "--delay-ms", "0", "--repeats", "1",
+         "--no-calibrate")
+
+
+def test_bench_allreduce_shows_its_all_reduces(terminal, capsys):
+    """Its ranks' start and all-reduces take ~40 s at the README's size: the bar names the phase and
+    counts rank 0's all-reduces (3 warm-up + 3 timed here); stdout keeps only the JSON."""
+    pytest.importorskip("torch")
+    from laggard.collectives.bench import PHASE_ALLREDUCE
+
+    capsys.readouterr()
+    assert run_cli(*BENCH, "--json", "-") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["correct"] is True
+    err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)  # the bar's colours
+    assert "starting 2 ranks" in err and PHASE_ALLREDUCE in err and "6/6 all-reduces" in err, err[-500:]
+
+
+def test_bench_allreduce_piped_has_no_progress(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("TTY_COMPATIBLE", "0")
+    capsys.readouterr()
+    assert run_cli(*BENCH) == 0
+    out, err = capsys.readouterr()
+    assert "result correct" in out and "all-reduces" not in err

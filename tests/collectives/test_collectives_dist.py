@@ -184,13 +184,15 @@ def test_worker_errors_surface():
 
 @pytest.mark.timeout(180)
 def test_bench_small_run_reports_all_algorithms():
-    from laggard.collectives.bench import BenchConfig, run_bench
+    from laggard.collectives.bench import PHASE_ALLREDUCE, PHASE_CALIBRATE, BenchConfig, run_bench
 
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int | None, str | None]] = []
     res = run_bench(BenchConfig(num_ranks=3, size_mb=0.25, delay_ms=50, repeats=2, straggler=1),
-                    on_progress=lambda done, total: seen.append((done, total)))
-    # rank 0's progress reaches the parent as it goes: every all-reduce (3 warm-up + 3 x 2 timed), in order
-    assert seen[0] == (0, 9) and seen[-1] == (9, 9) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+                    on_progress=lambda done, total, what: seen.append((done, total, what)))
+    # rank 0's progress reaches the parent as it goes: the calibration (no count yet), then every
+    # all-reduce (3 warm-up + 3 x 2 timed), in order, the phase named where it changes
+    assert seen[:2] == [(0, None, PHASE_CALIBRATE), (0, 9, PHASE_ALLREDUCE)]
+    assert seen[-1] == (9, 9, None) and [d for d, _, _ in seen[1:]] == list(range(10))
     assert res["correct"] is True
     assert set(res["algorithms"]) == {"stragglar", "ring", "torch"}
     for s in res["algorithms"].values():

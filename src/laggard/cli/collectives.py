@@ -259,7 +259,8 @@ def bench_allreduce(
                       calibrate=not no_calibrate)
     from laggard.cli.options import progress_callback
 
-    with progress_callback("all-reduces on rank 0", "(warm-up and timed)") as on_progress:
+    # the ranks' start (torch imported, the group joined) takes seconds before rank 0 reports a phase
+    with progress_callback(f"starting {ranks} ranks", "all-reduces") as on_progress:
         res = run_bench(cfg, on_progress=on_progress)
     if _json_to_stdout(res, json_out):
         return

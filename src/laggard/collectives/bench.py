@@ -20,6 +20,9 @@ from laggard.optable.ops import LaggardError
 ALGORITHMS = ("stragglar", "ring", "torch")
 MAX_BENCH_RANKS = 64
 MAX_SIZE_MB = 4096.0
+# the phases rank 0 reports (``run_bench``'s ``on_progress``): the model's parameters, then the all-reduces
+PHASE_CALIBRATE = "measuring the cost model"
+PHASE_ALLREDUCE = "rank 0: warm-up, then timed"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -83,16 +86,17 @@ def _bench_worker(rank: int, world_size: int, cfg: BenchConfig) -> dict:
         else:
             dist.all_reduce(buf)
 
+    from laggard.collectives.launch import report_progress
+
     params = None
     if cfg.calibrate:
         from laggard.collectives.calibrate import measure_in_group
 
+        report_progress(0, None, PHASE_CALIBRATE)
         params = measure_in_group().to_json()
-    from laggard.collectives.launch import report_progress
-
     out: dict = {"params": params, "samples": {a: [] for a in cfg.algorithms}, "correct": {}}
     total = len(cfg.algorithms) * (1 + cfg.repeats)
-    report_progress(0, total)
+    report_progress(0, total, PHASE_ALLREDUCE)
     for algo in cfg.algorithms:  # warm-up (connections, allocator) and correctness
         buf.copy_(src)
         dist.barrier()
@@ -124,9 +128,10 @@ def _summary(values: list[float]) -> dict:
             "samples_s": [round(float(v), 6) for v in arr]}
 
 
-def run_bench(cfg: BenchConfig, on_progress: Callable[[int, int], None] | None = None) -> dict:
+def run_bench(cfg: BenchConfig, on_progress: Callable[[int, int | None, str | None], None] | None = None) -> dict:
     """Run the benchmark; returns the JSON-ready result (see ``laggard bench allreduce``).
-    ``on_progress(done, total)``: the all-reduces rank 0 has finished, of all it runs."""
+    ``on_progress(done, total, what)``: the all-reduces rank 0 has finished, of all it runs, and the
+    phase where it changes (``PHASE_CALIBRATE`` with no total, then ``PHASE_ALLREDUCE``; else None)."""
     import numpy as np
 
     from laggard.collectives import cost

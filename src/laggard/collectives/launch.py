@@ -50,10 +50,11 @@ def rank_context() -> Any:
 _progress_out: Any = None  # the parent's queue, in a worker process (``report_progress``)
 
 
-def report_progress(done: int, total: int) -> None:
-    """From rank 0 of ``run_workers``' function: how far it is (the parent's ``on_progress``)."""
+def report_progress(done: int, total: int | None, what: str | None = None) -> None:
+    """From rank 0 of ``run_workers``' function: how far it is, and ``what`` it is doing where it
+    changes (the parent's ``on_progress(done, total, what)``)."""
     if _progress_out is not None:
-        _progress_out.put((0, None, (done, total)))
+        _progress_out.put((0, None, (done, total, what)))
 
 
 def _worker(fn: Callable[..., Any], rank: int, world_size: int, port: int, args: tuple, out: Any) -> None:
@@ -77,9 +78,9 @@ def _worker(fn: Callable[..., Any], rank: int, world_size: int, port: int, args:
 
 
 def run_workers(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 300.0,
-                on_progress: Callable[[int, int], None] | None = None) -> list[Any]:
+                on_progress: Callable[[int, int | None, str | None], None] | None = None) -> list[Any]:
     """Run ``fn(rank, num_ranks, *args)`` on ``num_ranks`` new processes (``rank_context``); results
-    by rank. ``on_progress(done, total)`` gets what rank 0 reports with ``report_progress``."""
+    by rank. ``on_progress(done, total, what)`` gets what rank 0 reports with ``report_progress``."""
     ctx = rank_context()
     out = ctx.Queue()
     port = free_port()
