@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,23 +16,45 @@ from laggard.monitor.shutdown import stop_on_sigterm
 SIGTERM_STOP = 0  # a requested stop is a clean one
 
 
+# The handler is checked in a child process: raised in a pytest worker (under pytest-xdist the tests
+# may not run on the main thread, where no handler can be installed), SIGTERM would end the worker.
+_CHILD = """
+import signal, sys
+from laggard.monitor.shutdown import stop_on_sigterm
+ran = []
+before = signal.getsignal(signal.SIGTERM)
+with stop_on_sigterm():
+    try:
+        signal.raise_signal(signal.SIGTERM)  # in the main thread: the handler runs as it returns
+        ran.append("not unwound")
+    finally:
+        ran.append("finally")
+with stop_on_sigterm():
+    x = 1
+ran.append(f"ran through {x}")
+ran.append("handler back" if signal.getsignal(signal.SIGTERM) == before else "handler left set")
+print(",".join(ran))
+"""
+
+
 def test_sigterm_unwinds_the_block_and_ends_there() -> None:
-    ran: list[str] = []
+    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "finally,ran through 1,handler back", out.stdout + out.stderr[-2000:]
+
+
+def test_outside_the_main_thread_the_block_runs_without_a_handler() -> None:
+    seen: list[object] = []
+
+    def body() -> None:
+        with stop_on_sigterm():
+            seen.append(signal.getsignal(signal.SIGTERM))
+
     before = signal.getsignal(signal.SIGTERM)
-    with stop_on_sigterm():
-        try:
-            signal.raise_signal(signal.SIGTERM)  # in this thread: the handler runs as it returns
-            ran.append("not unwound")
-        finally:
-            ran.append("finally")
-    assert ran == ["finally"]
-    assert signal.getsignal(signal.SIGTERM) == before
-
-
-def test_a_block_without_sigterm_runs_through() -> None:
-    with stop_on_sigterm():
-        x = 1
-    assert x == 1
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(30)
+    assert seen == [before]
 
 
 def _push_and_wait_for_an_analysis(srv) -> None:  # noqa: ANN001 - tests.monitor_helpers.Server
