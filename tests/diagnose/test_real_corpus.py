@@ -490,23 +490,19 @@ def test_slow_links_that_reach_every_rank_name_none() -> None:
 
 @pytest.mark.parametrize(("job", "stalled", "victims"), [("c29_job017", 1, {3}), ("c29_job032", 0, {1, 2, 3})])
 def test_peers_of_a_stalled_rank_on_a_shared_cpu_host_are_not_slow_workers(
-        job: str, stalled: int, victims: set[int], monkeypatch: pytest.MonkeyPatch) -> None:
+        job: str, stalled: int, victims: set[int]) -> None:
     """Two real jobs of the held-out seed-2029 draw on 2 shared cores (Tracer traces): a host stall on
     one rank (108 ms a step on rank 1 of a dp 2 x pp 2 job beside a slow link; 185 ms on rank 0 of a
     ddp4 job beside a launch delay). Their stage peers computed 1.18-1.32x the stalled rank's, by
     their own CPU timers 1.02-1.09x: the busy loop takes a core they compute on, and the stalled rank
-    computes while they wait for it. Named as slow workers before (``worker.beside_stalls``); the
-    stall is named, no peer of it."""
+    computes while they wait for it. Judged against it they read as slow workers; with the stalled
+    rank left out of their yardstick (``worker.yardsticks``) the stall is named, no peer of it."""
     d, truth = _diagnose(job)
     assert {c["target"]["ranks"][0] for c in truth["causes"] if c["cause"] == "host-stall"} == {stalled}
     assert not victims & {r for c in truth["causes"] for r in c["target"].get("ranks", [])}
     assert any(f.cause == "launch-delay" and [w["rank"] for w in f.workers] == [stalled] for f in d.findings)
     assert not victims & _named(d), d.findings
-    import importlib
-
-    worker = importlib.import_module("laggard.diagnose.worker")
-    monkeypatch.setattr(worker, "beside_stalls", lambda *a, **k: set())  # the rule off: named again
-    d, _ = _diagnose(job)
+    d, _ = _diagnose(job, DiagnoseConfig(worker_stalled_yardstick=True))  # the rule off: named again
     assert victims <= _named(d), d.findings
 
 

@@ -79,6 +79,10 @@ class DiagnoseConfig:
     # so the floor can sit at the low end of real stragglers (1.15x and up) and under the 1.02-1.1x a
     # healthy rank of a shared host computes beside its fastest peer
     worker_ratio: float = 1.1
+    # where compute runs on the host's CPUs, a rank stalled in host time computes while its peers wait
+    # for it, on cores they leave idle: its compute is faster than a healthy rank's, so it is left out
+    # of its peers' yardstick (``worker.yardsticks``). True keeps it in (the rule off).
+    worker_stalled_yardstick: bool = False
     # of several slow workers, one whose own effect on the step (its ops measured, the rest ideal)
     # stays within the job's noise while another's stands out is not named (``worker.impact_riders``):
     # the other ranks giving that noise, at most this many (a replay column each)

@@ -17,7 +17,7 @@ def candidates(ctx: Ctx, cfg: DiagnoseConfig, causes: tuple[str, ...] | None = N
     """Every detector's nominees (not yet scored); with ``causes``, only those of the detectors of
     these causes (the others do not run: on a healthy 4,096-worker job the unused ones were 10 s).
     ``stalled``: ranks already found stalled in host time (on the job with that stall fixed, their
-    peers' compute still holds what the stall cost them: ``worker.beside_stalls``)."""
+    peers' compute still holds what the stall cost them: ``worker.yardsticks``)."""
     def wanted(detector: str) -> bool:
         return causes is None or CAUSE_OF[detector] in causes
 

@@ -36,12 +36,13 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], stalled:
     microbatch (``per_microbatch``). Every stage of one DP rank may be slow at once (one bad node);
     a DP rank that drew long sequences in the few steps of a trace computes more per step, but not
     more per microbatch: its typical microbatch costs what its peers' do, a slow GPU's all cost more.
-    ``stalled``: ranks named for their own host time (``beside_stalls``)."""
+    ``stalled``: ranks named for their own host time (``yardsticks``)."""
     ranks = sorted(load)
     stage = np.array([ctx.worker_of[r]["stage"] for r in ranks])
     lv = np.array([load[r] for r in ranks])
+    ctx.memo["worker.not_yardstick"] = not_yardstick = yardsticks(ctx, cfg, ranks, stalled or set())
     if ctx.num_dp > 1:
-        ref = fast_peer_ref(lv, stage, cfg.worker_ratio)
+        ref = fast_peer_ref(_without(lv, ranks, not_yardstick), stage, cfg.worker_ratio)
     else:  # no DP replicas: compare with the other stages
         ref = np.full(len(lv), float(np.median(lv)))
     rel = lv / np.maximum(ref, 1e-12)
@@ -64,7 +65,8 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], stalled:
         # left out of it, made rank 3 consistent at 1.47x against a noise of 0.22; with it, 0.25)
         judged = consistency(ctx, cfg, load, slow)
         slow = [r for r in slow if noise.stands_out(judged[r], transient_ok=False)]
-    off = beside_stalls(ctx, cfg, ranks, lv, stage, stalled or set())
+    # a rank whose every fast peer is no yardstick has none (its reference is inf): never named
+    off = {r for r, x in zip(ranks, ref.tolist(), strict=True) if np.isinf(x)}
     slow = [r for r in slow if r not in off]
     # ...or by their effect on the step, where their microbatch passes themselves are slow (not work
     # outside them: a rank with more garbage collections than its peers is not a slow worker; a trace
@@ -107,26 +109,27 @@ def run_flags(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], named: list
     return [r for _, r in sorted(found)[:top]]
 
 
-def beside_stalls(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], lv: np.ndarray, stage: np.ndarray,
-                  stalled: set[int]) -> set[int]:
-    """The ranks (of ``ranks``, loads ``lv``, stages ``stage``) whose compute is judged only against
-    peers stalled in host time on the same host, where the compute runs on that host's CPUs: every
-    one of their fast stage peers (the yardstick, ``fast_peer_ref``) is a rank of ``stalled``. A busy
-    loop on one rank takes a core the others compute on, and the stalled rank computes while the
-    others wait for it: its compute is no healthy rank's. Two real 2-core jobs named healthy ranks
-    this way, at 1.18-1.32x of a peer stalled 108-185 ms a step (their own CPU timers: 1.02-1.09x):
-    dp 2 x pp 2, rank 3 beside rank 1; ddp4, ranks 1, 2 and 3 beside rank 0. A GPU's kernels are no
-    slower for a stall on another rank's host thread: there the rule does not apply."""
-    if not stalled or ctx.num_dp < 2 or not ctx.cpu_compute:
-        return set()
-    from laggard.optable.hosts import host_of_rank
+def yardsticks(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], stalled: set[int]) -> frozenset[int]:
+    """The ranks of ``stalled`` (named for their own host time) left out of their peers' yardstick of
+    compute speed: where compute runs on the host's CPUs (``ctx.cpu_compute``), a stalled rank computes
+    while its peers wait for it, on the cores they leave idle, so its compute is faster than a healthy
+    rank's and its peers read slow beside it; left in, the stall's echo names healthy ranks as slow
+    workers. A GPU's kernels are no faster for its host thread's stall: there every rank stays a
+    yardstick. So does every rank where all of them are stalled (nobody else to compare with).
+    ``cfg.worker_stalled_yardstick`` keeps them all in."""
+    if cfg.worker_stalled_yardstick or not stalled or ctx.num_dp < 2 or not ctx.cpu_compute:
+        return frozenset()
+    out = frozenset(r for r in ranks if r in stalled)
+    return out if len(out) < len(ranks) else frozenset()
 
-    host = host_of_rank(ctx.base.job.meta.extra)
-    out = set()
-    for i, peers in enumerate(fast_peers(lv, stage, cfg.worker_ratio)):
-        r, refs = ranks[i], [ranks[j] for j in peers.tolist()]
-        if refs and all(p in stalled and p in host and host[p] == host.get(r) for p in refs):
-            out.add(r)
+
+def _without(values: np.ndarray, ranks: list[int] | np.ndarray, left_out: frozenset[int]) -> np.ndarray:
+    """``values`` (one per rank of ``ranks``) with the ranks of ``left_out`` at inf: never a fast peer
+    of another rank (``context.fast_peer_ref``), while their own reference is still their peers'."""
+    if not left_out:
+        return values
+    out = np.array(values, dtype=float, copy=True)
+    out[np.isin(np.asarray(ranks), list(left_out))] = np.inf
     return out
 
 
@@ -232,7 +235,8 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     the medians over steps, as ``slow_workers`` compares them) in that step; with one worker per
     stage, the other ranks'. Computed once per job (``ctx.memo``, with the speeds and each rank's
     number of reference peers under ``worker.speed``)."""
-    if "worker.step_ratios" in ctx.memo:
+    left_out = ctx.memo.get("worker.not_yardstick", frozenset())
+    if ctx.memo.get("worker.step_ratios.left_out") == left_out and "worker.step_ratios" in ctx.memo:
         return ctx.memo["worker.step_ratios"]
     per = ctx.per_rank_step(ctx.compute)
     speed = per
@@ -249,8 +253,10 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     if ctx.num_dp > 1:
         lv = np.array([load[int(r)] for r in ctx.ranks]) if mb is None else nan_median(speed, 1)
         stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
-        # each rank's row_median over its fast peers' rows, all ranks at once
-        ref, num_ref = fast_peer_row_median(np.nan_to_num(lv, nan=np.inf), speed, stage, cfg.worker_ratio)
+        # each rank's row_median over its fast peers' rows, all ranks at once; the ranks that are no
+        # yardstick (``yardsticks``) are no rank's fast peer
+        lv = _without(np.nan_to_num(lv, nan=np.inf), ctx.ranks, left_out)
+        ref, num_ref = fast_peer_row_median(lv, speed, stage, cfg.worker_ratio)
     else:
         ref = np.full(per.shape, np.nan)
         for i in range(n if n > 1 else 0):
@@ -259,6 +265,7 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     ratio = noise.ratios(speed, ref)
     ctx.memo["worker.speed"] = speed, num_ref
     ctx.memo["worker.step_ratios"] = ratio, per * (1.0 - 1.0 / ratio)
+    ctx.memo["worker.step_ratios.left_out"] = left_out
     return ctx.memo["worker.step_ratios"]
 
 
