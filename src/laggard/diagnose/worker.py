@@ -19,7 +19,6 @@ from laggard.diagnose.context import (
     existing,
     fast_peer_ref,
     fast_peer_row_median,
-    fast_peers,
     group_median,
     peer_median,
     rows_mask,
