@@ -235,3 +235,36 @@ def test_a_relay_that_fails_to_send_answers_503_and_keeps_going(monkeypatch) -> 
         assert calls == [1, 1]
     finally:
         relay.close()
+
+
+def test_sigterm_sends_what_the_relay_holds_then_exits_0(tmp_path) -> None:
+    """SIGTERM while a batch waits in the relay's gathering window: the batch still reaches the
+    collector (its tracer gets the answer), the relay exits 0, nothing is reported leaked."""
+    import signal
+    import time
+
+    srv = Server(str(tmp_path / "m.db"), tmp_path).start()
+    relay = RelayProc(srv.url, tmp_path, extra=["--gather-ms", "3000"]).start()
+    try:
+        answer: list = []
+        post = threading.Thread(target=lambda: answer.append(
+            relay.request("POST", "/api/v1/ops", _batch(0, 0), content_type=CONTENT_TYPE)))
+        post.start()
+        time.sleep(1.0)  # the batch is in the 3 s gathering window now
+        assert srv.request("GET", "/api/v1/jobs")[1] == []
+        relay.proc.send_signal(signal.SIGTERM)
+        try:
+            code = relay.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the relay did not stop on SIGTERM: {relay.log.read_text()[-2000:]}")
+        post.join(30)
+        relay.proc = None
+        log = relay.log.read_text()
+        assert code == 0, log[-2000:]
+        assert "Traceback" not in log and "leaked" not in log, log[-2000:]
+        assert answer and answer[0][0] == 200 and answer[0][1]["accepted"] == _n_ops(0), answer
+        detail = srv.request("GET", "/api/v1/jobs/relayjob")[1]
+        assert {r["rank"]: r["num_ops"] for r in detail["ranks"]} == {0: _n_ops(0)}
+    finally:
+        relay.stop()
+        srv.stop()

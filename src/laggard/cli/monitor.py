@@ -111,6 +111,7 @@ def relay(
     from laggard.errors import LaggardError
     from laggard.monitor.relay import Relay, RelayConfig, relay_app
     from laggard.monitor.serving import listen
+    from laggard.monitor.shutdown import stop_on_sigterm
     from laggard.wire.client import Client
 
     tok = token or os.environ.get("LAGGARD_TOKEN")
@@ -121,13 +122,15 @@ def relay(
     sock = listen(host, port)
     typer.echo(f"relay: http://{host}:{port} -> {url}", err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    r = Relay(url, tok, cfg).start()
-    try:
-        server = uvicorn.Server(uvicorn.Config(relay_app(r), log_level="warning", access_log=False))
-        server.run(sockets=[sock])
-    finally:
-        r.close()
-        sock.close()
+    # SIGTERM as Ctrl-C: uvicorn finishes the requests in flight, then the sender sends what it holds
+    with stop_on_sigterm():
+        r = Relay(url, tok, cfg).start()
+        try:
+            server = uvicorn.Server(uvicorn.Config(relay_app(r), log_level="warning", access_log=False))
+            server.run(sockets=[sock])
+        finally:
+            r.close()
+            sock.close()
 
 
 @app.command()
