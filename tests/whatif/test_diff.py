@@ -187,6 +187,33 @@ def test_unlike_layouts_are_warned_and_the_structure_is_in_the_headline():
     assert text.startswith(f"B is {pct(abs(res.change))} faster than A: {pct(abs(res.change) * rest.share)} not from "
                            "durations (B's structure")
     assert text.endswith(f"Warning: {warning}")
+    # what one job lacks of the other: one line per family of per-pass types, the most ops first,
+    # and the terminal lists the first few
+    nc = res.not_compared
+    assert nc[0].startswith("host:backward-compute[*] (28 types): only in A (19,712 ops)"), nc[:3]
+    counts = [int(x.rsplit("(", 1)[1].split()[0].replace(",", "")) for x in nc if x.endswith(" ops)")]
+    assert counts == sorted(counts, reverse=True) and len(nc) < 60, nc
+    import io
+
+    from rich.console import Console
+
+    from laggard.report.diff import NOT_COMPARED_SHOWN, print_diff
+
+    buf = io.StringIO()
+    print_diff(res, console=Console(file=buf, width=100000))
+    line = next(x for x in buf.getvalue().splitlines() if x.startswith("not compared: "))
+    shown = min(len(nc), NOT_COMPARED_SHOWN)
+    assert line == "not compared: " + "; ".join(nc[:shown]) + (
+        f"; and {len(nc) - shown} more (--json lists every one)" if len(nc) > shown else ""), line
+    assert len(line) < 400, line  # grouped: no page of per-pass types
+    import dataclasses
+
+    many = dataclasses.replace(res, not_compared=[f"t{i}: only in A ({100 - i} ops)" for i in range(12)])
+    buf = io.StringIO()
+    print_diff(many, console=Console(file=buf, width=100000))
+    line = next(x for x in buf.getvalue().splitlines() if x.startswith("not compared: "))
+    assert line.endswith(f"t{NOT_COMPARED_SHOWN - 1}: only in A ({101 - NOT_COMPARED_SHOWN} ops); "
+                         f"and {12 - NOT_COMPARED_SHOWN} more (--json lists every one)"), line
 
 
 def test_same_layout_no_warning(native_st, tmp_path):

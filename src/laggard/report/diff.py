@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from laggard.results.diff import Contribution, DiffResult, RunSummary
 
 HIDE_BELOW = 0.0005  # the terminal and the page leave out unnamed parts smaller than this share (they print as 0.0%)
+NOT_COMPARED_SHOWN = 8  # op types one run lacks, listed by their ops (most first); the rest counted
 
 
 def headline(res: DiffResult) -> str:
@@ -86,7 +87,10 @@ def print_diff(res: DiffResult, console: Console | None = None, *, commands: int
     for line in res.notes:
         con.print(f"note: {escape_rich(line)}", style="yellow")
     if res.not_compared:
-        con.print("not compared: " + escape_rich("; ".join(res.not_compared)), style="yellow")
+        shown = res.not_compared[:NOT_COMPARED_SHOWN]
+        more = len(res.not_compared) - len(shown)
+        tail = f"; and {more} more (--json lists every one)" if more else ""
+        con.print("not compared: " + escape_rich("; ".join(shown)) + tail, style="yellow")
 
 
 def _change(c: Contribution) -> str:
@@ -141,7 +145,11 @@ def render_diff_html(res: DiffResult) -> str:
                        "a lot may move the step little (other ranks had slack), and one rank can carry a stage's change.",
                        "A part with no selector is everything else, or what B's structure changes (not durations)."]),
     ]
-    extra = [rich_text(n) for n in res.notes] + [f"not compared: {escape(n)}" for n in res.not_compared]
+    extra = [rich_text(n) for n in res.notes] + [f"not compared: {escape(n)}"
+                                                 for n in res.not_compared[:NOT_COMPARED_SHOWN]]
+    if len(res.not_compared) > NOT_COMPARED_SHOWN:
+        extra.append(f"and {len(res.not_compared) - NOT_COMPARED_SHOWN} more op types not compared "
+                     "(<code>laggard diff --json</code> lists every one)")
     if extra:
         body.append(section("What could not be compared", "<ul>" + "".join(f"<li>{e}</li>" for e in extra) + "</ul>",
                             id="notes"))

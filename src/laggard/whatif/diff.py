@@ -271,19 +271,32 @@ def match(base_a: Baseline, base_b: Baseline) -> _Match:
 
 def _not_compared(types: list[str], code_a: np.ndarray, code_b: np.ndarray, comparable: np.ndarray,
                   grain: str) -> list[str]:
-    """Op types (or cells of them) one run has and the other lacks, in words."""
-    out = []
-    in_a, in_b = set(np.unique(code_a).tolist()), set(np.unique(code_b).tolist())
-    for c in sorted(in_b - in_a):
-        out.append(f"{types[c]}: only in B ({int((code_b == c).sum()):,} ops)")
-    for c in sorted(in_a - in_b):
-        out.append(f"{types[c]}: only in A ({int((code_a == c).sum()):,} ops)")
+    """Op types (or cells of them) one run has and the other lacks, in words, the most ops first
+    (two unrelated jobs lack hundreds of each other's types: a reader sees the ones that weigh).
+    Types that differ only by a trailing index (``host:backward-compute[3]``, one per pass) are one
+    line: ``host:backward-compute[*]`` with their number."""
+    import re
+
     cell = "rank" if grain == "rank" else "stage"
+    in_a, in_b = set(np.unique(code_a).tolist()), set(np.unique(code_b).tolist())
+    groups: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for side, codes, code in (("only in B", sorted(in_b - in_a), code_b), ("only in A", sorted(in_a - in_b), code_a)):
+        for c in codes:
+            key = (side, re.sub(r"\[\d+\]$", "[*]", types[c]))
+            groups.setdefault(key, []).append((types[c], int((code == c).sum())))
     for c in sorted(in_a & in_b):
         lost = int((~comparable & (code_b == c)).sum())
         if lost:
-            out.append(f"{types[c]}: {lost:,} ops of B on a {cell} where A has none")
-    return out
+            groups.setdefault((f"ops of B on a {cell} where A has none", types[c]), []).append((types[c], lost))
+    out = []
+    for (side, name), members in groups.items():
+        n = sum(k for _, k in members)
+        what = members[0][0] if len(members) == 1 else f"{name} ({len(members)} types)"
+        if side.startswith("only"):
+            out.append((n, f"{what}: {side} ({n:,} ops)"))
+        else:
+            out.append((n, f"{what}: {n:,} {side}"))
+    return [text for _, text in sorted(out, key=lambda x: -x[0])]
 
 
 def _count_notes(types: list[str], code_a: np.ndarray, code_b: np.ndarray, base_a: Baseline,
