@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean venv sysdeps corpus corpus-impact corpus-score
+.PHONY: demo test docs bench lint clean venv sysdeps corpus corpus-impact corpus-score
 
 venv: $(STAMP)
 
@@ -32,6 +32,11 @@ TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest tests $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 
+# the documentation site (mkdocs.yml, docs/) into site/, offline; --strict: a warning (a broken link, a
+# docstring mkdocstrings cannot read) fails it. tests/docs/test_site.py builds it in `make test` too.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
@@ -39,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info out
+	rm -rf $(VENV) build dist *.egg-info out site
 
 # real multi-process jobs with injected stragglers and their truth (benchmarks/real_corpus.py, issue 24):
 # not part of `make test`; `make corpus` resumes where it stopped, `make corpus-score` analyses and scores

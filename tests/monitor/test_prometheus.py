@@ -1,5 +1,5 @@
 """A real Prometheus (Debian's `prometheus`) scrapes a real collector with the bearer token from the
-shipped scrape config (`deploy/prometheus/prometheus.yml`); every metric the README names and every
+shipped scrape config (`deploy/prometheus/prometheus.yml`); every metric the docs name and every
 query of the shipped Grafana dashboard (`deploy/grafana/laggard-dashboard.json`) returns data through
 PromQL. Grafana itself is not available here: its queries are run against this Prometheus."""
 
@@ -28,7 +28,8 @@ from tests.monitor_helpers import TOKEN, Server, free_port  # noqa: E402
 ROOT = Path(__file__).parents[2]
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
-    pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not installed (`make sysdeps` installs it as root)"),
+    pytest.mark.skipif(PROMETHEUS is None,
+                       reason="Debian's prometheus is not installed (`make sysdeps` installs it as root)"),
     pytest.mark.timeout(240),
 ]
 
@@ -51,8 +52,9 @@ def _wait(url: str, expr: str, timeout_s: float = 90.0) -> list:
     raise AssertionError(f"no data for {expr!r} within {timeout_s:.0f} s")
 
 
-def _readme_metrics() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+def _documented_metrics() -> list[str]:
+    """The metrics the live monitor's guide page names (docs/guide/monitor.md)."""
+    text = (ROOT / "docs" / "guide" / "monitor.md").read_text()
     names = sorted(set(re.findall(r"`(laggard_[a-z_]+)`", text)))
     assert len(names) >= 4, names
     return names
@@ -133,8 +135,8 @@ def prom(tmp_path_factory):
         _wait(url, 'up{job="laggard"} == 1')
         # a job streaming while Prometheus scrapes (rates and latency quantiles need ingest in their range)
         stop = threading.Event()
-        live = threading.Thread(target=_push, args=(srv, "livejob"), kwargs={"steps": 1000, "pause_s": 0.3, "stop": stop},
-                                daemon=True)
+        live = threading.Thread(target=_push, args=(srv, "livejob"),
+                                kwargs={"steps": 1000, "pause_s": 0.3, "stop": stop}, daemon=True)
         live.start()
         time.sleep(5)  # a few scrapes: rate() over [1m] needs two samples
         yield url
@@ -153,8 +155,8 @@ def test_prometheus_scrapes_with_the_bearer_token(prom: str) -> None:
     assert _wait(prom, 'up{job="laggard-wrong-token"}')[0]["value"][1] == "0"
 
 
-def test_every_metric_in_the_readme_has_data(prom: str) -> None:
-    for name in _readme_metrics():
+def test_every_documented_metric_has_data(prom: str) -> None:
+    for name in _documented_metrics():
         expr = name if not name.endswith("_seconds") else f"{name}_count"
         res = _wait(prom, f'{expr}{{job="laggard"}}')
         assert all(float(r["value"][1]) == float(r["value"][1]) for r in res), (name, res)
