@@ -99,7 +99,8 @@ def run() -> list[dict]:
                         "baseline": "ideal bound of balanced capacity (injected factor)",
                         "baseline_value": d["ideal_injected"], "target": "> 1.0 and >= half the ideal gain",
                         "ok": d["recovered"] > 1.0 and frac >= 0.5, "detail": {**d, "fraction_of_ideal_gain": frac}})
-    print(f"  acceptance: dp 4 x pp 1, {ACCEPT_SPEC}, {STEPS} steps, {ACCEPT_REPEATS} pairs", file=sys.stderr, flush=True)
+    print(f"  acceptance: dp 4 x pp 1, {ACCEPT_SPEC}, {STEPS} steps, {ACCEPT_REPEATS} pairs",
+          file=sys.stderr, flush=True)
     d = _pairs(4, 1.6, ACCEPT_SPEC, ACCEPT_REPEATS)
     print(f"  acted at steps {d['first_shift_steps']}: after/before in the run x{d['in_run_after_before']:.3f}, "
           f"x{d['recovered']:.3f} against the run without, busiest rank's CPU per step x{d['cpu_critical']:.3f}; "

@@ -133,7 +133,8 @@ def _floor_figures() -> list[dict]:
             env = {**os.environ, "LAGGARD_CACHE_DIR": f"{tmp}/cache"}
             env.pop("LAGGARD_NO_CACHE", None)
             cmds = {
-                "floor": [sys.executable, "-c", f"import numpy, pyarrow.parquet as pq; pq.ParquetFile({str(trace)!r}).read()"],
+                "floor": [sys.executable, "-c", "import numpy, pyarrow.parquet as pq; "
+                                                f"pq.ParquetFile({str(trace)!r}).read()"],
                 "laggard": [str(LAGGARD), "analyze", str(trace), "--json", f"{tmp}/a.json", "-q"],
                 "no-cache": [str(LAGGARD), "--no-cache", "analyze", str(trace), "--json", f"{tmp}/b.json", "-q"],
             }
@@ -147,16 +148,19 @@ def _floor_figures() -> list[dict]:
         stem = trace.stem.removeprefix("trace-")
         for name, what in (("laggard", "run again (job cache)"), ("no-cache", "--no-cache (trace imported afresh)")):
             figs.append({
-                "name": f"analyze {trace.stem} --json, whole process, {what}, over the start-up floor (CPU time, median of {FLOOR_REPEATS} interleaved)",
+                "name": f"analyze {trace.stem} --json, whole process, {what}, over the start-up floor (CPU time, "
+                        f"median of {FLOOR_REPEATS} interleaved)",
                 "value": med[name][1] / med["floor"][1],
                 "unit": "x floor",
-                "baseline": "the floor: python importing numpy + pyarrow and reading the trace (ParquetFile.read), same run",
+                "baseline": "the floor: python importing numpy + pyarrow and reading the trace (ParquetFile.read), "
+                            "same run",
                 "baseline_value": 1.0,
                 "target": "<= 1.5x floor",
                 "ok": med[name][1] <= 1.5 * med["floor"][1],
                 "detail": {"trace": stem, "laggard_cpu_s": med[name][1], "floor_cpu_s": med["floor"][1],
                            "laggard_wall_s": med[name][0], "floor_wall_s": med["floor"][0],
-                           "wall_ratio": med[name][0] / med["floor"][0], "runs": runs[name], "floor_runs": runs["floor"]},
+                           "wall_ratio": med[name][0] / med["floor"][0], "runs": runs[name],
+                           "floor_runs": runs["floor"]},
             })
     return figs
 
@@ -187,10 +191,12 @@ from laggard.whatif.core import replayed_wall_step_times
 chain_s = []
 for _ in range(3):
     t3 = time.perf_counter(); replayed_wall_step_times(base); chain_s.append(time.perf_counter() - t3)
-print(json.dumps({"replayed_wall_s": sorted(chain_s)[1], "replay_fidelity": res.replay_fidelity, "seconds": elapsed, "peak_rss_bytes": rss, "num_ops": job.num_ops,
+print(json.dumps({"replayed_wall_s": sorted(chain_s)[1], "replay_fidelity": res.replay_fidelity, "seconds": elapsed,
+                  "peak_rss_bytes": rss, "num_ops": job.num_ops,
                   "num_workers": res.num_workers, "slowdown": res.slowdown,
                   "full_replay_per_dp_rank_s": full_per_rank, "num_dp": int(len(np.unique(base.dp_rank))),
-                  "insert_host_gaps_s": sorted(gap_s)[1], "num_host_ops": int(base.gaps.to_json().get("num_host_ops", 0))}))
+                  "insert_host_gaps_s": sorted(gap_s)[1],
+                  "num_host_ops": int(base.gaps.to_json().get("num_host_ops", 0))}))
 """
 
 
@@ -226,8 +232,8 @@ base = W.prepare(job)
 chain = []
 for _ in range(reps):
     t0 = time.perf_counter(); W.replayed_wall_step_times(base); chain.append(time.perf_counter() - t0)
-print(json.dumps({"replayed_wall_s": chain, "on_s": on, "off_s": off, "on_cpu_s": on_cpu, "off_cpu_s": off_cpu, "insert_host_gaps_s": direct,
-                  "num_ops": job.num_ops}))
+print(json.dumps({"replayed_wall_s": chain, "on_s": on, "off_s": off, "on_cpu_s": on_cpu, "off_cpu_s": off_cpu,
+                  "insert_host_gaps_s": direct, "num_ops": job.num_ops}))
 """
 GAP_REPEATS = 9
 
@@ -252,7 +258,8 @@ def _gap_figures() -> list[dict]:
             "target": "< 10 %",
             "ok": extra < 0.10,
             "detail": {**r, "median_on_cpu_s": on, "median_off_cpu_s": off,
-                       "median_on_wall_s": statistics.median(r["on_s"]), "median_off_wall_s": statistics.median(r["off_s"]),
+                       "median_on_wall_s": statistics.median(r["on_s"]),
+                       "median_off_wall_s": statistics.median(r["off_s"]),
                        "median_insert_host_gaps_s": statistics.median(r["insert_host_gaps_s"])},
         },
         _chain_figure(statistics.median(r["replayed_wall_s"]), statistics.median(r["on_s"]),

@@ -32,7 +32,8 @@ def run() -> list[dict]:
             "ok": acc >= 0.95,
             "detail": {"confusion": m, "floors": FLOORS, "seconds": elapsed},
         },
-        {"name": "clean jobs called healthy", "value": 100 * clean_ok, "unit": "%", "target": "100%", "ok": clean_ok == 1.0},
+        {"name": "clean jobs called healthy", "value": 100 * clean_ok, "unit": "%", "target": "100%",
+         "ok": clean_ok == 1.0},
         {
             "name": "predicted gain vs regenerated-without-cause speed-up, max relative error",
             "value": 100 * max(errs),

@@ -51,7 +51,8 @@ if __name__ == "__main__":
     with mp.get_context("forkserver").Pool({WORKERS}, initializer=init) as pool:
         if mode == "cli":
             # --no-cache: each job read from its files, as the fleet reads it
-            argv = [["--no-cache", "analyze", j, "--json", f"{{out}}/{{i}}.json", "--quiet"] for i, j in enumerate(jobs)]
+            argv = [["--no-cache", "analyze", j, "--json", f"{{out}}/{{i}}.json", "--quiet"]
+                    for i, j in enumerate(jobs)]
             assert not any(pool.map(main, argv, chunksize=1))
         else:
             pool.map(analyze_to_json, [(j, f"{{out}}/{{i}}.json") for i, j in enumerate(jobs)], chunksize=1)

@@ -203,7 +203,8 @@ def run() -> list[dict]:
         # 1,024 ranks
         big = _scale(_load(tmp / "jobs" / "skip" / "trace"), tmp / "big", 1024)
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "laggard.cli.base", "hang", str(big), "--json", str(tmp / "big.json")],
+        p = subprocess.run([sys.executable, "-m", "laggard.cli.base", "hang", str(big),
+                            "--json", str(tmp / "big.json")],
                            env=env, capture_output=True, text=True, timeout=600)
         lag_s = time.perf_counter() - t0
         big_ok = p.returncode == 0 and json.loads((tmp / "big.json").read_text())["culprit_ranks"] == [1]

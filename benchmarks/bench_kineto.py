@@ -236,7 +236,8 @@ def _run_side(python: str, code: str | Path, args: list[str], env: dict[str, str
         proc.kill()
         out, err = proc.communicate()
         stop.set()
-        raise RuntimeError(f"{cmd[-1][:60]!r} did not finish in {SIDE_TIMEOUT_S} s; stderr: {err.decode(errors='replace')[-800:]}") from None
+        raise RuntimeError(f"{cmd[-1][:60]!r} did not finish in {SIDE_TIMEOUT_S} s; stderr: "
+                           f"{err.decode(errors='replace')[-800:]}") from None
     wall = time.perf_counter() - t0
     stop.set()
     th.join()
@@ -315,7 +316,8 @@ def _hta_python() -> tuple[str | None, str]:
 def _line(side: str, r: dict, mb: float) -> str:
     ref = f", reference loop {r['reference_loop_cpu_s']:.2f} CPU-s" if "reference_loop_cpu_s" in r else ""
     return (f"{side}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.2f} CPU-s ({mb / r['cpu_s']:.0f} MB/s per core), "
-            f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB, load {r['load_avg_1min'][0]:.1f}-{r['load_avg_1min'][1]:.1f}{ref}")
+            f"peak {r['peak_rss_bytes'] / 2**20:.0f} MiB, "
+            f"load {r['load_avg_1min'][0]:.1f}-{r['load_avg_1min'][1]:.1f}{ref}")
 
 
 def _hta_figures(hta: dict | None, ours: dict, inputs: dict, hta_err: str, how: str) -> list[dict]:

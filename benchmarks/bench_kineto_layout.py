@@ -17,7 +17,8 @@ import warnings
 from pathlib import Path
 
 RUNS = 3
-SIM_CASES = ((2, "heavy-stage:stage=1,factor=2"), (4, "heavy-stage:stage=3,factor=1.5"), (4, "slow-worker:rank=5,factor=1.5"))
+SIM_CASES = ((2, "heavy-stage:stage=1,factor=2"), (4, "heavy-stage:stage=3,factor=1.5"),
+             (4, "slow-worker:rank=5,factor=1.5"))
 
 
 def _analyse(path: Path):  # noqa: ANN202
@@ -89,7 +90,8 @@ def run() -> list[dict]:
         {"name": "profiler vs tracer, job slowdown S (worst of runs)", "value": 100 * max(rel_s), "unit": "%",
          "baseline": "laggard's tracer on the same run (S, median)",
          "baseline_value": statistics.median(r["tracer_S"] for r in cpu)},
-        {"name": "GPU pipeline profiler traces vs the simulator's op table, worst S_stage error", "value": 100 * sim_err,
+        {"name": "GPU pipeline profiler traces vs the simulator's op table, worst S_stage error",
+         "value": 100 * sim_err,
          "unit": "%", "baseline": "the simulator's own op table (same run)", "target": "< 3%", "ok": sim_err < 0.03,
          "detail": {"cases": sim, "worst_S_error_pct": 100 * sim_s}},
     ]

@@ -6,8 +6,9 @@ unfixed trace.
   predicted: the diagnosis's `gc` finding gain.
 * seqlen-imbalance + sequence balancing (Karmarkar-Karp over each step's sequences, packed);
   predicted: the diagnosis's `sequence-imbalance` finding gain (every microbatch at the step mean).
-* heavy-last-stage + cost-aware partition: `laggard partition` logic (laggard/whatif/partition.py) on the unfixed trace (measured
-  per-stage compute -> per-layer costs -> exact min-max split -> layers_per_stage); predicted: the
+* heavy-last-stage + cost-aware partition: `laggard partition` logic (laggard/whatif/partition.py) on the
+  unfixed trace (measured per-stage compute -> per-layer costs -> exact min-max split -> layers_per_stage);
+  predicted: the
   what-if replay with each stage's compute scaled by new/old stage cost.
 
 Step time = wall time per step (time.perf_counter around the whole step), mean over ranks and traced
@@ -145,7 +146,8 @@ def run() -> list[dict]:
                      "findings": seq_found}),
             _figure("heavy-last-stage + cost-aware partition", res["heavy-again"], res["heavy-fixed"],
                     part["predicted"],
-                    {"inject": HEAVY_SPEC, "num_layers": HEAVY_LAYERS, "fix": f"layers_per_stage={part['layers_per_stage']}",
+                    {"inject": HEAVY_SPEC, "num_layers": HEAVY_LAYERS,
+                     "fix": f"layers_per_stage={part['layers_per_stage']}",
                      "partition": part, "findings": heavy_found, "stage_imbalance_finding_gain": heavy_gain,
                      "step_wall_ms_first_unfixed_run": _step_s(res["heavy"]) * 1e3}),
         ]

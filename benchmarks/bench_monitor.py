@@ -51,7 +51,8 @@ JOBS_CONNECTIONS = 8  # per job, posting at once (a job's 1,024 tracers post con
 # 8 = a relay per 8-GPU node, 32 = one relay for 4 such nodes (fewer, larger requests)
 JOBS_RELAY_RANKS = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_RELAY_RANKS", "1,8,32").split(","))
 # the collector's analysis processes: a quarter of the cores (ingest, the generators and the OS share the rest)
-JOBS_ANALYSIS_WORKERS = int(os.environ.get("LAGGARD_BENCH_MONITOR_ANALYSIS_WORKERS", str(max(2, (os.cpu_count() or 2) // 4))))
+JOBS_ANALYSIS_WORKERS = int(os.environ.get("LAGGARD_BENCH_MONITOR_ANALYSIS_WORKERS",
+                                           str(max(2, (os.cpu_count() or 2) // 4))))
 FRESH_STEPS = 3  # a job holds when its steps are analysed within 3 steps of their end
 FRESH_SHARE = 0.9  # ... in at least 90% of its measured flushes (the 2 shared cores have bursts of other load)
 
@@ -101,7 +102,8 @@ def rank_table(rank: int, first_step: int, num_steps: int, seed: int = 0, slow: 
     start = (step * STEP_NS + starts.ravel()).astype(np.int64)
     names = np.where(fwd, "forward-compute", np.where(coll, "grads-all-reduce", "backward-compute"))
     return make_table({
-        "op_id": rank * 10**9 + step * per + j, "rank": np.full(n, rank, np.int32), "dp_rank": np.full(n, rank, np.int32),
+        "op_id": rank * 10**9 + step * per + j, "rank": np.full(n, rank, np.int32),
+        "dp_rank": np.full(n, rank, np.int32),
         "step": step, "microbatch": np.where(coll, -1, j % MB).astype(np.int32), "name": names,
         "kind": np.where(coll, "collective", "compute"), "start_ns": start, "dur_ns": dur.astype(np.int64),
         "group": np.where(coll, "world", None), "seq": np.where(coll, 0, -1),
@@ -195,7 +197,8 @@ def _ingest(tmp: Path) -> dict:
     lat = sorted(x for r in res for x in r["lat"])
     num_ops = sum(r["ops"] for r in res)
     m = {ln.split()[0]: float(ln.split()[-1]) for ln in metrics.splitlines() if ln and not ln.startswith("#")}
-    n_ref, sum_ref = m.get("laggard_window_refresh_seconds_count", 0.0), m.get("laggard_window_refresh_seconds_sum", 0.0)
+    n_ref, sum_ref = (m.get("laggard_window_refresh_seconds_count", 0.0),
+                      m.get("laggard_window_refresh_seconds_sum", 0.0))
     return {"ops_per_s": num_ops / wall, "num_ops": num_ops, "wall_s": wall, "num_batches": len(lat),
             "p50_s": lat[len(lat) // 2], "p99_s": lat[int(len(lat) * 0.99)], "rss_mib": rss_kib / 1024,
             "child_rss_mib": child_rss_kib / 1024,
@@ -206,10 +209,10 @@ def _ingest(tmp: Path) -> dict:
 
 def job_generator(url: str, job_id: str, seed: int, rounds: int, threads: int, out: str, relay_ranks: int = 1,
                   phase_s: float = 0.0) -> None:
-    """One job's tracers: every JOBS_FLUSH_STEPS steps (of JOBS_STEP_S), ``phase_s`` after the start, each of its NUM_RANKS ranks
-    posts those steps' ops, or (``relay_ranks`` > 1) each node of that many ranks posts one pack of
-    their batches, as its relay does (``laggard.wire.pack``). Bodies are encoded before the start (a tracer encodes in the
-    training process, not on the collector's cores); prints "ready", then reads the start time on stdin."""
+    """One job's tracers: every JOBS_FLUSH_STEPS steps (of JOBS_STEP_S), ``phase_s`` after the start, each of its
+    NUM_RANKS ranks posts those steps' ops, or (``relay_ranks`` > 1) each node of that many ranks posts one pack of
+    their batches, as its relay does (``laggard.wire.pack``). Bodies are encoded before the start (a tracer encodes
+    in the training process, not on the collector's cores); prints "ready", then reads the start time on stdin."""
     import threading
 
     from laggard.wire.batch import CONTENT_TYPE, decode_batches, encode_batch
@@ -333,7 +336,8 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False) ->
     def steps(x: float) -> float | None:  # None: never analysed while the run lasted
         return round(x, 2) if math.isfinite(x) else None
 
-    return {"jobs": n, "relay_ranks": relay_ranks, "aligned": aligned, "analysis_workers": JOBS_ANALYSIS_WORKERS, "holds": fresh >= FRESH_SHARE, "fresh_share": fresh, "lag_steps_median": steps(statistics.median(lags)),
+    return {"jobs": n, "relay_ranks": relay_ranks, "aligned": aligned, "analysis_workers": JOBS_ANALYSIS_WORKERS,
+            "holds": fresh >= FRESH_SHARE, "fresh_share": fresh, "lag_steps_median": steps(statistics.median(lags)),
             "lag_steps_p90": steps(lags[int(0.9 * (len(lags) - 1) + 0.5)]), "lag_steps_max": steps(lags[-1]),
             "flush_post_s_max": round(max(send_lag), 2), "refreshes": n_ref,
             "refresh_mean_s": m.get("laggard_window_refresh_seconds_sum", 0.0) / n_ref if n_ref else None,
@@ -473,18 +477,22 @@ def run() -> list[dict]:
     shutil.rmtree(tmp, ignore_errors=True)
     return [
         {"name": f"monitor sustained ingest, {NUM_RANKS} ranks over HTTP", "value": ing["ops_per_s"], "unit": "ops/s",
-         "baseline": "the same batches through Collector.ingest in-process (no HTTP)", "baseline_value": base["ops_per_s"],
+         "baseline": "the same batches through Collector.ingest in-process (no HTTP)",
+         "baseline_value": base["ops_per_s"],
          "target": ">= 200000 ops/s", "ok": ing["ops_per_s"] >= 200_000, "detail": ing},
-        {"name": "monitor ingest latency p99 (client side, per batch of ~1,000 ops)", "value": ing["p99_s"], "unit": "s",
+        {"name": "monitor ingest latency p99 (client side, per batch of ~1,000 ops)", "value": ing["p99_s"],
+         "unit": "s",
          "detail": {"p50_s": ing["p50_s"]}},
         {"name": "monitor collector peak RSS", "value": ing["rss_mib"], "unit": "MiB",
          "detail": {"analysis_process_peak_rss_mib": ing["child_rss_mib"]}},
         {"name": "monitor refresh of the 1,024-worker window analysis", "value": base["slow"]["wall_s"], "unit": "s",
          "target": "< 0.75 s", "ok": base["slow"]["wall_s"] < 0.75,
          "detail": {"cpu_s": base["slow"]["cpu_s"], "job": "1,024 DP ranks, rank 5 computing 1.2x; 6 steps",
-                    "median_of": REFRESH_RUNS, **{k: v for k, v in base["slow"].items() if k not in ("cpu_s", "wall_s")},
+                    "median_of": REFRESH_RUNS,
+                    **{k: v for k, v in base["slow"].items() if k not in ("cpu_s", "wall_s")},
                     "healthy_job": base["healthy"],
-                    "mean_refresh_in_service_s": ing["refresh_mean_s"], "num_refreshes_in_service": ing["num_refreshes"],
+                    "mean_refresh_in_service_s": ing["refresh_mean_s"],
+                    "num_refreshes_in_service": ing["num_refreshes"],
                     "note": ("since issue 27 the bench job's ranks share step boundaries (before, start times were a "
                              "running sum over all steps wrapped modulo the step: every rank crossed a step boundary "
                              "at a different op, so the analysis modelled untraced-gap artifacts and could not use "
@@ -497,14 +505,15 @@ def run() -> list[dict]:
          "baseline_value": many[min(JOBS_RELAY_RANKS)]["max_jobs"],
          "target": ">= 8 jobs", "ok": many[best]["max_jobs"] >= 8,
          "detail": {"how": (f"a real collector over HTTP (token, {JOBS_ANALYSIS_WORKERS} analysis processes, "
-                            f"{os.cpu_count()} cores); per job a generator process, each rank's ops "
-                            f"every {JOBS_FLUSH_STEPS} steps (Tracer flush_interval_s {JOBS_FLUSH_STEPS:g} at 1 step/s) "
-                            "posted by the rank or, relayed, as one pack per node (what a relay posts, encoded by its code before the start), "
-                            f"{JOBS_ROUNDS - JOBS_WARMUP_ROUNDS} measured flushes after {JOBS_WARMUP_ROUNDS}; lag: from the end "
-                            "of the flushed steps to a served window holding them, in steps; a job count holds when "
-                            f">= {FRESH_SHARE:.0%} of its (job, flush) lags are <= {FRESH_STEPS} steps; N tried "
-                            "in turn up to the first that does not hold; each job flushes at its own phase, drawn "
-                            "uniformly in the flush period (seeded; jobs started at unrelated times)"),
+                            f"{os.cpu_count()} cores); per job a generator process, each rank's ops every "
+                            f"{JOBS_FLUSH_STEPS} steps (Tracer flush_interval_s {JOBS_FLUSH_STEPS:g} at 1 step/s) "
+                            "posted by the rank or, relayed, as one pack per node (what a relay posts, encoded by its "
+                            f"code before the start), {JOBS_ROUNDS - JOBS_WARMUP_ROUNDS} measured flushes after "
+                            f"{JOBS_WARMUP_ROUNDS}; lag: from the end of the flushed steps to a served window holding "
+                            f"them, in steps; a job count holds when >= {FRESH_SHARE:.0%} of its (job, flush) "
+                            f"lags are <= {FRESH_STEPS} steps; N tried in turn up to the first that does not hold; "
+                            "each job flushes at its own phase, drawn uniformly in the flush period (seeded; "
+                            "jobs started at unrelated times)"),
                     "runs": {f"relay_ranks_{k}": v["runs"] for k, v in many.items()}}},
         {"name": f"monitor jobs of {NUM_RANKS} ranks at 1 step/s kept analysed within {FRESH_STEPS} steps, every job "
                  f"flushing at the same instant (the worst burst; a relay per {best} ranks)",
@@ -513,7 +522,8 @@ def run() -> list[dict]:
          "detail": {"runs": burst["runs"]}},
         {"name": "tracer per-op cost with streaming on (training thread CPU)", "value": tr["on_ns"], "unit": "ns",
          "baseline": "streaming off", "baseline_value": tr["off_ns"]},
-        {"name": "monitor detection delay of a 1.10x worker, median over seeds", "value": det["median"], "unit": "steps",
+        {"name": "monitor detection delay of a 1.10x worker, median over seeds", "value": det["median"],
+         "unit": "steps",
          "target": "<= 20 steps", "ok": det["median"] <= 20,
          "detail": {"p90_steps": det["p90"], "delays": det["delays"], "alerts_naming_another_rank": det["wrong"]}},
         {"name": f"monitor alerts on clean heavy-tailed jobs ({NUM_SEEDS} x {CLEAN_STEPS} steps)",

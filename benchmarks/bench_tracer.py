@@ -262,7 +262,8 @@ def run() -> list[dict]:
             "detail": {"traced_vs_untraced_cpu_pct": s["ab_pct"], "a_a_control_pct": s["aa_pct"],
                        "traced_vs_untraced_wall_pct": s["ab_wall_pct"], "num_pairs": s["num_pairs"],
                        "pair_quartiles_pct": s["ab_quartiles_pct"], "cpu_step_s": s["cpu_step_s"],
-                       "note": "2 x 2 ranks on 2 shared cores: the median of ~320 pairs (~80 until 2026-11-29, which moved by ~2 % run to run)"},
+                       "note": "2 x 2 ranks on 2 shared cores: the median of ~320 pairs (~80 until 2026-11-29, "
+                               "which moved by ~2 % run to run)"},
         },
         {
             "name": "tracing overhead on the demo job step (ops x per-op cost)",
@@ -273,7 +274,8 @@ def run() -> list[dict]:
             "target": "< 1 %",
             "ok": est_pct < 1.0,
             "detail": {"ops_per_rank_step": s["ops_per_rank_step"], "per_op_ns": per_op,
-                       "wall_step_s": s["wall_step_s"], "of_cpu_time_pct": est_pct * s["wall_step_s"] / s["cpu_step_s"]},
+                       "wall_step_s": s["wall_step_s"],
+                       "of_cpu_time_pct": est_pct * s["wall_step_s"] / s["cpu_step_s"]},
         },
     ]
 

@@ -109,7 +109,8 @@ def check_cause(c: dict, ops: dict, truth: dict, clean_comp: dict[int, float] | 
         # a sleep before the send shows in the sender's send; a link shaped in the network (shaped=1) in
         # the receiver's recv
         return (f"expected +{params['delay_ms']} ms{' (shaped)' if params.get('shaped') == '1' else ''}: sends "
-                f"{src}->{dst} {ms['send']:.1f} ms (median of {int(on.sum())}), other sends {ms['other sends']:.1f} ms; "
+                f"{src}->{dst} {ms['send']:.1f} ms (median of {int(on.sum())}), "
+                f"other sends {ms['other sends']:.1f} ms; "
                 f"receives {dst}<-{src} {ms['recv']:.1f} ms, other receives {ms['other recvs']:.1f} ms")
     if cause == "launch-delay":
         idle = idle_before_ms(ops, ops["kind"] == "compute")

@@ -7,7 +7,8 @@ stage already carries the loss, or a slow rank whose extra CPU work takes cores 
 2-core host, slows the step by much less or much more than 1.3x. For each job the twin is the same job
 (layout, model, seed, steps, Tracer and torch.profiler both on, as the job ran) with no cause injected;
 the job and its twin run for real back to back (``run_twin``), and ``CORPUS/jobNNN/impact.json`` holds
-both median wall steps and their ratio, the job's **measured impact**. Run it on a quiet machine. The clean jobs' twins give the run-to-run noise of that ratio. Like the generator,
+both median wall steps and their ratio, the job's **measured impact**. Run it on a quiet machine. The clean
+jobs' twins give the run-to-run noise of that ratio. Like the generator,
 this never loads laggard's analysis (it checks). The scorer (real_corpus.py score) reports recall by
 measured impact for jobs with one cause, beside recall by drawn factor."""
 
@@ -83,7 +84,8 @@ def run_twins(corpus: Path, max_causes: int | None = None) -> dict[str, list[str
     before = set(sys.modules)
     plan_doc = json.loads((corpus / "plan.json").read_text())
     plans = {p.job_id: p for p in rc.plan_corpus(plan_doc["seed"], plan_doc["jobs"])}
-    todo = [j for j in sorted(plans) if (corpus / j / "truth.json").exists() and not (corpus / j / "impact.json").exists()]
+    todo = [j for j in sorted(plans)
+            if (corpus / j / "truth.json").exists() and not (corpus / j / "impact.json").exists()]
     if max_causes is not None:
         todo = [j for j in todo if len(json.loads((corpus / j / "truth.json").read_text())["causes"]) <= max_causes]
     out: dict[str, list[str]] = {"done": [], "failed": []}
@@ -124,8 +126,9 @@ def recall_by_impact(corpus: Path, scores: list, truths: dict[str, dict]) -> dic
             b = buckets.setdefault(_bucket(impact), [0, 0])
             b[0], b[1] = b[0] + bool(s.hits), b[1] + 1
     out = {k: {"named": h, "causes": n, "recall": h / max(n, 1)} for k, (h, n) in sorted(buckets.items())}
-    return {"single_cause": out, "clean_twin_ratio": {"n": len(clean), "median": float(np.median(clean)) if clean else None,
-                                                      "max_abs_dev": float(np.max(np.abs(np.array(clean) - 1))) if clean else None}}
+    return {"single_cause": out,
+            "clean_twin_ratio": {"n": len(clean), "median": float(np.median(clean)) if clean else None,
+                                 "max_abs_dev": float(np.max(np.abs(np.array(clean) - 1))) if clean else None}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,10 +140,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="only jobs with at most this many causes (1: the ones recall-by-impact reads)")
     a = ap.parse_args(argv)
     if not (a.corpus / "plan.json").exists():
-        print(f"{a.corpus}: no corpus there (run: python benchmarks/real_corpus.py generate {a.corpus})", file=sys.stderr)
+        print(f"{a.corpus}: no corpus there (run: python benchmarks/real_corpus.py generate {a.corpus})",
+              file=sys.stderr)
         return 2
     out = run_twins(a.corpus, a.max_causes)
-    print(f"ran {len(out['done'])} twins, failed {len(out['failed'])}" + (f": {', '.join(out['failed'])}" if out["failed"] else ""))
+    print(f"ran {len(out['done'])} twins, failed {len(out['failed'])}"
+          + (f": {', '.join(out['failed'])}" if out["failed"] else ""))
     return 0
 
 

@@ -111,7 +111,8 @@ def score_job(truth: dict, result: dict) -> JobScore:
     for c in causes:
         hit = next((i for i, f in enumerate(findings) if i not in used and match(c, f, dp, pp)), None)
         if hit is None:
-            hit = next((i for i, u in used.items() if same_rank_compute(u, c, dp) and match(c, findings[i], dp, pp)), None)
+            hit = next((i for i, u in used.items()
+                        if same_rank_compute(u, c, dp) and match(c, findings[i], dp, pp)), None)
         (s.hits if hit is not None else s.misses).append(c["spec"])
         s.by_factor.append((c.get("factor"), hit is not None))
         s.by_kind.append((c["kind"], hit is not None))
@@ -162,8 +163,10 @@ def summarize(scores: list[JobScore], truths: dict[str, dict]) -> dict:
         "num_jobs": len(scores), "num_causes": causes, "num_findings": hits + wrong,
         "precision": hits / max(hits + wrong, 1), "recall": hits / max(causes, 1),
         "recall_factor_ge_1.25": sum(strong) / max(len(strong), 1),
-        "recall_by_factor": {k: {"named": h, "causes": n, "recall": h / max(n, 1)} for k, (h, n) in sorted(buckets.items())},
-        "recall_by_kind": {k: {"named": h, "causes": n, "recall": h / max(n, 1)} for k, (h, n) in sorted(kinds.items())},
+        "recall_by_factor": {k: {"named": h, "causes": n, "recall": h / max(n, 1)}
+                             for k, (h, n) in sorted(buckets.items())},
+        "recall_by_kind": {k: {"named": h, "causes": n, "recall": h / max(n, 1)}
+                           for k, (h, n) in sorted(kinds.items())},
         "named_ranks": named, "extra_ranks": extra, "extra_rank_rate": extra / max(named, 1),
         "rank_precision": 1 - extra / max(named, 1),
         # the same, counting right the extra ranks the job's own timers show slow (no cause injected)

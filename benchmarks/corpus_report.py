@@ -26,7 +26,8 @@ def simulator_figures(path: Path = RESULTS) -> dict[str, dict]:
             name = f["name"]
             if not name.startswith(tag + ":"):
                 continue
-            key = next((k for part, k in ((": precision of named causes", "precision"), (": recall of named causes", "recall"),
+            key = next((k for part, k in ((": precision of named causes", "precision"),
+                                          (": recall of named causes", "recall"),
                                           (": clean jobs called healthy", "clean_healthy_rate")) if part in name), None)
             if key:
                 out.setdefault(col, {})[key] = f["value"] / 100 if key == "clean_healthy_rate" else f["value"]
@@ -53,7 +54,8 @@ def figures(summary: dict, sims: dict[str, dict]) -> list[dict]:
             {"name": f"{tag}: recall of named causes, factor >= 1.25", "value": s["recall_factor_ge_1.25"],
              "baseline": base, "baseline_value": sim.get("recall"), "target": ">= 0.9",
              "ok": s["recall_factor_ge_1.25"] >= 0.9,
-             "detail": {"recall_all": s["recall"], "num_causes": s["num_causes"], "sim_real_noise_recall": real.get("recall"),
+             "detail": {"recall_all": s["recall"], "num_causes": s["num_causes"],
+                        "sim_real_noise_recall": real.get("recall"),
                         "by_factor": s["recall_by_factor"], "by_kind": s["recall_by_kind"]}},
             {"name": f"{tag}: recall of named causes, factor 1.15-1.25", "value": low.get("recall", float("nan")),
              "detail": low},
@@ -65,7 +67,8 @@ def figures(summary: dict, sims: dict[str, dict]) -> list[dict]:
              "detail": {k: s.get(k) for k in ("named_ranks", "extra_ranks", "jobs_with_extra_ranks",
                                               "extra_ranks_slow_by_own_timers", "rank_precision_own_timers")}},
             {"name": f"{tag}: clean jobs with a false alarm (a rank, stage or link named)",
-             "value": 100 * s["clean_false_alarm_rate"], "unit": "%", "target": "0%", "ok": s["clean_false_alarm_rate"] == 0,
+             "value": 100 * s["clean_false_alarm_rate"], "unit": "%", "target": "0%",
+             "ok": s["clean_false_alarm_rate"] == 0,
              "detail": {"clean_jobs": s["clean_jobs"], "clean_healthy_rate": s["clean_healthy_rate"],
                         "clean_rank_alarm_rate": s.get("clean_rank_alarm_rate"),
                         "sim_clean_healthy_rate": sim.get("clean_healthy_rate"),
@@ -99,7 +102,8 @@ def print_report(summary: dict, sims: dict[str, dict]) -> None:
     for label, get, sim_key in rows:
         print(f"{label:34} {pct(get(t)):>9} {pct(get(p)):>9}"
               + "".join(f" {pct(sims.get(c, {}).get(sim_key) if sim_key else None):>15}" for c in cols))
-    print(f"jobs {t['num_jobs']}, causes {t['num_causes']}; analysis errors: tracer {t['errors']}, profiler {p['errors']};"
+    print(f"jobs {t['num_jobs']}, causes {t['num_causes']}; analysis errors: tracer {t['errors']}, "
+          f"profiler {p['errors']};"
           f" verdicts: tracer {t['verdicts']}, profiler {p['verdicts']}")
     for b in ("0.00-1.05", "1.05-1.25", "1.25+"):
         a, c = (x["recall_by_impact"]["single_cause"].get(b, {}) for x in (t, p))
@@ -107,11 +111,13 @@ def print_report(summary: dict, sims: dict[str, dict]) -> None:
               f"   ({a.get('causes', 0)} jobs, measured against the clean twin)")
     tw = t["recall_by_impact"]["clean_twin_ratio"]
     if tw["n"]:
-        print(f"  clean jobs against their twins: median ratio {tw['median']:.3f}, worst |ratio - 1| {tw['max_abs_dev']:.3f}"
+        print(f"  clean jobs against their twins: median ratio {tw['median']:.3f}, "
+              f"worst |ratio - 1| {tw['max_abs_dev']:.3f}"
               " (the run-to-run noise)")
     for kind in sorted(t["recall_by_kind"]):
         a, b = t["recall_by_kind"][kind], p["recall_by_kind"].get(kind, {})
-        print(f"  {kind:20} named: tracer {a['named']}/{a['causes']}, profiler {b.get('named', 0)}/{b.get('causes', 0)}")
+        print(f"  {kind:20} named: tracer {a['named']}/{a['causes']}, "
+              f"profiler {b.get('named', 0)}/{b.get('causes', 0)}")
 
 
 def print_problems(out: dict, truths: dict[str, dict]) -> None:

@@ -586,7 +586,8 @@ def print_scores(doc: dict, file=sys.stdout) -> None:  # noqa: ANN001
         print(f"{name:<20} {f['jobs']:>4} {f['errors']:>3} " + " ".join(f"{_pct(f[k]):>9}" for k, _ in COLUMNS),
               file=file)
     o = figs["overall"]
-    print("recall by factor bucket: " + ", ".join(f"{b} {v['hit']}/{v['jobs']}" for b, v in o["recall_by_bucket"].items())
+    print("recall by factor bucket: "
+          + ", ".join(f"{b} {v['hit']}/{v['jobs']}" for b, v in o["recall_by_bucket"].items())
           + "; by kind: " + ", ".join(f"{k} {v['hit']}/{v['jobs']}" for k, v in o["recall_by_kind"].items()), file=file)
     print(f"named ranks {o['named_target_ranks']}/{o['named_ranks']} targets; clean verdicts {o['clean_verdicts']}",
           file=file)
@@ -626,8 +627,8 @@ def report(out: Path, record: bool) -> None:
         print(f"{'recall, factor ' + b:<36} " + " ".join(
             f"{_pct(found[lb][h]['figures']['overall']['recall_by_bucket'][b]['recall']):>20}" for lb, h in cols))
     print(f"{'jobs (errors)':<36} " + " ".join(
-        f"{str(found[lb][h]['figures']['overall']['jobs']) + ' (' + str(found[lb][h]['figures']['overall']['errors']) + ')':>20}"
-        for lb, h in cols))
+        f"{str(o['jobs']) + ' (' + str(o['errors']) + ')':>20}"
+        for o in (found[lb][h]['figures']['overall'] for lb, h in cols)))
     fams = sorted({f for lb, h in cols for f in found[lb][h]["figures"]["by_family"]})
     print("\nper family (precision / recall / first right / clean naming no rank):")
     for fam in fams:

@@ -121,7 +121,8 @@ def _cupti_ranges(doc: dict[str, Any]) -> tuple[dict[str, float], dict[str, floa
     ev = doc.get("traceEvents", [])
     ann: dict[str, tuple[float, float]] = {}
     for e in ev:
-        if e.get("cat") == ("user_annotation" if DRY else "gpu_user_annotation") and str(e.get("name", "")).startswith("chk/"):
+        if (e.get("cat") == ("user_annotation" if DRY else "gpu_user_annotation")
+                and str(e.get("name", "")).startswith("chk/")):
             ts, d = float(e["ts"]), float(e["dur"])
             lo, hi = ann.get(e["name"], (ts, ts + d))
             ann[e["name"]] = (min(lo, ts), max(hi, ts + d))

@@ -26,7 +26,8 @@ injected cause adds per step; for a bursty stall: a stalled step over the others
 is kept as factor_drawn. seqlen-imbalance has no factor.
 
 **Score.** `laggard analyze --json` (a subprocess, as a user runs it: no layout hints) on each
-job's Tracer trace and profiler trace; findings against truth.json (`match`, `score_job`). Precision and recall of named (cause, target); the rate of extra ranks (named by a
+job's Tracer trace and profiler trace; findings against truth.json (`match`, `score_job`). Precision and
+recall of named (cause, target); the rate of extra ranks (named by a
 finding although no cause targets them); false alarms on clean jobs (any finding naming a rank,
 stage or link); recall by factor bucket. Printed beside the simulator sweep's stored figures
 (`bench_diagnose_mixed` in results.json) and written to results.json (`real_corpus`) by
@@ -269,8 +270,9 @@ def truth_of(plan: JobPlan, cfg, res, seed: int) -> dict:  # noqa: ANN001
                      "cpu_ms_by_rank": {r: round(1e3 * float(np.median(res.ranks[r]["step_cpu_s"])), 2) for r in ranks},
                      # each rank's forward and backward passes alone, by its own CPU timers (injected burns
                      # included): a rank slow with no cause injected (a noisy neighbour) shows here
-                     "compute_cpu_ms_by_rank": {r: round(1e3 * float(np.median(res.ranks[r].get("compute_cpu_s") or [0.0])), 2)
-                                                for r in ranks}},
+                     "compute_cpu_ms_by_rank": {
+                         r: round(1e3 * float(np.median(res.ranks[r].get("compute_cpu_s") or [0.0])), 2)
+                         for r in ranks}},
         "nominal_step_ms": NOMINAL_STEP_MS[(plan.dp, plan.pp)],
     }
 
@@ -437,8 +439,8 @@ def analyze_job(job_dir: Path, which: str, *, cached: bool, timeout_s: float = 6
     dest.unlink(missing_ok=True)
     t0 = time.perf_counter()
     try:
-        p = subprocess.run([*_laggard_cmd(), "--no-cache", "analyze", str(src), "--json", str(dest), "-q"], capture_output=True,
-                           text=True, timeout=timeout_s)
+        p = subprocess.run([*_laggard_cmd(), "--no-cache", "analyze", str(src), "--json", str(dest), "-q"],
+                           capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"timed out after {timeout_s:.0f} s", "seconds": timeout_s}
     secs = round(time.perf_counter() - t0, 2)
@@ -458,7 +460,8 @@ def score(corpus: Path, *, cached: bool = False, procs: int = 1) -> dict:
         raise SystemExit(f"{corpus}: no generated jobs (run: python benchmarks/real_corpus.py generate {corpus})")
     tasks = [(job, which) for job in truths for which in ("tracer", "profiler")]
     with ThreadPoolExecutor(max(procs, 1)) as ex:
-        results = dict(zip(tasks, ex.map(lambda t: analyze_job(corpus / t[0], t[1], cached=cached), tasks), strict=True))
+        results = dict(zip(tasks, ex.map(lambda t: analyze_job(corpus / t[0], t[1], cached=cached), tasks),
+                           strict=True))
     out: dict = {"corpus": str(corpus), "failed_jobs": failed, "jobs": {}}
     for which in ("tracer", "profiler"):
         scores = [score_job(truths[job], results[(job, which)]) for job in truths]
@@ -498,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.mode == "plan":
         for p in plan_corpus(a.seed, a.jobs):
-            print(f"{p.job_id} {p.layout:8} " + (" + ".join(f"{c['spec']} (x{c['factor']})" for c in p.causes) or "clean"))
+            print(f"{p.job_id} {p.layout:8} "
+                  + (" + ".join(f"{c['spec']} (x{c['factor']})" for c in p.causes) or "clean"))
         return 0
     if a.mode == "generate":
         out = generate(a.corpus, seed=a.seed, num_jobs=a.jobs, steps=a.steps, retry_failed=a.retry_failed,

@@ -378,7 +378,8 @@ def train_step(step, cfg, tracer, model, opt, dp_group, data, inj, dp, s) -> flo
             out = model(x if first else inputs[m], seq_lens if data.balanced else None)
             out = inj.slow_backward(out, m, time.perf_counter() - t0)
             if last:  # the loss is part of the last stage's forward
-                w = x.shape[0] / global_rows if weighted and not data.balanced else 1 / (M * (cfg.dp if weighted else 1))
+                w = (x.shape[0] / global_rows if weighted and not data.balanced
+                     else 1 / (M * (cfg.dp if weighted else 1)))
                 out = F.cross_entropy(out.flatten(0, 1), y.flatten()) * w
                 losses.append(out.item())
             inj.burn(time.perf_counter() - t0, c0)

@@ -308,7 +308,8 @@ def pipe4() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(rank)
     width = 128
-    stage = nn.Sequential(nn.Linear(width if rank else 32, width), nn.ReLU()) if rank < world - 1 else nn.Linear(width, 8)
+    stage = (nn.Sequential(nn.Linear(width if rank else 32, width), nn.ReLU()) if rank < world - 1
+             else nn.Linear(width, 8))
     slow_forward(stage, rank)
     opt = torch.optim.SGD(stage.parameters(), lr=0.05)
     steps, mbs = int(os.environ.get("STEPS", "6")), int(os.environ.get("MICROBATCHES", "4"))
@@ -407,8 +408,8 @@ def fail() -> None:
         opt.step()
 
 
-MODES = {"ddp": ddp, "accumulate": lambda: ddp(accumulate=2), "manual": manual, "fsdp": fsdp, "tp": tp, "tp_dp": tp_dp, "pipe": pipe, "pipe4": pipe4, "single": single,
-         "fail": fail}
+MODES = {"ddp": ddp, "accumulate": lambda: ddp(accumulate=2), "manual": manual, "fsdp": fsdp, "tp": tp, "tp_dp": tp_dp,
+         "pipe": pipe, "pipe4": pipe4, "single": single, "fail": fail}
 
 if __name__ == "__main__":
     MODES[sys.argv[1]]()

@@ -125,7 +125,8 @@ def job_from_rows(rows: list[tuple], streams: bool = False):  # -> laggard.optab
     return Job(
         table=make_table({
             "rank": np.array(cols[0]), "step": np.array(cols[1]), "name": list(cols[2]), "kind": list(cols[3]),
-            "start_ns": (np.array(cols[4]) * 1e6).astype(np.int64), "dur_ns": (np.array(cols[5]) * 1e6).astype(np.int64),
+            "start_ns": (np.array(cols[4]) * 1e6).astype(np.int64),
+            "dur_ns": (np.array(cols[5]) * 1e6).astype(np.int64),
             "group": list(cols[6]), "seq": np.array(cols[7]), **extra,
         }),
         meta=JobMeta(dp_size=2),

@@ -88,15 +88,15 @@ def _worker(
 
 
 def make_traces(
-    out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30, host_stall_ms: float = 0.0,
-    stall_mid_step: bool = False, microbatches: int = 1, rows_sigma: float = 0.0,
+    out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30,
+    host_stall_ms: float = 0.0, stall_mid_step: bool = False, microbatches: int = 1, rows_sigma: float = 0.0,
 ) -> Path:
     import torch.multiprocessing as mp
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms, stall_mid_step,
-                            microbatches, rows_sigma), nprocs=world)
+    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms,
+                            stall_mid_step, microbatches, rows_sigma), nprocs=world)
     return out
 
 
@@ -127,8 +127,10 @@ if __name__ == "__main__":
     ap.add_argument("--host-stall-ms", type=float, default=0.0, help="untraced host time per step on the slow rank")
     ap.add_argument("--stall-mid-step", action="store_true", help="stall between the forward and the backward "
                     "(inside the step's compute) instead of before the step")
-    ap.add_argument("--microbatches", type=int, default=1, help="forward/backward passes per step (gradient accumulation)")
-    ap.add_argument("--rows-sigma", type=float, default=0.0, help="lognormal spread of the microbatches' rows (0: 64 each)")
+    ap.add_argument("--microbatches", type=int, default=1, help=(
+        "forward/backward passes per step (gradient accumulation)"))
+    ap.add_argument("--rows-sigma", type=float, default=0.0, help=(
+        "lognormal spread of the microbatches' rows (0: 64 each)"))
     args = ap.parse_args()
     make_traces(args.out, world=args.world, slow_rank=args.slow_rank, steps=args.steps,
                 extra_matmuls=args.extra_matmuls, host_stall_ms=args.host_stall_ms, stall_mid_step=args.stall_mid_step,

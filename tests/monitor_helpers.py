@@ -97,7 +97,8 @@ class Server:
         conn.putrequest("POST", "/api/v1/ops")
         conn.putheader("Authorization", f"Bearer {TOKEN}")
         conn.putheader("Content-Type", "application/vnd.apache.arrow.stream")
-        conn.putheader("Transfer-Encoding" if chunked else "Content-Length", "chunked" if chunked else str(declared_bytes))
+        conn.putheader("Transfer-Encoding" if chunked else "Content-Length",
+                       "chunked" if chunked else str(declared_bytes))
         conn.endheaders()
         try:
             for i in range(0, len(body), 1 << 20):
@@ -121,6 +122,18 @@ class Server:
                 return last
             time.sleep(0.3)
         raise AssertionError(f"timed out waiting on {path}: {last}")
+
+
+def sign_in(page: Any, url: str, path: str = "/", token: str = TOKEN) -> None:
+    """Open ``url + path`` in the browser ``page`` and sign in on the sign-in page it shows, as a user does
+    (the token typed into the form, never put in a URL); back at ``path`` once the session cookie is set.
+    A page signed in before (its cookie kept) just opens ``path``."""
+    page.goto(url + path)
+    if page.query_selector("form[action='/signin'] #token") is None:
+        return
+    page.fill("#token", token)
+    with page.expect_navigation():
+        page.click("button[type=submit]")
 
 
 class RelayProc(Server):
@@ -163,7 +176,8 @@ class Postgres:
     def start(self) -> str:
         initdb, pg_ctl = self._bin("initdb"), self._bin("pg_ctl")
         if not initdb or not pg_ctl:
-            pytest.skip("PostgreSQL is not installed (initdb/pg_ctl not found; `make test` installs Debian's postgresql as root)")
+            pytest.skip("PostgreSQL is not installed (initdb/pg_ctl not found; "
+                        "`make test` installs Debian's postgresql as root)")
         if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to nobody, in a dir it can reach
             import tempfile
 

@@ -55,9 +55,8 @@ def _virtual_ends(t: pd.DataFrame, num_pp: int, vpp: int) -> pd.DataFrame:
     """Zero-length p2p calls Megatron records where the virtual pipeline has no neighbour."""
     rows = []
     num_v = num_pp * vpp
-    for (_, _, s), g in t[t["name"].str.endswith("-compute") if "name" in t else t["optype"].str.endswith("-compute")].groupby(
-        ["step", "dp_rank", "stage"]
-    ):
+    for (_, _, s), g in t[t["name"].str.endswith("-compute") if "name" in t
+                          else t["optype"].str.endswith("-compute")].groupby(["step", "dp_rank", "stage"]):
         for direction in ("forward", "backward"):
             comps = g[g["optype"] == f"{direction}-compute"].sort_values("start_ns")
             for i, (_, c) in enumerate(comps.iterrows()):

@@ -229,7 +229,8 @@ class Capture:
         return self.tracer.op(name, **kw) if self.tracer is not None else contextlib.nullcontext()
 
     def p2p(self, name: str, *, peer: int, send: bool, **kw: object):  # noqa: ANN201
-        return self.tracer.p2p(name, peer=peer, send=send, **kw) if self.tracer is not None else contextlib.nullcontext()
+        return (self.tracer.p2p(name, peer=peer, send=send, **kw) if self.tracer is not None
+                else contextlib.nullcontext())
 
     def collective(self, name: str, *, group: object = None, **kw: object):  # noqa: ANN201
         if self.tracer is None:

@@ -128,7 +128,8 @@ def main() -> None:
             per_device_train_batch_size=args.batch, learning_rate=1e-3, save_strategy="no", eval_strategy="no",
             logging_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=args.seed,
             ddp_find_unused_parameters=False)
-        trainer = Trainer(model=model, args=targs, train_dataset=Tokens(args.batch * args.steps * world, seed=args.seed),
+        trainer = Trainer(model=model, args=targs,
+                          train_dataset=Tokens(args.batch * args.steps * world, seed=args.seed),
                           data_collator=SlowCollator(dev.data_delay_s()), callbacks=[hooks])
         trainer.train()
     common.report_steps(rank, hooks.ticks)

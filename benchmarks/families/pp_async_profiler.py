@@ -18,8 +18,9 @@ F1 B1, F2 B2, F3 B3. Each stage's Device is built with ``stage=`` its stage inde
 Device time: each stage is two linears, each one emulated device op a microbatch. A healthy 1F1B step of
 2 stages and 4 microbatches is ``(4 + 2 - 1)`` microbatch slots, so a stage's microbatch (forward +
 backward) takes DEVICE_SHARE x ``--step-ms / 5`` of device time, a third of it forward; the rest is the
-transfers, the all_reduce, the real matmuls (REPS per linear, what ``--inject cpu`` scales) and Python. ``--capture profiler`` records
-torch.profiler's trace (``common.Capture``: one ``ProfilerStep#N`` window a step, one JSON a rank).
+transfers, the all_reduce, the real matmuls (REPS per linear, what ``--inject cpu`` scales) and Python.
+``--capture profiler`` records torch.profiler's trace (``common.Capture``: one ``ProfilerStep#N`` window
+a step, one JSON a rank).
 With FAMILY_STEP_TIMES=1 each rank prints its median step time at the end.
 """
 

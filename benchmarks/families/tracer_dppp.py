@@ -103,7 +103,8 @@ def main() -> None:
                 grad = None
                 if not last:
                     grad = torch.empty(mb, D)
-                    with cap.p2p("backward-recv", peer=next_rank, send=False, size_bytes=grad.numel() * 4, microbatch=m):
+                    with cap.p2p("backward-recv", peer=next_rank, send=False, size_bytes=grad.numel() * 4,
+                                 microbatch=m):
                         dist.recv(grad, src=next_rank)
                 with cap.op("backward-compute", microbatch=m):
                     outs[m].backward(grad)

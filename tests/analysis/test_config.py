@@ -43,7 +43,8 @@ def test_the_default_threshold_has_one_home(ar_job):
 
 @pytest.mark.parametrize("kwargs, names", [
     (dict(config=DiagnoseConfig(threshold=2.0), healthy_threshold=1.1), ("1.1", "DiagnoseConfig.threshold=2")),
-    (dict(config=AnalysisConfig(healthy_threshold=1.5), healthy_threshold=1.1), ("healthy_threshold=1.1", "config.healthy_threshold=1.5")),
+    (dict(config=AnalysisConfig(healthy_threshold=1.5), healthy_threshold=1.1),
+     ("healthy_threshold=1.1", "config.healthy_threshold=1.5")),
     (dict(config=AnalysisConfig(skip_steps=2), skip_steps=3), ("skip_steps=3", "config.skip_steps=2")),
     (dict(config=AnalysisConfig(gaps=GapConfig(enabled=False)), gaps=GapConfig(min_share_of_step=0.5)), ("gaps",)),
 ])
@@ -77,7 +78,8 @@ def test_warmup_and_gaps_pass_through_analyze():
 
     t = job.table
     dur = t.column("dur_ns").to_numpy().copy()
-    early = np.isin(t.column("step").to_numpy(), [0, 1]) & (t.column("kind").to_numpy(zero_copy_only=False) == "compute")
+    early = (np.isin(t.column("step").to_numpy(), [0, 1])
+             & (t.column("kind").to_numpy(zero_copy_only=False) == "compute"))
     dur[early] *= 3
     job = laggard.Job(table=t.set_column(t.schema.get_field_index("dur_ns"), "dur_ns", pa.array(dur)), meta=job.meta)
     with pytest.warns(laggard.LaggardWarning, match="warm-up"):
@@ -85,7 +87,8 @@ def test_warmup_and_gaps_pass_through_analyze():
     assert skipped == [0, 1]
     kept = laggard.analyze(job, diagnose=False, config=AnalysisConfig(warmup=WarmupConfig(settle_ratio=1e9)))
     assert kept.extras["warmup_steps_skipped"] == [] and len(kept.steps) == 8
-    assert laggard.analyze(job, diagnose=False, config=AnalysisConfig(skip_steps=0)).extras["warmup_steps_skipped"] == []
+    assert laggard.analyze(job, diagnose=False,
+                           config=AnalysisConfig(skip_steps=0)).extras["warmup_steps_skipped"] == []
 
 
 @pytest.mark.parametrize("bad", [0.5, float("nan"), float("inf")])

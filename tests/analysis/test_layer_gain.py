@@ -60,7 +60,8 @@ def test_unknown_layers_keep_the_labelled_bound(tmp_path, capsys):
     f = _stage_finding(tmp_path, ND / "trace-ST.parquet")
     assert f["gain_layers"] is None and f["layers_plan"] is None and f["gain_bound"] is True
     assert "bound of a continuous split" in f["fix"] and "--num-layers N" in f["fix"]
-    assert finding_text(f).gain == f"fixing it: up to {f['gain']:.2f}x faster (the bound of a continuous split; whole layers gain less)"
+    assert finding_text(f).gain == (f"fixing it: up to {f['gain']:.2f}x faster "
+                                    "(the bound of a continuous split; whole layers gain less)")
     capsys.readouterr()
     assert run_cli("analyze", ND / "trace-ST.parquet") == 0
     out = capsys.readouterr().out

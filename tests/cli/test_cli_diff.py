@@ -49,8 +49,8 @@ def test_json_to_stdout_is_only_json(runs, capsys):
 
 def test_console_script_in_a_subprocess(runs):
     a, b = runs
-    p = subprocess.run([sys.executable, "-c", "from laggard.cli.base import entry; entry()", "diff", str(b), str(a), "-q",
-                        "--json", "-"], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}, timeout=120)
+    p = subprocess.run([sys.executable, "-c", "from laggard.cli.base import entry; entry()", "diff", str(b), str(a),
+                        "-q", "--json", "-"], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}, timeout=120)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     # B (the edited copy's reference) is faster; a share is of the change, whichever way it goes

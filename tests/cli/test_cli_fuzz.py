@@ -269,7 +269,8 @@ def test_regressions(argv: list[str], files: dict[str, str], capfd: pytest.Captu
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_no_traceback_on_any_command_line(command: str, files: dict[str, str], capfd: pytest.CaptureFixture[str]) -> None:
+def test_no_traceback_on_any_command_line(command: str, files: dict[str, str],
+                                          capfd: pytest.CaptureFixture[str]) -> None:
     """Each command gets its own examples (a share of one pool would leave some with a handful)."""
     examples = round(EXAMPLES.get(command, EXAMPLES["*"]) * float(os.environ.get("LAGGARD_FUZZ_SCALE", "1")))
 
@@ -289,7 +290,8 @@ def test_every_command_is_fuzzed() -> None:
 
 @pytest.mark.parametrize("argv", [["analyze", "@trunc_parquet"], ["whatif", "@tiny", "--fix", "rank=abc"],
                                   ["synth", "--out", "@out_new_dir", "--dp", BIG]])
-def test_console_script_says_the_same(argv: list[str], files: dict[str, str], capfd: pytest.CaptureFixture[str]) -> None:
+def test_console_script_says_the_same(argv: list[str], files: dict[str, str],
+                                      capfd: pytest.CaptureFixture[str]) -> None:
     """The in-process run stands for the console script: a sample gives the same exit code and line."""
     import subprocess
     import sys

@@ -27,7 +27,8 @@ CASES = [
     (["convert", AR, "--out", "{file}"], "is a file"),
     (["convert", AR, "--out", "{ro}/sub"], "not writable"),
     (["synth", "--out", "{file}"], "is a file"),
-    (["simulate", "tail", "--dist", "lognormal:base=1.0,mean=-0.7,sigma=0.9", "--workers", "1,4", "--plot", "{ro}/p.png"], "not writable"),
+    (["simulate", "tail", "--dist", "lognormal:base=1.0,mean=-0.7,sigma=0.9", "--workers", "1,4",
+      "--plot", "{ro}/p.png"], "not writable"),
     (["collectives", "verify", "--ranks", "4", "--json", "{ro}/v.json"], "not writable"),
     (["collectives", "verify", "--ranks", "4", "--json", "{dir}"], "is a directory"),
     (["analyze", AR, "--html", "{missing_parent}"], "does not exist"),
@@ -36,13 +37,15 @@ CASES = [
     # unwritable even for root: a place under a regular file
     (["convert", AR, "--out", "{file}/sub"], "is a file"),
     (["synth", "--out", "{file}/job"], "is a file"),
-    (["simulate", "tail", "--dist", "lognormal:base=1.0,mean=-0.7,sigma=0.9", "--workers", "1,4", "--plot", "{file}/p.png"], "is a file"),
+    (["simulate", "tail", "--dist", "lognormal:base=1.0,mean=-0.7,sigma=0.9", "--workers", "1,4",
+      "--plot", "{file}/p.png"], "is a file"),
     (["collectives", "verify", "--ranks", "4", "--json", "{file}/v.json"], "is a file"),
     (["analyze", AR, "--perfetto", "{file}/t.json"], "is a file"),
 ]
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere: read-only cases untestable")
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root writes anywhere: read-only cases untestable")
 @pytest.mark.parametrize(("args", "msg"), [c for c in CASES if "{ro}" in " ".join(c[0])])
 def test_unwritable_outputs(args, msg, places, capsys):
     _check(args, msg, places, capsys)

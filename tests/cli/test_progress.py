@@ -16,7 +16,8 @@ pytestmark = pytest.mark.timeout(300)
 SIM = ("--trials", "2000")
 COMMANDS = {
     "analyze": (("analyze", ND / "trace-ST.parquet"), "phases", "loading the trace"),
-    "diff": (("diff", DATA / "corpus" / "job009" / "trace", DATA / "corpus" / "job004" / "trace"), "phases", "loading run A"),
+    "diff": (("diff", DATA / "corpus" / "job009" / "trace", DATA / "corpus" / "job004" / "trace"),
+             "phases", "loading run A"),
     "simulate tail": (("simulate", "tail", "--workers", "1,4,16", *SIM), "sizes", "simulating job sizes"),
     "simulate policy": (("simulate", "policy", "--workers", "16", *SIM), "policies", "simulating policies"),
 }

@@ -32,7 +32,7 @@ def _correctness_worker(rank: int, world: int, dtypes: tuple[str, ...]) -> list[
 
     from laggard.collectives.ring import ring_allreduce
     from laggard.collectives.stragglar import PhaseTimes, stragglar_allreduce
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
 
     failures: list[tuple] = []
     num_checked = 0

@@ -22,7 +22,7 @@ from laggard.collectives.schedule import (
 )
 from laggard.collectives.sim import simulate_at_scale, simulate_completion
 from laggard.collectives.verify import verify_schedule, verify_stragglar
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 
 @pytest.mark.timeout(120)

@@ -102,8 +102,8 @@ def test_a_rank_that_dies_mid_run(tmp_path: Path) -> None:
     import warnings
 
     from laggard.analysis.pipeline import analyze
+    from laggard.errors import LaggardWarning
     from laggard.io import load_job
-    from laggard.optable.ops import LaggardWarning
     from laggard.optable.tracedir import warn_trace
 
     trace = tmp_path / "trace"
@@ -157,7 +157,7 @@ def test_laggard_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_config_mistakes_are_one_line_errors() -> None:
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
 
     for spec, msg in (("slow-worker:rank=4", "the job has 4 ranks"), ("slow-link:src=0,dst=3", "never sends"),
                       ("slow-link:src=1,dst=2", "never sends"), ("host-stall:rank=4", "the job has 4 ranks"),

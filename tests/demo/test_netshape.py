@@ -19,8 +19,8 @@ import pytest
 
 from laggard.demo.launch import JobConfig, run_job, shaped_link_rates
 from laggard.demo.netshape import ShapedNet, shaped_network, unavailable
+from laggard.errors import LaggardError
 from laggard.groundtruth.inject import parse_injection, parse_injections
-from laggard.optable.ops import LaggardError
 
 pytestmark = pytest.mark.timeout(300)
 WHY = unavailable()

@@ -42,7 +42,8 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
     assert d["verdict"] == "straggling" and d["healthy_threshold"] == 1.05
     f = d["findings"][0]
     assert set(f) == {"cause", "workers", "stages", "steps", "evidence", "score", "share", "gain", "fix", "whatif",
-                      "confidence", "hidden", "once_fixed", "gain_bound", "gain_layers", "layers_plan",  # the last: partition fixes
+                      "confidence", "hidden", "once_fixed", "gain_bound", "gain_layers",
+                      "layers_plan",  # partition fixes
                       # how consistent the named worker's excess is (noise-aware naming)
                       "steps_slow", "steps_total", "ratio", "ratio_spread", "transient_steps", "consistency", "targets",
                       "beyond_slowdown"}  # why the gain exceeds S (rule f of issue 60: a new key)
@@ -149,7 +150,8 @@ def test_findings_are_ranked_by_gain_and_a_job_wide_one_after_a_named_one_that_e
         return [f.cause for f in ranked(fs, DiagnoseConfig())]
 
     def worker(share: float, gain: float) -> Finding:
-        return Finding(cause="worker", workers=[{"rank": 3, "dp_rank": 1, "stage": 1}], stages=[1], share=share, gain=gain)
+        return Finding(cause="worker", workers=[{"rank": 3, "dp_rank": 1, "stage": 1}], stages=[1], share=share,
+                       gain=gain)
 
     stage = Finding(cause="stage-imbalance", stages=[1], share=0.9, gain=1.6)
     gc = Finding(cause="gc", workers=[{"rank": 0, "dp_rank": 0, "stage": 0}], share=0.97, gain=1.3)

@@ -132,7 +132,8 @@ def test_a_stall_ten_times_the_others_blips_is_transient():
 
 
 def test_noise_helpers():
-    assert step_spans([15, 7, 8, 9]) == "7-9 and 15" and step_spans([3]) == "3" and step_spans([1, 3, 5]) == "1, 3 and 5"
+    assert (step_spans([15, 7, 8, 9]) == "7-9 and 15" and step_spans([3]) == "3"
+            and step_spans([1, 3, 5]) == "1, 3 and 5")
     assert binom_tail(0, 5, 0.1) == 1.0 and binom_tail(5, 5, 0.5) == pytest.approx(1 / 32)
     assert binom_tail(3, 10, 0.0) == 0.0
     # a ratio to one peer is noisier than a ratio to the median of many
@@ -156,7 +157,8 @@ def test_healthy_ranks_riding_along_are_dropped():
     assert "(and of" not in f.fix and f.steps_slow == f.steps_total == 12 and f.transient_steps == []
     assert 2.5 < f.ratio < 4.5 and 0 < f.ratio_spread < 1.5
     j = f.to_json()
-    assert j["steps_slow"] == 12 and j["targets"][0]["target"] == "rank 5" and j["targets"][0]["pattern"] == "consistent"
+    assert (j["steps_slow"] == 12 and j["targets"][0]["target"] == "rank 5"
+            and j["targets"][0]["pattern"] == "consistent")
     assert j["consistency"].startswith("rank 5: slow in 12 of 12 steps, ")
 
 
@@ -166,7 +168,8 @@ def test_a_quiet_slow_worker_is_named_with_its_consistency():
     from laggard.groundtruth.inject import parse_injection
     from laggard.groundtruth.synth import SynthConfig, synthesize
 
-    job = synthesize(SynthConfig(dp=4, pp=2, steps=10, seed=0, jitter=0.08), [parse_injection("slow-worker:rank=5,factor=1.3")])
+    job = synthesize(SynthConfig(dp=4, pp=2, steps=10, seed=0, jitter=0.08),
+                     [parse_injection("slow-worker:rank=5,factor=1.3")])
     f = next(f for f in analyze(job).diagnosis.findings if f.cause == "worker")
     assert [w["rank"] for w in f.workers] == [5] and f.steps_slow == f.steps_total == 10
     assert f.ratio == pytest.approx(1.3, abs=0.05) and f.targets[0].noise < 0.05

@@ -387,7 +387,8 @@ def test_a_link_hidden_behind_gc_is_named_once_gc_is_fixed() -> None:
     # its share of the measured slowdown is GC's shadow (3%); with GC fixed it is most of what is left,
     # and its fix then gains 1.16x (the job replayed with GC fixed, then with the link fixed too)
     once = comm[0].once_fixed
-    assert comm[0].share < 0.1 and once is not None and once["share"] > 0.4 and once["gain"] > 1.1, (comm[0].share, once)
+    assert (comm[0].share < 0.1 and once is not None and once["share"] > 0.4
+            and once["gain"] > 1.1), (comm[0].share, once)
     from laggard.report.wording import qualifier
 
     assert f"fixing it removes {100 * once['share']:.0f}% of what is left" in qualifier(comm[0].to_json())

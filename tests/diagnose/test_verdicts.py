@@ -59,7 +59,8 @@ def pipeline_without_partners() -> laggard.Job:
     from laggard.groundtruth.inject import parse_injections
     from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
 
-    job = synthesize_with_truth(SynthConfig(dp=1, pp=4, steps=8, seed=1), parse_injections(["heavy-last-stage:factor=4"])).job
+    job = synthesize_with_truth(SynthConfig(dp=1, pp=4, steps=8, seed=1),
+                                parse_injections(["heavy-last-stage:factor=4"])).job
     assert laggard.analyze(job).diagnosis.verdict == "straggling"  # intact, the heavy stage is found
     return _strip_p2p_groups(job)
 

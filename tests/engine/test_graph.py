@@ -199,7 +199,8 @@ def test_cycle_through_a_collective_is_an_error():
 # --- group sizes ------------------------------------------------------------------------------
 
 def _sized(members_per_step: dict[int, int], group: str = "dp") -> list[dict]:
-    return [op(r, "ar", "collective", step=s, group=group, seq=0) for s, n in members_per_step.items() for r in range(n)]
+    return [op(r, "ar", "collective", step=s, group=group, seq=0)
+            for s, n in members_per_step.items() for r in range(n)]
 
 
 def test_group_sizes_check_flags_a_short_collective():

@@ -7,8 +7,9 @@ import pytest
 
 from laggard.engine.graph import build_graph
 from laggard.engine.replay import op_starts, put_rows, replay
+from laggard.errors import LaggardError
 from laggard.groundtruth.synth import SynthConfig, build_1f1b_template, schedule_1f1b, synthesize
-from laggard.optable.ops import Job, JobMeta, LaggardError, make_table
+from laggard.optable.ops import Job, JobMeta, make_table
 
 
 def _job(rows: list[dict]) -> Job:
@@ -65,8 +66,10 @@ def test_1f1b_schedule():
     def fb(sched):
         return [(k, m) for k, m, _ in sched]
 
-    assert fb(schedule_1f1b(0, 4, 4)) == [("F", 0), ("F", 1), ("F", 2), ("F", 3), ("B", 0), ("B", 1), ("B", 2), ("B", 3)]
-    assert fb(schedule_1f1b(3, 4, 4)) == [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2), ("F", 3), ("B", 3)]
+    assert fb(schedule_1f1b(0, 4, 4)) == [("F", 0), ("F", 1), ("F", 2), ("F", 3),
+                                          ("B", 0), ("B", 1), ("B", 2), ("B", 3)]
+    assert fb(schedule_1f1b(3, 4, 4)) == [("F", 0), ("B", 0), ("F", 1), ("B", 1),
+                                          ("F", 2), ("B", 2), ("F", 3), ("B", 3)]
     for chunks in (1, 2, 3):
         for s in range(4):
             sched = schedule_1f1b(s, 4, 8, chunks)

@@ -111,7 +111,8 @@ def _dessim(vpp: int) -> Job:
     from laggard.groundtruth.dessim import SimConfig, parse_cause, simulate, to_job
 
     return to_job(simulate(SimConfig(dp=2, pp=2, vpp=vpp, microbatches=4, steps=3),
-                           [parse_cause("gc-pauses:prob=0.2,pause_ms=20"), parse_cause("slow-worker:rank=1,factor=1.4")]))
+                           [parse_cause("gc-pauses:prob=0.2,pause_ms=20"),
+                            parse_cause("slow-worker:rank=1,factor=1.4")]))
 
 
 def _kineto() -> Job:

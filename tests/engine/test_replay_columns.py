@@ -33,13 +33,15 @@ def _both(monkeypatch, graph, run):
 def test_replay_mixed_column_wise_is_the_batched_replay(base, monkeypatch):
     rng = np.random.default_rng(0)
     labels_many = rng.integers(0, 20, base.graph.num_ops)  # > 8 values: the sorted-label path
-    blocks = [(None, [1, 0]), (base.attr_code, np.arange(len(base.attr_names))), (base.pp_rank, np.unique(base.pp_rank)),
+    blocks = [(None, [1, 0]), (base.attr_code, np.arange(len(base.attr_names))),
+              (base.pp_rank, np.unique(base.pp_rank)),
               (base.is_comm(), [False, True]), (base.dp_rank, np.unique(base.dp_rank)), (labels_many, np.arange(20)),
               (base.rank.astype(np.float64), [0.0, 5.0]),  # float labels: compared op by op
               (labels_many.astype(np.float64), np.arange(20.0)),  # many float labels: found by a search
               (base.pp_rank, [0, 1, 1, 2, 0, 3, 2, 1, 0, 3])]  # values asked twice: compared
     for keep in (True, False):
-        batched, cols = _both(monkeypatch, base.graph, lambda keep=keep: replay_mixed(base, *blocks, keep_measured=keep))
+        batched, cols = _both(monkeypatch, base.graph,
+                              lambda keep=keep: replay_mixed(base, *blocks, keep_measured=keep))
         assert len(batched) == len(cols) == len(blocks)
         for a, b in zip(batched, cols, strict=True):
             assert a.shape == b.shape and np.array_equal(a, b)

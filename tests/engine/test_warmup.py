@@ -30,7 +30,8 @@ def _with_warmup(num_slow: int, factor: float = 5.0, **cfg) -> Job:
     s0 = t0[np.searchsorted(steps, step)]
     new_start = np.where(slow, s0 + (start - s0) * factor, start) + shift
     new_dur = np.where(slow, dur * factor, dur).astype(np.int64)
-    t = job.table.set_column(job.table.schema.get_field_index("start_ns"), "start_ns", pa.array(new_start.astype(np.int64)))
+    t = job.table.set_column(job.table.schema.get_field_index("start_ns"), "start_ns",
+                             pa.array(new_start.astype(np.int64)))
     t = t.set_column(t.schema.get_field_index("dur_ns"), "dur_ns", pa.array(new_dur))
     return Job(table=t, meta=job.meta)
 
@@ -62,7 +63,8 @@ def test_settled_steps_are_all_kept(analyses):
 
 
 @pytest.mark.parametrize("cfg,verdict", [(dict(dp=1, pp=1, steps=6), "not enough to judge"),
-                                         (dict(dp=4, pp=2, steps=2), "few steps only")], ids=["one-worker", "two-steps"])
+                                         (dict(dp=4, pp=2, steps=2), "few steps only")],
+                         ids=["one-worker", "two-steps"])
 def test_tiny_jobs_are_not_judged(cfg, verdict, tmp_path, capsys):
     """One worker has nobody to straggle behind; two steps are read step by step (who arrived late,
     ``laggard.diagnose.onestep``), and a clean job's steps name nobody."""

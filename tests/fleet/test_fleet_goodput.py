@@ -24,7 +24,8 @@ def test_job_split_adds_up():
     assert (g.total, g.stragglers, g.hangs, g.productive, g.goodput) == (10.0, 2.0, 0.0, 8.0, 0.8)
     # a hang of 6 GPU-hours, 4 of them inside the traced steps: the stragglers' waste loses that share
     g = job_goodput(10.0, 5.0, hung=6.0, hung_traced=4.0)
-    assert g.total == 12.0 and g.hangs == 6.0 and g.stragglers == pytest.approx(3.0) and g.productive == pytest.approx(3.0)
+    assert (g.total == 12.0 and g.hangs == 6.0 and g.stragglers == pytest.approx(3.0)
+            and g.productive == pytest.approx(3.0))
     assert g.productive + g.stragglers + g.hangs == pytest.approx(g.total)
     g = job_goodput(1.0, 0.99, hung=1.0, hung_traced=1.0)  # the whole trace is the hang
     assert g.stragglers == 0.0 and g.productive == 0.0 and g.total == 1.0

@@ -100,7 +100,8 @@ def test_fleet_without_host_names(tmp_path):
     from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
     from laggard.optable.ops import write_native
 
-    write_native(synthesize_with_truth(SynthConfig(dp=2, pp=2, microbatches=4, steps=4, seed=1), []).job, tmp_path / "j")
+    write_native(synthesize_with_truth(SynthConfig(dp=2, pp=2, microbatches=4, steps=4, seed=1), []).job,
+                 tmp_path / "j")
     run_fleet([tmp_path / "j"], tmp_path / "out", workers=0)
     view = host_view(tmp_path / "out" / "fleet.parquet")
     assert view.hosts == [] and view.num_jobs_without_hosts == 1

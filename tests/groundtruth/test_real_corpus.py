@@ -99,7 +99,8 @@ def test_score_targets_of_each_cause(rc):
              "target": {"scope": "stage", "stage": 2, "ranks": [2]}}
     both = rc.score_job(_truth([SLOW, on_it], dp=1, pp=4), _doc(_finding("stage-imbalance", [2], pp=4, stages=[2])))
     assert len(both.hits) == 2 and not both.misses and not both.wrong
-    heavy2 = {**on_it, "target": {"scope": "stage", "stage": 0, "ranks": [0, 2]}, "spec": "heavy-stage:stage=0,factor=1.27"}
+    heavy2 = {**on_it, "target": {"scope": "stage", "stage": 0, "ranks": [0, 2]},
+              "spec": "heavy-stage:stage=0,factor=1.27"}
     one = rc.score_job(_truth([SLOW, heavy2]), _doc(_finding("worker", [2])))
     assert len(one.hits) == 1 and one.misses == [heavy2["spec"]]
 
@@ -123,7 +124,8 @@ def test_extra_ranks_the_jobs_own_timers_show_slow(rc):
     peers (>= 1.15x their median): not by a rank that is merely named, not in a pure pipeline (no
     peers), not without the field; the summary counts confirmed ranks right in a second figure only."""
     def truth(cpu, dp=2, pp=2, causes=(SLOW,)):
-        return {**_truth(list(causes), dp, pp), "measured": {"compute_cpu_ms_by_rank": {str(r): v for r, v in cpu.items()}}}
+        return {**_truth(list(causes), dp, pp),
+                "measured": {"compute_cpu_ms_by_rank": {str(r): v for r, v in cpu.items()}}}
 
     # rank 1 (stage 1) named beside the slow rank 2: its peer rank 3 at 100 ms
     slow1 = rc.score_job(truth({0: 100.0, 1: 120.0, 2: 131.0, 3: 100.0}), _doc(_finding("worker", [1, 2])))
@@ -133,7 +135,8 @@ def test_extra_ranks_the_jobs_own_timers_show_slow(rc):
     # rank 0's only stage peer is the targeted rank 2: no reference, nothing confirmed
     assert not rc.score_job(truth({0: 150.0, 1: 100.0, 2: 131.0, 3: 100.0}),
                             _doc(_finding("worker", [0]))).extra_slow_by_own_timers
-    pipeline = rc.score_job(truth({0: 100.0, 1: 150.0, 2: 100.0}, dp=1, pp=3, causes=()), _doc(_finding("worker", [1], pp=3)))
+    pipeline = rc.score_job(truth({0: 100.0, 1: 150.0, 2: 100.0}, dp=1, pp=3, causes=()),
+                            _doc(_finding("worker", [1], pp=3)))
     assert pipeline.extra_ranks == [1] and not pipeline.extra_slow_by_own_timers
     old = rc.score_job(_truth([SLOW]), _doc(_finding("worker", [1, 2])))  # a truth file without the field
     assert old.extra_ranks == [1] and not old.extra_slow_by_own_timers

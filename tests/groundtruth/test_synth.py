@@ -7,9 +7,9 @@ import json
 import pytest
 
 from laggard.analysis.pipeline import analyze
+from laggard.errors import LaggardError
 from laggard.groundtruth.inject import parse_injection, parse_injections
 from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth
-from laggard.optable.ops import LaggardError
 from tests.conftest import run_cli
 
 CFG = dict(dp=4, pp=4, microbatches=8, steps=6, seed=11)
@@ -96,7 +96,8 @@ def test_bad_injections():
 
 def test_cli_writes_trace_and_truth(tmp_path, capsys):
     out = tmp_path / "syn"
-    assert run_cli("synth", "--dp", 2, "--pp", 2, "--steps", 3, "--inject", "slow-worker:rank=1,factor=3", "--out", out) == 0
+    assert run_cli("synth", "--dp", 2, "--pp", 2, "--steps", 3, "--inject", "slow-worker:rank=1,factor=3",
+                   "--out", out) == 0
     truth = json.loads((out / "truth.json").read_text())
     assert truth["injections"][0]["cause"] == "slow-worker"
     assert run_cli("analyze", out, "--json", tmp_path / "a.json", "-q") == 0

@@ -32,8 +32,10 @@ DDP = KT / "ddp_gloo"
 # every file of ../shared/data/kineto (copied here), and what it must give
 FILES = {
     "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz": {"device": "gpu", "collectives": 0, "steps": [1]},
-    "cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": {"device": "cpu", "collectives": 2, "steps": [551], "rank": 34},
-    "distributed_info_unavailable/distributed_info_not_found.json.gz": {"device": "cpu", "collectives": 6, "steps": [1009]},
+    "cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": {"device": "cpu", "collectives": 2, "steps": [551],
+                                                               "rank": 34},
+    "distributed_info_unavailable/distributed_info_not_found.json.gz": {"device": "cpu", "collectives": 6,
+                                                                        "steps": [1009]},
     "nccl_parser_config/nccl_data.json.gz": {"device": "gpu", "collectives": 21, "steps": [4, 5, 6], "rank": 0},
     "rank_non_gpu/rank_non_gpu.json.gz": {"device": "cpu", "collectives": 6, "steps": [1009], "rank": 0},
     "rank_unavailable/rank_not_found.json.gz": {"device": "cpu", "collectives": 6, "steps": [1009]},
@@ -116,7 +118,8 @@ def test_df_index_steps_and_kernels():
     assert any("the job has 2 ranks but 1 trace" in w for w in warns)
 
 
-@pytest.mark.skipif(not (SHARED / "df_index_resolver").exists(), reason="../shared/data/kineto is not beside the project")
+@pytest.mark.skipif(not (SHARED / "df_index_resolver").exists(),
+                    reason="../shared/data/kineto is not beside the project")
 def test_full_df_index_trace():
     job, _ = _load(SHARED / "df_index_resolver/df_index_resolver.json.gz")
     assert sorted(set(job.table.column("step").to_pylist())) == [2, 3, 4, 5, 6]

@@ -29,8 +29,8 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("crumbs")
-    cfg = JobConfig.quick(dp=1, pp=3, steps=6, num_layers=6, injections=parse_injections(["launch-delay:ms=12"]), freeze_gc=True,
-                          trace_dir=str(base / "trace"), profiler_dir=str(base / "prof"))
+    cfg = JobConfig.quick(dp=1, pp=3, steps=6, num_layers=6, injections=parse_injections(["launch-delay:ms=12"]),
+                          freeze_gc=True, trace_dir=str(base / "trace"), profiler_dir=str(base / "prof"))
     res = run_job(cfg)
     assert res.ok, res.failures
     return base

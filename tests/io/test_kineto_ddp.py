@@ -113,7 +113,8 @@ def test_clock_offsets_recovered(tmp_path):
 def test_same_host_shares_one_clock(tmp_path):
     """Ranks of one host (same host_name and base time) are not shifted against each other."""
     for r in range(4):
-        _shift(DDP / f"rank{r}.json.gz", tmp_path / f"rank{r}.json.gz", "hostA" if r < 2 else "hostB", 3.0 if r >= 2 else 0.0)
+        _shift(DDP / f"rank{r}.json.gz", tmp_path / f"rank{r}.json.gz", "hostA" if r < 2 else "hostB",
+               3.0 if r >= 2 else 0.0)
     job = _read(tmp_path)
     offs = job.meta.extra["clock_offsets_s"]
     assert job.meta.extra["clock_domains"] == 2

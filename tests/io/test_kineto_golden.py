@@ -25,8 +25,8 @@ TRACES = sorted(
     + ["ddp_gloo"]
 )
 # metadata that describes the ops (timing of the decode itself is left out)
-_META_KEYS = ("clock_offsets_s", "clock_domains", "declared_world_size", "devices", "collectives_from", "process_groups",
-              "num_bytes", "num_events")
+_META_KEYS = ("clock_offsets_s", "clock_domains", "declared_world_size", "devices", "collectives_from",
+              "process_groups", "num_bytes", "num_events")
 
 
 def digest(rel: str) -> dict:

@@ -95,7 +95,8 @@ def test_a_descheduled_glue_piece_is_not_a_pass(job_dirs: dict[str, Path]) -> No
             if e["ts"] >= end:
                 top.append(e)
                 end = e["ts"] + e["dur"]
-        glue = [a for a, b in zip(top, top[1:], strict=False) if a["name"] == "aten::empty" and b["name"] == "c10d::recv_"]
+        glue = [a for a, b in zip(top, top[1:], strict=False)
+                if a["name"] == "aten::empty" and b["name"] == "c10d::recv_"]
         t = glue[len(glue) // 2]["ts"]
         for e in d["traceEvents"]:  # the whole process held 3.6 ms from the allocation's start
             if "ts" not in e:
@@ -193,13 +194,15 @@ def test_rank_map(job_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.Capt
     (["--layout", "pp=2,dp=2"], "contradicts the trace"),
     (["--layout", "dp=2,xx=2"], "expected dp=D,pp=P[,tp=T]"),
 ])
-def test_bad_layouts(job_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str], args: list[str], words: str) -> None:
+def test_bad_layouts(job_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str], args: list[str],
+                     words: str) -> None:
     assert run_cli("analyze", str(job_dirs["prof"]), *args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("laggard: error: ") and words in err[-1], err
 
 
-def test_process_groups_that_overlap_inconsistently(job_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_process_groups_that_overlap_inconsistently(job_dirs: dict[str, Path],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     def clash(rank: int, d: dict) -> None:  # rank 3 says group "1" holds ranks [0, 3]; rank 0 says [0, 2]
         _no_peers(rank, d)
         if rank == 3:

@@ -194,7 +194,8 @@ def _transfers(job) -> list[tuple]:  # noqa: ANN001
     t = job.table.to_pydict()
     rows = sorted((t["rank"][i], t["start_ns"][i], i) for i, k in enumerate(t["kind"]) if k in ("p2p_send", "p2p_recv"))
     place = {i: n for n, (_, _, i) in enumerate(rows)}
-    return sorted((t["rank"][i], place[i], *(t[c][i] for c in ("step", "kind", "group", "seq", "peer"))) for _, _, i in rows)
+    return sorted((t["rank"][i], place[i], *(t[c][i] for c in ("step", "kind", "group", "seq", "peer")))
+                  for _, _, i in rows)
 
 
 def test_two_pipelines_in_lockstep_stay_unmatched(pipe: dict) -> None:

@@ -39,7 +39,8 @@ def _table(path: Path) -> tuple[list, list[str]]:
 
 
 def test_repair_escapes_only_the_quotes_inside_a_name() -> None:
-    fixed, n = repair_names(b'  {\n    "name": "f(0): "",\n    "ph": "X"\n  },\n  {\n    "name": "a \\"b\\"",\n    "ph": "X"\n  }')
+    fixed, n = repair_names(b'  {\n    "name": "f(0): "",\n    "ph": "X"\n  },\n'
+                            b'  {\n    "name": "a \\"b\\"",\n    "ph": "X"\n  }')
     assert n == 1
     assert json.loads(b"[" + fixed + b"]") == [{"name": 'f(0): "', "ph": "X"}, {"name": 'a "b"', "ph": "X"}]
 

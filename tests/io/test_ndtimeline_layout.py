@@ -87,5 +87,6 @@ def test_plain_meta_reads_what_yaml_reads():
     plain = ["trial_name: AR\nrun_id: 0\ndp_size: 4\n", "a: 0\nb: x-y\n\n", "a: 1\na: 2\n", "k: NaN\n"]
     for text in plain:
         assert _plain_meta(text) == yaml.safe_load(text)
-    for text in ["a: yes\n", "y: 3\n", "a: 012\n", "a: 1 # c\n", "a: -1\n", "", "k: Null\n", "k: 1e3\n", "a:\n  b: 1\n"]:
+    for text in ["a: yes\n", "y: 3\n", "a: 012\n", "a: 1 # c\n", "a: -1\n", "", "k: Null\n", "k: 1e3\n",
+                 "a:\n  b: 1\n"]:
         assert _plain_meta(text) is None

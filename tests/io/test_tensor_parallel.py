@@ -12,7 +12,8 @@ def _use(ranks: tuple[int, ...], fwd: int, n: int = 8) -> GroupUse:
 
 
 def test_reducing_names() -> None:
-    assert all(reduces(n) for n in ("all-reduce", "gloo:all_reduce", "ncclDevKernel_ReduceScatter_Sum", "_reduce_scatter_base"))
+    assert all(reduces(n)
+               for n in ("all-reduce", "gloo:all_reduce", "ncclDevKernel_ReduceScatter_Sum", "_reduce_scatter_base"))
     assert not any(reduces(n) for n in ("all-gather", "broadcast", "gloo:send", "barrier"))
 
 

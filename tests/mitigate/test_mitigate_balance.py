@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from laggard.errors import LaggardError
 from laggard.mitigate import CostModel, Plan, WLBPacker, balance, imbalance
 from laggard.mitigate.packing import greedy_assign, kk_assign, refine, select_outliers
-from laggard.optable.ops import LaggardError
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from laggard.errors import LaggardError
 from laggard.mitigate import ActConfig, Controller, split_samples
 from laggard.mitigate.controller import kill_switch_on
-from laggard.optable.ops import LaggardError
 
 
 def test_split_is_proportional_to_speed_and_keeps_the_batch() -> None:

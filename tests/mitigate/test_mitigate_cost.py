@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from laggard.errors import LaggardError
 from laggard.mitigate import CostModel, fit_cost
 from laggard.mitigate.cost import features
-from laggard.optable.ops import LaggardError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from laggard.errors import LaggardError
 from laggard.mitigate import AttentionCostModel, cp_shard
-from laggard.optable.ops import LaggardError
 
 pytestmark = pytest.mark.timeout(60)
 

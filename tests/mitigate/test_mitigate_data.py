@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from laggard.errors import LaggardError
 from laggard.mitigate import BalancedBatchSampler, imbalance, pack_collate
-from laggard.optable.ops import LaggardError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,7 +83,8 @@ def test_mitigate_imports_neither_torch_nor_the_analysis_stack():
     code = ("import sys, laggard.mitigate as m; m.balance([3, 2, 1], 2); m.partition_stages([1, 2, 3], 2); "
             "m.cp_shard([5, 6], 2); m.PlannedGC(interval_steps=2).start().step(); "
             "bad = [k for k in sys.modules if k.split('.')[0] in ('torch', 'pyarrow') or k in "
-            "('laggard.whatif.core', 'laggard.engine.graph', 'laggard.engine.replay', 'laggard.io', 'laggard.optable.ops')]; "
+            "('laggard.whatif.core', 'laggard.engine.graph', 'laggard.engine.replay', 'laggard.io', "
+            "'laggard.optable.ops')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.mitigate import PlannedGC
 from laggard.mitigate.gc import REASON_COUNT, REASON_FREEZE, REASON_GUARD, rss_bytes
-from laggard.optable.ops import LaggardError, LaggardWarning
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from laggard.errors import LaggardError
 from laggard.mitigate import megatron_layout, partition_stages, split_stages
 from laggard.mitigate.partition import even_counts, layer_costs_from_stages, stage_costs
-from laggard.optable.ops import LaggardError
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,7 +16,7 @@ from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
 from laggard.monitor.push import step_batches  # noqa: E402
 from laggard.report.plots import heat_range  # noqa: E402
 from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
-from tests.monitor_helpers import TOKEN, Server  # noqa: E402
+from tests.monitor_helpers import Server, sign_in  # noqa: E402
 
 WAITING = "waiting for the first complete steps of this job"
 RAW = re.compile(r'\{"|\[\{|https?://|/api/v1/|:\s?[45]\d\d\b')
@@ -66,7 +66,7 @@ def _chromium():
 
 def _open(srv: Server, page, job: str) -> None:
     """The dashboard at ``/?job=`` (its link to one job); a click on the job's row if that did not select it."""
-    page.goto(f"{srv.url}/?token={TOKEN}&job={job}")
+    sign_in(page, srv.url, f"/?job={job}")
     page.wait_for_selector(f'tr.job[data-id="{job}"]')
     if job not in page.inner_text("#title"):
         page.click(f'tr.job[data-id="{job}"]')

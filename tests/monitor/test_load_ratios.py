@@ -62,7 +62,8 @@ def test_pipeline_jobs_with_workers_missing_from_steps(seed):
     steps it ran in; a stage with one worker is left out."""
     rng = np.random.default_rng(seed)
     dp = 1 if seed == 0 else int(rng.integers(2, 5))
-    job = synthesize(SynthConfig(dp=dp, pp=int(rng.integers(1, 4)), microbatches=2, steps=int(rng.integers(3, 8)), seed=seed))
+    job = synthesize(SynthConfig(dp=dp, pp=int(rng.integers(1, 4)), microbatches=2, steps=int(rng.integers(3, 8)),
+                                 seed=seed))
     table = job.table
     if seed % 2:  # ops dropped at random, and every op of rank 1 in the second step
         rank, step = table.column("rank").to_numpy(), table.column("step").to_numpy()

@@ -15,7 +15,7 @@ from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
 from laggard.mitigate import Controller  # noqa: E402
 from laggard.monitor.store import Store  # noqa: E402
 from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
-from tests.monitor_helpers import TOKEN, Postgres, Server  # noqa: E402
+from tests.monitor_helpers import TOKEN, Postgres, Server, sign_in  # noqa: E402
 
 SHIFT = {"step": 12, "kind": "rebalance", "ranks": [2], "reason": "DP rank 2 is 1.6x the other ranks' median",
          "counts": [9, 9, 5, 9], "step_s_before": 0.512, "step_s_after": 0.401, "evidence": {}}
@@ -140,11 +140,12 @@ def test_the_dashboard_shows_the_stored_actions(tmp_path):
         assert srv.request("PATCH", "/api/v1/jobs/dashjob", json.dumps({"act": False}).encode())[0] == 200
         assert srv.request("POST", "/api/v1/jobs/dashjob/actions", json.dumps([SHIFT, DRAIN]).encode())[0] == 200
         with open_page(viewport={"width": 1400, "height": 1100}) as page:
-            page.goto(f"{srv.url}/?token={TOKEN}&job=dashjob")
+            sign_in(page, srv.url, "/?job=dashjob")
             page.wait_for_selector("#actions tbody tr td")
             rows = page.evaluate("""() => [...document.querySelectorAll("#actions tbody tr")].map(r =>
                 [...r.querySelectorAll("td")].map(c => c.textContent.trim()))""")
-            head = page.evaluate("""() => [...document.querySelectorAll("#actions thead th")].map(c => c.textContent)""")
+            head = page.evaluate(
+                """() => [...document.querySelectorAll("#actions thead th")].map(c => c.textContent)""")
             note = page.inner_text("#act")
     finally:
         srv.stop()
@@ -167,7 +168,7 @@ def test_a_browser_without_the_token_gets_a_page_saying_how(tmp_path):
             urllib.request.urlopen(req, timeout=10)
         assert e.value.code == 401 and e.value.headers["content-type"].startswith("text/html")
         page = e.value.read().decode()
-        assert "?token=TOKEN" in page and "laggard monitor serve" in page
+        assert 'action=/signin' in page and "laggard monitor serve" in page and "?token=" not in page
         code, ans = srv.request("GET", "/api/v1/alerts", token="wrong-token-0123456789")
         assert code == 401 and ans["detail"] == "missing or wrong bearer token"
     finally:

@@ -142,8 +142,8 @@ def test_analysis_is_laggard_analyze_json(tmp_path, job):
     step = to_numpy(job.table.column("step"))
     write_native(Job(table=job.table.filter(pa.array((step >= lo) & (step <= hi))), meta=job.meta), tmp_path / "win")
     out = tmp_path / "a.json"
-    r = subprocess.run([sys.executable, "-m", "laggard.cli.base", "analyze", str(tmp_path / "win"), "--json", str(out), "-q"],
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "laggard.cli.base", "analyze", str(tmp_path / "win"),
+                        "--json", str(out), "-q"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert_same_doc(doc, json.loads(out.read_text()))
 
@@ -195,8 +195,8 @@ def test_server_bad_flags(tmp_path):
     r = subprocess.run([sys.executable, "-m", "laggard.cli.base", "monitor", "serve", "--db", str(tmp_path / "x.db"),
                         "--token", "short"], capture_output=True, text=True)
     assert r.returncode == 2 and "at least 16" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "laggard.cli.base", "monitor", "push", str(tmp_path / "none"), "--token", TOKEN],
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "laggard.cli.base", "monitor", "push", str(tmp_path / "none"),
+                        "--token", TOKEN], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 

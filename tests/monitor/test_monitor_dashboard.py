@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch", reason="the demo job needs torch")
 
-from tests.monitor_helpers import TOKEN, Server, free_port  # noqa: E402
+from tests.monitor_helpers import Server, free_port, sign_in  # noqa: E402
 
 SLOW_RANK = 3
 
@@ -28,7 +28,9 @@ def demo_db(tmp_path_factory) -> Path:
                         "--inject", f"slow-worker:rank={SLOW_RANK},factor=2"],
                        capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "live dashboard: http://127.0.0.1:" in r.stdout and "?token=" in r.stdout
+    # the address printed carries no token (sign in on the page with the one printed beside it)
+    assert "live dashboard: http://127.0.0.1:" in r.stdout and "?token=" not in r.stdout
+    assert "(sign in with the token " in r.stdout
     return out / "monitor.db"
 
 
@@ -45,7 +47,7 @@ def test_dashboard_shows_the_slow_worker(demo_db, tmp_path):
         job = jobs[0]
         assert job["num_ranks"] == 4 and job["id"].startswith("demo-")
         with open_page(viewport={"width": 1400, "height": 1100}) as page:
-            page.goto(f"{srv.url}/?token={TOKEN}")
+            sign_in(page, srv.url)
             page.wait_for_selector("#heatmap rect.cell")
             page.wait_for_selector("#topcur tbody tr")
             page.wait_for_selector("#timeline rect")

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch")
 
-from tests.monitor_helpers import TOKEN, Server, free_port  # noqa: E402
+from tests.monitor_helpers import TOKEN, Server, free_port, sign_in  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 4
@@ -125,7 +125,7 @@ def _banner(srv: Server) -> str | None:
     if find_chromium()[0] is None:
         return None
     with open_page(viewport={"width": 1200, "height": 800}) as page:
-        page.goto(f"{srv.url}/?token={TOKEN}")
+        sign_in(page, srv.url)
         page.wait_for_selector("#banner .hangjob", timeout=20_000)
         return page.inner_text("#banner")
 
@@ -147,7 +147,8 @@ def test_a_rank_stuck_on_the_host_is_named_with_its_collective(srv, tmp_path):
     assert doc["ranks"]["0"]["last_entered"]["seq"] == doc["seq"]  # the others wait in that collective
     assert doc["ranks"][str(STUCK)]["where"]["state"] == "compute"
     pub = alert["detail"]["verdict"]
-    assert (pub["culprit_ranks"], pub["op"], pub["seq"], pub["group"]) == ([STUCK], "all_reduce", doc["seq"], doc["group"])
+    assert ((pub["culprit_ranks"], pub["op"], pub["seq"], pub["group"])
+            == ([STUCK], "all_reduce", doc["seq"], doc["group"]))
     assert f"culprit rank(s) [{STUCK}] at all_reduce seq {doc['seq']}" in alert["message"]
     assert 'laggard_job_hung{job="hang-fr"} 1.0' in metrics
     assert f'laggard_hang_culprit{{job="hang-fr",rank="{STUCK}"}} 1.0' in metrics

@@ -16,7 +16,7 @@ from laggard.errors import LaggardError  # noqa: E402
 from laggard.monitor.config import MonitorConfig  # noqa: E402
 from laggard.monitor.hangs import HangCase, parse_report  # noqa: E402
 from tests.hang.test_hang import _state_only  # noqa: E402
-from tests.monitor_helpers import TOKEN, Server  # noqa: E402
+from tests.monitor_helpers import Server, sign_in  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 META = {"name": "capjob", "dp_size": 4, "pp_size": 1}
@@ -143,7 +143,7 @@ def test_the_dashboard_banner_says_reports_were_dropped(tmp_path):
             assert srv.request("POST", "/api/v1/jobs/capjob/flight?request=1", _report(r))[0] == 200
         srv.wait_for(lambda d: True, "/api/v1/jobs/capjob/hang", timeout_s=30)
         with open_page(viewport={"width": 1200, "height": 800}) as page:
-            page.goto(f"{srv.url}/?token={TOKEN}")
+            sign_in(page, srv.url)
             page.wait_for_selector("#banner .hangjob", timeout=20_000)
             banner = page.inner_text("#banner")
     finally:

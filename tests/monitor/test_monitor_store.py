@@ -75,7 +75,8 @@ def test_group_commit_stores_each_batch_once_and_answers_each_caller(tmp_path, m
 
 def test_a_failed_group_commit_fails_every_batch_in_it(tmp_path, monkeypatch):
     store = Store(tmp_path / "m.db")
-    monkeypatch.setattr(store, "_insert_batches", lambda rows: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error")))
+    monkeypatch.setattr(store, "_insert_batches",
+                        lambda rows: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error")))
     errors: list[BaseException] = []
 
     def run(k: int) -> None:
@@ -430,7 +431,8 @@ def test_a_pack_of_a_new_job_without_its_meta_is_refused_naming_the_part(tmp_pat
     parts = [decode_batch(encode_batch(t, job_id="nometa", rank=r, seq=s, meta=None)) for s, r, t in step_batches(job)]
     col = Collector(Store(tmp_path / "m.db"), MonitorConfig(analysis_process=False))
     try:
-        with pytest.raises(BadBatch, match="^pack part 0: job 'nometa' is new: its first batch must carry laggard.meta$"):
+        with pytest.raises(BadBatch,
+                           match="^pack part 0: job 'nometa' is new: its first batch must carry laggard.meta$"):
             col.ingest_pack(encode_pack(parts))
         assert col.store.jobs() == [] and col.store._read("SELECT COUNT(*) FROM packs")[0][0] == 0
     finally:

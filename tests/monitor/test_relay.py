@@ -130,7 +130,8 @@ def test_relays_stack_a_racks_relay_over_its_nodes_relays(tmp_path) -> None:
         rack_health = rack.request("GET", "/healthz")[1]
         assert [h["batches"] for h in node_health] == [RANKS // 2] * 2, node_health
         # the rack relay got the nodes' bundles (not 8 single batches) and sent fewer bundles than it got
-        assert rack_health["batches"] == RANKS and rack_health["bundles"] < sum(h["bundles"] for h in node_health), rack_health
+        assert (rack_health["batches"] == RANKS
+                and rack_health["bundles"] < sum(h["bundles"] for h in node_health)), rack_health
         detail = srv.request("GET", "/api/v1/jobs/relayjob")[1]
         assert {r["rank"]: r["num_ops"] for r in detail["ranks"]} == {r: _n_ops(r) for r in range(RANKS)}
         # a bad batch behind two relays is refused to its own tracer alone

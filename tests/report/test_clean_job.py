@@ -105,7 +105,8 @@ def test_words_follow_the_findings_not_the_trace(st: Analysis) -> None:
         d = Diagnosis(verdict="straggling", threshold=1.05, findings=found)
         assert heading(d) == title
         assert _h2(findings_html(dataclasses.replace(st, diagnosis=d))) == [title]
-    assert heading(Diagnosis(verdict="cannot judge", threshold=1.05, findings=[], reason="x")) == "Diagnosis: cannot judge"
+    assert heading(Diagnosis(verdict="cannot judge", threshold=1.05, findings=[],
+                             reason="x")) == "Diagnosis: cannot judge"
 
 
 def test_outline_rule_on_a_small_matrix() -> None:

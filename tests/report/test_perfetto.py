@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from laggard.optable.ops import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.report.perfetto import trace_events, write_perfetto
 from laggard.results.analysis import Analysis
 
@@ -28,7 +28,8 @@ def op_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def names(trace: dict[str, Any], kind: str) -> dict[tuple[int, int], str]:
-    return {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == kind}
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+            if e["ph"] == "M" and e["name"] == kind}
 
 
 def test_counts_pids_and_metadata(ar: Analysis, ar_trace: dict[str, Any]) -> None:

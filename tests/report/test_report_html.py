@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.report.html import render_html, section, worker_grid, write_html
 from laggard.results.analysis import Analysis
 

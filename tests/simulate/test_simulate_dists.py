@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from laggard.optable.ops import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.simulate import theory
 from laggard.simulate.dists import (
     TEXTBOOK,

@@ -8,7 +8,7 @@ import heapq
 import numpy as np
 import pytest
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.simulate import kernels, theory
 from laggard.simulate.dists import parse_dist
 from laggard.simulate.policies import Policy, compare_policies, parse_policy, verdict

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.simulate.dists import harmonic, parse_dist
 from laggard.simulate.engine import chunk_sizes, run_chunked
 from laggard.simulate.tail import barrier_times, tail_at_scale

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from laggard.optable.ops import LaggardError, LaggardWarning, make_table
+from laggard.errors import LaggardError, LaggardWarning
+from laggard.optable.ops import make_table
 from laggard.simulate.empirical import EmpiricalTrace, from_table, worker_times
 from laggard.simulate.policies import compare_policies
 from laggard.simulate.tail import tail_at_scale

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from laggard.errors import LaggardWarning
 from laggard.io import load_job
-from laggard.optable.ops import LaggardWarning
 from laggard.tracer import Tracer, check_trace
 from laggard.tracer.clock import offset_from_pingpong, offsets_from_samples
 
@@ -323,11 +323,12 @@ def test_record_every_n_steps(tmp_path: Path) -> None:
                     pass
                 t.record("data-wait", t.clock_ns(), 10)
     rows = _rows(out)
-    assert [(r["step"], r["name"]) for r in rows] == [(s, n) for s in (0, 2, 4) for n in ("forward-compute", "data-wait")]
+    assert [(r["step"], r["name"]) for r in rows] == [(s, n) for s in (0, 2, 4)
+                                                      for n in ("forward-compute", "data-wait")]
 
 
 def test_bad_op_arguments_are_one_line_errors(tmp_path: Path) -> None:
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
 
     with Tracer(tmp_path / "trace") as t, t.step(0):
         with pytest.raises(LaggardError, match="must be integers"), t.op("forward-compute", microbatch="x"):

@@ -170,8 +170,8 @@ def test_the_two_rank_trace_analyses_cleanly(two_ranks: tuple[Path, int]) -> Non
     import warnings
 
     from laggard.analysis.pipeline import analyze
+    from laggard.errors import LaggardWarning
     from laggard.io import load_job
-    from laggard.optable.ops import LaggardWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", LaggardWarning)

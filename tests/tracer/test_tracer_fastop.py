@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from laggard.errors import LaggardError
 from laggard.io import load_job
-from laggard.optable.ops import LaggardError
 from laggard.tracer import Tracer
 from laggard.tracer import core as tracer_core
 
@@ -152,7 +152,8 @@ def test_the_pure_python_switch_is_read_in_a_fresh_process(tmp_path: Path) -> No
     env = {"LAGGARD_TRACER_PURE_PYTHON": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "method"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "LAGGARD_TRACER_PURE_PYTHON": ""}, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**env, "LAGGARD_TRACER_PURE_PYTHON": ""}, check=True)
     assert out.stdout.strip() == "OpMethod"
 
 

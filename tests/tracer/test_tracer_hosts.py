@@ -54,7 +54,8 @@ def _fake_cuda(monkeypatch, props):
 def test_gpu_identity_from_device_properties(monkeypatch):
     _fake_cuda(monkeypatch, _Props(name="NVIDIA H100 80GB HBM3", uuid="8f6b1d2e-1111-2222-3333-444455556666",
                                    pci_bus_id=0x1B, pci_domain_id=0, pci_device_id=0))
-    assert _env.gpu_identity() == {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_uuid": "GPU-8f6b1d2e-1111-2222-3333-444455556666",
+    assert _env.gpu_identity() == {"gpu_name": "NVIDIA H100 80GB HBM3",
+                                   "gpu_uuid": "GPU-8f6b1d2e-1111-2222-3333-444455556666",
                                    "pci_bus_id": "00000000:1B:00.0"}
     monkeypatch.setattr(_env, "_cuda_in_use", lambda: True)
     ids = _env.host_identity()

@@ -26,7 +26,8 @@ def test_an_old_path_warns_and_gives_the_new_names(old, new, name):
         f"    old = importlib.import_module({old!r})\n"
         f"new = importlib.import_module({new!r})\n"
         f"assert getattr(old, {name!r}) is getattr(new, {name!r})\n"
-        f"assert any(issubclass(x.category, DeprecationWarning) and {new!r} in str(x.message) for x in w), [str(x.message) for x in w]\n"
+        f"assert any(issubclass(x.category, DeprecationWarning) and {new!r} in str(x.message) for x in w), "
+        "[str(x.message) for x in w]\n"
         f"from {old} import {name}\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -20,7 +20,8 @@ from tests.conftest import DATA, ND
 
 KEYS = {"a", "b", "change", "delta_s", "T_b_as_a_s", "grain", "within_noise", "contributions", "shares_sum",
         "not_compared", "notes", "layout_mismatch", "warnings"}
-CONTRIBUTION_KEYS = {"selector", "what", "share", "alone", "delta_s", "num_ops", "changes", "command", "duration_change"}
+CONTRIBUTION_KEYS = {"selector", "what", "share", "alone", "delta_s", "num_ops", "changes", "command",
+                     "duration_change"}
 
 
 def slowed(src: Path, dst: Path, edits: list[tuple[str, str, int, float]]) -> Path:
@@ -74,7 +75,8 @@ def test_one_op_type_on_one_stage(native_st, tmp_path):
 
 
 def test_stage_and_rank_together_and_the_commands_replay_them(native_st, tmp_path):
-    b = slowed(native_st, tmp_path / "b", [("backward-compute", "pp_rank", 1, 1.5), ("forward-compute", "rank", 5, 1.4)])
+    b = slowed(native_st, tmp_path / "b", [("backward-compute", "pp_rank", 1, 1.5),
+                                           ("forward-compute", "rank", 5, 1.4)])
     job_b = load_job(b)
     res = diff(load_job(native_st), job_b)
     d = _check_sums(res)

@@ -46,7 +46,8 @@ def test_the_op_schema_fast_path_still_refuses_nulls_and_unknown_kinds() -> None
         decode_batch(_body(_table(dur_ns=pa.array([500, None, 500, 500], pa.int64()))))
     kinds = pa.array(["compute", "teleport", "compute", "compute"]).dictionary_encode()
     t = _table()
-    t = t.set_column(OP_SCHEMA.get_field_index("kind"), OP_SCHEMA.field("kind"), kinds.cast(OP_SCHEMA.field("kind").type))
+    t = t.set_column(OP_SCHEMA.get_field_index("kind"), OP_SCHEMA.field("kind"),
+                     kinds.cast(OP_SCHEMA.field("kind").type))
     with pytest.raises(BadBatch, match=r"unknown op kind\(s\) \['teleport'\]"):
         decode_batch(_body(t))
 

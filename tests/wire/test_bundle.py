@@ -74,5 +74,6 @@ def test_the_part_at_fault_is_named_with_the_message_it_gets_alone(bad, says) ->
 
     bodies = [_body(_ops(r), r) for r in range(4)]
     bodies[2] = bad()
-    with pytest.raises(BadBatch, match=says.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(BadBatch,
+                       match=says.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
         decode_batches(bodies)

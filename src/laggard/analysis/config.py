@@ -47,7 +47,8 @@ class AnalysisConfig:
             raise LaggardError(f"num_layers must be an integer >= 1 (got {self.num_layers!r})")
         for name, kind in (("gaps", GapConfig), ("warmup", WarmupConfig), ("diagnosis", DiagnoseConfig)):
             if not isinstance(getattr(self, name), kind):
-                raise LaggardError(f"AnalysisConfig.{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
+                raise LaggardError(f"AnalysisConfig.{name} must be a {kind.__name__}, "
+                                   f"got {type(getattr(self, name)).__name__}")
         self.resolved_diagnosis()  # a threshold given twice fails here, not mid-analysis
 
     @property

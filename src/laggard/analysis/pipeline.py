@@ -51,8 +51,10 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
     job, skipped = skip_warmup(job, cfg.skip_steps, cfg.warmup)
     note = None
     if skipped:
-        how = "as asked (--skip-steps)" if cfg.skip_steps is not None else "detected: they ran well above the settled step time; --skip-steps 0 keeps them"
-        note = f"skipped {len(skipped)} warm-up step(s) ({', '.join(map(str, skipped[:8]))}{' ...' if len(skipped) > 8 else ''}), {how}"
+        how = ("as asked (--skip-steps)" if cfg.skip_steps is not None
+               else "detected: they ran well above the settled step time; --skip-steps 0 keeps them")
+        note = (f"skipped {len(skipped)} warm-up step(s) "
+                f"({', '.join(map(str, skipped[:8]))}{' ...' if len(skipped) > 8 else ''}), {how}")
         warnings.warn(note, LaggardWarning, stacklevel=2)
     res = whatif_analyze(job, gaps=cfg.gaps)
     res.extras["warmup_steps_skipped"] = skipped

@@ -20,19 +20,29 @@ from laggard.errors import LaggardError, check_healthy_threshold, check_output
 
 
 def analyze(
-    path: Annotated[list[Path], typer.Argument(help="Trace: a native directory (job.json + *.parquet), an NDTimeline parquet file, or PyTorch-profiler traces (a directory, a glob or per-rank files).")],
+    path: Annotated[list[Path], typer.Argument(help=(
+        "Trace: a native directory (job.json + *.parquet), an NDTimeline parquet "
+        "file, or PyTorch-profiler traces (a directory, a glob or per-rank files)."))],
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the analysis as JSON to this file ('-' for stdout).")] = None,
-    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report to this file (and, without --perfetto, the Perfetto trace it links to beside it: NAME.perfetto.json.gz).")] = None,
-    perfetto_out: Annotated[Path | None, typer.Option("--perfetto", help="Write measured and idealised timelines as Chrome/Perfetto trace JSON.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help=(
+        "Write the analysis as JSON to this file ('-' for stdout)."))] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help=(
+        "Write a self-contained HTML report to this file (and, without --perfetto, "
+        "the Perfetto trace it links to beside it: NAME.perfetto.json.gz)."))] = None,
+    perfetto_out: Annotated[Path | None, typer.Option("--perfetto", help=(
+        "Write measured and idealised timelines as Chrome/Perfetto trace JSON."))] = None,
     steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
     healthy_threshold: HealthyOpt = None,
     layout: LayoutOpt = None,
     rank_map: RankMapOpt = None,
-    skip_steps: Annotated[int | None, typer.Option("--skip-steps", help="Skip this many leading (warm-up) steps; default: detected from step-time settling (0 keeps every step).")] = None,
-    num_layers: Annotated[int | None, typer.Option("--num-layers", help="The model's decoder layers, where the trace does not record them: a stage-imbalance finding then shows the speed-up of `laggard partition`'s whole-layer split, beside the continuous bound.")] = None,
+    skip_steps: Annotated[int | None, typer.Option("--skip-steps", help=(
+        "Skip this many leading (warm-up) steps; default: detected "
+        "from step-time settling (0 keeps every step)."))] = None,
+    num_layers: Annotated[int | None, typer.Option("--num-layers", help=(
+        "The model's decoder layers, where the trace does not record them: a stage-imbalance finding then "
+        "shows the speed-up of `laggard partition`'s whole-layer split, beside the continuous bound."))] = None,
 ) -> None:
     """Replay the job with idealised durations: straggler slowdown, who causes it and why."""
     if skip_steps is not None and skip_steps < 0:
@@ -97,18 +107,32 @@ def _write(result, what: str, out: Path, perfetto_out: Path | None) -> None:  # 
 
 
 def whatif(
-    path: Annotated[list[Path], typer.Argument(help="Trace: a native directory, an NDTimeline parquet file, or PyTorch-profiler traces (a directory, a glob or per-rank files).")],
-    fix: Annotated[list[str] | None, typer.Option("--fix", help="Idealise these ops: stage=3, dp=1, rank=17, worker=dp0:pp1, optype=forward-compute, step=12, all.")] = None,
-    zero: Annotated[list[str] | None, typer.Option("--zero", help="Make these ops take no time: comm, compute, or any --fix selector.")] = None,
-    scale: Annotated[list[str] | None, typer.Option("--scale", help="Scale measured durations: SELECTOR:FACTOR, e.g. stage=3:0.8.")] = None,
-    peer: Annotated[list[str] | None, typer.Option("--peer", help="Set these ops to the mean of their op type on their stage over the ops no --peer names, e.g. rank=5,compute.")] = None,
-    even: Annotated[list[str] | None, typer.Option("--even", help="Set these ops to the mean of their op type, stage and step (balanced microbatches), e.g. optype=forward-compute.")] = None,
-    despike: Annotated[list[str] | None, typer.Option("--despike", help="Set rare stalls to what they should take: a forward pass far above its usual ratio to the backward of its microbatch gets that ratio; other ops far above the median of their rank and op type get that median. E.g. optype=forward-compute.")] = None,
-    gap_share: Annotated[float | None, typer.Option("--gap-share", help="Model untraced host gaps as host ops from this share of a step on (0: every gap; default 0.02).")] = None,
+    path: Annotated[list[Path], typer.Argument(help=(
+        "Trace: a native directory, an NDTimeline parquet file, or "
+        "PyTorch-profiler traces (a directory, a glob or per-rank files)."))],
+    fix: Annotated[list[str] | None, typer.Option("--fix", help=(
+        "Idealise these ops: stage=3, dp=1, rank=17, worker=dp0:pp1, optype=forward-compute, step=12, all."))] = None,
+    zero: Annotated[list[str] | None, typer.Option("--zero", help=(
+        "Make these ops take no time: comm, compute, or any --fix selector."))] = None,
+    scale: Annotated[list[str] | None, typer.Option("--scale", help=(
+        "Scale measured durations: SELECTOR:FACTOR, e.g. stage=3:0.8."))] = None,
+    peer: Annotated[list[str] | None, typer.Option("--peer", help=(
+        "Set these ops to the mean of their op type on their stage "
+        "over the ops no --peer names, e.g. rank=5,compute."))] = None,
+    even: Annotated[list[str] | None, typer.Option("--even", help=(
+        "Set these ops to the mean of their op type, stage and step "
+        "(balanced microbatches), e.g. optype=forward-compute."))] = None,
+    despike: Annotated[list[str] | None, typer.Option("--despike", help=(
+        "Set rare stalls to what they should take: a forward pass far above its usual ratio "
+        "to the backward of its microbatch gets that ratio; other ops far above the median "
+        "of their rank and op type get that median. E.g. optype=forward-compute."))] = None,
+    gap_share: Annotated[float | None, typer.Option("--gap-share", help=(
+        "Model untraced host gaps as host ops from this share of a step on (0: every gap; default 0.02)."))] = None,
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
     steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file ('-' for stdout).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help=(
+        "Write the result as JSON to this file ('-' for stdout)."))] = None,
     layout: LayoutOpt = None,
     rank_map: RankMapOpt = None,
 ) -> None:
@@ -135,7 +159,8 @@ def whatif(
 
 def convert(
     path: Annotated[Path, typer.Argument(help="Trace to convert (any format laggard reads).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the native trace (job.json + parquet) to.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help=(
+        "Directory to write the native trace (job.json + parquet) to."))],
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
     layout: LayoutOpt = None,
@@ -158,7 +183,8 @@ def synth(
     vpp: Annotated[int, typer.Option("--vpp", help="Virtual pipeline chunks per stage (interleaved 1F1B).")] = 1,
     microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Microbatches per step.")] = 8,
     steps: Annotated[int, typer.Option("--steps", help="Training steps.")] = 10,
-    inject: Annotated[list[str] | None, typer.Option("--inject", help="Straggler cause CAUSE[:key=value,...] (repeatable; the causes are listed below).")] = None,
+    inject: Annotated[list[str] | None, typer.Option("--inject", help=(
+        "Straggler cause CAUSE[:key=value,...] (repeatable; the causes are listed below)."))] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
     jitter: Annotated[float, typer.Option("--jitter", help="Lognormal sigma of per-op duration noise.")] = 0.03,
 ) -> None:

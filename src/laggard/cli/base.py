@@ -37,7 +37,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "laggard.cli.diff": ("diff",),
     "laggard.cli.simulate": ("simulate",),
     "laggard.cli.collectives": ("collectives", "bench"),
-    "laggard.cli.mitigate": ("fit-cost", "partition"),  # importing laggard.mitigate costs ~40 ms: only inside the commands
+    # importing laggard.mitigate costs ~40 ms: only inside the commands
+    "laggard.cli.mitigate": ("fit-cost", "partition"),
     "laggard.cli.demo": ("demo",),
     "laggard.cli.hang": ("hang",),
     "laggard.cli.fleet": ("fleet",),
@@ -70,7 +71,8 @@ def _root(
                                        help="Print laggard's version and exit."),
     _no_cache: bool = typer.Option(False, "--no-cache",
                                    help="Load traces afresh and cache nothing (default: loaded op tables are kept in "
-                                        "LAGGARD_CACHE_DIR, else ~/.cache/laggard/jobs; LAGGARD_NO_CACHE=1 also turns it off)."),
+                                        "LAGGARD_CACHE_DIR, else ~/.cache/laggard/jobs; "
+                                        "LAGGARD_NO_CACHE=1 also turns it off)."),
 ) -> None:
     """Find, explain and fix stragglers in distributed training."""
 
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             print("laggard: aborted", file=sys.stderr)
             return 130
         except click_exc.UsageError as e:
-            ctx = f" (see 'laggard {e.ctx.command_path.split(' ', 1)[1]} --help')" if e.ctx and " " in e.ctx.command_path else ""
+            ctx = (f" (see 'laggard {e.ctx.command_path.split(' ', 1)[1]} --help')"
+                   if e.ctx and " " in e.ctx.command_path else "")
             print(f"laggard: error: {e.format_message()}{ctx}", file=sys.stderr)
             return 2
         except click_exc.ClickException as e:

@@ -25,7 +25,8 @@ def cache(
     found = entries(cfg)
     total = sum(size for _, size, _ in found)
     off = " (off: LAGGARD_NO_CACHE is set; commands neither read nor fill it)" if switched_off() else ""
-    typer.echo(f"{cfg.directory}: {len(found)} cached job(s), {total / 2**20:.1f} MiB of {cfg.max_bytes / 2**30:g} GiB{off}")
+    typer.echo(f"{cfg.directory}: {len(found)} cached job(s), "
+               f"{total / 2**20:.1f} MiB of {cfg.max_bytes / 2**30:g} GiB{off}")
     for path, size, used in reversed(found):
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(used))
         typer.echo(f"  {size / 2**20:8.1f} MiB  last used {when}  {' '.join(entry_source(path)) or path.name}")

@@ -19,12 +19,18 @@ bench_app = typer.Typer(help="Benchmarks on real local processes.", no_args_is_h
 
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file ('-' for stdout).")]
 SizeOpt = Annotated[float, typer.Option("--size-mb", help="AllReduce size in MiB.")]
-AlphaOpt = Annotated[float | None, typer.Option("--alpha-us", help="Model: per-message latency in microseconds (default: NVLink-class GPU, 5 us).")]
-BwOpt = Annotated[float | None, typer.Option("--bandwidth-gbps", help="Model: per-link bandwidth in GB/s (default 150).")]
-GammaOpt = Annotated[float | None, typer.Option("--reduce-gbps", help="Model: local reduction speed in GB/s (default: free).")]
-LinksOpt = Annotated[float | None, typer.Option("--links", help="Model: transfers the machine carries at full speed at once (default: unlimited).")]
-CalOpt = Annotated[bool, typer.Option("--calibrate", help="Measure the model parameters with local gloo processes first (takes a few seconds).")]
-CalRanksOpt = Annotated[int, typer.Option("--calibrate-ranks", help="Processes for --calibrate (contention is measured among them).")]
+AlphaOpt = Annotated[float | None, typer.Option("--alpha-us", help=(
+    "Model: per-message latency in microseconds (default: NVLink-class GPU, 5 us)."))]
+BwOpt = Annotated[float | None, typer.Option("--bandwidth-gbps", help=(
+    "Model: per-link bandwidth in GB/s (default 150)."))]
+GammaOpt = Annotated[float | None, typer.Option("--reduce-gbps", help=(
+    "Model: local reduction speed in GB/s (default: free)."))]
+LinksOpt = Annotated[float | None, typer.Option("--links", help=(
+    "Model: transfers the machine carries at full speed at once (default: unlimited)."))]
+CalOpt = Annotated[bool, typer.Option("--calibrate", help=(
+    "Measure the model parameters with local gloo processes first (takes a few seconds)."))]
+CalRanksOpt = Annotated[int, typer.Option("--calibrate-ranks", help=(
+    "Processes for --calibrate (contention is measured among them)."))]
 
 
 def parse_ranks(spec: str, *, maximum: int = 4096) -> list[int]:
@@ -55,7 +61,7 @@ def _json_to_stdout(obj: Any, out: Path | None) -> bool:
 
 
 def _size_bytes(size_mb: float) -> int:
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
 
     if not (math.isfinite(size_mb) and 0 < size_mb <= 1 << 20):
         raise LaggardError(f"--size-mb must be in (0, 1048576], got {size_mb:g}")
@@ -65,7 +71,7 @@ def _size_bytes(size_mb: float) -> int:
 def _params(alpha_us: float | None, bandwidth_gbps: float | None, reduce_gbps: float | None,
             links: float | None, calibrate: bool, calibrate_ranks: int):
     from laggard.collectives.cost import CostParams
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
 
     if calibrate:
         if not 2 <= calibrate_ranks <= 64:
@@ -114,7 +120,8 @@ def verify(
     if not _json_to_stdout(payload[0] if len(payload) == 1 else payload, json_out):
         typer.echo("above bound: rounds beyond the lower bound n-2+ceil(log2(n)) (0: optimal; more is slower, not\n"
                    "wrong); verified: the schedule's exact simulation checks out (FAILED lists what did not)")
-        typer.echo(f"{'ranks':>5} {'rounds':>6} {'n-2+log2(n)':>11} {'lower bound':>11} {'above bound':>11} {'verified':>8}")
+        typer.echo(f"{'ranks':>5} {'rounds':>6} {'n-2+log2(n)':>11} {'lower bound':>11} {'above bound':>11} "
+                   f"{'verified':>8}")
         for r in results:
             bound = f"{r.num_ranks - 2 + math.log2(r.num_ranks):.2f}".rstrip("0").rstrip(".")
             over = r.num_rounds - r.optimal_rounds
@@ -137,7 +144,7 @@ def schedule(
 
     check_output(json_out, "--json")
     if not 2 <= ranks <= 256:
-        from laggard.optable.ops import LaggardError
+        from laggard.errors import LaggardError
 
         raise LaggardError(f"--ranks must be in 2..256 to print a schedule, got {ranks}")
     sched = stragglar_schedule(ranks)
@@ -178,7 +185,7 @@ def model(
     """Cost-model times of ring, RHD and StragglAR after the straggler arrives, and the break-even delay d*."""
     from laggard.collectives import cost
     from laggard.collectives.schedule import check_num_ranks
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
 
     check_num_ranks(ranks, what="--ranks")
     if not (math.isfinite(delay_ms) and delay_ms >= 0):
@@ -202,16 +209,22 @@ def model(
     typer.echo(f"  StragglAR phase 1 {res['stragglar_phase1_s'] * 1e3:.3f} ms (hidden if the delay is longer), "
                f"phase 2 {res['stragglar_phase2_s'] * 1e3:.3f} ms")
     be = res["break_even_delay_s"]
-    typer.echo(f"  break-even delay d* = {'never wins' if math.isinf(be) else f'{be * 1e3:.3f} ms'} (vs the faster of ring and RHD)")
+    typer.echo(f"  break-even delay d* = {'never wins' if math.isinf(be) else f'{be * 1e3:.3f} ms'} "
+               "(vs the faster of ring and RHD)")
 
 
 @app.command()
 def simulate(
-    ranks: Annotated[str, typer.Option("--ranks", help="Rank counts, e.g. 8,64,256,1024 (non powers of two up to 256).")] = "8,64,256,1024",
+    ranks: Annotated[str, typer.Option("--ranks", help=(
+        "Rank counts, e.g. 8,64,256,1024 (non powers of two up to 256)."))] = "8,64,256,1024",
     size_mb: SizeOpt = 256.0,
-    dist: Annotated[str, typer.Option("--dist", help="Arrival-time distribution, laggard simulate syntax, e.g. lognormal:base=1.0,mean=-0.7,sigma=0.9.")] = "lognormal:base=1.0,mean=-0.7,sigma=0.9",
-    time_scale_ms: Annotated[float, typer.Option("--time-scale-ms", help="Milliseconds per unit of the distribution.")] = 10.0,
-    persistent_delay_ms: Annotated[float, typer.Option("--persistent-delay-ms", help="Extra delay of one fixed rank every step (a persistent straggler), ms.")] = 0.0,
+    dist: Annotated[str, typer.Option("--dist", help=(
+        "Arrival-time distribution, laggard simulate syntax, e.g. "
+        "lognormal:base=1.0,mean=-0.7,sigma=0.9."))] = "lognormal:base=1.0,mean=-0.7,sigma=0.9",
+    time_scale_ms: Annotated[float, typer.Option("--time-scale-ms", help=(
+        "Milliseconds per unit of the distribution."))] = 10.0,
+    persistent_delay_ms: Annotated[float, typer.Option("--persistent-delay-ms", help=(
+        "Extra delay of one fixed rank every step (a persistent straggler), ms."))] = 0.0,
     trials: Annotated[int, typer.Option("--trials", help="Trials (consecutive steps) per rank count.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
     alpha_us: AlphaOpt = None,
@@ -231,7 +244,8 @@ def simulate(
                         "results": [r.to_json() for r in res]}, json_out):
         return
     names = list(res[0].mean_exposed_s)
-    typer.echo(f"mean exposed communication (completion - last arrival), ms; {size_mb:g} MiB; arrivals {dist} x {time_scale_ms:g} ms")
+    typer.echo(f"mean exposed communication (completion - last arrival), ms; {size_mb:g} MiB; "
+               f"arrivals {dist} x {time_scale_ms:g} ms")
     typer.echo(f"{'ranks':>6} " + " ".join(f"{k:>18}" for k in names) + f" {'gap':>8} {'d*':>8}")
     for r in res:
         be = "inf" if math.isinf(r.break_even_delay_s) else f"{r.break_even_delay_s * 1e3:.3f}"
@@ -246,8 +260,10 @@ def bench_allreduce(
     delay_ms: Annotated[float, typer.Option("--delay-ms", help="Injected delay of the straggler, ms.")] = 1000.0,
     straggler: Annotated[int | None, typer.Option("--straggler", help="Rank that is late (default: the last).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed repeats per algorithm.")] = 5,
-    algorithms: Annotated[str, typer.Option("--algorithms", help="Comma list of stragglar, ring, torch.")] = "stragglar,ring,torch",
-    no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Skip measuring the model parameters (no prediction).")] = False,
+    algorithms: Annotated[str, typer.Option("--algorithms", help=(
+        "Comma list of stragglar, ring, torch."))] = "stragglar,ring,torch",
+    no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help=(
+        "Skip measuring the model parameters (no prediction)."))] = False,
     json_out: JsonOpt = None,
 ) -> None:
     """AllReduce with an injected straggler on real gloo processes: time from its arrival to completion,
@@ -267,7 +283,8 @@ def bench_allreduce(
     typer.echo(f"{ranks} ranks, {size_mb:g} MiB, rank {cfg.straggler_rank} {delay_ms:g} ms late, "
                f"{repeats} repeats; result {'correct' if res['correct'] else 'WRONG'}")
     for algo, s in res["algorithms"].items():
-        typer.echo(f"  {algo:<10} median {s['median_s'] * 1e3:9.1f} ms  min {s['min_s'] * 1e3:9.1f} ms  (after arrival)")
+        typer.echo(f"  {algo:<10} median {s['median_s'] * 1e3:9.1f} ms  min {s['min_s'] * 1e3:9.1f} ms  "
+                   "(after arrival)")
     for base in ("ring", "torch"):
         if f"ratio_vs_{base}" in res:
             typer.echo(f"  StragglAR / {base}: {res[f'ratio_vs_{base}']:.3f}")

@@ -9,22 +9,38 @@ import typer
 
 
 def demo(
-    quick: Annotated[bool, typer.Option("--quick", help="A shorter run (under a minute): fewer steps, a smaller model.")] = False,
-    inject: Annotated[list[str] | None, typer.Option("--inject", help="Inject a straggler cause, CAUSE[:key=value,...] (repeatable; the causes are listed below).")] = None,
-    out: Annotated[Path, typer.Option("--out", help="Directory for the trace (OUT/trace) and the reports.")] = Path("out/demo"),
+    quick: Annotated[bool, typer.Option("--quick", help=(
+        "A shorter run (under a minute): fewer steps, a smaller model."))] = False,
+    inject: Annotated[list[str] | None, typer.Option("--inject", help=(
+        "Inject a straggler cause, CAUSE[:key=value,...] (repeatable; the causes are listed below)."))] = None,
+    out: Annotated[Path, typer.Option("--out", help=(
+        "Directory for the trace (OUT/trace) and the reports."))] = Path("out/demo"),
     dp: Annotated[int, typer.Option("--dp", help="Data-parallel replicas.")] = 2,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (one process per dp x pp rank).")] = 2,
-    steps: Annotated[int | None, typer.Option("--steps", help="Traced training steps (default 200, 24 with --quick; 3 untraced warm-up steps come first).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help=(
+        "Traced training steps (default 200, 24 with --quick; 3 untraced warm-up steps come first)."))] = None,
     microbatches: Annotated[int, typer.Option("--microbatches", help="Microbatches per step (1F1B schedule).")] = 4,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the model, the data order and the injected randomness.")] = 0,
-    trace: Annotated[Path | None, typer.Option("--trace", help="Analyse this existing trace instead of running the job (any trace laggard analyze reads).")] = None,
-    monitor: Annotated[bool, typer.Option("--monitor", help="Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address.")] = False,
-    monitor_port: Annotated[int | None, typer.Option("--monitor-port", help="Port of the local collector (--monitor; default 8765).")] = None,
-    monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help="Keep the local collector up this long after the job (default: until Ctrl-C).")] = None,
-    monitor_url: Annotated[str | None, typer.Option("--monitor-url", help="Stream into the collector already running at this address (e.g. http://127.0.0.1:8765) instead of starting one; implies --monitor.")] = None,
-    token: Annotated[str | None, typer.Option("--token", help="Bearer token of the --monitor-url collector (default: LAGGARD_TOKEN).")] = None,
-    act: Annotated[bool, typer.Option("--act", help="Runtime actions (the Controller of laggard.mitigate): shift samples off a slow DP rank and back, planned GC / balanced packing on the collector's findings; logged to OUT/actions.json. Kill switch: LAGGARD_ACT=0.")] = False,
-    shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help="Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed.")] = True,
+    seed: Annotated[int, typer.Option("--seed", help=(
+        "Seed of the model, the data order and the injected randomness."))] = 0,
+    trace: Annotated[Path | None, typer.Option("--trace", help=(
+        "Analyse this existing trace instead of running the job (any trace laggard analyze reads)."))] = None,
+    monitor: Annotated[bool, typer.Option("--monitor", help=(
+        "Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address."))] = False,
+    monitor_port: Annotated[int | None, typer.Option("--monitor-port", help=(
+        "Port of the local collector (--monitor; default 8765)."))] = None,
+    monitor_linger_s: Annotated[float | None, typer.Option("--monitor-linger-s", help=(
+        "Keep the local collector up this long after the job (default: until Ctrl-C)."))] = None,
+    monitor_url: Annotated[str | None, typer.Option("--monitor-url", help=(
+        "Stream into the collector already running at this address (e.g. "
+        "http://127.0.0.1:8765) instead of starting one; implies --monitor."))] = None,
+    token: Annotated[str | None, typer.Option("--token", help=(
+        "Bearer token of the --monitor-url collector (default: LAGGARD_TOKEN)."))] = None,
+    act: Annotated[bool, typer.Option("--act", help=(
+        "Runtime actions (the Controller of laggard.mitigate): shift samples off a "
+        "slow DP rank and back, planned GC / balanced packing on the collector's "
+        "findings; logged to OUT/actions.json. Kill switch: LAGGARD_ACT=0."))] = False,
+    shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help=(
+        "Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed."))] = True,
 ) -> None:
     """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
     from laggard.demo.run import (
@@ -35,8 +51,8 @@ def demo(
         run_traced_job,
         summary_lines,
     )
+    from laggard.errors import LaggardError
     from laggard.groundtruth.inject import parse_injections
-    from laggard.optable.ops import LaggardError
     from laggard.optable.tracedir import JOB_FILE
     from laggard.report.terminal import print_summary
 
@@ -94,8 +110,8 @@ def _report_trace(trace: Path, out: Path, shot: bool) -> None:
 def _after_run(cfg, collector, linger_s: float | None) -> None:  # noqa: ANN001 - thin CLI glue
     """The collector after the job: it must hold the job's ops (else one line, exit 2); a local one
     lingers for the dashboard, a running one's dashboard address is printed."""
+    from laggard.errors import LaggardError
     from laggard.monitor.local import dashboard_url, job_arrived
-    from laggard.optable.ops import LaggardError
 
     if not cfg.monitor_url:
         return
@@ -122,7 +138,8 @@ def _monitor(cfg, out: Path, *, monitor: bool, port: int | None, linger_s: float
 
     if url is None:
         if token is not None:
-            raise LaggardError("--token is the token of --monitor-url's collector; a local one (--monitor) makes its own")
+            raise LaggardError("--token is the token of --monitor-url's collector; "
+                               "a local one (--monitor) makes its own")
         if not monitor:
             if port is not None or linger_s is not None:
                 raise LaggardError("--monitor-port and --monitor-linger-s apply with --monitor")

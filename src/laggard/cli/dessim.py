@@ -21,7 +21,8 @@ def dessim(
         "slow-worker:rank=3+9,factor=1.5 | heavy-stage:stage=3,factor=1.5 | seqlen-imbalance:sigma=0.5 | "
         "gc-pauses:prob=0.05,pause_ms=50 | slow-link:src=1,dst=2,delay_ms=10 | launch-delay:ms=3")] = None,
     cause: Annotated[list[str] | None, typer.Option("--cause", hidden=True, help="The old name of --inject.")] = None,
-    kineto: Annotated[bool, typer.Option("--kineto", help="Also write PyTorch-profiler JSON per rank to OUT/kineto/")] = False,
+    kineto: Annotated[bool, typer.Option("--kineto", help=(
+        "Also write PyTorch-profiler JSON per rank to OUT/kineto/"))] = False,
     truth: Annotated[bool, typer.Option("--truth/--no-truth", help="Simulate again without each cause to measure the "
                                         "real speed-up of fixing it (len(causes) + 2 runs)")] = True,
 ) -> None:
@@ -58,7 +59,8 @@ def dessim(
         dump_json(t.to_json(), out / "truth.json")
     if kineto:
         write_kineto(sim, out / "kineto")
-    msg = f"wrote {job.num_ops:,} ops ({cfg.num_ranks} workers, {steps} steps, {sim.mean_step_s * 1e3:.1f} ms/step) to {out}"
+    msg = (f"wrote {job.num_ops:,} ops ({cfg.num_ranks} workers, {steps} steps, "
+           f"{sim.mean_step_s * 1e3:.1f} ms/step) to {out}")
     if truth and causes:
         msg += "; fixing each cause: " + ", ".join(f"{c.cause.spec()} -> x{c.gain:.3f}" for c in t.causes)
     typer.echo(msg)

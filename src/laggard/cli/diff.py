@@ -12,16 +12,27 @@ from laggard.errors import LaggardError, check_output
 
 
 def diff(
-    a: Annotated[Path, typer.Argument(help="Run A, the reference (e.g. last week's good run): a native directory, an NDTimeline parquet file, or a directory of PyTorch-profiler traces.")],
-    b: Annotated[Path, typer.Argument(help="Run B, the one to explain (e.g. today's run), in any format laggard reads.")],
+    a: Annotated[Path, typer.Argument(help=(
+        "Run A, the reference (e.g. last week's good run): a native directory, an "
+        "NDTimeline parquet file, or a directory of PyTorch-profiler traces."))],
+    b: Annotated[Path, typer.Argument(help=(
+        "Run B, the one to explain (e.g. today's run), in any format laggard reads."))],
     fmt: FormatOpt = "auto",
-    meta_a: Annotated[Path | None, typer.Option("--meta-a", help="NDTimeline metadata YAML of A; default: meta-*.yaml beside it.")] = None,
-    meta_b: Annotated[Path | None, typer.Option("--meta-b", help="NDTimeline metadata YAML of B; default: meta-*.yaml beside it.")] = None,
-    steps_a: Annotated[str | None, typer.Option("--steps-a", help="Compare only these steps of A, e.g. '10-20'.")] = None,
-    steps_b: Annotated[str | None, typer.Option("--steps-b", help="Compare only these steps of B, e.g. '10-20'.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the comparison as JSON to this file ('-' for stdout): change, and contributions sorted by share, each with its what-if selector.")] = None,
-    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML page of the comparison to this file.")] = None,
-    max_parts: Annotated[int, typer.Option("--max-parts", help="Parts of the job named separately (1-10; 2^(n+1) replays of B); the rest is one part.")] = 7,
+    meta_a: Annotated[Path | None, typer.Option("--meta-a", help=(
+        "NDTimeline metadata YAML of A; default: meta-*.yaml beside it."))] = None,
+    meta_b: Annotated[Path | None, typer.Option("--meta-b", help=(
+        "NDTimeline metadata YAML of B; default: meta-*.yaml beside it."))] = None,
+    steps_a: Annotated[str | None, typer.Option("--steps-a", help=(
+        "Compare only these steps of A, e.g. '10-20'."))] = None,
+    steps_b: Annotated[str | None, typer.Option("--steps-b", help=(
+        "Compare only these steps of B, e.g. '10-20'."))] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help=(
+        "Write the comparison as JSON to this file ('-' for stdout): change, and "
+        "contributions sorted by share, each with its what-if selector."))] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help=(
+        "Write a self-contained HTML page of the comparison to this file."))] = None,
+    max_parts: Annotated[int, typer.Option("--max-parts", help=(
+        "Parts of the job named separately (1-10; 2^(n+1) replays of B); the rest is one part."))] = 7,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
     max_regression: Annotated[str | None, typer.Option(
         "--max-regression", metavar="PCT",

@@ -11,13 +11,22 @@ from laggard.cli.options import HealthyOpt
 
 
 def fleet(
-    paths: Annotated[list[str], typer.Argument(help="Directories to search for jobs (native job.json dirs, NDTimeline trace*.parquet + meta yaml, profiler *.json dirs), manifest files listing job paths, or fsspec URLs.")],
-    engine: Annotated[str, typer.Option("--engine", help="Where to run: local (a process pool here) or ray.")] = "local",
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster to use, e.g. ray://head:10001 or auto (default: start a local Ray).")] = None,
-    ray_ship_code: Annotated[bool, typer.Option("--ray-ship-code/--no-ray-ship-code", help="With --ray-address: ship this laggard to the cluster's workers (Ray runtime_env py_modules); --no-ray-ship-code when the nodes have laggard installed.")] = True,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for fleet.parquet, hosts.parquet, fleet.html and jobs/*.json.")] = Path("fleet-out"),
-    resume: Annotated[bool, typer.Option("--resume", help="Continue an earlier run in --out: skip the jobs it already has rows for.")] = False,
-    workers: Annotated[int | None, typer.Option("--workers", "-w", help="Worker processes (default: one per CPU; 0: analyse in this process).")] = None,
+    paths: Annotated[list[str], typer.Argument(help=(
+        "Directories to search for jobs (native job.json dirs, NDTimeline trace*.parquet + meta "
+        "yaml, profiler *.json dirs), manifest files listing job paths, or fsspec URLs."))],
+    engine: Annotated[str, typer.Option("--engine", help=(
+        "Where to run: local (a process pool here) or ray."))] = "local",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help=(
+        "Ray cluster to use, e.g. ray://head:10001 or auto (default: start a local Ray)."))] = None,
+    ray_ship_code: Annotated[bool, typer.Option("--ray-ship-code/--no-ray-ship-code", help=(
+        "With --ray-address: ship this laggard to the cluster's workers (Ray runtime_env "
+        "py_modules); --no-ray-ship-code when the nodes have laggard installed."))] = True,
+    out: Annotated[Path, typer.Option("--out", "-o", help=(
+        "Directory for fleet.parquet, hosts.parquet, fleet.html and jobs/*.json."))] = Path("fleet-out"),
+    resume: Annotated[bool, typer.Option("--resume", help=(
+        "Continue an earlier run in --out: skip the jobs it already has rows for."))] = False,
+    workers: Annotated[int | None, typer.Option("--workers", "-w", help=(
+        "Worker processes (default: one per CPU; 0: analyse in this process)."))] = None,
     healthy_threshold: HealthyOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
 ) -> None:

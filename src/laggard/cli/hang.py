@@ -25,8 +25,11 @@ def _print(rep) -> None:  # noqa: ANN001 - a HangReport
 
 
 def hang(
-    path: Annotated[list[Path], typer.Argument(help="Flight Recorder dumps (pickle or JSON, any names) and/or directories holding them and laggard tracer state files.")],
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the verdict as JSON to this file ('-' for stdout).")] = None,
+    path: Annotated[list[Path], typer.Argument(help=(
+        "Flight Recorder dumps (pickle or JSON, any names) and/or "
+        "directories holding them and laggard tracer state files."))],
+    json_out: Annotated[Path | None, typer.Option("--json", help=(
+        "Write the verdict as JSON to this file ('-' for stdout)."))] = None,
 ) -> None:
     """Hangs and desyncs from Flight Recorder dumps: who never arrived, where, and why (exit 0 whatever the verdict)."""
     from laggard.hang import analyze_hang

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from laggard.optable.ops import Job
     from laggard.whatif.partition import PartitionPlan
 
-TraceArg = Annotated[Path, typer.Argument(help="Trace: a native directory (job.json + *.parquet) or an NDTimeline parquet file.")]
+TraceArg = Annotated[Path, typer.Argument(help=(
+    "Trace: a native directory (job.json + *.parquet) or an NDTimeline parquet file."))]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Trace format: auto, native, ndtimeline.")]
-MetaOpt = Annotated[Path | None, typer.Option("--meta", help="NDTimeline metadata YAML; default: meta-*.yaml beside the trace.")]
+MetaOpt = Annotated[Path | None, typer.Option("--meta", help=(
+    "NDTimeline metadata YAML; default: meta-*.yaml beside the trace."))]
 StepsOpt = Annotated[str | None, typer.Option("--steps", help="Use only these steps, e.g. '10-20,25'.")]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file ('-' for stdout).")]
 
@@ -102,16 +104,18 @@ def token_samples(job: Job, optypes: list[str] | None = None, stage: int | None 
 
 def fit_cost_cmd(
     path: TraceArg,
-    optype: Annotated[list[str] | None, typer.Option("--optype", help="Fit only these op types (repeatable); default: every compute op type with token metadata.")] = None,
-    stage: Annotated[int | None, typer.Option("--stage", help="Use only ops of this pipeline stage (stages hold different layers).")] = None,
+    optype: Annotated[list[str] | None, typer.Option("--optype", help=(
+        "Fit only these op types (repeatable); default: every compute op type with token metadata."))] = None,
+    stage: Annotated[int | None, typer.Option("--stage", help=(
+        "Use only ops of this pipeline stage (stages hold different layers)."))] = None,
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
     steps: StepsOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
     """Fit the microbatch cost model c = a*sum(d^2) + b*sum(d) + c0 (seconds) from token metadata in a trace."""
+    from laggard.errors import LaggardWarning
     from laggard.mitigate.cost import fit_cost
-    from laggard.optable.ops import LaggardWarning
 
     job = _load(path, fmt, meta, steps)
     try:
@@ -133,7 +137,8 @@ def fit_cost_cmd(
 
             from laggard.mitigate.cost import MIN_USEFUL_R2
 
-            warnings.warn(f"{name}: R^2 = {fit.r2:.4g} (< {MIN_USEFUL_R2:g}): sequence lengths explain little of how its "
+            warnings.warn(f"{name}: R^2 = {fit.r2:.4g} (< {MIN_USEFUL_R2:g}): sequence lengths explain little of how "
+                          "its "
                           "durations vary; do not plan a balance on this fit", LaggardWarning, stacklevel=1)
     if not fits:
         raise LaggardError(f"{path}: too few ops with token metadata to fit three coefficients")
@@ -153,11 +158,16 @@ def fit_cost_cmd(
 
 def partition_cmd(
     path: TraceArg,
-    stages: Annotated[int | None, typer.Option("--stages", "-p", help="Pipeline stages to split into (default: the trace's).")] = None,
-    num_layers: Annotated[int | None, typer.Option("--num-layers", help="Decoder layers of the model, split evenly in the trace (default: job metadata 'num_layers').")] = None,
-    layers_per_stage: Annotated[str | None, typer.Option("--layers-per-stage", help="Decoder layers per stage in the trace, e.g. 8,8,8,6 (instead of --num-layers).")] = None,
-    no_embedding: Annotated[bool, typer.Option("--no-embedding", help="The first stage has no embedding layer of its own.")] = False,
-    no_loss: Annotated[bool, typer.Option("--no-loss", help="The last stage has no output/loss layer of its own.")] = False,
+    stages: Annotated[int | None, typer.Option("--stages", "-p", help=(
+        "Pipeline stages to split into (default: the trace's)."))] = None,
+    num_layers: Annotated[int | None, typer.Option("--num-layers", help=(
+        "Decoder layers of the model, split evenly in the trace (default: job metadata 'num_layers')."))] = None,
+    layers_per_stage: Annotated[str | None, typer.Option("--layers-per-stage", help=(
+        "Decoder layers per stage in the trace, e.g. 8,8,8,6 (instead of --num-layers)."))] = None,
+    no_embedding: Annotated[bool, typer.Option("--no-embedding", help=(
+        "The first stage has no embedding layer of its own."))] = False,
+    no_loss: Annotated[bool, typer.Option("--no-loss", help=(
+        "The last stage has no output/loss layer of its own."))] = False,
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
     steps: StepsOpt = None,

@@ -13,14 +13,18 @@ FormatOpt = Annotated[
     str, typer.Option("--format", "-f", help="Trace format: auto, native, ndtimeline, kineto.")
 ]
 MetaOpt = Annotated[
-    Path | None, typer.Option("--meta", help="NDTimeline metadata YAML (dp/pp/tp/vpp sizes); default: meta-*.yaml beside the trace.")
+    Path | None, typer.Option("--meta", help=(
+        "NDTimeline metadata YAML (dp/pp/tp/vpp sizes); default: meta-*.yaml beside the trace."))
 ]
 
 LayoutOpt = Annotated[
-    str | None, typer.Option("--layout", help="Profiler traces: the parallel layout, e.g. dp=2,pp=2[,tp=T] (outermost dimension first, as ranks are numbered); default: inferred from the traces.")
+    str | None, typer.Option("--layout", help=(
+        "Profiler traces: the parallel layout, e.g. dp=2,pp=2[,tp=T] (outermost "
+        "dimension first, as ranks are numbered); default: inferred from the traces."))
 ]
 RankMapOpt = Annotated[
-    Path | None, typer.Option("--rank-map", help="Profiler traces: a YAML/JSON file mapping each rank to {dp: D, pp: P[, tp: T]}.")
+    Path | None, typer.Option("--rank-map", help=(
+        "Profiler traces: a YAML/JSON file mapping each rank to {dp: D, pp: P[, tp: T]}."))
 ]
 
 
@@ -44,7 +48,8 @@ def job_cache():  # noqa: ANN201 - a JobCacheConfig or None; laggard.io.cache is
 
 
 HealthyOpt = Annotated[
-    float | None, typer.Option("--healthy-threshold", help=f"Call the job healthy (no findings) below this slowdown (default {HEALTHY_THRESHOLD:g}).")
+    float | None, typer.Option("--healthy-threshold", help=(
+        f"Call the job healthy (no findings) below this slowdown (default {HEALTHY_THRESHOLD:g})."))
 ]
 
 

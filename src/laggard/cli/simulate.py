@@ -49,7 +49,7 @@ ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="Threads for t
 
 
 def _error(msg: str) -> Exception:
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
 
     return LaggardError(msg)
 
@@ -83,7 +83,8 @@ def parse_workers(text: str, reference: int | None, *, where: str = "--workers")
         try:
             k = round(float(item[:-1]) * reference) if relative and reference else int(item)
         except ValueError:
-            raise _error(f"{where} {text!r}: {item!r} is not a worker count (e.g. 64, or 4x with --from-trace)") from None
+            raise _error(f"{where} {text!r}: {item!r} is not a worker count "
+                         "(e.g. 64, or 4x with --from-trace)") from None
         if k < 1:
             raise _error(f"{where} {text!r}: worker counts must be >= 1, got {item}")
         out.append(k)
@@ -262,7 +263,8 @@ def _print_policies(result: Any) -> None:
     console.print(table)
     width = max(len(r.policy) for r in result.rows)
     _print_lines(console, *(f"  {r.policy:<{width}}  {r.verdict}" for r in result.rows if r.verdict != "baseline"))
-    _print_lines(console, f"{result.num_trials} trials, seed {result.seed}; ssp/async: wall-clock per step over runs of "
+    _print_lines(console, f"{result.num_trials} trials, seed {result.seed}; ssp/async: "
+                 "wall-clock per step over runs of "
                  f"{result.num_steps} steps", *_trace_notes(result.source))
 
 

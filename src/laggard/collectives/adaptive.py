@@ -29,7 +29,7 @@ from laggard.collectives.cost import CostParams, break_even_delay_s
 from laggard.collectives.p2p import group_ranks
 from laggard.collectives.predict import LagTracker
 from laggard.collectives.stragglar import stragglar_allreduce
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 _instances = itertools.count()
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 ALGORITHMS = ("stragglar", "ring", "torch")
 MAX_BENCH_RANKS = 64

@@ -36,7 +36,7 @@ from laggard.collectives.schedule import (
     stragglar_rounds,
     stragglar_schedule,
 )
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 ALGORITHMS = ("ring", "rhd", "stragglar")
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from laggard.collectives.schedule import RankPlan
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 Reducer = Callable[[torch.Tensor, torch.Tensor], None]
 

@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 MAX_RANKS = 4096
 # Rank counts above this use only the closed form for the round count (the greedy is O(n^3)).

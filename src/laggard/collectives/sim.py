@@ -25,8 +25,7 @@ import numpy as np
 
 from laggard.collectives import cost
 from laggard.collectives.schedule import check_num_ranks
-from laggard.errors import check_seed
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError, check_seed
 
 SIM_ALGORITHMS = ("ring", "rhd", "stragglar_eager", "stragglar_previous", "adaptive", "adaptive_eager")
 
@@ -57,7 +56,8 @@ def _stragglar_completion(arr: np.ndarray, guess: np.ndarray, t1: float, t2: flo
     return np.maximum(t_guess, others.max(axis=1) + t1) + t2
 
 
-def simulate_completion(num_ranks: int, size_bytes: float, params: cost.CostParams, arrivals_s: np.ndarray) -> SimResult:
+def simulate_completion(num_ranks: int, size_bytes: float, params: cost.CostParams,
+                        arrivals_s: np.ndarray) -> SimResult:
     """Completion of every algorithm for given arrival times, shape ``(num_trials, num_ranks)``."""
     n = check_num_ranks(num_ranks, what="collectives simulate")
     arr = np.asarray(arrivals_s, dtype=np.float64)

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from laggard.collectives.p2p import chunk_bounds, flat_view, group_ranks, reducer_for, run_plan, write_back
 from laggard.collectives.schedule import RankPlan, rank_plan, stragglar_schedule
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 
 @dataclass(kw_only=True, slots=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from laggard.errors import LaggardError
 from laggard.groundtruth.inject import Injection
-from laggard.optable.ops import LaggardError
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "demo_job.py"
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 SUBNET = "10.231.0"  # rank r is SUBNET.(r+1): a private range no real network here uses
 ROUTER_ADDR = f"{SUBNET}.254"

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from laggard.demo.launch import JobConfig, JobResult, run_job
 from laggard.diagnose.config import HEALTHY_THRESHOLD
+from laggard.errors import LaggardError
 from laggard.groundtruth.inject import Injection
-from laggard.optable.ops import LaggardError
 from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, shard_glob
 
 if TYPE_CHECKING:
@@ -257,7 +257,8 @@ def act_lines(job: JobResult, cfg: JobConfig) -> list[str]:
     if eff is None:
         return []
     steps = mean_step_s(job)
-    lines = [f"  act: {len(eff['actions'])} action(s)" + (f" (written to {cfg.actions_path})" if cfg.actions_path else "")
+    lines = [f"  act: {len(eff['actions'])} action(s)"
+             + (f" (written to {cfg.actions_path})" if cfg.actions_path else "")
              + f"; steps counted from the first traced step (trace step = step + {cfg.warmup_steps})"]
     for a in eff["actions"]:
         ba = ""
@@ -268,8 +269,9 @@ def act_lines(job: JobResult, cfg: JobConfig) -> list[str]:
         lines.append(f"    step {a['step']}: {a['kind']} DP ranks {a['ranks']}: {a['reason']}{ba}")
     if eff["first_shift_step"] is not None:
         b, f = eff["before"], eff["after"]
-        lines.append(f"  act: after the first shift (step {eff['first_shift_step']}), {f.label} ran x{eff['speedup']:.2f} "
-                     f"faster than {b.label}: {b.step_s:.3f} -> {f.step_s:.3f} s (wall, mean over ranks)")
+        lines.append(f"  act: after the first shift (step {eff['first_shift_step']}), {f.label} ran "
+                     f"x{eff['speedup']:.2f} faster than {b.label}: {b.step_s:.3f} -> {f.step_s:.3f} s "
+                     "(wall, mean over ranks)")
     return lines
 
 

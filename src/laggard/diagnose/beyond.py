@@ -70,7 +70,8 @@ def _own_model(ctx: Ctx, cand: Candidate, paid: float) -> str:
     parts = []
     if cand.step_s > ctx.res.T_s * (1.0 + 0.01):
         parts.append(f"it is measured on the wall-clock step with every untraced gap as host time "
-                     f"({_ms(cand.step_s)}), which S's replay of the traced ops ({_ms(ctx.res.T_s)}) leaves the smaller gaps out of")
+                     f"({_ms(cand.step_s)}), which S's replay of the traced ops ({_ms(ctx.res.T_s)}) "
+                     "leaves the smaller gaps out of")
     if paid > 0:
         parts.append(f"of the {_ms(cand.removed_s)} a step it removes, {_ms(min(paid, cand.removed_s))} is host time "
                      "every rank has, which the pooled ideal pays too (so S cannot count it)")

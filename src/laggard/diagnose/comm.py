@@ -221,7 +221,8 @@ def _link_fixes(ctx: Ctx, k: _Keys, chosen: np.ndarray) -> list[Change]:
     return [Change(action="fix", selector=s) for s in existing(ctx, out)]
 
 
-def _everywhere(ctx: Ctx, k: _Keys, tail: np.ndarray, min_gain: float | None, reach_all: bool = False) -> list[Candidate]:
+def _everywhere(ctx: Ctx, k: _Keys, tail: np.ndarray, min_gain: float | None,
+                reach_all: bool = False) -> list[Candidate]:
     """Transfers with the same slow tail on the ``tail`` keys, several links and ranks alike, or
     (``reach_all``) slow keys that stand out but reach every rank: not one link's fault;
     ``min_gain``: its own speed-up floor."""

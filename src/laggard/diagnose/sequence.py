@@ -57,7 +57,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, slow_workers: list[int] | None = None)
         evidence=evidence,
         fix=(
             "balance sequences across microbatches and DP ranks by attention cost: "
-            "`laggard.mitigate.balance(lengths, num_bins, method='wlb')` (with `laggard fit-cost TRACE` for the cost model)"
+            "`laggard.mitigate.balance(lengths, num_bins, method='wlb')` "
+            "(with `laggard fit-cost TRACE` for the cost model)"
         ),
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]

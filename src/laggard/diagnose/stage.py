@@ -52,8 +52,9 @@ def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_wor
 
 def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: list[int],
                 rows: dict[int, list[int]], stages: list[int] | None = None) -> dict[int, list[Consistency]]:
-    """Per stage (of ``stages``; default all): its consistency (per step, the mean compute of its replicas in ``rows`` over the
-    median of the other stages'), then each replica's; ``[]`` when it is not heavier beyond the noise.
+    """Per stage (of ``stages``; default all): its consistency (per step, the mean compute of its replicas in
+    ``rows`` over the median of the other stages'), then each replica's; ``[]`` when it is not heavier beyond
+    the noise.
     The stage must stand out from the step-to-step spread of the same ratio for the other stages
     (each over the stages other than it and this one; it shares what moves a whole pipeline, such as
     the sequences drawn); in a two-stage pipeline from one worker's spread (``noise.cell_sigma``) over
@@ -190,7 +191,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
             stages=[int(s)],
             workers=[ctx.worker_of[r] for r in rs][:16],
             evidence=(
-                f"stage {s} sets the pace: S_stage={res.by_stage[s]:.3f} vs {np.median(list(res.by_stage.values())):.3f} "
+                f"stage {s} sets the pace: S_stage={res.by_stage[s]:.3f} "
+                f"vs {np.median(list(res.by_stage.values())):.3f} "
                 f"(median); its compute is {ratio:.2f}x the other stages'; {num_heavy} of its "
                 f"{len(rs)} DP replicas compute over {cfg.heavy_row_ratio:.2f}x what the other stages' workers do"
                 + (f" (one worker per stage: a slow GPU on rank {rs[0]} would look the same; if the stage's "

@@ -391,8 +391,8 @@ def per_microbatch(ctx: Ctx, cfg: DiagnoseConfig) -> dict[int, float]:
         order = np.argsort(ranks, kind="stable")
         r_sorted, v_sorted = ranks[order], ratio[order]
         bounds = np.flatnonzero(np.diff(r_sorted)) + 1
-        med = {int(rs[0]): float(np.median(vs)) for rs, vs in zip(np.split(r_sorted, bounds), np.split(v_sorted, bounds),
-                                                                  strict=True) if len(rs)}
+        med = {int(rs[0]): float(np.median(vs))
+               for rs, vs in zip(np.split(r_sorted, bounds), np.split(v_sorted, bounds), strict=True) if len(rs)}
     # the fitted cost is one for all DP replicas of a stage, and the peers' median of a microbatch is
     # a slow one's where most replicas are slow: compare each rank with the fast peers of its stage
     rs = sorted(med)
@@ -433,7 +433,8 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
     else:
         cause = "worker"
         evidence = f"{lead}compute takes {ratio:.2f}x what its peers on stage {wk['stage']} take"
-        fix = f"drain the node of rank {r0}{others} and check it (thermal throttling, clocks, ECC errors, noisy neighbours)"
+        fix = (f"drain the node of rank {r0}{others} and check it "
+               "(thermal throttling, clocks, ECC errors, noisy neighbours)")
     f = Finding(
         cause=cause,
         workers=[ctx.worker_of[r] for r in cells],
@@ -461,8 +462,8 @@ def worth_naming(ctx: Ctx, cfg: DiagnoseConfig, cells: list[int]) -> list[int]:
     that drew a heavier share of the host) passes the compute-ratio test yet gives the step nothing;
     draining its node fixes nothing. Two equally slow ranks each carry all of it: with the other fixed,
     each is alone the straggler. Judged only where the joint fix gains ``min_named_gain``: behind
-    another cause (a heavy stage) the step shows no rank's part, and all are kept. At most ``worker_marginal_max`` cells are judged (one replay
-    each); beyond that all are kept."""
+    another cause (a heavy stage) the step shows no rank's part, and all are kept. At most
+    ``worker_marginal_max`` cells are judged (one replay each); beyond that all are kept."""
     if len(cells) < 2 or len(cells) > cfg.worker_marginal_max:
         return cells
     from laggard.engine.replay import replay_steps

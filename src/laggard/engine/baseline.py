@@ -24,8 +24,8 @@ from laggard.engine.replay import (
     step_times_from_nodes,
     wall_step_times,
 )
-from laggard.errors import GraphCycleError
-from laggard.optable.ops import COMM_KINDS, Job, LaggardError, fits_table, is_gc_name
+from laggard.errors import GraphCycleError, LaggardError
+from laggard.optable.ops import COMM_KINDS, Job, fits_table, is_gc_name
 
 _NS = 1e-9
 
@@ -370,7 +370,8 @@ def _block_cells(labels: np.ndarray, vs: np.ndarray) -> list[tuple[np.ndarray, n
     sv = vs[order]
     if len(sv) <= 8 or (sv[1:] == sv[:-1]).any():
         return [(np.flatnonzero(labels == v), c) for c, v in enumerate(vs.tolist())]
-    if labels.dtype.kind in "iu" and sv.dtype.kind in "iu" and len(labels) and fits_table(int(sv[-1]) - int(sv[0]) + 1, len(labels)):
+    if (labels.dtype.kind in "iu" and sv.dtype.kind in "iu" and len(labels)
+            and fits_table(int(sv[-1]) - int(sv[0]) + 1, len(labels))):
         # integer labels (op types, stages, ranks): each op's column from a table over the asked values
         lo, hi = int(sv[0]), int(sv[-1])
         lut = np.full(hi - lo + 2, -1, dtype=np.int64)  # the last slot: labels outside the values

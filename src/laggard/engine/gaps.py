@@ -196,7 +196,8 @@ def _running_max(values: np.ndarray, run_start: np.ndarray) -> tuple[np.ndarray,
     if compiled is None:
         return _running_max_numpy(values, run_start)
     running, pos = np.empty(len(values), dtype=np.int64), np.empty(len(values), dtype=np.int64)
-    compiled(np.ascontiguousarray(values, dtype=np.int64), np.ascontiguousarray(run_start, dtype=np.int64), running, pos)
+    compiled(np.ascontiguousarray(values, dtype=np.int64), np.ascontiguousarray(run_start, dtype=np.int64),
+             running, pos)
     return running, pos
 
 
@@ -225,7 +226,8 @@ def _running_max_numpy(values: np.ndarray, run_start: np.ndarray) -> tuple[np.nd
         del off, lo
     else:  # astronomically long runs: one running max per run
         bounds = np.append(run_start, n)
-        running = np.concatenate([np.maximum.accumulate(values[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+        running = np.concatenate([np.maximum.accumulate(values[a:b])
+                                  for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
         at_max = values == running
     pos = np.arange(n)
     pos[~at_max] = 0

@@ -20,11 +20,9 @@ import numpy as np
 
 from laggard.engine.kernels import kernel
 from laggard.engine.sorting import lex_order
-from laggard.errors import GraphCycleError
+from laggard.errors import GraphCycleError, LaggardError, LaggardWarning
 from laggard.optable.ops import (
     Job,
-    LaggardError,
-    LaggardWarning,
     fits_table,
     to_numpy,
     unique_inverse,
@@ -160,7 +158,8 @@ def _groups(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     order = lex_order(op_step[rows], gcode[rows], seq)
     r = rows[order]
     new = np.ones(len(r), dtype=bool)
-    new[1:] = (op_step[r][1:] != op_step[r][:-1]) | (gcode[r][1:] != gcode[r][:-1]) | (seq[order][1:] != seq[order][:-1])
+    new[1:] = ((op_step[r][1:] != op_step[r][:-1]) | (gcode[r][1:] != gcode[r][:-1])
+               | (seq[order][1:] != seq[order][:-1]))
     gid = np.cumsum(new) - 1
     op_group[r] = gid
     group_ptr = np.concatenate([np.flatnonzero(new), [len(r)]]).astype(np.int64)
@@ -237,7 +236,8 @@ def _repeated_steps(job: Job, op_step: np.ndarray, num_steps: int) -> int:
         return m
     if not np.array_equal(job.column("op_id"), np.arange(n)):
         return 0
-    d = deps.chunk(0) if deps.num_chunks == 1 else deps.combine_chunks()  # (which copies even one chunk: 6 ms on trace-AR)
+    # (combine_chunks copies even one chunk: 6 ms on trace-AR)
+    d = deps.chunk(0) if deps.num_chunks == 1 else deps.combine_chunks()
     offsets = to_numpy(d.offsets)
     lens = np.diff(offsets).reshape(num_steps, m)
     if (lens != lens[0]).any():
@@ -331,11 +331,13 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
         num_groups=k_steps * gr0,
         steps=steps,
         op_step=op_step,
-        dep_ptr=np.concatenate([np.tile(g0.dep_ptr[:-1], k_steps) + np.repeat(ks * num_dep0, n0), [k_steps * num_dep0]]),
+        dep_ptr=np.concatenate([np.tile(g0.dep_ptr[:-1], k_steps) + np.repeat(ks * num_dep0, n0),
+                                [k_steps * num_dep0]]),
         dep_idx=np.tile(g0.dep_idx, k_steps) + np.repeat(ks * n0, num_dep0),
         op_group=op_group,
         group_ptr=np.concatenate(
-            [np.tile(g0.group_ptr[:-1], k_steps) + np.repeat(ks * len(g0.group_ops), gr0), [k_steps * len(g0.group_ops)]]
+            [np.tile(g0.group_ptr[:-1], k_steps) + np.repeat(ks * len(g0.group_ops), gr0),
+             [k_steps * len(g0.group_ops)]]
         ),
         group_ops=np.tile(g0.group_ops, k_steps) + group_rep * n0,
         op_pos=map_all(g0.op_pos).astype(idx_t),
@@ -395,7 +397,8 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
     )
 
 
-def _node_edges(dep_ptr: np.ndarray, dep_idx: np.ndarray, op_group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _node_edges(dep_ptr: np.ndarray, dep_idx: np.ndarray, op_group: np.ndarray,
+                n: int) -> tuple[np.ndarray, np.ndarray]:
     """Node-level edges (src -> dst): unsynced op <- its deps; group <- deps of all members;
     member <- group (group nodes are n + group index)."""
     synced = op_group >= 0
@@ -475,7 +478,8 @@ def _segments(level: np.ndarray, deg: np.ndarray, pptr: np.ndarray, pidx: np.nda
     # scatter every node's predecessors into its row of its segment's matrix
     seg_of = np.full(num_nodes, -1, dtype=np.int64)
     seg_id = np.repeat(np.arange(len(seg_start)), seg_end - seg_start)
-    seg_of[np.concatenate([np.arange(a, b) for a, b in zip(seg_start, seg_end, strict=True)]) if len(seg_start) else []] = seg_id
+    seg_of[np.concatenate([np.arange(a, b) for a, b in zip(seg_start, seg_end, strict=True)])
+           if len(seg_start) else []] = seg_id
     vals, owner = csr_gather(pptr, pidx, order)  # owner: position of the node
     if len(vals):
         first = np.concatenate([[0], np.cumsum(deg[order])[:-1]])
@@ -486,7 +490,8 @@ def _segments(level: np.ndarray, deg: np.ndarray, pptr: np.ndarray, pidx: np.nda
     return pos, seg_start, seg_end, seg_k, seg_off, seg_pred
 
 
-def _sinks(src: np.ndarray, op_step: np.ndarray, n: int, num_nodes: int, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def _sinks(src: np.ndarray, op_step: np.ndarray, n: int, num_nodes: int,
+           num_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Ops no node waits for, sorted by step, and each step's bounds among them (members of a
     group feed only their group's successors through the group node, so they count as sinks only
     if the group has none)."""

@@ -64,7 +64,8 @@ def propagate(graph: Graph, vals: np.ndarray, floor: tuple[np.ndarray, np.ndarra
         hi = np.searchsorted(fpos, graph.seg_end)
     compiled = kernel("propagate")
     if compiled is not None and vals.dtype == np.float64 and vals.flags.c_contiguous and vals.flags.writeable:
-        seg = [np.ascontiguousarray(a, dtype=np.int64) for a in (graph.seg_start, graph.seg_end, graph.seg_k, graph.seg_off)]
+        seg = [np.ascontiguousarray(a, dtype=np.int64)
+               for a in (graph.seg_start, graph.seg_end, graph.seg_k, graph.seg_off)]
         extra = () if floor is None else (np.ascontiguousarray(floor[0], dtype=np.int64), np.ascontiguousarray(held),
                                           lo.astype(np.int64), hi.astype(np.int64))
         compiled(vals, *seg, np.ascontiguousarray(graph.seg_pred), *extra)

@@ -70,7 +70,8 @@ def skip_warmup(job: Job, skip_steps: int | None = None, cfg: WarmupConfig | Non
     out = Job(table=job.table.filter(pa.array(keep)), meta=job.meta, warnings=list(job.warnings),
               load_args=dict(job.load_args))
     # a finding's command must replay the same steps
-    out.load_args["steps"] = ",".join(str(int(s)) for s in steps[n:]) if len(steps) - n <= 8 else f"{steps[n]}-{steps[-1]}"
+    out.load_args["steps"] = (",".join(str(int(s)) for s in steps[n:]) if len(steps) - n <= 8
+                              else f"{steps[n]}-{steps[-1]}")
     return out, [int(s) for s in steps[:n]]
 
 

@@ -86,7 +86,8 @@ def _local_file(path: Path, exclude: Path | None) -> Iterator[JobSpec]:
     elif _is_manifest(name):
         yield from _manifest(path.read_text(errors="replace").splitlines(), str(path), path.parent, exclude)
     else:
-        raise LaggardError(f"{path}: not a trace (job.json, *.parquet, *.json[.gz]) nor a manifest (*.txt, *.lst, *.list)")
+        raise LaggardError(f"{path}: not a trace (job.json, *.parquet, *.json[.gz]) "
+                           "nor a manifest (*.txt, *.lst, *.list)")
 
 
 def _is_manifest(name: str) -> bool:

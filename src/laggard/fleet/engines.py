@@ -6,7 +6,8 @@
   each task reads its jobs where it runs. On a cluster the workers import laggard from the copy of
   this package that Ray ships with the job (``runtime_env`` ``py_modules``); its dependencies
   (numpy, pyarrow, PyYAML, orjson, fsspec) must be installed on the nodes. ``ship_code=False``
-  (``--no-ray-ship-code``) when the nodes' image has laggard installed. Needs ``pip install 'laggard[ray]'``; nothing else does.
+  (``--no-ray-ship-code``) when the nodes' image has laggard installed. Needs
+  ``pip install 'laggard[ray]'``; nothing else does.
 * ``inline`` (``--workers 0``): in this process, one batch at a time (debugging, tiny fleets).
 
 On this machine (``local``, ``inline``) the process that analyses a batch also writes its JSON

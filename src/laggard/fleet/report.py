@@ -1,8 +1,9 @@
 """The fleet report: one self-contained HTML page (inline CSS and SVG, no script) at DIR/fleet.html.
 
 Sections: headline numbers; CDFs of slowdown and waste; GPU-hours wasted by cause and by op kind;
-top causes; goodput (productive GPU-hours, lost to stragglers by cause and to hangs); slowdown against job size; the top jobs by GPU-hours wasted with their findings; hosts
-ranked by what their slowness cost (``laggard.fleet.hosts``); coverage (analysed, rejected, failed and why).
+top causes; goodput (productive GPU-hours, lost to stragglers by cause and to hangs); slowdown against
+job size; the top jobs by GPU-hours wasted with their findings; hosts ranked by what their slowness
+cost (``laggard.fleet.hosts``); coverage (analysed, rejected, failed and why).
 """
 
 from __future__ import annotations
@@ -113,16 +114,18 @@ def _hosts(view: HostsView | None) -> str:
     rows = []
     for i, h in enumerate(view.hosts[:HOSTS_SHOWN], 1):
         causes = ", ".join(sorted(h.causes, key=lambda c: -h.causes[c])) or "-"
-        named = ", ".join(escape(j) for j in h.named_jobs[:4]) + (f" and {len(h.named_jobs) - 4} more" if len(h.named_jobs) > 4 else "")
+        named = (", ".join(escape(j) for j in h.named_jobs[:4])
+                 + (f" and {len(h.named_jobs) - 4} more" if len(h.named_jobs) > 4 else ""))
         rows.append([str(i), escape(h.host), f"<strong>{escape(h.verdict)}</strong>", f"{h.num_jobs:,}",
-                     f"{h.num_named:,} ({_pct(h.named_share)})", f"{h.gpu_hours_cost:,.3g}", escape(causes), named or "-"])
+                     f"{h.num_named:,} ({_pct(h.named_share)})", f"{h.gpu_hours_cost:,.3g}", escape(causes),
+                     named or "-"])
     body = _table(["#", "host", "verdict", "jobs", "named in", "GPU-h cost", "causes", "jobs named in"], rows)
     more = f" {len(view.hosts) - HOSTS_SHOWN} more in hosts.parquet." if len(view.hosts) > HOSTS_SHOWN else ""
     left = (f" {view.num_jobs_without_hosts:,} analysed jobs name no host and are left out."
             if view.num_jobs_without_hosts else "")
     return section("Hosts that keep straggling", body, id="hosts",
-                   lead="Per host: the analysed jobs it ran in, how many of them had a finding (slow worker, link, host "
-                        "time) naming one of its ranks, and the GPU-hours that cost the job (all its GPUs wait). "
+                   lead="Per host: the analysed jobs it ran in, how many of them had a finding (slow worker, link, "
+                        "host time) naming one of its ranks, and the GPU-hours that cost the job (all its GPUs wait). "
                         "Chronic: named in several jobs and a good share of its jobs; one-off: once." + more + left)
 
 

@@ -84,7 +84,8 @@ def reason_kind(message: str) -> str:
         if m is None:
             break
         msg = msg[m.end():]
-    msg = msg.split(" (", 1)[0].split(": ", 1)[0] if msg.startswith(("too few", "replay fidelity")) else msg.split(" (", 1)[0]
+    msg = (msg.split(" (", 1)[0].split(": ", 1)[0] if msg.startswith(("too few", "replay fidelity"))
+           else msg.split(" (", 1)[0])
     return re.sub(r"\d+(\.\d+)?", "#", msg)[:90]
 
 
@@ -174,7 +175,8 @@ def _by_kind(s_c: np.ndarray, s_m: np.ndarray, ghw: np.ndarray) -> dict[str, flo
     }
 
 
-def _scan_findings(f: pq.ParquetFile, ok: np.ndarray, ghw: np.ndarray, top: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def _scan_findings(f: pq.ParquetFile, ok: np.ndarray, ghw: np.ndarray,
+                   top: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """One pass over the findings, a row group at a time: GPU-hours by cause, and the top jobs."""
     score = np.where(ok & np.isfinite(ghw), ghw, -np.inf)
     top_idx = set(heapq.nlargest(top, np.flatnonzero(np.isfinite(score)).tolist(), key=lambda i: score[i]))

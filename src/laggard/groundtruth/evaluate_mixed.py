@@ -175,7 +175,8 @@ def score_job(truth: SimTruth, d: Diagnosis) -> JobScore:
         if not need:
             tally[2] += 1
             s.below_floor.append(ct.cause.spec())
-        hit = next((i for i, f in enumerate(d.findings) if i not in used and _matches(ct.cause, f, truth.sim.cfg)), None)
+        hit = next((i for i, f in enumerate(d.findings)
+                    if i not in used and _matches(ct.cause, f, truth.sim.cfg)), None)
         if hit is None:
             if need:
                 s.false_neg += 1
@@ -242,4 +243,5 @@ def by_kind(outcomes: list[MixOutcome], which: str = "full") -> dict[str, dict[s
         for k, (h, m, b) in getattr(o, which).by_kind.items():
             t = out.setdefault(k, [0, 0, 0])
             t[0], t[1], t[2] = t[0] + h, t[1] + m, t[2] + b
-    return {k: {"named": h, "missed": m, "below_floor": b, "recall": h / max(h + m, 1)} for k, (h, m, b) in sorted(out.items())}
+    return {k: {"named": h, "missed": m, "below_floor": b, "recall": h / max(h + m, 1)}
+            for k, (h, m, b) in sorted(out.items())}

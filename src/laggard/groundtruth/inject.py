@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 CAUSES: dict[str, dict[str, float]] = {
     "slow-worker": {"rank": 0, "factor": 2.0},

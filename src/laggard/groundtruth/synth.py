@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from laggard.errors import check_job_size, check_seed
+from laggard.errors import LaggardError, check_job_size, check_seed
 from laggard.groundtruth.inject import Injection
-from laggard.optable.ops import Job, JobMeta, LaggardError, make_table
+from laggard.optable.ops import Job, JobMeta, make_table
 from laggard.optable.template import Template, template_columns
 
 # op type -> (kind, stream, mean duration in ms at the default scale)
@@ -109,11 +109,13 @@ def build_1f1b_template(num_stages: int, num_mb: int, num_chunks: int = 1) -> Te
         return len(stage) - 1
 
     for s in range(num_stages):
-        ags = [add(s, "params-all-gather", -1, c, [], "dp", f"dp:pp{s}:params-all-gather", c) for c in range(num_chunks)]
+        ags = [add(s, "params-all-gather", -1, c, [], "dp", f"dp:pp{s}:params-all-gather", c)
+               for c in range(num_chunks)]
         for a_prev, a_next in zip(ags, ags[1:], strict=False):
             deps[a_next].append(a_prev)
         prev: int | None = None
-        last: dict[str, int | None] = {k: None for k in ("forward-send", "forward-recv", "backward-send", "backward-recv")}
+        last: dict[str, int | None] = {k: None
+                                       for k in ("forward-send", "forward-recv", "backward-send", "backward-recv")}
         started: set[int] = set()
         for kind, m, c in schedule_1f1b(s, num_stages, num_mb, num_chunks):
             fwd = kind == "F"
@@ -127,7 +129,8 @@ def build_1f1b_template(num_stages: int, num_mb: int, num_chunks: int = 1) -> Te
                 rname = f"{d}-recv"
                 prev_r = last[rname]
                 rdeps = ([] if prev is None else [prev]) + ([prev_r] if prev_r is not None else [])
-                r = add(s, rname, m, c, rdeps, "local", f"p2p-{d}:pp{src}>pp{s}", (v - (1 if fwd else -1)) * num_mb + m, src)
+                r = add(s, rname, m, c, rdeps, "local", f"p2p-{d}:pp{src}>pp{s}",
+                        (v - (1 if fwd else -1)) * num_mb + m, src)
                 last[rname] = r
                 cdeps.append(r)
             if fwd and c not in started:
@@ -216,7 +219,8 @@ def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.nda
     if inj.cause == "slow-worker":
         r = int(inj["rank"])
         if r not in worker_rank:
-            raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: 0..{worker_rank[-1]} step {cfg.tp})")
+            raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: "
+                               f"0..{worker_rank[-1]} step {cfg.tp})")
         w = np.where(ops.is_comp & (ops.rank == r), w * inj["factor"], w)
         wi = int(np.flatnonzero(worker_rank == r)[0])
         rec["workers"] = [{"rank": r, "dp_rank": wi // cfg.pp, "stage": wi % cfg.pp}]
@@ -229,7 +233,8 @@ def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.nda
     elif inj.cause == "host-stall":
         r, every = int(inj["rank"]), int(inj["every"])
         if r not in worker_rank:
-            raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: 0..{worker_rank[-1]} step {cfg.tp})")
+            raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: "
+                               f"0..{worker_rank[-1]} step {cfg.tp})")
         hit = ops.first_fwd & (ops.rank == r) & (ops.step % every == 0)
         launch_gap = np.where(hit, launch_gap + inj["ms"] * 1e-3, launch_gap)
         rec["ranks"], rec["steps"] = [r], sorted({int(x) for x in ops.step[hit]})
@@ -245,7 +250,8 @@ def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.nda
         link = (((ops.kind == "p2p_send") & (ops.rank == src) & (ops.peer == dst))
                 | ((ops.kind == "p2p_recv") & (ops.rank == dst) & (ops.peer == src)))
         if not link.any():
-            raise LaggardError(f"--inject {inj.spec()}: ranks {src} and {dst} exchange no p2p data (not adjacent stages of one DP rank)")
+            raise LaggardError(f"--inject {inj.spec()}: ranks {src} and {dst} exchange no p2p data "
+                               "(not adjacent stages of one DP rank)")
         w = np.where(link, w + inj["delay_ms"] * 1e-3, w)
         rec["link"] = [src, dst]
     elif inj.cause == "launch-delay":
@@ -279,7 +285,8 @@ def synthesize_with_truth(cfg: SynthConfig, injections: list[Injection] | None =
     is_comp = is_fwd | np.tile(name_t == "backward-compute", len(inst_step))
     mb = cols["microbatch"]
     inst = np.repeat(np.arange(len(inst_step)), num_t)
-    truth: dict = {"config": {k: getattr(cfg, k) for k in ("dp", "pp", "vpp", "tp", "microbatches", "steps", "seed", "jitter")},
+    truth: dict = {"config": {k: getattr(cfg, k)
+                              for k in ("dp", "pp", "vpp", "tp", "microbatches", "steps", "seed", "jitter")},
                    "injections": []}
 
     # document lengths per (instance, microbatch): constant unless seqlen-imbalance

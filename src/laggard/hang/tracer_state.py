@@ -97,7 +97,8 @@ def add_tracer_entries(d: RankDump) -> bool:
         pending = comm.get("group") == label and comm.get("kind") == "collective"
         op = str(comm.get("name") if pending else last.get(label, "?"))
         created = comm.get("start_unix_ns") if pending else 0
-        d.entries.append(Entry(group=label, seq=n, record_id=position if pending else -1, op=op, sig=("tracer", (), (), ()),
+        d.entries.append(Entry(group=label, seq=n, record_id=position if pending else -1, op=op,
+                               sig=("tracer", (), (), ()),
                                created_ns=created if isinstance(created, int) else 0, is_p2p=False,
                                done=not pending))
         ranks = _label_ranks(label, d.world_size)

@@ -81,7 +81,8 @@ def _where_text(info: dict[str, Any]) -> str:
     parts: list[str] = []
     state = w.get("state")
     if state in ("p2p_recv", "p2p_send", "p2p"):
-        parts.append(f"blocked in {w.get('op', 'p2p')} {'from' if state == 'p2p_recv' else 'with'} rank {w.get('peer')}")
+        parts.append(f"blocked in {w.get('op', 'p2p')} "
+                     f"{'from' if state == 'p2p_recv' else 'with'} rank {w.get('peer')}")
     elif state == "collective":
         parts.append(f"in {w.get('op')} (group {w.get('group', '?')})")
     elif state == "compute":
@@ -221,8 +222,8 @@ def diagnose(dumps: list[RankDump], states: dict[int, dict[str, Any]] | None = N
                      missing_ranks=missing)
     rep.ranks = {r: _rank_facts(d, states.get(r)) for r, d in sorted(by_rank.items())}
     if from_tracer:
-        rep.notes.append(f"Flight Recorder off on rank(s) {from_tracer}: their collectives are the ones laggard's tracer "
-                         "counted (the last per group; no sizes, so no desync check)")
+        rep.notes.append(f"Flight Recorder off on rank(s) {from_tracer}: their collectives are the ones laggard's "
+                         "tracer counted (the last per group; no sizes, so no desync check)")
     if not known:
         rep.notes.append(f"world size unknown (plain torch dumps): taken as {world} (highest rank + 1)")
     for v in views:
@@ -265,7 +266,8 @@ def _desync(rep: HangReport, ds: Any) -> None:
         rep.evidence.append(f"ranks {ranks} called {sig[0]} sizes {[list(s) for s in sig[1]]} dtypes {list(sig[2])} "
                             f"as seq {ds.seq} of {v.label()}")
     if not ds.culprits:
-        rep.undecided.append(f"ranks of {v.label()} disagree at seq {ds.seq} with no majority: cannot tell which is wrong")
+        rep.undecided.append(f"ranks of {v.label()} disagree at seq {ds.seq} with no majority: "
+                             "cannot tell which is wrong")
 
 
 def _hang(rep: HangReport, gaps: list[_Gap], dumps: dict[int, RankDump], vmap: dict[str, GroupView]) -> None:

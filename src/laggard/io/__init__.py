@@ -35,7 +35,8 @@ def detect_format(path: Path) -> str:
             return "ndtimeline"
         if any(p.name.endswith((".json", ".json.gz")) for p in path.iterdir()):
             return "kineto"
-        raise LaggardError(f"{path}: a directory without job.json, trace*.parquet or *.json traces; cannot tell its format")
+        raise LaggardError(f"{path}: a directory without job.json, trace*.parquet or *.json traces; "
+                           "cannot tell its format")
     if path.suffix == ".parquet":
         return "ndtimeline"
     if path.name == JOB_FILE:
@@ -46,8 +47,9 @@ def detect_format(path: Path) -> str:
 
 
 def load_job(
-    path: str | Path | Sequence[str | Path], *, fmt: str = "auto", meta: str | Path | None = None, steps: str | None = None,
-    layout: str | None = None, rank_map: str | Path | None = None, cache: JobCacheConfig | None = None,
+    path: str | Path | Sequence[str | Path], *, fmt: str = "auto", meta: str | Path | None = None,
+    steps: str | None = None, layout: str | None = None, rank_map: str | Path | None = None,
+    cache: JobCacheConfig | None = None,
 ) -> Job:
     """Read a trace (``fmt``: auto, native, ndtimeline, kineto) and optionally keep only ``steps`` ("10-20,25").
 
@@ -152,7 +154,8 @@ def _load_kineto(paths: Sequence[str | Path] | Path, meta: str | Path | None,
     from laggard.io.kineto.load import read_kineto
 
     if meta is not None:
-        raise LaggardError("--meta is for NDTimeline traces; give a profiler trace's layout with --layout or --rank-map")
+        raise LaggardError("--meta is for NDTimeline traces; "
+                           "give a profiler trace's layout with --layout or --rank-map")
     return read_kineto(paths, layout=layout, rank_map=rank_map)
 
 

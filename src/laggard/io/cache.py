@@ -104,7 +104,8 @@ def configured() -> JobCacheConfig:
         if not gib >= 0 or gib == float("inf"):
             from laggard.errors import LaggardError
 
-            raise LaggardError(f"LAGGARD_CACHE_MAX_GIB={cap!r}: expected a size in GiB, a number >= 0 (0: cache nothing)")
+            raise LaggardError(f"LAGGARD_CACHE_MAX_GIB={cap!r}: expected a size in GiB, "
+                               "a number >= 0 (0: cache nothing)")
         cfg = JobCacheConfig(directory=cfg.directory, max_bytes=int(gib * 2**30), settle_s=cfg.settle_s)
     return cfg
 
@@ -264,5 +265,5 @@ def clear(cfg: JobCacheConfig) -> tuple[int, int]:
     return len(found), sum(size for _, size, _ in found)
 
 
-__all__ = ["CACHE_FORMAT", "JobCacheConfig", "clear", "cli_config", "default_directory", "entries", "entry_key", "entry_source",
-           "evict", "read_entry", "write_entry"]
+__all__ = ["CACHE_FORMAT", "JobCacheConfig", "clear", "cli_config", "default_directory", "entries", "entry_key",
+           "entry_source", "evict", "read_entry", "write_entry"]

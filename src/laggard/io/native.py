@@ -9,8 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.io.native_layout import infer_layout
-from laggard.optable.ops import Job, JobMeta, LaggardError, LaggardWarning, conform
+from laggard.optable.ops import Job, JobMeta, conform
 from laggard.optable.partial import note_missing
 from laggard.optable.tracedir import JOB_FILE, STATE_GLOB, check_trace
 
@@ -80,4 +81,5 @@ def _missing_ranks(path: Path, job: Job) -> list[str]:
     step = max(meta.gpus_per_worker, 1)
     missing = [r for r in range(0, meta.world_size, step) if r not in ranks]
     shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
-    return [f"{path}: {len(missing)} of {expected} ranks have no ops (ranks {shown}); the analysis covers the others only"]
+    return [f"{path}: {len(missing)} of {expected} ranks have no ops (ranks {shown}); "
+            "the analysis covers the others only"]

@@ -158,7 +158,8 @@ def infer_tensor_parallel(job: Job) -> Job:
     g = np.where(coll, group_code, -1)
     count = np.bincount(g[g >= 0], minlength=len(labels))
     red_count = np.bincount(g[(g >= 0) & red], minlength=len(labels))
-    uses = [GroupUse(ranks=m, collectives=int(count[i]), reduce_in_forward=int(red_count[i])) for i, m in members.items()]
+    uses = [GroupUse(ranks=m, collectives=int(count[i]), reduce_in_forward=int(red_count[i]))
+            for i, m in members.items()]
     dp_col, pp_col = job.column("dp_rank"), job.column("pp_rank")
     ranks, first = np.unique(rank, return_index=True)
     stage_of = {int(r): int(pp_col[i]) for r, i in zip(ranks, first, strict=True)}

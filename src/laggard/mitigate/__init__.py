@@ -26,7 +26,8 @@ from laggard.mitigate.partition import StageSplit, megatron_layout, partition_st
 from laggard.util.lazy import lazy_exports
 
 __all__ = [
-    "ActConfig", "AttentionCostModel", "BalancedBatchSampler", "Controller", "CPShard", "CostFit", "CostModel", "Plan", "PlannedGC",
+    "ActConfig", "AttentionCostModel", "BalancedBatchSampler", "Controller", "CPShard", "CostFit", "CostModel", "Plan",
+    "PlannedGC",
     "StageSplit", "WLBPacker", "balance", "cp_shard", "exchange_sequences", "fit_cost", "imbalance",
     "megatron_layout", "pack_collate", "partition_stages", "split_samples", "split_stages",
 ]

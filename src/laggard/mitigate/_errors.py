@@ -1,7 +1,7 @@
-"""User errors and warnings for ``laggard.mitigate`` without loading the analysis stack at import.
+"""Small helpers for ``laggard.mitigate``'s user errors and warnings.
 
-``laggard.optable.ops`` (where ``LaggardError`` and ``LaggardWarning`` live) imports pyarrow; a training loop
-that only balances batches should not pay for that. The classes are imported on first use.
+The classes live in ``laggard.errors`` (no dependencies, cheap to import from a training loop); these
+helpers only spell ``laggard.mitigate``'s checks and warnings once.
 """
 
 from __future__ import annotations
@@ -10,18 +10,16 @@ import warnings
 
 import numpy as np
 
+from laggard.errors import LaggardError, LaggardWarning
 
-def error(msg: str) -> Exception:
-    """A ``laggard.optable.ops.LaggardError`` with ``msg`` (raise it: ``raise error("...")``)."""
-    from laggard.optable.ops import LaggardError
 
+def error(msg: str) -> LaggardError:
+    """A ``laggard.errors.LaggardError`` with ``msg`` (raise it: ``raise error("...")``)."""
     return LaggardError(msg)
 
 
 def warn(msg: str, *, stacklevel: int = 3) -> None:
-    """Issue ``msg`` as a ``laggard.optable.ops.LaggardWarning``."""
-    from laggard.optable.ops import LaggardWarning
-
+    """Issue ``msg`` as a ``laggard.errors.LaggardWarning`` (by default, at the caller's caller)."""
     warnings.warn(msg, LaggardWarning, stacklevel=stacklevel)
 
 

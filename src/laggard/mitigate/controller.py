@@ -274,7 +274,8 @@ class Controller:
 
     def _smooth(self, w: dict[str, Any]) -> None:
         a, raw = self.cfg.smoothing, w["time_per_sample"]
-        self._tps = list(raw) if self._tps is None else [a * x + (1 - a) * p for x, p in zip(raw, self._tps, strict=True)]
+        self._tps = (list(raw) if self._tps is None
+                     else [a * x + (1 - a) * p for x, p in zip(raw, self._tps, strict=True)])
         w["raw_time_per_sample"] = raw
         w["time_per_sample"], w["ratio"] = list(self._tps), _ratios(self._tps)
 
@@ -323,8 +324,8 @@ class Controller:
             self._slow_windows = 0
             if self.shifted and self._ok_windows >= cfg.windows_to_undo and self._rate_ok(step):
                 out.append(self._act(step, w, "undo", list(range(self.dp_size)),
-                                     f"every DP rank within {cfg.recover_ratio}x of the other ranks' median compute per sample for "
-                                     f"{self._ok_windows} windows: back to the even split",
+                                     f"every DP rank within {cfg.recover_ratio}x of the other ranks' median compute "
+                                     f"per sample for {self._ok_windows} windows: back to the even split",
                                      even_split(self.global_batch, self.dp_size), **ev))
             return out
         self._ok_windows = 0
@@ -338,15 +339,15 @@ class Controller:
         if new != self.counts and pred_now > (cfg.replan_gain if self.shifted else cfg.min_gain) * pred_new:
             names = ", ".join(f"DP rank {d} {ratio[d]:.2f}x" for d in slow) or "rates changed"
             out.append(self._act(step, w, "rebalance", slow or list(range(self.dp_size)),
-                                 f"compute per sample over the other ranks' median ({names}) for {self._slow_windows} windows: "
-                                 f"samples split by measured speed, predicted step compute {pred_now * 1e3:.1f} -> "
-                                 f"{pred_new * 1e3:.1f} ms", new, **ev))
+                                 f"compute per sample over the other ranks' median ({names}) for {self._slow_windows} "
+                                 "windows: samples split by measured speed, predicted step compute "
+                                 f"{pred_now * 1e3:.1f} -> {pred_new * 1e3:.1f} ms", new, **ev))
         floored = [d for d in slow if self.counts[d] == self.min_samples and ratio[d] * self.min_samples >
                    cfg.slow_ratio * self.global_batch / self.dp_size and d not in self._drained]
         for d in sorted(set(sick) | set(floored)):
             self._drained.add(d)
-            out.append(self._act(step, w, "drain", [d], f"DP rank {d} is {ratio[d]:.2f}x the other ranks' median compute per "
-                                 "sample: more than moving samples can absorb; drain its node", **ev))
+            out.append(self._act(step, w, "drain", [d], f"DP rank {d} is {ratio[d]:.2f}x the other ranks' median "
+                                 "compute per sample: more than moving samples can absorb; drain its node", **ev))
             self._post_drain(out[-1])
         return out
 

@@ -232,7 +232,8 @@ def repair_cap(bin_of: np.ndarray, costs: np.ndarray, tokens: np.ndarray, num_bi
 
 def select_outliers(costs: np.ndarray, num_bins: int, base: float, forced: np.ndarray | None = None,
                     slack: float = 0.0, waited: np.ndarray | None = None, max_share: int = 3,
-                    tokens: np.ndarray | None = None, budget_share: float = DEFER_BUDGET_SHARE) -> tuple[np.ndarray, float]:
+                    tokens: np.ndarray | None = None,
+                    budget_share: float = DEFER_BUDGET_SHARE) -> tuple[np.ndarray, float]:
     """Documents that cannot be balanced in this batch, held back one at a time until none is left:
 
     * a document whose cost alone is above the balanced bin level of what is kept (largest first);

@@ -1,7 +1,9 @@
 """The collector's HTTP API (FastAPI): thin routes over ``laggard.monitor.service.Collector``.
 
-Everything but ``/healthz`` needs the bearer token (or, for the dashboard in a browser, the cookie
-set by opening ``/?token=...``). Errors a client can cause are 4xx with ``{"detail": reason}``.
+Everything but ``/healthz`` needs a bearer token (or, for the dashboard in a browser, the session
+cookie of signing in at ``/signin``) whose role allows the request (``laggard.monitor.tokens``); a
+token in a URL is refused (``laggard.monitor.guard`` checks every request before these routes).
+Errors a client can cause are 4xx with ``{"detail": reason}``.
 """
 
 from __future__ import annotations
@@ -16,24 +18,27 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import HTTPConnection
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from laggard.errors import LaggardError
-from laggard.monitor import auth
+from laggard.monitor import tokens
+from laggard.monitor.guard import Guard
 from laggard.monitor.hangs import BadReport
 from laggard.monitor.service import Collector, UnknownJob
 from laggard.wire.batch import BadBatch
 from laggard.wire.bundle import BUNDLE_CONTENT_TYPE
 from laggard.wire.pack import PACK_CONTENT_TYPE
 
-COOKIE = "laggard_token"
-
 
 def create_app(collector: Collector, token: str) -> FastAPI:
+    """The collector's app behind its guard: ``token`` is its own (admin; it also signs the dashboard's
+    sessions); the tokens made with roles (``laggard.monitor.tokens``) are in its database."""
+    from laggard.monitor.signin import Sessions
+
     app = FastAPI(title="laggard monitor", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(TokenGuard, token=token)
+    access = tokens.RoleAccess(token, collector.store)
+    app.add_middleware(Guard, access=access, sessions=Sessions(token))
     _error_handlers(app)
+    _token_routes(app, collector.store, access)
     _job_routes(app, collector)
     _control_routes(app, collector)
     _hang_routes(app, collector)
@@ -50,6 +55,10 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BadBatch)
     async def _bad_batch(_: Request, e: BadBatch) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=422)
+
+    @app.exception_handler(tokens.Forbidden)
+    async def _forbidden(_: Request, e: tokens.Forbidden) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=403)
 
     @app.exception_handler(BadReport)
     async def _bad_report(_: Request, e: BadReport) -> JSONResponse:
@@ -83,8 +92,9 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
         ctype = request.headers.get("content-type", "")
         take = (collector.ingest_pack if ctype.startswith(PACK_CONTENT_TYPE) else
                 collector.ingest_bundle if ctype.startswith(BUNDLE_CONTENT_TYPE) else collector.ingest)
-        # a worker thread: the store write blocks until durable; the answer skips FastAPI's encoder
-        ans = await run_in_threadpool(take, body)
+        # a worker thread: the store write blocks until durable; the answer skips FastAPI's encoder.
+        # An ingest token limited to one job posts that job's batches only (403)
+        ans = await run_in_threadpool(take, body, tokens.only_job(request.scope.get("state")))
         return Response(orjson.dumps(ans), media_type="application/json")
 
     @app.get("/api/v1/jobs")
@@ -99,7 +109,8 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
     def analysis(job_id: str) -> Response:
         win = collector.job(job_id)
         if win.result is None:
-            raise HTTPException(409, f"job {job_id!r} has no complete window yet" + (f" ({win.error})" if win.error else ""))
+            raise HTTPException(409, f"job {job_id!r} has no complete window yet"
+                                + (f" ({win.error})" if win.error else ""))
         from laggard.report.jsonout import dumps
 
         return Response(dumps(win.result.doc), media_type="application/json")
@@ -155,7 +166,8 @@ def _hang_routes(app: FastAPI, collector: Collector) -> None:
 
     @app.post("/api/v1/jobs/{job_id}/flight")
     async def flight(job_id: str, request: Request, request_no: int = Query(0, alias="request")) -> dict[str, Any]:
-        """A rank's hang report for dump request ``request``: its Flight Recorder dump and tracer state (JSON or pickle)."""
+        """A rank's hang report for dump request ``request``: its Flight Recorder dump and tracer state
+        (JSON or pickle)."""
         collector.job(job_id)  # 404 before reading the body
         body = await read_body(request, collector.cfg.max_report_bytes)
         return await run_in_threadpool(collector.add_report, job_id, request_no, body)
@@ -188,12 +200,34 @@ def _admin_routes(app: FastAPI, collector: Collector) -> None:
         return Response(collector.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/", response_class=HTMLResponse)
-    def dashboard(request: Request) -> HTMLResponse:
-        page = resources.files("laggard.monitor").joinpath("dashboard.html").read_text()
-        resp = HTMLResponse(page)
-        if request.query_params.get("token"):
-            resp.set_cookie(COOKIE, request.query_params["token"], httponly=True, samesite="strict")
-        return resp
+    def dashboard() -> HTMLResponse:
+        return HTMLResponse(resources.files("laggard.monitor").joinpath("dashboard.html").read_text())
+
+
+def _token_routes(app: FastAPI, store: Any, access: tokens.RoleAccess) -> None:
+    """``/api/v1/tokens`` (admin): list (GET), make (POST ``{"role", "job"?, "expires_days"?}``: the token
+    is in this answer only), revoke (DELETE .../ID); a change here counts at once."""
+    @app.get("/api/v1/tokens")
+    def tokens_list() -> list[dict[str, Any]]:
+        return [t.to_json() for t in tokens.listed(store)]
+
+    @app.post("/api/v1/tokens")
+    async def tokens_create(request: Request) -> dict[str, Any]:
+        d = await read_json(request, 4096)
+        if not isinstance(d, dict) or set(d) - {"role", "job", "expires_days"} or not isinstance(d.get("role"), str):
+            raise LaggardError('expected {"role": "ingest"|"read"|"admin", "job": ID?, "expires_days": N?}')
+        days = d.get("expires_days")
+        if days is not None and (isinstance(days, bool) or not isinstance(days, int | float)):
+            raise LaggardError("expires_days: a number of days")
+        token, row = tokens.create(store, d["role"], d.get("job"), days)
+        access.forget()
+        return {"token": token, **row.to_json()}
+
+    @app.delete("/api/v1/tokens/{token_id}")
+    def tokens_revoke(token_id: str) -> dict[str, Any]:
+        row = tokens.revoke(store, token_id)
+        access.forget()
+        return row.to_json()
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -219,60 +253,4 @@ async def read_json(request: Request, limit: int) -> Any:
         raise HTTPException(400, f"body is not JSON ({e})") from None
 
 
-def _wants_page(conn: HTTPConnection) -> bool:
-    """A browser opening the dashboard (``/`` asking for HTML), not an API client."""
-    return conn.url.path == "/" and "text/html" in conn.headers.get("accept", "")
-
-
-def _login_page() -> HTMLResponse:
-    """What a browser gets at ``/`` without the token: how to open the dashboard, not raw JSON."""
-    return HTMLResponse(
-        "<!doctype html><meta charset=utf-8><title>laggard monitor: token needed</title>"
-        "<h1>The dashboard needs the collector's token</h1>"
-        "<p>Open this address with <code>?token=TOKEN</code> once (a cookie keeps it): the token is the one "
-        "<code>laggard monitor serve</code> printed when it first started (or its <code>--token</code>, or "
-        "<code>LAGGARD_TOKEN</code>), kept in its token file (beside a SQLite database, else "
-        "~/.config/laggard/monitor.token).</p>", status_code=401)
-
-
-class TokenGuard:
-    """The token check (everything but ``/healthz``) and the last-resort 500, as plain ASGI: Starlette's
-    ``BaseHTTPMiddleware`` costs a task group and a body stream per request on the ingest path."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app, self.token = app, token
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/healthz":
-            await self.app(scope, receive, send)
-            return
-        conn = HTTPConnection(scope)
-        authorization = conn.headers.get("authorization")
-        if not (auth.check(self.token, authorization)
-                or auth.check(self.token, None, conn.cookies.get(COOKIE), conn.query_params.get("token"))):
-            refused = _login_page() if _wants_page(conn) else JSONResponse({"detail": "missing or wrong bearer token"},
-                                                                          status_code=401)
-            refused.headers["WWW-Authenticate"] = "Bearer"
-            await refused(scope, receive, send)
-            return
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracked)
-        except Exception as e:  # a bug must not look like a client error, but must not leak a traceback
-            collector_log(e)
-            if started:
-                raise
-            await JSONResponse({"detail": "internal error (logged by the collector)"},
-                               status_code=500)(scope, receive, send)
-
-
-def collector_log(e: BaseException) -> None:
-    import logging
-
-    logging.getLogger("laggard.monitor").error("request failed", exc_info=e)
+__all__ = ["create_app", "read_body", "read_json"]

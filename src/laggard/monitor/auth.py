@@ -1,10 +1,13 @@
-"""The collector's bearer token: given (``--token`` / ``LAGGARD_TOKEN``) or created once and kept in a 0600 file."""
+"""The collector's bearer token: given (``--token`` / ``LAGGARD_TOKEN``) or created once and kept in a 0600 file;
+who a request comes from (``Principal``)."""
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from laggard.errors import LaggardError
@@ -31,19 +34,48 @@ def load_or_create(path: Path, given: str | None) -> tuple[str, bool]:
                 return tok, False
         path.parent.mkdir(parents=True, exist_ok=True)
         tok = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(tok + "\n")
-        os.chmod(path, 0o600)
+        # written whole under a private name, then linked in place only if no file is there yet:
+        # collectors started at the same moment (one PostgreSQL database) all end up with one token
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(tok + "\n")
+            os.chmod(tmp, 0o600)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # another start's, written meanwhile (or an empty file: replaced)
+                theirs = path.read_text().strip()
+                if theirs:
+                    return theirs, False
+                os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
     except OSError as e:
         raise LaggardError(f"{path}: cannot read or write the token file ({e.strerror or e})") from None
     return tok, True
 
 
-def check(expected: str, authorization: str | None, cookie: str | None = None, query: str | None = None) -> bool:
-    """A bearer header, the dashboard's cookie or a ?token= query parameter; compared in constant time."""
-    for cand in (authorization.removeprefix("Bearer ").strip() if authorization and authorization.startswith("Bearer ")
-                 else None, cookie, query):
-        if cand and hmac.compare_digest(cand.encode(), expected.encode()):
-            return True
-    return False
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request comes from: the token it showed (directly, or through a dashboard session)."""
+
+    token_id: str  # MAIN: the collector's own token (--token, or the one made at first start)
+    role: str  # "ingest" | "read" | "admin"
+    job: str | None = None  # an ingest token limited to one job
+
+
+MAIN = "main"
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header."""
+    if authorization and authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip() or None
+    return None
+
+
+def same(a: str, b: str) -> bool:
+    """Two tokens compared in constant time."""
+    return hmac.compare_digest(a.encode(), b.encode())

@@ -96,7 +96,8 @@ class MonitorConfig:
                 raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")
         if not isinstance(self.analysis_cache_mib, int) or isinstance(self.analysis_cache_mib, bool) \
                 or self.analysis_cache_mib < 0:
-            raise LaggardError(f"monitor config: analysis_cache_mib must be a non-negative integer, got {self.analysis_cache_mib!r}")
+            raise LaggardError("monitor config: analysis_cache_mib must be a non-negative integer, "
+                               f"got {self.analysis_cache_mib!r}")
         if not 0.0 < self.chronic_alpha <= 1.0:
             raise LaggardError(f"monitor config: chronic_alpha must be in (0, 1], got {self.chronic_alpha!r}")
         if not 0.0 < self.analysis_share <= 1.0:

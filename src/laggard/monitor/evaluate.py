@@ -55,7 +55,8 @@ def make_job(spec: NoisyJob) -> Job:
     spike = compute & (rng.random(len(dur)) < spec.spike_prob)
     dur[spike] *= 1.0 + rng.pareto(spec.spike_alpha, int(spike.sum()))
     if spec.slow_rank is not None:
-        slow = compute & (to_numpy(t.column("rank")) == spec.slow_rank) & (to_numpy(t.column("step")) >= spec.start_step)
+        slow = (compute & (to_numpy(t.column("rank")) == spec.slow_rank)
+                & (to_numpy(t.column("step")) >= spec.start_step))
         dur[slow] *= spec.factor
     t = t.set_column(t.schema.get_field_index("dur_ns"), t.schema.field("dur_ns"), pa.array(dur.astype(np.int64)))
     return Job(table=t, meta=job.meta)

@@ -29,7 +29,8 @@ class LocalCollector:
 
     @property
     def dashboard(self) -> str:
-        return dashboard_url(self.url, self.token)
+        """The dashboard's address and the token to sign in there with (this collector is the demo's own)."""
+        return f"{dashboard_url(self.url)}  (sign in with the token {self.token})"
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -41,11 +42,10 @@ class LocalCollector:
                 self.proc.wait()
 
 
-def dashboard_url(url: str, token: str | None) -> str:
-    """The dashboard's address with the token that opens it."""
-    import urllib.parse
-
-    return f"{url.rstrip('/')}/" + (f"?token={urllib.parse.quote(token)}" if token else "")
+def dashboard_url(url: str, token: str | None = None) -> str:
+    """The dashboard's address; never with ``token`` in it (a URL is kept in logs and browser history:
+    the collector refuses ``?token=``): one signs in on the page."""
+    return f"{url.rstrip('/')}/"
 
 
 def job_arrived(url: str, token: str | None, job_id: str) -> str:
@@ -106,7 +106,8 @@ def start_local_collector(db: Path, port: int, *, log: Path, timeout_s: float = 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-            raise LaggardError(f"the local collector exited ({'; '.join(tail) or proc.returncode}); is port {port} free?")
+            raise LaggardError("the local collector exited "
+                               f"({'; '.join(tail) or proc.returncode}); is port {port} free?")
         if not probe_collector(url, token):  # ours: it knows the token
             return LocalCollector(proc=proc, url=url, token=token)
         time.sleep(0.2)

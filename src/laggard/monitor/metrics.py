@@ -11,7 +11,8 @@ class Metrics:
     def __init__(self, top_k: int) -> None:
         self.top_k = top_k
         self.registry = CollectorRegistry()
-        self.job_slowdown = Gauge("laggard_job_slowdown", "Straggler slowdown S = T / T_ideal of the job's latest window",
+        self.job_slowdown = Gauge("laggard_job_slowdown",
+                                  "Straggler slowdown S = T / T_ideal of the job's latest window",
                                   ["job"], registry=self.registry)
         self.worker_slowdown = Gauge("laggard_worker_slowdown", "Per-worker slowdown S_w (top-k workers of each job)",
                                      ["job", "dp", "stage"], registry=self.registry)

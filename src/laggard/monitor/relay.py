@@ -36,7 +36,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from laggard.errors import LaggardError
-from laggard.monitor.app import TokenGuard, read_body
+from laggard.monitor.app import read_body
+from laggard.monitor.guard import TokenGuard
 from laggard.wire.batch import CONTENT_TYPE, BadBatch, Batch, decode_batch, decode_batches
 from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, MAX_PARTS, decode_bundle
 from laggard.wire.client import Client, CollectorDown, Refused

@@ -143,18 +143,19 @@ class Collector:
         return win
 
     # ------------------------------------------------------------------ ingest
-    def ingest(self, body: bytes) -> dict[str, Any]:
-        """Store one batch and add it to its job's window; raises BadBatch on a bad body."""
-        return self.ingest_many([body])[0]
+    def ingest(self, body: bytes, only_job: str | None = None) -> dict[str, Any]:
+        """Store one batch and add it to its job's window; raises BadBatch on a bad body (and
+        ``tokens.Forbidden`` on a batch of another job than ``only_job``, the token's, when given)."""
+        return self.ingest_many([body], only_job=only_job)[0]
 
-    def ingest_bundle(self, body: bytes) -> dict[str, Any]:
+    def ingest_bundle(self, body: bytes, only_job: str | None = None) -> dict[str, Any]:
         """A relay's bundle (``laggard.wire.bundle``): each batch as ``ingest`` takes it, all checked
         before any is stored (a bad part refuses the bundle, saying which), one commit for all."""
         from laggard.wire.bundle import decode_bundle
 
-        return {"parts": self.ingest_many(decode_bundle(body), bundle=True)}
+        return {"parts": self.ingest_many(decode_bundle(body), bundle=True, only_job=only_job)}
 
-    def ingest_pack(self, body: bytes) -> dict[str, Any]:
+    def ingest_pack(self, body: bytes, only_job: str | None = None) -> dict[str, Any]:
         """A relay's pack (``laggard.wire.pack``): each part as ``ingest`` takes a batch, all checked
         before any is stored; the pack's body stored once and held once, each part pointing at its rows."""
         from laggard.wire.pack import decode_pack
@@ -165,20 +166,26 @@ class Collector:
         for b in batches:
             held.append(PackSlice(body, row0, b.table.num_rows))
             row0 += b.table.num_rows
-        return {"parts": self._ingest(batches, held, t0, "pack")}
+        return {"parts": self._ingest(batches, held, t0, "pack", only_job)}
 
-    def ingest_many(self, bodies: list[bytes], bundle: bool = False) -> list[dict[str, Any]]:
+    def ingest_many(self, bodies: list[bytes], bundle: bool = False,
+                    only_job: str | None = None) -> list[dict[str, Any]]:
         """Store batches (one transaction) and add each new one to its job's window: per batch, what
         ``ingest`` answers."""
         t0 = time.perf_counter()
         batches = decode_batches(bodies) if bundle else [decode_batch(b) for b in bodies]
-        return self._ingest(batches, bodies, t0, "bundle" if bundle else None)
+        return self._ingest(batches, bodies, t0, "bundle" if bundle else None, only_job)
 
     def _ingest(self, batches: list[Batch], held: list[bytes] | list[PackSlice], t0: float,
-                parts_of: str | None) -> list[dict[str, Any]]:
+                parts_of: str | None, only_job: str | None = None) -> list[dict[str, Any]]:
         """Checked batches stored (one transaction) and each new one added to its job's window, with
         what the window hands to the analysis (``held``: its body, or its rows of a pack);
         ``parts_of``: "bundle" or "pack" when they came in one (errors name the part)."""
+        if only_job is not None and any(b.job_id != only_job for b in batches):
+            from laggard.monitor.tokens import Forbidden
+
+            other = next(b.job_id for b in batches if b.job_id != only_job)
+            raise Forbidden(f"this ingest token may post for job {only_job!r} only, not {other!r}")
         wins: list[JobWindow] = []
         with self._lock:
             for i, b in enumerate(batches):
@@ -244,7 +251,8 @@ class Collector:
             return False
         acfg = self.cfg.analysis
         win = self.windows[job_id]
-        res = self._analyser.run(cut, win.meta, acfg, job_id) if self._analyser is not None else analyse(cut, win.meta, acfg)
+        res = (self._analyser.run(cut, win.meta, acfg, job_id) if self._analyser is not None
+               else analyse(cut, win.meta, acfg))
         self._finish(job_id, cut.last, res)
         return True
 

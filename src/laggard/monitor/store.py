@@ -3,10 +3,12 @@
 What is stored: jobs (metadata, tracing on/off, the runtime controller's kill switch ``act``), op
 batches exactly as received (Arrow IPC, keyed by (job, rank, seq): a batch sent twice is stored
 once; a relay's pack (``laggard.wire.pack``) once in ``packs``, each of its parts a batch row that
-points at its rows there), each job's runtime action log (as the controller last sent it), alert rules and fired alerts. Every write is
-committed before the HTTP answer (op batches group-committed: one transaction for
-the batches that arrive while the previous one commits), so a restart loses nothing that was acknowledged. The analysis is
-not stored: it is recomputed from the batches of the last window on start.
+points at its rows there), each job's runtime action log (as the controller last sent it), alert rules
+and fired alerts. Every write is committed before the HTTP answer (op batches group-committed: one
+transaction for the batches that arrive while the previous one commits), so a restart loses nothing
+that was acknowledged. The analysis is not stored: it is recomputed from the batches of the last window
+on start. The tables, and the schema version the database records, are ``laggard.monitor.schema``'s
+(made or upgraded on open, one collector at a time; a newer laggard's database is refused).
 """
 
 from __future__ import annotations
@@ -20,24 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from laggard.errors import LaggardError
-
-_TABLES = """
-CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, meta TEXT NOT NULL, tracing INTEGER NOT NULL,
-    created_s DOUBLE PRECISION NOT NULL, act INTEGER NOT NULL DEFAULT 1);
-CREATE TABLE IF NOT EXISTS batches (job_id TEXT NOT NULL, rank INTEGER NOT NULL, seq BIGINT NOT NULL,
-    min_step BIGINT NOT NULL, max_step BIGINT NOT NULL, num_ops INTEGER NOT NULL,
-    received_s DOUBLE PRECISION NOT NULL, body {blob} NOT NULL, PRIMARY KEY (job_id, rank, seq));
-CREATE INDEX IF NOT EXISTS batches_step ON batches (job_id, max_step);
-CREATE TABLE IF NOT EXISTS packs (pack_id {serial}, body {blob} NOT NULL);
-CREATE TABLE IF NOT EXISTS rules (rule_id TEXT PRIMARY KEY, spec TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS alerts (alert_id {serial}, job_id TEXT NOT NULL, rule_id TEXT NOT NULL,
-    created_s DOUBLE PRECISION NOT NULL, message TEXT NOT NULL, detail TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS actions (job_id TEXT PRIMARY KEY, log TEXT NOT NULL, updated_s DOUBLE PRECISION NOT NULL);
-"""
-# columns added after a table's first release: (table, column, its definition). A database file made
-# by an older collector gets them on open; its rows take the default
-_ADDED_COLUMNS = (("jobs", "act", "INTEGER NOT NULL DEFAULT 1"), ("batches", "pack_id", "BIGINT"),
-                  ("batches", "row0", "INTEGER"))
+from laggard.monitor import schema
 
 
 @dataclass(kw_only=True, slots=True)
@@ -82,13 +67,14 @@ class Store:
                 import psycopg
             except ImportError:
                 raise LaggardError("a postgresql:// database needs psycopg: pip install 'laggard[monitor]'") from None
+            self.where = _redact(self.url)
             try:
                 self._conn: Any = psycopg.connect(self.url, autocommit=False)
             except psycopg.Error as e:
                 raise LaggardError(f"cannot connect to {_redact(self.url)}: {str(e).strip().splitlines()[0]}") from None
-            ddl = _TABLES.format(blob="BYTEA", serial="BIGSERIAL PRIMARY KEY")
         else:
             path = Path(self.url.removeprefix("sqlite://"))
+            self.where = str(path)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -97,20 +83,15 @@ class Store:
                 self._conn.execute("PRAGMA synchronous=NORMAL")
             except sqlite3.Error as e:
                 raise LaggardError(f"{path}: cannot open the monitor database ({e})") from None
-            ddl = _TABLES.format(blob="BLOB", serial="INTEGER PRIMARY KEY AUTOINCREMENT")
-        for stmt in ddl.split(";"):
-            if stmt.strip():
-                self._exec(stmt)
-        self._migrate()
-        self._commit()
-
-    def _migrate(self) -> None:
-        """Add the columns an older collector's database lacks (``_ADDED_COLUMNS``)."""
-        for table, col, spec in _ADDED_COLUMNS:
-            if self.is_postgres:
-                self._exec(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {spec}")
-            elif col not in {r[1] for r in self._exec(f"PRAGMA table_info({table})").fetchall()}:
-                self._exec(f"ALTER TABLE {table} ADD COLUMN {col} {spec}")
+        try:  # the tables, made or upgraded once however many collectors start at the same moment
+            self.schema_found = schema.ensure(self._conn, postgres=self.is_postgres, where=self.where)
+        except LaggardError:
+            self._conn.close()
+            raise
+        except Exception as e:  # psycopg.Error, sqlite3.Error: the database refused the schema
+            self._conn.close()
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise LaggardError(f"{self.where}: cannot create the monitor's tables ({why})") from None
 
     # ------------------------------------------------------------------ plumbing
     def _sql(self, q: str) -> str:
@@ -240,7 +221,8 @@ class Store:
         pid = packs.get(id(pack))
         if pid is None:
             if self.is_postgres:
-                pid = self._conn.execute("INSERT INTO packs (body) VALUES (%s) RETURNING pack_id", (pack,)).fetchone()[0]
+                pid = self._conn.execute("INSERT INTO packs (body) VALUES (%s) RETURNING pack_id",
+                                         (pack,)).fetchone()[0]
             else:
                 pid = self._conn.execute("INSERT INTO packs (body) VALUES (?)", (pack,)).lastrowid
             packs[id(pack)] = pid
@@ -309,6 +291,28 @@ class Store:
         rows = self._read(q + " ORDER BY alert_id DESC LIMIT ?", (*args, limit))
         return [{"job": j, "rule": r, "time_unix_s": t, "message": m, "detail": json.loads(d)}
                 for j, r, t, m, d in rows]
+
+    # ------------------------------------------------------------------ API tokens (laggard.monitor.tokens)
+    TOKEN_COLUMNS = "token_id, role, job_id, created_s, expires_s, revoked_s"
+
+    def add_token(self, token_id: str, digest: str, role: str, job_id: str | None, expires_s: float | None) -> None:
+        """A new token, stored by its digest only (the token itself is shown once, never kept)."""
+        self._write("INSERT INTO tokens (token_id, digest, role, job_id, created_s, expires_s) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (token_id, digest, role, job_id, time.time(), expires_s))
+
+    def token_rows(self, *, digest: str | None = None, token_id: str | None = None) -> list[tuple]:
+        """Tokens as (``TOKEN_COLUMNS``): the one of ``digest`` or ``token_id``, else all by creation."""
+        if digest is not None:
+            return self._read(f"SELECT {self.TOKEN_COLUMNS} FROM tokens WHERE digest = ?", (digest,))
+        if token_id is not None:
+            return self._read(f"SELECT {self.TOKEN_COLUMNS} FROM tokens WHERE token_id = ?", (token_id,))
+        return self._read(f"SELECT {self.TOKEN_COLUMNS} FROM tokens ORDER BY created_s, token_id")
+
+    def revoke_token(self, token_id: str) -> bool:
+        """Revoke a token (kept, marked); False when there is no such token or it was revoked before."""
+        return self._write("UPDATE tokens SET revoked_s = ? WHERE token_id = ? AND revoked_s IS NULL",
+                           (time.time(), token_id)) > 0
 
 
 def _redact(url: str) -> str:

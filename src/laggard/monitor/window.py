@@ -55,9 +55,10 @@ class RankState:
 @dataclass(kw_only=True, slots=True)
 class WindowCut:
     """The ops of one window as held: each batch's body as received (or its table, for callers
-    that add tables), in (first step, rank) order (``JobWindow.window_cut``). ``build_window`` makes the op table from it in whichever
-    process analyses it, so the collector's interpreter only hands over bytes (building the table of
-    a 1,024-rank window in the collector took ~0.5 s of its CPU per refresh, held under the GIL)."""
+    that add tables), in (first step, rank) order (``JobWindow.window_cut``). ``build_window`` makes the op
+    table from it in whichever process analyses it, so the collector's interpreter only hands over bytes
+    (building the table of a 1,024-rank window in the collector took ~0.5 s of its CPU per refresh, held
+    under the GIL)."""
 
     first: int  # the window's first and last step
     last: int
@@ -95,7 +96,8 @@ class WindowResult:
     refresh_s: float
 
 
-def analyse_window(table: pa.Table, meta: JobMeta, config: AnalysisConfig | None = None) -> tuple[dict[str, Any] | None, str | None]:
+def analyse_window(table: pa.Table, meta: JobMeta,
+                   config: AnalysisConfig | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """``laggard analyze`` of one window's ops (under ``config``, the collector's ``MonitorConfig.analysis``):
     (the --json document, None) or (None, why it failed)."""
     from laggard.analysis.pipeline import analyze
@@ -373,8 +375,9 @@ class JobWindow:
             c["dp_rank"], c["stage"] = coords.get(c["rank"], (None, None))
         out.update({
             "heatmap": {"dp": self.meta.dp_size, "pp": self.meta.pp_size,
-                        "cells": [{"dp": w["dp_rank"], "stage": w["stage"], "rank": w["rank"], "slowdown": w["slowdown"],
-                                   "chronic": _round(self.chronic.get(w["rank"]))} for w in workers]},
+                        "cells": [{"dp": w["dp_rank"], "stage": w["stage"], "rank": w["rank"],
+                                   "slowdown": w["slowdown"], "chronic": _round(self.chronic.get(w["rank"]))}
+                                  for w in workers]},
             "top_current": current,
             "top_chronic": chronic,
             "step_trend": [[k, self.trend[k]] for k in sorted(self.trend)],

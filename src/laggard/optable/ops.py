@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from laggard.errors import LaggardError, LaggardWarning  # noqa: F401  (re-exported: laggard.optable.ops is where callers import them)
+from laggard.errors import LaggardError
 from laggard.util.ranges import parse_ranges
 
 SCHEMA_VERSION = 1
@@ -167,7 +167,8 @@ class JobMeta:
             raise LaggardError(f"{where}: expected a JSON object")
         version = d.get("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
-            raise LaggardError(f"{where}: schema_version {version} is not supported (this laggard reads {SCHEMA_VERSION})")
+            raise LaggardError(f"{where}: schema_version {version} is not supported "
+                               f"(this laggard reads {SCHEMA_VERSION})")
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
         extra = {k: v for k, v in d.items() if k not in known and k != "schema_version"}

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 VIEWPORT = {"width": 1280, "height": 1000}  # a laptop screen; the report's content is 1,160 px wide

@@ -55,7 +55,8 @@ def _change_line(res: DiffResult) -> str:
 def _sides(res: DiffResult) -> list[tuple[str, str]]:
     rows = []
     for side, s in (("A", res.a), ("B", res.b)):
-        lay = f"dp {s.layout.get('dp')} x pp {s.layout.get('pp')}" + (f" x tp {s.layout['tp']}" if s.layout.get("tp", 1) > 1 else "")
+        lay = (f"dp {s.layout.get('dp')} x pp {s.layout.get('pp')}"
+               + (f" x tp {s.layout['tp']}" if s.layout.get("tp", 1) > 1 else ""))
         rows.append((side, f"{_label(s)} ({s.source}): {lay}, {s.num_ranks} ranks, {s.num_steps} steps, "
                            f"{s.num_ops:,} traced ops; step {secs(s.T_s)} replayed, {secs(s.measured_step_s)} traced"))
     return rows
@@ -130,19 +131,22 @@ def render_diff_html(res: DiffResult) -> str:
             f"<tr><td>{escape(c.what)}<br>{sel}{cmd}</td><td class='num'>{pct(c.share)}</td>"
             f"<td class='num'>{_signed(res, c)}</td><td class='num'>{pct(c.alone) if finite(c.alone) else ''}</td>"
             f"<td class='num'>{_change(c)}</td>"
-            f"<td style='min-width:160px'><div style='background:{colour};height:12px;width:{width:.1f}%'></div></td></tr>")
+            "<td style='min-width:160px'>"
+            f"<div style='background:{colour};height:12px;width:{width:.1f}%'></div></td></tr>")
     table = ("<table class='data'><thead><tr><th>part of the job</th><th>share of the change</th><th>of B's step</th>"
              "<th>alone</th><th>ops' time</th><th></th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
     sides = "<ul>" + "".join(f"<li><strong>{s}</strong> {escape(t)}</li>" for s, t in _sides(res)) + "</ul>"
     body = [
         f"<header><h1>laggard diff: {escape(_label(res.a))} vs {escape(_label(res.b))}</h1>{sides}</header>",
-        section("What changed", f"<p class='lead'><strong>{escape(headline(res))}</strong></p>" + table, id="contributions",
-                howto=["Each part's **share** is its Shapley value: B replayed with A's durations for every set of parts, "
-                       "averaged over the orders they could be fixed in; the shares add up to 100%.",
+        section("What changed", f"<p class='lead'><strong>{escape(headline(res))}</strong></p>" + table,
+                id="contributions",
+                howto=["Each part's **share** is its Shapley value: B replayed with A's durations for every set of "
+                       "parts, averaged over the orders they could be fixed in; the shares add up to 100%.",
                        "**alone**: what putting only this part at A's level removes from B's change.",
                        "**of B's step**: the share times the change, as a change of the step time.",
-                       "**ops' time**: how much longer (+) the part's ops take in B than in A. A part whose ops changed "
-                       "a lot may move the step little (other ranks had slack), and one rank can carry a stage's change.",
+                       "**ops' time**: how much longer (+) the part's ops take in B than in A. A part whose ops "
+                       "changed a lot may move the step little (other ranks had slack), and one rank can carry a "
+                       "stage's change.",
                        "A part with no selector is everything else, or what B's structure changes (not durations)."]),
     ]
     extra = [rich_text(n) for n in res.notes] + [f"not compared: {escape(n)}"

@@ -108,7 +108,8 @@ def gain_cell(f: Finding) -> str:
 def gain_html(f: Finding) -> str:
     """The HTML report's "fix gives" cell."""
     if f.gain_layers is not None:
-        return f"{f.gain_layers:.2f}x<br><small>moving whole layers; {f.gain:.2f}x is the bound of a continuous split</small>"
+        return (f"{f.gain_layers:.2f}x<br><small>moving whole layers; "
+                f"{f.gain:.2f}x is the bound of a continuous split</small>")
     return f"{f.gain:.2f}x" + ("<br><small>the bound of a continuous split</small>" if f.gain_is_bound else "")
 
 
@@ -247,7 +248,8 @@ def findings_html(res: Analysis) -> str | None:
     unexplained = ""
     if d.unexplained_by:
         carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
-        unexplained = f"<p>Unexplained: {100 * d.unexplained:.0f}% of the slowdown; carried by {rich_text(carried)}.</p>"
+        unexplained = (f"<p>Unexplained: {100 * d.unexplained:.0f}% of the slowdown; "
+                       f"carried by {rich_text(carried)}.</p>")
     if d.note:
         unexplained = f"<p>Note: {escape(d.note)}.</p>" + unexplained
     # a straggling job with no straggler to name says so first (its findings are costs every rank pays)
@@ -272,7 +274,8 @@ def findings_html(res: Analysis) -> str | None:
             "the ideal holds the slow ops in its means).",
             "**consistency** says, for each rank, stage or link a finding names, in how many steps its time "
             "exceeds its reference (its stage peers, the other stages, the other links of its op type) beyond the "
-            "job's own step-to-step noise, the median ratio and its spread; a transient straggler lists its slow steps. "
+            "job's own step-to-step noise, the median ratio and its spread; "
+            "a transient straggler lists its slow steps. "
             "Nothing within the noise is named.",
             "The heatmap below shows the pattern each finding was read from.",
         ],

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.report import plots
 from laggard.report.heatmap import HeatGrid, heatmap_section, worker_grid
 from laggard.report.page import (
@@ -149,7 +149,8 @@ def render_html(
 def _perfetto_section(href: str | None) -> str:
     if href is None:
         return ""
-    body = (f'<p>Every op of every worker, measured and in the ideal replay: <a id="perfetto-link" href="{escape(href)}" '
+    body = ('<p>Every op of every worker, measured and in the ideal replay: '
+            f'<a id="perfetto-link" href="{escape(href)}" '
             f'download>{escape(href)}</a> (Chrome trace-event JSON, beside this report).</p>'
             '<p class="note">To look at it: open <a href="https://ui.perfetto.dev" rel="noopener">ui.perfetto.dev</a>, '
             "choose <em>Open trace file</em> and pick the file (or drag it onto the page); it is read in your "

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 
 def dumps(obj: Any) -> bytes:

@@ -177,4 +177,5 @@ p.hint{margin:-10px 0 14px}
 @media print{body{background:#fff}.card,.kpi{break-inside:avoid}.heatmap .scroll{max-height:none}}
 """
 
-__all__ = ["CSS", "GLOSSARY", "NOISE", "finite", "fmt", "level", "pct", "ranks_text", "rich_text", "secs", "section", "tip"]
+__all__ = ["CSS", "GLOSSARY", "NOISE", "finite", "fmt", "level", "pct", "ranks_text", "rich_text", "secs", "section",
+           "tip"]

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 import orjson
 
-from laggard.optable.ops import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning
 
 if TYPE_CHECKING:
     from laggard.results.analysis import Analysis

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
@@ -184,8 +184,8 @@ def heatmap_svg(
     """A rows x columns heatmap on the :func:`heat_range` scale, one SVG group per cell (gid ``cell_ids``).
 
     NaN cells are drawn empty (hatched). ``highlight`` cells get a dark outline (gid ``hot-...``
-    derived from the cell id); ``bands`` (column, gid) outline whole columns. Values are written in the cells when ``annotate`` (default: small
-    grids).
+    derived from the cell id); ``bands`` (column, gid) outline whole columns. Values are written in the
+    cells when ``annotate`` (default: small grids).
     """
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize

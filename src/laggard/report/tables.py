@@ -62,10 +62,12 @@ def arrivals_section(res: Analysis) -> str:
     trs = []
     for rank, a in rows:
         share = float(a["last_share"])
-        bar = f'<span class="bar" style="display:inline-block;height:.7em;width:{100 * share / vmax:.0f}px;background:#c0392b"></span>'
+        bar = ('<span class="bar" style="display:inline-block;height:.7em;'
+               f'width:{100 * share / vmax:.0f}px;background:#c0392b"></span>')
         off = offs.get(rank)
         trs.append(
-            f"<tr><td>{escape(str(rank))}</td><td class=\"num\">{int(a['last_count'])} / {int(a['num_collectives'])}</td>"
+            f"<tr><td>{escape(str(rank))}</td><td class=\"num\">{int(a['last_count'])} "
+            f"/ {int(a['num_collectives'])}</td>"
             f"<td>{bar} {100 * share:.0f}%</td><td class=\"num\">{1e3 * a['mean_lag_s']:.3f}</td>"
             f"<td class=\"num\">{1e3 * a['p99_lag_s']:.3f}</td>"
             f"<td class=\"num\">{'n/a' if off is None else f'{1e3 * off:.3f}'}</td></tr>"
@@ -92,7 +94,8 @@ def arrivals_section(res: Analysis) -> str:
         "Arrivals at collectives", table, id="arrivals",
         lead=f"How late each rank reaches the {n:,} collectives, behind the first rank to arrive "
         "(clocks aligned on the collectives' end times; offsets removed are shown).",
-        howto=["A rank that arrives **last** most often makes the others wait: look at its compute before the collective.",
+        howto=["A rank that arrives **last** most often makes the others wait: "
+               "look at its compute before the collective.",
                "Lags are start times of the collective on each rank minus the earliest start."],
     )
 

@@ -55,7 +55,8 @@ def print_layout(m: JobMeta, con: Console) -> None:
                   f"{few}: no trace, or left out with their pipeline); the figures cover the others only")
     layout = m.extra.get("layout")
     if isinstance(layout, dict) and "how" in layout:  # profiler traces: the layout and where it comes from
-        dims = [f"dp {layout['dp']}", f"pp {layout['pp']}"] + ([f"tp {layout['tp']}"] if layout.get("tp", 1) > 1 else [])
+        dims = ([f"dp {layout['dp']}", f"pp {layout['pp']}"]
+                + ([f"tp {layout['tp']}"] if layout.get("tp", 1) > 1 else []))
         con.print(f"layout: {' x '.join(dims)} ({layout['how']})", markup=False)
     elif isinstance(m.extra.get("layout_inferred"), str):  # a zero-code trace's (laggard.io.native_layout)
         dims = [f"dp {m.dp_size}", f"pp {m.pp_size}"] + ([f"tp {m.tp_size}"] if m.tp_size > 1 else [])
@@ -109,7 +110,8 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
     for c in ("rank", "dp", "stage", *(("tp",) if tp else ()), "S_w"):
         w.add_column(c, justify="right", no_wrap=True)
     for row in res.by_worker[:top]:
-        w.add_row(str(row["rank"]), str(row["dp_rank"]), str(row["stage"]), *((str(row.get("tp_rank", "")),) if tp else ()),
+        w.add_row(str(row["rank"]), str(row["dp_rank"]), str(row["stage"]),
+                  *((str(row.get("tp_rank", "")),) if tp else ()),
                   f"[{_heat(row['slowdown'])}]{row['slowdown']:.3f}[/]")
     con.print("op types by S_t (the job replayed with only this type measured):")
     con.print(t)
@@ -160,7 +162,8 @@ def print_arrivals(extras: dict, console: Console | None = None, *, top: int = 6
         for g, per in groups.items():
             worst = max(per.items(), key=lambda kv: (kv[1]["last_count"], kv[1]["mean_lag_s"]), default=None)
             if worst:
-                con.print(f"  group {g}: rank {worst[0]} last at {worst[1]['last_count']}/{worst[1]['num_collectives']}")
+                con.print(f"  group {g}: rank {worst[0]} last at "
+                          f"{worst[1]['last_count']}/{worst[1]['num_collectives']}")
 
 
 def print_whatif(res: WhatIfResult, console: Console | None = None) -> None:

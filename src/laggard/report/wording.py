@@ -59,7 +59,8 @@ class FindingText:
         return out
 
     def to_json(self) -> dict[str, str]:
-        return {"what": self.what, "cause": self.cause, "where": self.where, "qualifier": self.qualifier, "evidence": self.evidence,
+        return {"what": self.what, "cause": self.cause, "where": self.where, "qualifier": self.qualifier,
+                "evidence": self.evidence,
                 "consistency": self.consistency, "fix": self.fix, "check": self.check, "check_label": self.check_label,
                 "share": self.share, "gain": self.gain, "beyond": self.beyond}
 
@@ -120,10 +121,12 @@ def finding_text(f: dict[str, Any]) -> FindingText:
     """The words of a finding (its ``to_json()`` form)."""
     cause = str(f.get("cause", ""))
     return FindingText(
-        cause=CAUSE_WORDS.get(cause, cause.replace("-", " ")), where=where(f), qualifier=qualifier(f), evidence=str(f.get("evidence") or ""),
+        cause=CAUSE_WORDS.get(cause, cause.replace("-", " ")), where=where(f), qualifier=qualifier(f),
+        evidence=str(f.get("evidence") or ""),
         consistency=str(f.get("consistency") or ""), fix=str(f.get("fix") or ""), check=str(f.get("whatif") or ""),
         share=f"explains {_pct(f.get('share'))} of the slowdown ({_pct(f.get('score'))} alone)",
-        gain=gain_words(f), check_label="check the bound" if isinstance(f.get("gain_layers"), (int, float)) else "check",
+        gain=gain_words(f),
+        check_label="check the bound" if isinstance(f.get("gain_layers"), (int, float)) else "check",
         beyond=str(f.get("beyond_slowdown") or ""),
     )
 

@@ -78,17 +78,20 @@ class Analysis:
     def __repr__(self) -> str:
         d = self.diagnosis
         verdict = d.verdict if d is not None else "not diagnosed"
-        top = f", top finding {d.findings[0].cause} ({d.findings[0].shown_gain:.2f}x)" if d is not None and d.findings else ""
+        top = (f", top finding {d.findings[0].cause} ({d.findings[0].shown_gain:.2f}x)"
+               if d is not None and d.findings else "")
         return (f"<Analysis {self.meta.name!r}: {self.num_workers} workers, {len(self.steps)} steps, "
                 f"S={self.slowdown:.3f}, waste {100 * self.waste:.1f}%, {verdict}{top}>")
 
     def _repr_html_(self) -> str:
-        """Notebook display: the headline and the findings (``laggard.report.html.write_report`` writes the full report)."""
+        """Notebook display: the headline and the findings (``laggard.report.html.write_report`` writes the
+        full report)."""
         from html import escape
 
         d = self.diagnosis
         rows = "".join(f"<li><b>{escape(f.cause)}</b>: {100 * f.share:.0f}% of the slowdown, {f.shown_gain:.2f}x "
-                       f"faster fixed{' (bound)' if f.gain_is_bound and f.gain_layers is None else ''}<br><small>{escape(f.evidence)}</small></li>" for f in (d.findings if d else []))
+                       f"faster fixed{' (bound)' if f.gain_is_bound and f.gain_layers is None else ''}"
+                       f"<br><small>{escape(f.evidence)}</small></li>" for f in (d.findings if d else []))
         verdict = escape(d.verdict) if d is not None else "not diagnosed"
         return (f"<div><b>laggard</b> {escape(self.meta.name)}: {self.num_workers} workers, {len(self.steps)} steps; "
                 f"straggler slowdown <b>S = {self.slowdown:.3f}</b> (waste {100 * self.waste:.1f}%); "

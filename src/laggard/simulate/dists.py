@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from laggard.optable.ops import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.simulate.base import MIN_TIME, Distribution, harmonic
 from laggard.simulate.parametric import Constant, Exponential, Gaussian, LogNormal, Mixture, Pareto, Uniform
 

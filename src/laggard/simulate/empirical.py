@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from laggard.optable.ops import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.simulate.base import MIN_TIME, Distribution
 
 LEVELS = ("step", "op")

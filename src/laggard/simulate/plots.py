@@ -11,7 +11,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

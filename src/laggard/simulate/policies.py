@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.simulate import kernels
 from laggard.simulate.base import Distribution
 from laggard.simulate.engine import run_chunked, seed_sequence

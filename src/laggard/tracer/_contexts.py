@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.tracer._page import RECORD_BYTES
 
 # the Tracer of laggard.tracer.core, which imports this module (so it is not imported back here)

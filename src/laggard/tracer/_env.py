@@ -66,7 +66,8 @@ def gpu_identity() -> dict[str, str]:
     if isinstance(bus, int):
         domain = getattr(props, "pci_domain_id", 0)
         device = getattr(props, "pci_device_id", 0)
-        out["pci_bus_id"] = f"{domain if isinstance(domain, int) else 0:08X}:{bus:02X}:{device if isinstance(device, int) else 0:02X}.0"
+        out["pci_bus_id"] = (f"{domain if isinstance(domain, int) else 0:08X}:{bus:02X}:"
+                             f"{device if isinstance(device, int) else 0:02X}.0")
     return out
 
 
@@ -102,7 +103,7 @@ def _job_meta(name: str, layouts: list[tuple[Any, ...]], world_size: int, sync: 
 
 def check_args(*, record_every: Any, page_ops: int, num_pages: int, align: str | None, timing: str) -> None:
     """The Tracer's arguments, checked before any collective call."""
-    from laggard.optable.ops import LaggardError
+    from laggard.errors import LaggardError
     from laggard.tracer.clock import METHODS
 
     if not isinstance(record_every, int) or record_every < 1:

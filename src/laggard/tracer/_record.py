@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.tracer._contexts import _OpCtx
 from laggard.tracer._page import AUX_BYTES, RECORD_BYTES, Side
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from laggard.optable.ops import OP_SCHEMA, LaggardWarning
+from laggard.errors import LaggardWarning
+from laggard.optable.ops import OP_SCHEMA
 from laggard.optable.tracedir import shard_name, state_name
 from laggard.tracer._page import Chain, FullPage, last_step, page_table
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.tracer._page import Side
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from laggard.optable.ops import LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.tracer import _signals, abort, flight
 from laggard.tracer._contexts import _NULL, _CpuOpCtx, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
 from laggard.tracer._env import (
@@ -84,10 +84,12 @@ class Tracer(SetupMixin, RecordMixin, CommMixin, GcMixin, PagingMixin):
     gets the sizes from all ranks'), ``timing`` (auto: CUDA events when CUDA is initialised, else
     ``perf_counter_ns``), ``record_gc`` (gc.callbacks; collections shorter than ``gc_min_us`` stay
     inside the op they interrupted), ``align`` (auto, pingpong, barrier, collective or
-    None: see ``laggard.tracer.clock``; collective over the world group, at start-up only), ``flush_interval_s`` (hand the page to the writer at the end of a
-    step this often), ``page_ops``/``num_pages`` (the memory bound: num_pages x page_ops records
+    None: see ``laggard.tracer.clock``; collective over the world group, at start-up only),
+    ``flush_interval_s`` (hand the page to the writer at the end of a step this often),
+    ``page_ops``/``num_pages`` (the memory bound: num_pages x page_ops records
     of 36 + 28 bytes), ``handle_signals`` (flush on SIGTERM), ``clock_ns`` (the local clock, for
-    tests), ``meta_extra`` (added to job.json), ``record_every`` (record one step in N), ``flight_watchdog_s`` (with torch's Flight Recorder on,
+    tests), ``meta_extra`` (added to job.json), ``record_every`` (record one step in N),
+    ``flight_watchdog_s`` (with torch's Flight Recorder on,
     dump it when a step runs longer than this; it is also dumped on SIGTERM and on request: see
     ``laggard.tracer.flight``),
     ``monitor_url``/``token``/``monitor_job`` (also stream every page to a live-monitor collector
@@ -147,7 +149,8 @@ class Tracer(SetupMixin, RecordMixin, CommMixin, GcMixin, PagingMixin):
         self._state = self._initial_state()
         # what the diagnosis may rely on: with record_gc every collection is an op (a stall with none in it is not GC)
         gc_meta = {"record_gc": bool(record_gc), "gc_min_us": float(gc_min_us)}
-        meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda, {**(meta_extra or {}), **gc_meta}).to_json()
+        meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda,
+                         {**(meta_extra or {}), **gc_meta}).to_json()
         try:
             prepare_dir(self.out_dir, self.rank, self.world_size, self._state, meta)
         except OSError as e:

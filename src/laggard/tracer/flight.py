@@ -258,7 +258,8 @@ class FlightDumper:
         return data
 
     def dump(self, reason: str = "request", data: dict[str, Any] | None = None) -> Path | None:
-        """Write the buffer now (or ``data``, a ``snapshot``); None (with one warning) when it cannot be read or written."""
+        """Write the buffer now (or ``data``, a ``snapshot``); None (with one warning) when it cannot be read
+        or written."""
         with self._lock:
             if data is None:
                 data = self.snapshot(reason)

@@ -342,7 +342,8 @@ def attach(tracer: Any, url: str, token: str | None, *, job_id: str, meta: dict[
 
     def on_verdict(verdict: dict[str, Any]) -> None:
         # only a rank that has not recorded one op since its report (a job that moved on is left alone)
-        if abort.should_abort(verdict, opted_in=abort_on_hang) and flight.progress(tracer) == reported_at.get("progress"):
+        if (abort.should_abort(verdict, opted_in=abort_on_hang)
+                and flight.progress(tracer) == reported_at.get("progress")):
             abort.abort_hung(tracer, verdict)
 
     stream = MonitorStream(url, token, job_id=job_id, rank=tracer.rank, meta=meta,

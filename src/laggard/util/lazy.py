@@ -11,7 +11,8 @@ import sys
 from collections.abc import Callable
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+def lazy_exports(package: str,
+                 exports: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
     """``__getattr__``, ``__dir__`` and ``__all__`` for ``package``, whose public names are the keys of
     ``exports`` (name -> the module that defines it). A resolved name is cached on the package, so
     ``__getattr__`` runs once per name."""

@@ -20,7 +20,8 @@ from laggard.engine.baseline import Baseline, _batch_size, prepare, replay_mixed
 from laggard.engine.gaps import GapConfig
 from laggard.engine.replay import replay_steps
 from laggard.engine.replay_chain import chained_wall_step_times, plan_chain
-from laggard.optable.ops import Job, LaggardWarning, unique_first
+from laggard.errors import LaggardWarning
+from laggard.optable.ops import Job, unique_first
 from laggard.results.analysis import Analysis, Explained
 
 if TYPE_CHECKING:

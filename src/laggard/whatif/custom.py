@@ -156,7 +156,8 @@ def _select_one(base: Baseline, sel: str, key: str, val: str) -> np.ndarray:
             mask = base.attr_code == base.attr_names.index(val)
         else:
             raise LaggardError(
-                f"selector {sel!r}: no op type {val!r} in the trace (it has {', '.join(sorted(set(base.names) | set(base.attr_names)))})"
+                f"selector {sel!r}: no op type {val!r} in the trace "
+                f"(it has {', '.join(sorted(set(base.names) | set(base.attr_names)))})"
             )
     return mask
 
@@ -294,7 +295,8 @@ def whatif_command(load_args: dict[str, Any], flags: list[str], command: str = "
     import shlex
 
     parts = ["laggard", command] + [shlex.quote(p) for p in load_args.get("paths") or ["TRACE"]]
-    keys = (("--format", "fmt"), ("--meta", "meta"), ("--steps", "steps"), ("--layout", "layout"), ("--rank-map", "rank_map"))
+    keys = (("--format", "fmt"), ("--meta", "meta"), ("--steps", "steps"), ("--layout", "layout"),
+            ("--rank-map", "rank_map"))
     if command == "partition":  # reads NDTimeline and native traces: no profiler layout flags
         keys = keys[:3]
     for flag, key in keys:
@@ -329,4 +331,5 @@ def gap_config(gap_share: float | None):  # -> GapConfig | None
     return GapConfig(min_share_of_step=gap_share)
 
 
-__all__ = ["ACTIONS", "Change", "WhatIfResult", "apply_changes", "custom_whatif", "parse_changes", "select_ops", "whatif_command"]
+__all__ = ["ACTIONS", "Change", "WhatIfResult", "apply_changes", "custom_whatif", "parse_changes", "select_ops",
+           "whatif_command"]

@@ -70,7 +70,8 @@ def slow_replicas(job: Job) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if rep.shape[1] < 2:
         return out
-    ranks = {(int(s), int(d)): int(r) for s, d, r in zip(job.column("pp_rank"), job.column("dp_rank"), job.column("rank"), strict=True)} \
+    ranks = {(int(s), int(d)): int(r)
+             for s, d, r in zip(job.column("pp_rank"), job.column("dp_rank"), job.column("rank"), strict=True)} \
         if job.num_ops < 2_000_000 else {}
     for s in range(rep.shape[0]):
         row = rep[s]
@@ -78,7 +79,8 @@ def slow_replicas(job: Job) -> list[dict[str, Any]]:
             others = np.delete(row, d)
             ref = float(np.nanmedian(others)) if np.isfinite(others).any() else 0.0
             if ref > 0 and row[d] >= SLOW_REPLICA_RATIO * ref:
-                out.append({"stage": s, "dp_rank": int(d), "rank": ranks.get((s, int(d))), "ratio": float(row[d] / ref)})
+                out.append({"stage": s, "dp_rank": int(d), "rank": ranks.get((s, int(d))),
+                            "ratio": float(row[d] / ref)})
     return out
 
 

@@ -297,7 +297,8 @@ def _checked(h: Batch) -> Batch:
     table = conform_ops(h.table)
     ranks = to_numpy(table.column("rank"))
     if (ranks != h.rank).any():
-        raise BadBatch(f"batch of rank {h.rank} holds ops of rank(s) {sorted(set(np.unique(ranks).tolist()) - {h.rank})}")
+        raise BadBatch(f"batch of rank {h.rank} holds ops of rank(s) "
+                       f"{sorted(set(np.unique(ranks).tolist()) - {h.rank})}")
     dur = to_numpy(table.column("dur_ns"))
     if (dur < 0).any():
         raise BadBatch(f"{int((dur < 0).sum())} op(s) have negative dur_ns")

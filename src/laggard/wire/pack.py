@@ -58,7 +58,8 @@ def decode_pack(body: bytes) -> list[Batch]:
     table = conform_ops(table.replace_schema_metadata(None).combine_chunks())
     heads, at = [], 0
     for j, r, s, n in parts:
-        heads.append(Batch(job_id=j, rank=r, seq=s, meta=metas.get(j), table=table.slice(at, n), min_step=0, max_step=0))
+        heads.append(Batch(job_id=j, rank=r, seq=s, meta=metas.get(j), table=table.slice(at, n),
+                           min_step=0, max_step=0))
         at += n
     return checked_parts(heads, table, "pack")
 
@@ -72,7 +73,8 @@ def _head(table: pa.Table) -> tuple[list[tuple[str, int, int, int]], dict[str, d
         head = json.loads(raw)
         parts, metas = head["parts"], head.get("metas", {})
     except (ValueError, TypeError, KeyError):
-        raise BadBatch('pack: laggard.pack must be JSON {"parts": [[job, rank, seq, rows], ...], "metas": {...}}') from None
+        raise BadBatch('pack: laggard.pack must be JSON '
+                       '{"parts": [[job, rank, seq, rows], ...], "metas": {...}}') from None
     if not isinstance(parts, list) or not 1 <= len(parts) <= MAX_PARTS or not isinstance(metas, dict):
         raise BadBatch(f"pack: expected 1-{MAX_PARTS} parts and a dict of metas")
     out = []

@@ -88,9 +88,11 @@ class SimConfig:
                        f"--dp {self.dp} x --pp {self.pp} x --steps {self.steps} x --microbatches {self.microbatches}"
                        + (f" x --vpp {self.vpp}" if self.vpp > 1 else ""))
         if self.vpp > 1 and self.microbatches % self.pp:
-            raise LaggardError(f"--microbatches {self.microbatches}: the interleaved schedule needs a multiple of --pp {self.pp}")
+            raise LaggardError(f"--microbatches {self.microbatches}: the interleaved schedule needs a multiple "
+                               f"of --pp {self.pp}")
         if not 0.0 <= self.tail_prob <= 1.0 or not self.tail_alpha > 0 or not self.tail_scale > 0:
-            raise LaggardError(f"tail_prob must be in [0, 1] and tail_alpha > 0 (got {self.tail_prob}, {self.tail_alpha})")
+            raise LaggardError(f"tail_prob must be in [0, 1] and tail_alpha > 0 (got {self.tail_prob}, "
+                               f"{self.tail_alpha})")
         for k in ("jitter", "launch_s", "skew_s", "data_stall_prob", "data_stall_s"):
             if not getattr(self, k) >= 0:
                 raise LaggardError(f"{k} must be >= 0")
@@ -202,8 +204,10 @@ class _Sim:
                 self.gc_prob, self.gc_pause_s = c["prob"], c["pause_ms"] * 1e-3
             elif c.kind == "slow-link":
                 src, dst = int(c["src"]), int(c["dst"])
-                if src >= cfg.num_ranks or dst >= cfg.num_ranks or src // cfg.pp != dst // cfg.pp or not self._adjacent(src, dst):
-                    raise LaggardError(f"--inject {c.spec()}: ranks {src} and {dst} are not neighbouring stages of one DP rank")
+                if (src >= cfg.num_ranks or dst >= cfg.num_ranks or src // cfg.pp != dst // cfg.pp
+                        or not self._adjacent(src, dst)):
+                    raise LaggardError(f"--inject {c.spec()}: ranks {src} and {dst} are not neighbouring "
+                                       "stages of one DP rank")
                 self.link_delay[(src, dst)] = self.link_delay.get((src, dst), 0.0) + c["delay_ms"] * 1e-3
             elif c.kind == "launch-delay":
                 self.launch_extra_s += c["ms"] * 1e-3
@@ -325,8 +329,8 @@ class _Sim:
                 has_send = v < num_v - 1 if it.forward else v > 0
                 if has_send:
                     dst = rank - stage + ((stage + 1) % cfg.pp if it.forward else (stage - 1) % cfg.pp)
-                    last_send = self._p2p(rank, dst, step, it, recv=False, deps=[op] + ([last_send] if last_send else []),
-                                          queue=queues["send"])
+                    last_send = self._p2p(rank, dst, step, it, recv=False,
+                                          deps=[op] + ([last_send] if last_send else []), queue=queues["send"])
             assert prev is not None
             chain: list[_Op] = [prev]
             if cfg.pp > 1 and stage in (0, cfg.pp - 1):
@@ -356,13 +360,15 @@ class _Sim:
                                         group=group, seq=seq, deps=[x.id for x in deps]))
         op.deps = deps
         # the link time is drawn by the group's lowest rank, so all participants agree
-        lead = rank % self.cfg.pp if group.startswith("dp:") else (rank - rank % self.cfg.pp if group.startswith("emb") else 0)
+        lead = (rank % self.cfg.pp if group.startswith("dp:")
+                else (rank - rank % self.cfg.pp if group.startswith("emb") else 0))
         dur = COSTS_MS[name][2] * 1e-3 * self.d.coll[step, lead, min(slot, 6)]
         op.rdv = self._rendezvous((step, group, seq), size, dur)
         queue.put(op)
         return op
 
-    def _p2p(self, rank: int, other: int, step: int, it: Item, *, recv: bool, deps: list[_Op], queue: simpy.Store) -> _Op:
+    def _p2p(self, rank: int, other: int, step: int, it: Item, *, recv: bool, deps: list[_Op],
+             queue: simpy.Store) -> _Op:
         d = "forward" if it.forward else "backward"
         src, dst = (other, rank) if recv else (rank, other)
         group = f"p2p:{src}>{dst}"
@@ -371,8 +377,9 @@ class _Sim:
         v = it.chunk * self.cfg.pp + rank % self.cfg.pp
         v_src = v if not recv else (v - 1 if it.forward else v + 1)
         seq = (v_src * self.cfg.microbatches + it.microbatch) * 2 + (0 if it.forward else 1)
-        op = _Op(self.env, self._record(rank, step, f"{d}-{'recv' if recv else 'send'}", mb=it.microbatch, chunk=it.chunk,
-                                        group=group, seq=seq, peer=other, deps=[x.id for x in deps]))
+        op = _Op(self.env, self._record(rank, step, f"{d}-{'recv' if recv else 'send'}", mb=it.microbatch,
+                                        chunk=it.chunk, group=group, seq=seq, peer=other,
+                                        deps=[x.id for x in deps]))
         op.deps = deps
         key = (step, group, seq)
         rdv = self.rdv.get(key)
@@ -398,7 +405,8 @@ class _Sim:
         env.run()
         start = np.array(self.cols["start_s"], dtype=float)
         if np.isnan(start).any():
-            raise LaggardError(f"simulation deadlocked: {int(np.isnan(start).sum())} ops never ran (a bug in the model)")
+            raise LaggardError(f"simulation deadlocked: {int(np.isnan(start).sum())} ops never ran "
+                               "(a bug in the model)")
         end = np.array(self.cols["end_s"], dtype=float)
         step = np.array(self.cols["step"], dtype=np.int64)
         first = np.full(cfg.steps, np.inf)

@@ -76,7 +76,8 @@ def write_kineto(sim: SimOps, out_dir: str | Path) -> list[Path]:
                 continue
             lo = float(start_us[in_step].min()) - 50.0
             hi = float(end_us[in_step].max()) + 5.0
-            ev.append({"ph": "X", "cat": "cpu_op", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": lo, "dur": hi - lo})
+            ev.append({"ph": "X", "cat": "cpu_op", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1,
+                       "ts": lo, "dur": hi - lo})
             for i in in_step.tolist():
                 corr += 1
                 kind, name = c["kind"][i], c["name"][i]

@@ -91,7 +91,8 @@ class _Other(msgspec.Struct, gc=False):
 # every Chrome-trace phase but "X" (a tagged union lets the decoder skip those events whole)
 _PHASES = ("B", "E", "I", "i", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "V", "v", "R", "c", "(", ")")
 _OTHERS = tuple(
-    msgspec.defstruct(f"_Phase{i}", [], bases=(_Other,), tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(_PHASES)
+    msgspec.defstruct(f"_Phase{i}", [], bases=(_Other,), tag_field="ph", tag=ph, gc=False)
+    for i, ph in enumerate(_PHASES)
 )
 _AnyEvent = Union[(_Event, *_OTHERS)]  # noqa: UP007 (built from a tuple)
 
@@ -256,7 +257,8 @@ class _Columns:
         self.corr.fromlist(list(map(_CORR, evs)))
         if len(whats) > self.num_checked:  # one regex per new (cat, name), not per event
             new = islice(whats, self.num_checked, None)
-            self.meta_codes.update(c for c, (_, s) in enumerate(new, self.num_checked) if any(p.match(s) for p in _META_NAMES))
+            self.meta_codes.update(c for c, (_, s) in enumerate(new, self.num_checked)
+                                   if any(p.match(s) for p in _META_NAMES))
             self.num_checked = len(whats)
         if self.meta_codes:  # metadata of the few events that need it: a loop over those only
             for i in compress(count(), map(self.meta_codes.__contains__, what_codes)):
@@ -446,7 +448,8 @@ def _decode_tail(path: Path, data: bytes, cols: _Columns) -> _Header:
         return _decode_trace(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         if isinstance(e, msgspec.DecodeError) and "truncated" in str(e).lower():
-            raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None
+            raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace "
+                               "(truncated?)") from None
         tail = _repaired(data, _decode_trace, cols)
         if tail is None:
             raise _json_error(path, e) from None
@@ -510,7 +513,8 @@ def _whole(path: Path, data: bytes, num_bytes: int, cols: _Columns) -> RankEvent
         h = _decode_trace(data)
     except msgspec.DecodeError as e:
         if "truncated" in str(e).lower():
-            raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace (truncated?)") from None
+            raise LaggardError(f"{path}: not valid JSON: the file ends in the middle of the trace "
+                               "(truncated?)") from None
         raise _json_error(path, e) from None
     except msgspec.ValidationError as e:
         raise _json_error(path, e) from None

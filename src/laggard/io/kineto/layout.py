@@ -190,14 +190,16 @@ def infer_layout(ev: Evidence) -> tuple[Layout, str | None]:
     if ev.role_groups.get("pp"):
         # (the pipelines of ranks left out for a missing stage hold none of the ranks analysed)
         pipes = [list(p) for p in ev.role_groups["pp"] if set(p) & set(ranks)]
-        how, source = "from process groups described as pipeline groups: " + ", ".join(map(str, pipes[:4])), "process-groups"
+        how, source = ("from process groups described as pipeline groups: " + ", ".join(map(str, pipes[:4])),
+                       "process-groups")
         missing = sorted(set(ranks) - {r for p in pipes for r in p})
         pipes += [[r] for r in missing]
     elif ev.edges:
         pipes, why = _chains(ev)
         what = "matched send/recv" if ev.matched else "point-to-point transfers"
         if pipes is None:
-            return flat(ranks, f"{what} do not form pipelines ({why})"), f"cannot infer the pipeline layout: {why}; {_GIVE}"
+            return (flat(ranks, f"{what} do not form pipelines ({why})"),
+                    f"cannot infer the pipeline layout: {why}; {_GIVE}")
         if ev.matched:
             how, source = ("from send/recv matched across ranks by order, counts and timing (the trace names no "
                            "peer ranks): pipelines " + ", ".join(map(str, pipes[:4]))), "p2p-matched"
@@ -207,7 +209,8 @@ def infer_layout(ev: Evidence) -> tuple[Layout, str | None]:
         stages = _stage_groups(ev)
         if stages is None:
             why = ("the traces' send/recv carry no peer ranks and no process group splits the ranks into "
-                   "equal parts") + (f"; matching them across ranks failed: {ev.unmatched_why}" if ev.unmatched_why else "")
+                   "equal parts") + (f"; matching them across ranks failed: {ev.unmatched_why}"
+                                     if ev.unmatched_why else "")
             return flat(ranks, "send/recv without peers"), f"cannot infer the pipeline layout: {why}; {_GIVE}"
         pipes = [[st[d] for st in stages] for d in range(len(stages[0]))]
         how, source = ("from per-stage process groups " + ", ".join(map(str, stages[:4]))
@@ -316,7 +319,8 @@ def parse_layout(spec: str, ranks: Sequence[int]) -> Layout:
         key, _, val = part.strip().partition("=")
         key = key.strip().lower()
         if key not in DIMS or not val.strip().isdigit() or int(val) < 1:
-            raise LaggardError(f"--layout {spec!r}: expected dp=D,pp=P[,tp=T] with positive integers, got {part.strip()!r}")
+            raise LaggardError(f"--layout {spec!r}: expected dp=D,pp=P[,tp=T] with positive integers, "
+                               f"got {part.strip()!r}")
         if key in dict(dims):
             raise LaggardError(f"--layout {spec!r}: {key} is given twice")
         dims.append((key, int(val)))
@@ -351,7 +355,8 @@ def read_rank_map(path: str | Path, ranks: Sequence[int]) -> Layout:
 
             data = yaml.safe_load(text)
     except (ValueError, Exception) as e:  # yaml.YAMLError and json errors: one line
-        raise LaggardError(f"{p}: not a valid rank map ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        raise LaggardError(f"{p}: not a valid rank map "
+                           f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if isinstance(data, dict) and isinstance(data.get("ranks"), dict):
         data = data["ranks"]
     if not isinstance(data, dict) or not data:
@@ -364,7 +369,8 @@ def read_rank_map(path: str | Path, ranks: Sequence[int]) -> Layout:
             raise LaggardError(f"{p}: {k!r} is not a rank number") from None
         if not isinstance(v, dict) or not {"dp", "pp"} <= set(v) or set(v) - set(DIMS) or not all(
                 isinstance(v[d], int) and not isinstance(v[d], bool) and v[d] >= 0 for d in v):
-            raise LaggardError(f"{p}: rank {r}: expected {{dp: D, pp: P[, tp: T]}} with non-negative integers, got {v!r}")
+            raise LaggardError(f"{p}: rank {r}: expected {{dp: D, pp: P[, tp: T]}} with non-negative integers, "
+                               f"got {v!r}")
         coords[r] = (v["dp"], v["pp"], v.get("tp", 0))
     extra, missing = sorted(set(coords) - set(ranks)), sorted(set(ranks) - set(coords))
     if extra:
@@ -394,7 +400,8 @@ def check_layout(layout: Layout, ev: Evidence) -> None:
         if a in c and b in c and (c[a][0] != c[b][0] or c[a][2] != c[b][2] or abs(c[a][1] - c[b][1]) != 1):
             raise LaggardError(
                 f"{source} contradicts the trace: rank {a} sends to rank {b}, but the layout puts them at "
-                f"{_where(c[a])} and {_where(c[b])} (point-to-point transfers join neighbouring stages of one pipeline)")
+                f"{_where(c[a])} and {_where(c[b])} "
+                "(point-to-point transfers join neighbouring stages of one pipeline)")
     keep = {"pp": (0, 2), "dp": (1, 2), "tp": (0, 1)}  # coordinates a role group's ranks share
     for role, groups in ev.role_groups.items():
         for g in groups:

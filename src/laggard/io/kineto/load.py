@@ -96,16 +96,19 @@ def _identify(ranks: list[RankOps]) -> None:
         if m:
             r.rank = int(m.group(1))
             warnings.warn(
-                f"{r.path}: no rank in distributedInfo; took rank {r.rank} from the file name", LaggardWarning, stacklevel=3
+                f"{r.path}: no rank in distributedInfo; took rank {r.rank} from the file name",
+                LaggardWarning, stacklevel=3
             )
         elif len(ranks) == 1:
             r.rank = 0
             warnings.warn(
-                f"{r.path}: no rank in distributedInfo nor in the file name; analysed as rank 0", LaggardWarning, stacklevel=3
+                f"{r.path}: no rank in distributedInfo nor in the file name; analysed as rank 0",
+                LaggardWarning, stacklevel=3
             )
         else:
             raise LaggardError(
-                f"{r.path}: cannot tell which rank this trace is (no distributedInfo.rank, no 'rank<N>' in the file name)"
+                f"{r.path}: cannot tell which rank this trace is (no distributedInfo.rank, "
+                "no 'rank<N>' in the file name)"
             )
     by_rank: dict[int, str] = {}
     for r in ranks:
@@ -128,7 +131,8 @@ def _check_same_job(ranks: list[RankOps]) -> None:
             raise LaggardError(f"{r.path}: rank {r.rank} is not below the trace's world_size {r.world_size}")
     backends = {r.backend for r in ranks if r.backend}
     if len(backends) > 1:
-        raise LaggardError(f"ranks from different jobs: the traces use different backends ({', '.join(sorted(backends))})")
+        raise LaggardError("ranks from different jobs: the traces use different backends "
+                           f"({', '.join(sorted(backends))})")
     if len(ranks) > 1 and all(r.base_ns is not None for r in ranks) and all(len(r.start_ns) for r in ranks):
         lo = np.array([r.start_ns.min() for r in ranks], dtype=np.float64)
         hi = np.array([(r.start_ns + r.dur_ns).max() for r in ranks], dtype=np.float64)
@@ -214,7 +218,8 @@ def _build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, l
 
     sizes = np.array([len(r.step) for r in ranks], dtype=np.int64)
     if sizes.sum() == 0:
-        raise LaggardError(f"{files[0] if len(files) == 1 else files[0].parent}: no op inside a ProfilerStep#N window to analyse")
+        raise LaggardError(f"{files[0] if len(files) == 1 else files[0].parent}: "
+                           "no op inside a ProfilerStep#N window to analyse")
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     rank_of = np.repeat(np.array([int(r.rank) for r in ranks], dtype=np.int64), sizes)  # type: ignore[arg-type]
     cat = np.concatenate

@@ -109,10 +109,10 @@ def check_matches(group_c, seq, step, name_c, names, groups, rank_of) -> None:
         i = int(np.flatnonzero(bad)[0])
         g = int(gid[i])
         warnings.warn(
-            f"{len(np.unique(gid[bad]))} matched collective(s) differ in type across ranks (e.g. step {int(step[o][i])}, "
-            f"group {groups[int(group_c[o][i])]!r} #{int(seq[o][i])}: {names[int(name_c[o][first[g]])]} on rank "
-            f"{int(rank_of[o][first[g]])}, {names[int(name_c[o][i])]} on rank {int(rank_of[o][i])}); "
-            "the ranks may not run the same collectives",
+            f"{len(np.unique(gid[bad]))} matched collective(s) differ in type across ranks "
+            f"(e.g. step {int(step[o][i])}, group {groups[int(group_c[o][i])]!r} #{int(seq[o][i])}: "
+            f"{names[int(name_c[o][first[g]])]} on rank {int(rank_of[o][first[g]])}, {names[int(name_c[o][i])]} on "
+            f"rank {int(rank_of[o][i])}); the ranks may not run the same collectives",
             LaggardWarning,
             stacklevel=4,
         )
@@ -162,10 +162,12 @@ def clock_offsets(op_dom, group_c, seq, step, end_ns, num_dom: int) -> np.ndarra
     """
     E = _end_matrix(op_dom, group_c, seq, step, end_ns, num_dom)
     if E is None:
-        warnings.warn("no collective to align the ranks' clocks with; the traces' own clocks are used", LaggardWarning, stacklevel=4)
+        warnings.warn("no collective to align the ranks' clocks with; the traces' own clocks are used",
+                      LaggardWarning, stacklevel=4)
         return np.zeros(num_dom)
     if len(E) == 0:
-        warnings.warn("no collective joins ranks of different hosts; their clocks are not aligned", LaggardWarning, stacklevel=4)
+        warnings.warn("no collective joins ranks of different hosts; their clocks are not aligned",
+                      LaggardWarning, stacklevel=4)
         return np.zeros(num_dom)
     off = np.zeros(num_dom)
     with warnings.catch_warnings():

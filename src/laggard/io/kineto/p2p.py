@@ -196,12 +196,14 @@ def _clock_shift(ranks: list[RankOps]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     group_c = np.concatenate([np.array([labels.setdefault(g, len(labels)) for g in r.groups] + [-1],
                                        dtype=np.int64)[r.group] for r in ranks])
     cat = np.concatenate
-    step, start, size_b = cat([r.step for r in ranks]), cat([r.start_ns for r in ranks]), cat([r.size_bytes for r in ranks])
+    step, start, size_b = (cat([r.step for r in ranks]), cat([r.start_ns for r in ranks]),
+                           cat([r.size_bytes for r in ranks]))
     end = start + cat([r.dur_ns for r in ranks])
     rank_of = np.repeat(np.arange(len(ranks)), sizes)
     with warnings.catch_warnings():  # the job's own fit, later, says what is wrong with it
         warnings.simplefilter("ignore")
-        seq, _ = match_collectives(group_c, list(labels), cat([r.meta_seq for r in ranks]), start, step, rank_of, size_b)
+        seq, _ = match_collectives(group_c, list(labels), cat([r.meta_seq for r in ranks]), start, step, rank_of,
+                                   size_b)
         op_dom = np.repeat(dom, sizes)
         off = clock_offsets(op_dom, group_c, seq, step, end, int(dom.max()) + 1)
         spread = clock_spread(op_dom, group_c, seq, step, end, off)

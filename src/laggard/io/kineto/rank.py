@@ -125,7 +125,8 @@ def _in_window(t: np.ndarray, w: tuple[np.ndarray, np.ndarray, np.ndarray]) -> n
     return np.where(ok, steps[np.maximum(i, 0)], -1)
 
 
-def _containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.ndarray, hi_c: np.ndarray) -> np.ndarray:
+def _containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.ndarray,
+                hi_c: np.ndarray) -> np.ndarray:
     """For each query (thread, time): the index of the latest-starting candidate on that thread
     whose [lo, hi] holds the time; -1 if none."""
     out = np.full(len(t_q), -1, np.int64)
@@ -211,7 +212,8 @@ def _labels(ev: RankEvents) -> _Labels:
             "rpc": by_name(lambda s: s == "record_param_comms"),
             "c10d_p2p": by_name(lambda s: s.startswith(("c10d::send", "c10d::recv"))),
             # events that are neither work nor a collective on a thread (they wrap the real ops)
-            "wrapper": by_name(lambda s: bool(_STEP.match(s)) or s.startswith(("PyTorch Profiler", "c10d::", "nccl:", "gloo:"))
+            "wrapper": by_name(lambda s: bool(_STEP.match(s))
+                               or s.startswith(("PyTorch Profiler", "c10d::", "nccl:", "gloo:"))
                                or s == "record_param_comms"),
         },
     )
@@ -398,7 +400,8 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
     labels = [stream_label(ev, int(k), device) for k in st.keys] + [stream_label(ev, int(k), device) for k in c_keys]
     stream_codes = np.concatenate([seg.sid, len(st.keys) + c_sid, gcs.sid]).astype(np.int32)
     op_names = (seg.names(st.lane) if num_seg else []) + co.name + ["gc"] * n_gc
-    name_labels, name_codes = np.unique(np.array(op_names, dtype=object).astype(str), return_inverse=True) if n_ops else (np.array([]), np.zeros(0, np.int64))
+    name_labels, name_codes = (np.unique(np.array(op_names, dtype=object).astype(str), return_inverse=True) if n_ops
+                               else (np.array([]), np.zeros(0, np.int64)))
     grp_labels = sorted({g for g in co.group if g})
     gl = {g: i for i, g in enumerate(grp_labels)}
     group_codes = np.concatenate([np.full(num_seg, -1), np.array([gl.get(g, -1) for g in co.group], dtype=np.int64),
@@ -407,7 +410,8 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
     # a CPU rank's transfer is its whole c10d call (see _issued); a kernel starts when the GPU runs it
     c_start = issue if device == "cpu" else ts[coll]
     start_ns = np.concatenate([ns(seg.start_us), ns(c_start), ns(gcs.start_us)]) if n_ops else np.zeros(0, np.int64)
-    dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start), gcs.dur_us]) * 1000.0).astype(np.int64)
+    dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start), gcs.dur_us])
+                      * 1000.0).astype(np.int64)
     steps_all = np.concatenate([seg.step, c_step, gcs.step]).astype(np.int64)
     kind = np.concatenate([np.zeros(num_seg, np.int8), co.kind, np.full(n_gc, KIND_OTHER, np.int8)])
     # (by the call's type: a transfer without its peers in the trace is paired later, kineto/p2p.py)
@@ -471,7 +475,8 @@ def _dependencies(seg: Segments, num_seg: int, n_ops: int, steps_all: np.ndarray
     order_ops = np.lexsort((start_ns, steps_all, stream_codes))
     prev = np.full(n_ops, -1, np.int64)
     if n_ops > 1:
-        sm = (stream_codes[order_ops][1:] == stream_codes[order_ops][:-1]) & (steps_all[order_ops][1:] == steps_all[order_ops][:-1])
+        sm = ((stream_codes[order_ops][1:] == stream_codes[order_ops][:-1])
+              & (steps_all[order_ops][1:] == steps_all[order_ops][:-1]))
         prev[order_ops[1:][sm]] = order_ops[:-1][sm]
     prev[posted & (prev >= 0) & posted[np.maximum(prev, 0)]] = -1
     pd = np.flatnonzero(prev >= 0)

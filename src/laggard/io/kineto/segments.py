@@ -240,7 +240,8 @@ def _cut_stream(st: np.ndarray, en: np.ndarray, sp: np.ndarray, c_start: np.ndar
     prev_end = np.where(kk > step_lo, cum_end[np.maximum(kk - 1, 0)], -np.inf)
     gap = st[kk] - prev_end
     late = st[kk] - c_end
-    waited = ok_w & (prev_end <= c_end + 1e-3) & (late <= np.maximum(tol_us, _WAIT_SHARE * np.where(np.isfinite(gap), gap, 0)))
+    waited = (ok_w & (prev_end <= c_end + 1e-3)
+              & (late <= np.maximum(tol_us, _WAIT_SHARE * np.where(np.isfinite(gap), gap, 0))))
     link = (np.flatnonzero(ok_l), num_seg + seg[j[ok_l]], num_seg + seg[kk[waited]], np.flatnonzero(waited))
     # how many of the step's collectives were launched / had ended before each segment,
     # counted by cut position (unit index) so both sides of a cut get different names

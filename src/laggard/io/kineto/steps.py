@@ -57,7 +57,8 @@ def unify_steps(ranks: list[RankOps]) -> list[str]:
     desc = ", ".join(f"rank {ranks[i].rank} by {k:+d}" for i, k in list(moved.items())[:6])
     srcs = sorted({how[i] for i in moved})
     return [f"ProfilerStep numbers differ between ranks (profilers started at different steps): renumbered "
-            f"{desc}{' ...' if len(moved) > 6 else ''} to rank {ranks[0].rank}'s steps, matched by {' and '.join(srcs)}"]
+            f"{desc}{' ...' if len(moved) > 6 else ''} to rank {ranks[0].rank}'s steps, "
+            f"matched by {' and '.join(srcs)}"]
 
 
 def _seq_keys(r: RankOps) -> dict[tuple[str, int], int]:

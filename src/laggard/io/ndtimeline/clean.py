@@ -77,7 +77,8 @@ def invalid_times(keep: np.ndarray, group: np.ndarray, step: np.ndarray, start: 
     msg = (f"{where}: {int(bad.sum())} of {num_ops} op(s) have {why}, in {len(poisoned)} of {num_steps} step(s): "
            f"filled in the duration of {int(filled.sum())} op(s) with the median of their worker and op type")
     if len(skip):
-        msg += f"; skipped {len(skip)} step(s) whose {int(unfilled.sum())} bad op(s) cannot be filled: steps {fmt_list(skip)}"
+        msg += (f"; skipped {len(skip)} step(s) whose {int(unfilled.sum())} bad op(s) cannot be filled: "
+                f"steps {fmt_list(skip)}")
     warnings.warn(msg, LaggardWarning, stacklevel=3)
     return keep & ~np.isin(step, skip)
 

@@ -30,14 +30,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from laggard.errors import LaggardError, LaggardWarning
 from laggard.io.ndtimeline.clean import invalid_times, unknown_optypes
 from laggard.io.ndtimeline.meta import fmt_list, read_meta, resolve_layout
 from laggard.io.ndtimeline.template import build_template
 from laggard.optable.ops import (
     Job,
     JobMeta,
-    LaggardError,
-    LaggardWarning,
     make_table,
     to_numpy,
     unique_inverse,
@@ -73,7 +72,8 @@ def read_ndtimeline(path: Path, meta: Path | None = None) -> Job:
     group = (dp * (int(stage.max()) + 1) + stage) * len(labels) + codes  # one per (worker, op type)
     keep = invalid_times(keep, group, step, start, dur, where)
     vpp_trace = int(mc[keep].max()) + 1
-    lay = resolve_layout(meta_obj, meta_path, path, unique_inverse(dp[keep])[0], unique_inverse(stage[keep])[0], vpp_trace)
+    lay = resolve_layout(meta_obj, meta_path, path, unique_inverse(dp[keep])[0], unique_inverse(stage[keep])[0],
+                         vpp_trace)
     num_dp, num_pp, vpp = lay.num_dp, lay.num_pp, lay.vpp
     _check_workers(dp[keep], stage[keep], step[keep], num_dp, num_pp, where, meta_path)
 
@@ -203,7 +203,8 @@ def _reference_instance(inst: np.ndarray, key: np.ndarray) -> int:
     # signature of an instance: (op count, sum and xor-ish hash of its keys)
     h = (key[order] * 0x9E3779B1) % (2**31 - 1)
     sig = np.stack(
-        [np.diff(np.append(starts_, len(order))), np.add.reduceat(key[order], starts_), np.add.reduceat(h * h % 1000003, starts_)],
+        [np.diff(np.append(starts_, len(order))), np.add.reduceat(key[order], starts_),
+         np.add.reduceat(h * h % 1000003, starts_)],
         axis=1,
     )
     # one 64-bit hash per instance (wrapping arithmetic is fine for telling op sets apart)

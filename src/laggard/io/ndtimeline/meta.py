@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from laggard.optable.ops import JobMeta, LaggardError, LaggardWarning
+from laggard.errors import LaggardError, LaggardWarning
+from laggard.optable.ops import JobMeta
 
 # meta keys read as layout dimensions; each must be a positive integer when present
 SIZE_KEYS = ("dp_size", "pp_size", "tp_size", "cp_size", "dsp_size", "ep_size", "vpp_size", "world_size")
@@ -28,7 +29,8 @@ _HIDDEN = ("tp_size", "cp_size", "dsp_size", "ep_size")
 # without importing yaml (~20 ms of a `laggard analyze`); anything else goes to yaml
 _PLAIN_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): +(?:(0|[1-9][0-9]*)|([A-Za-z][A-Za-z0-9_-]*)) *")
 # bare words YAML 1.1 reads as booleans or null
-_YAML_WORDS = frozenset("y Y yes Yes YES n N no No NO true True TRUE false False FALSE on On ON off Off OFF null Null NULL".split())
+_YAML_WORDS = frozenset("y Y yes Yes YES n N no No NO true True TRUE false False FALSE "
+                        "on On ON off Off OFF null Null NULL".split())
 
 
 def _plain_meta(text: str) -> dict | None:
@@ -147,9 +149,11 @@ def resolve_layout(
     dp_size = int(meta_obj.get("dp_size", num_dp))
     pp_size = int(meta_obj.get("pp_size", num_pp))
     if dp_size != len(dp_ranks) or num_dp != dp_size:
-        raise LaggardError(f"{src}: says dp_size={dp_size} but the trace has {len(dp_ranks)} DP rank(s) ({fmt_list(dp_ranks)})")
+        raise LaggardError(f"{src}: says dp_size={dp_size} but the trace has {len(dp_ranks)} DP rank(s) "
+                           f"({fmt_list(dp_ranks)})")
     if pp_size != len(stages) or num_pp != pp_size:
-        raise LaggardError(f"{src}: says pp_size={pp_size} but the trace has {len(stages)} stage(s) ({fmt_list(stages)})")
+        raise LaggardError(f"{src}: says pp_size={pp_size} but the trace has {len(stages)} stage(s) "
+                           f"({fmt_list(stages)})")
     vpp = int(meta_obj.get("vpp_size", vpp_trace))
     if vpp != vpp_trace:
         raise LaggardError(f"{src}: says vpp_size={vpp} but the trace has {vpp_trace} model chunk(s)")
@@ -159,7 +163,8 @@ def resolve_layout(
     if world is not None and world != product:
         sizes = {"dp_size": dp_size, "pp_size": pp_size, **hidden}
         raise LaggardError(
-            f"{src}: world_size={world} is not {'*'.join(sizes)} = {'*'.join(str(v) for v in sizes.values())} = {product}"
+            f"{src}: world_size={world} is not "
+            f"{'*'.join(sizes)} = {'*'.join(str(v) for v in sizes.values())} = {product}"
         )
     return NdLayout(
         name=str(meta_obj.get("trial_name") or trace.stem),

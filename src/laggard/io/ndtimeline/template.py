@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from laggard.optable.ops import LaggardError
+from laggard.errors import LaggardError
 from laggard.optable.template import Template
 
 FWD, BWD = "forward-compute", "backward-compute"

@@ -105,12 +105,14 @@ class CommCapture:
             orig = getattr(c10d, fname, None)
             if orig is None:
                 continue
-            self.patches.wrap(fname, orig, self._collective_wrapper(_Spec(orig, fname, op, size_arg), orig), (dist, c10d))
+            self.patches.wrap(fname, orig, self._collective_wrapper(_Spec(orig, fname, op, size_arg), orig),
+                              (dist, c10d))
         for fname, send in P2P.items():
             orig = getattr(c10d, fname, None)
             if orig is not None:
                 spec = _Spec(orig, fname, "send" if send else "recv", "tensor", send=send)
-                self.patches.wrap(fname, orig, self._p2p_wrapper(spec, orig, asynchronous=fname.startswith("i")), (dist, c10d))
+                self.patches.wrap(fname, orig, self._p2p_wrapper(spec, orig, asynchronous=fname.startswith("i")),
+                                  (dist, c10d))
         orig_batch = getattr(c10d, "batch_isend_irecv", None)
         if orig_batch is not None:
             self.patches.wrap("batch_isend_irecv", orig_batch, self._batch_wrapper(orig_batch), (dist, c10d))
