@@ -136,7 +136,9 @@ def serve(
 
 @app.command()
 def relay(
-    url: Annotated[str, typer.Option("--url", help="The collector, e.g. http://collector:8765.")] = "http://127.0.0.1:8765",
+    url: Annotated[str, typer.Option("--url", help=(
+        "The collector, e.g. http://collector:8765; several comma-separated (collectors on one database): "
+        "the next is tried when one cannot be reached."))] = "http://127.0.0.1:8765",
     host: Annotated[str, typer.Option("--host", help=(
         "Address to bind (loopback: the node's own ranks)."))] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help=(
@@ -187,7 +189,9 @@ def relay(
 @app.command()
 def push(
     trace: Annotated[Path, typer.Argument(help="Trace to stream (any format laggard reads).")],
-    url: Annotated[str, typer.Option("--url", help="Collector address, e.g. http://127.0.0.1:8765.")] = "http://127.0.0.1:8765",
+    url: Annotated[str, typer.Option("--url", help=(
+        "Collector address, e.g. http://127.0.0.1:8765; several comma-separated: the next is tried when one "
+        "cannot be reached."))] = "http://127.0.0.1:8765",
     token: Annotated[str | None, typer.Option("--token", help="Bearer token (default: LAGGARD_TOKEN).")] = None,
     speed: Annotated[float, typer.Option("--speed", help=(
         "Replay speed: 1 = the trace's own step times, 10 = ten times faster, 0 = as fast as possible."))] = 1.0,

@@ -64,7 +64,8 @@ def run(
     name: Annotated[str | None, typer.Option(
         "--name", help="The job's name in job.json (default: the script's stem).")] = None,
     monitor_url: Annotated[str | None, typer.Option(
-        "--monitor-url", help="Also stream every rank's ops live to this `laggard monitor` collector.")] = None,
+        "--monitor-url", help=("Also stream every rank's ops live to this `laggard monitor` collector "
+                               "(several comma-separated: failed over in turn)."))] = None,
     token: Annotated[str | None, typer.Option("--token", help="The collector's token (with --monitor-url).")] = None,
     no_analyze: Annotated[bool, typer.Option(
         "--no-analyze", help="Only write the trace: do not load or analyse it at the end.")] = False,

@@ -92,7 +92,8 @@ class Tracer(SetupMixin, RecordMixin, CommMixin, GcMixin, PagingMixin):
     ``flight_watchdog_s`` (with torch's Flight Recorder on,
     dump it when a step runs longer than this; it is also dumped on SIGTERM and on request: see
     ``laggard.tracer.flight``),
-    ``monitor_url``/``token``/``monitor_job`` (also stream every page to a live-monitor collector
+    ``monitor_url``/``token``/``monitor_job`` (also stream every page to a live-monitor collector (several
+    comma-separated addresses: the next when one cannot be reached)
     under this job id, default ``name``, with a heartbeat and hang reports from a background thread:
     see ``laggard.tracer.stream``; ``monitor_config``: its ``StreamConfig``), ``abort_on_hang`` (True:
     when the collector's verdict on this job is a hang and this rank has not moved since, end its

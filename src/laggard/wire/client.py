@@ -24,21 +24,30 @@ class Refused(LaggardError):
 
 
 class Client:
+    """Requests to a collector (or relay). ``url`` may name several, comma-separated
+    (``http://a:8765,http://b:8765``: collectors sharing one database): a request that cannot reach
+    the current one goes to the next, and stays there while it answers."""
+
     def __init__(self, url: str, token: str | None, timeout_s: float = 10.0) -> None:
-        u = urllib.parse.urlsplit(url)
-        if u.scheme not in ("http", "https") or not u.hostname:
+        self._targets = [_target(u.strip()) for u in url.split(",") if u.strip()]
+        if not self._targets:
             raise LaggardError(f"--url {url!r}: expected http://HOST:PORT")
-        self._https = u.scheme == "https"
-        self._host, self._port = u.hostname, u.port or (443 if self._https else 80)
-        self._prefix = u.path.rstrip("/")
+        self._at = 0  # the target requests go to
         self.token = token
         self.timeout_s = timeout_s
         self._conn: http.client.HTTPConnection | None = None
 
+    @property
+    def url(self) -> str:
+        """The address requests go to now."""
+        https, host, port, prefix = self._targets[self._at]
+        return f"{'https' if https else 'http'}://{host}:{port}{prefix}"
+
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            self._conn = cls(self._host, self._port, timeout=self.timeout_s)
+            https, host, port, _ = self._targets[self._at]
+            cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+            self._conn = cls(host, port, timeout=self.timeout_s)
         return self._conn
 
     def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
@@ -65,19 +74,31 @@ class Client:
         headers = {"Content-Type": content_type} if content_type else {}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
-            conn = self._connection()
-            try:
-                conn.request(method, self._prefix + path, body=body, headers=headers)
-                resp = conn.getresponse()
-                return resp.status, resp.read(), resp.getheader("Content-Type") or "application/json"
-            except (http.client.HTTPException, OSError) as e:
-                self.close()
-                if attempt:
-                    raise CollectorDown(f"{self._host}:{self._port}: {e}") from None
-        raise AssertionError("unreachable")
+        failed = []
+        for _ in self._targets:  # each address once, the current one first
+            for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
+                conn = self._connection()
+                try:
+                    conn.request(method, self._targets[self._at][3] + path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    return resp.status, resp.read(), resp.getheader("Content-Type") or "application/json"
+                except (http.client.HTTPException, OSError) as e:
+                    self.close()
+                    if attempt:
+                        failed.append(f"{self._targets[self._at][1]}:{self._targets[self._at][2]}: {e}")
+            self._at = (self._at + 1) % len(self._targets)
+        raise CollectorDown("; ".join(failed))
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _target(url: str) -> tuple[bool, str, int, str]:
+    """(https, host, port, path prefix) of one collector address."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise LaggardError(f"--url {url!r}: expected http://HOST:PORT")
+    https = u.scheme == "https"
+    return https, u.hostname, u.port or (443 if https else 80), u.path.rstrip("/")
