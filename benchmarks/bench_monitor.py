@@ -266,19 +266,26 @@ def job_phases_s(n: int, aligned: bool) -> list[float]:
     return [rng.uniform(0.0, JOBS_FLUSH_STEPS * JOBS_STEP_S) for _ in range(n)]
 
 
-def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False) -> dict:
-    """N jobs streaming into one collector: per job and measured flush, the time from the end of
-    the flushed steps until the collector serves a window that holds them (GET /api/v1/jobs);
-    ``aligned``: every job flushes at the same instant, else at its own phase (``job_phases_s``)."""
+def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False, db: str | None = None,
+              collectors: int = 1) -> dict:
+    """N jobs streaming into one collector (or ``collectors`` on the PostgreSQL database ``db``, job i
+    posting to collector i mod their number, the others its failover addresses): per job and measured
+    flush, the time from the end of the flushed steps until the collector analysing it serves a window
+    that holds them (GET /api/v1/jobs); ``aligned``: every job flushes at the same instant, else at its
+    own phase (``job_phases_s``)."""
     from tests.monitor_helpers import Server  # noqa: PLC0415
 
     run = f"{n}-{relay_ranks}{'' if aligned else '-phased'}"  # this run's store and generators' files
-    srv = Server(str(tmp / f"jobs{run}.db"), tmp, token=TOKEN,
-                 extra=["--analysis-workers", str(JOBS_ANALYSIS_WORKERS)]).start()
+    servers = [Server(db or str(tmp / f"jobs{run}.db"), tmp, token=TOKEN,
+                      extra=["--analysis-workers", str(JOBS_ANALYSIS_WORKERS)]).start() for _ in range(collectors)]
     gens, phases = [], job_phases_s(n, aligned)
+
+    def urls(i: int) -> str:
+        return ",".join(servers[(i + k) % len(servers)].url for k in range(len(servers)))
+
     try:
         for i in range(n):
-            gens.append(subprocess.Popen([sys.executable, __file__, "job-generator", srv.url, f"job{i}", str(i + 1),
+            gens.append(subprocess.Popen([sys.executable, __file__, "job-generator", urls(i), f"job{i}", str(i + 1),
                                           str(JOBS_ROUNDS), str(JOBS_CONNECTIONS), str(tmp / f"job{run}-{i}.json"),
                                           str(relay_ranks), str(phases[i])],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
@@ -288,9 +295,9 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False) ->
         sys.path.insert(0, str(HERE))
         from proctree import children_of
 
-        def cpu_s() -> tuple[float, float]:  # (collector, its analysis process) user + system seconds
-            kids = sum(_proc_cpu_s(c) for c in children_of(srv.proc.pid))
-            return _proc_cpu_s(srv.proc.pid), kids
+        def cpu_s() -> tuple[float, float]:  # (collectors, their analysis processes) user + system seconds
+            kids = sum(_proc_cpu_s(c) for x in servers for c in children_of(x.proc.pid))
+            return sum(_proc_cpu_s(x.proc.pid) for x in servers), kids
 
         cpu0 = cpu_s()
         t0 = time.time() + 0.5
@@ -302,24 +309,30 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False) ->
         end = t0 + 3 * schedule_s  # at most: generators far behind their schedule do not hold anyway
         grace = (FRESH_STEPS + 2) * JOBS_STEP_S  # after the last flush: time for its window
         while time.time() < end:
-            status, jobs = srv.request("GET", "/api/v1/jobs")
-            now = time.time()
-            for j in jobs if status == 200 else []:
-                if j["id"] in seen and j["window"]:
-                    seen[j["id"]].append((now, j["window"][1]))
+            for x in servers:
+                status, jobs = x.request("GET", "/api/v1/jobs")
+                now = time.time()
+                for j in jobs if status == 200 else []:  # (a job's window is served by the collector analysing it)
+                    if j["id"] in seen and j["window"] and (j.get("analysed_by") or {}).get("this", True):
+                        seen[j["id"]].append((now, j["window"][1]))
             if all(g.poll() is not None for g in gens):
                 end = min(end, now + grace)
             time.sleep(0.25)
         for g in gens:
             g.wait(timeout=60)
-        status, metrics = srv.request("GET", "/metrics")
+        texts = [x.request("GET", "/metrics")[1] for x in servers]
         cpu1 = cpu_s()
     finally:
         for g in gens:
             if g.poll() is None:
                 g.kill()
-        srv.stop()
-    m = {ln.split()[0]: float(ln.split()[-1]) for ln in metrics.splitlines() if ln and not ln.startswith("#")}
+        for x in servers:
+            x.stop()
+    m: dict[str, float] = {}  # summed over the collectors (each job's series come from one of them)
+    for metrics in texts:
+        for ln in metrics.splitlines():
+            if ln and not ln.startswith("#"):
+                m[ln.split()[0]] = m.get(ln.split()[0], 0.0) + float(ln.split()[-1])
     lags, send_lag, gen_cpu_s = [], [], 0.0
     for i in range(n):
         gen = json.loads((tmp / f"job{run}-{i}.json").read_text())
@@ -336,7 +349,8 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False) ->
     def steps(x: float) -> float | None:  # None: never analysed while the run lasted
         return round(x, 2) if math.isfinite(x) else None
 
-    return {"jobs": n, "relay_ranks": relay_ranks, "aligned": aligned, "analysis_workers": JOBS_ANALYSIS_WORKERS,
+    return {"jobs": n, "collectors": collectors, "relay_ranks": relay_ranks, "aligned": aligned,
+            "analysis_workers": JOBS_ANALYSIS_WORKERS,
             "holds": fresh >= FRESH_SHARE, "fresh_share": fresh, "lag_steps_median": steps(statistics.median(lags)),
             "lag_steps_p90": steps(lags[int(0.9 * (len(lags) - 1) + 0.5)]), "lag_steps_max": steps(lags[-1]),
             "flush_post_s_max": round(max(send_lag), 2), "refreshes": n_ref,
@@ -357,13 +371,17 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _many_jobs(tmp: Path, relay_ranks: int, aligned: bool = False) -> dict:
-    """_jobs_run for each N of JOBS_N in turn, up to the first that does not hold."""
+def _many_jobs(tmp: Path, relay_ranks: int, aligned: bool = False, db_of=None,  # noqa: ANN001
+               collectors: int = 1) -> dict:
+    """_jobs_run for each N of JOBS_N in turn, up to the first that does not hold (``db_of(run)``: a
+    new PostgreSQL database for each run of ``collectors``)."""
     runs = []
     for n in JOBS_N:
         print(f"    {n} job(s), {'a relay per ' + str(relay_ranks) + ' ranks' if relay_ranks > 1 else 'ranks posting'}"
-              f"{', all flushing at once' if aligned else ''} ...", file=sys.stderr, flush=True)
-        runs.append(_jobs_run(tmp, n, relay_ranks, aligned))
+              f"{', all flushing at once' if aligned else ''}"
+              f"{f', {collectors} collectors on one PostgreSQL' if db_of else ''} ...", file=sys.stderr, flush=True)
+        runs.append(_jobs_run(tmp, n, relay_ranks, aligned, db=db_of(f"c{collectors}n{n}") if db_of else None,
+                              collectors=collectors))
         if not runs[-1]["holds"]:
             break
     held = [r["jobs"] for r in runs if r["holds"]]

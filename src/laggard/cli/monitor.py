@@ -115,11 +115,16 @@ def serve(
     except BaseException:
         sock.close()
         raise
-    collector = Collector(store, cfg, webhooks=webhook or [])
+    base = f"{'https' if tls else 'http'}://{host}:{port}"
+    try:  # one id per host and port: a restarted collector takes its jobs back at once
+        collector = Collector(store, cfg, webhooks=webhook or [], identity=(f"{os.uname().nodename}:{port}", base))
+    except BaseException:
+        store.close()
+        sock.close()
+        raise
     if created:
         typer.echo(f"token: {tok}")
     # no token in a printed address (it would end up in logs and shell history): one signs in on the page
-    base = f"{'https' if tls else 'http'}://{host}:{port}"
     typer.echo(f"dashboard: {base}/ (sign in with the token)   (API: {base}/api/v1/, Authorization: Bearer TOKEN)",
                err=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from laggard.analysis.config import AnalysisConfig
+from laggard.monitor.cluster import LeaseConfig
 
 
 @dataclass(kw_only=True, slots=True)
@@ -84,6 +85,8 @@ class MonitorConfig:
     # how each window is analysed: the same settings as `laggard analyze` (warm-up detection is
     # per window: a window of a running job has no warm-up to skip once the job settled)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    # several collectors on one database: each job's lease (laggard.monitor.cluster)
+    lease: LeaseConfig = field(default_factory=LeaseConfig)
 
     def __post_init__(self) -> None:
         from laggard.errors import LaggardError

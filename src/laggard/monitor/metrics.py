@@ -69,5 +69,17 @@ class Metrics:
         for r in self._culprits.pop(job_id, []):
             self.hang_culprit.remove(job_id, r)
 
+    def drop_job(self, job_id: str) -> None:
+        """The job is exported by another collector now (its lease moved): its series leave this one."""
+        import contextlib
+
+        with contextlib.suppress(KeyError):
+            self.job_slowdown.remove(job_id)
+        for key in self._labels.pop(job_id, set()):
+            self.worker_slowdown.remove(*key)
+        self.clear_hang(job_id)
+        with contextlib.suppress(KeyError):
+            self.job_hung.remove(job_id)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -24,8 +24,10 @@ from typing import Any
 from laggard.errors import LaggardError
 
 # 1: the first recorded version (jobs, batches, packs, rules, alerts, actions);
-# 2: API tokens with roles (``tokens``: laggard.monitor.tokens)
-SCHEMA_VERSION = 2
+# 2: API tokens with roles (``tokens``: laggard.monitor.tokens);
+# 3: several collectors on one database (``collectors``, ``leases``; batches record the collector
+#    that stored them and, on PostgreSQL, their arrival order: laggard.monitor.cluster)
+SCHEMA_VERSION = 3
 # the advisory lock key of the schema transaction (any fixed bigint: "laggard" in ASCII, then 1)
 LOCK_KEY = 0x6C61676761726401
 
@@ -44,11 +46,16 @@ CREATE TABLE IF NOT EXISTS alerts (alert_id {serial}, job_id TEXT NOT NULL, rule
 CREATE TABLE IF NOT EXISTS actions (job_id TEXT PRIMARY KEY, log TEXT NOT NULL, updated_s DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (token_id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, role TEXT NOT NULL,
     job_id TEXT, created_s DOUBLE PRECISION NOT NULL, expires_s DOUBLE PRECISION, revoked_s DOUBLE PRECISION);
+CREATE TABLE IF NOT EXISTS collectors (collector_id TEXT PRIMARY KEY, url TEXT NOT NULL, settings TEXT NOT NULL,
+    seen_s DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (job_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_s DOUBLE PRECISION NOT NULL);
 """
 # columns added after a table's first release: (table, column, its definition). A database made by
 # an older collector gets them on open; its rows take the default
 _ADDED_COLUMNS = (("jobs", "act", "INTEGER NOT NULL DEFAULT 1"), ("batches", "pack_id", "BIGINT"),
-                  ("batches", "row0", "INTEGER"))
+                  ("batches", "row0", "INTEGER"), ("batches", "via", "TEXT"))
+# PostgreSQL numbers batches in arrival order (a collector reads the ones others stored after it);
+# SQLite's rowid does that already
 
 
 def ensure(conn: Any, *, postgres: bool, where: str) -> int:
@@ -99,6 +106,9 @@ def _add_columns(conn: Any, postgres: bool) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {spec}")
         elif col not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})").fetchall()}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {col} {spec}")
+    if postgres:
+        conn.execute("ALTER TABLE batches ADD COLUMN IF NOT EXISTS arrival BIGSERIAL")
+        conn.execute("CREATE INDEX IF NOT EXISTS batches_arrival ON batches (job_id, arrival)")
 
 
 def _record(conn: Any, postgres: bool) -> None:

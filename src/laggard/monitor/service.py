@@ -25,6 +25,7 @@ from laggard.monitor.alerts import (
     evaluate_window,
 )
 from laggard.monitor.analyser import AnalysisPool, WindowAnalysis, analyse
+from laggard.monitor.cluster import Cluster
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.hangs import parse_beat, parse_report
 from laggard.monitor.metrics import Metrics
@@ -87,9 +88,23 @@ def _row(b: Batch, held: bytes | PackSlice) -> BatchRow:
 
 
 class Collector:
-    def __init__(self, store: Store, cfg: MonitorConfig | None = None, webhooks: list[str] | None = None) -> None:
+    def __init__(self, store: Store, cfg: MonitorConfig | None = None, webhooks: list[str] | None = None,
+                 identity: tuple[str, str] | None = None) -> None:
+        """``identity``: (this collector's id among those of its database, its address); a restarted
+        collector with the same id takes its jobs back at once. Default: a new id (in-process use)."""
         self.store = store
         self.cfg = cfg or MonitorConfig()
+        if identity is None:
+            import os
+            import secrets
+
+            identity = (f"{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(3)}", "")
+        # which collector of the database analyses each job (laggard.monitor.cluster)
+        self.cluster = Cluster(store, self.cfg.lease, identity[0], identity[1],
+                               {"window_steps": self.cfg.window_steps, "hang_after_s": self.cfg.hang_after_s,
+                                "hang_collect_s": self.cfg.hang_collect_s})
+        self.cluster.join()
+        store.via = self.cluster.id
         self.metrics = Metrics(self.cfg.metrics_top_k)
         self.notifier = Notifier(webhooks or [])
         self.windows: dict[str, JobWindow] = {}
@@ -117,24 +132,73 @@ class Collector:
 
     # ------------------------------------------------------------------ start-up
     def _load(self) -> None:
-        """Rebuild each job's windows from the stored batches (a restart loses nothing)."""
-        for job_id, meta, tracing in self.store.jobs():
-            win = self._window(job_id, meta)
-            win.tracing = tracing
-            progress = self.store.rank_progress(job_id)
-            if not progress:
-                continue
+        """Rebuild each job's windows from the stored batches (a restart loses nothing); take the
+        leases this collector may."""
+        jobs = self.store.jobs()
+        self.cluster.round([j for j, _, _ in jobs])
+        for job_id, meta, tracing in jobs:
+            self._rebuild(job_id, meta, tracing)
+        for job_id, (on, actions) in self.store.act_states().items():
+            self.act[job_id] = {"act": on, "actions": actions}
+
+    def _rebuild(self, job_id: str, meta: dict[str, Any], tracing: bool) -> None:
+        """The job's window made again from the stored batches (its heartbeats and dump requests kept)."""
+        mark = self.store.arrival_mark(job_id)  # before reading: what comes meanwhile is read again
+        old = self.windows.pop(job_id, None)
+        win = self._window(job_id, meta)
+        win.tracing = tracing
+        if old is not None:
+            win.hangs, win.dump_request = old.hangs, old.dump_request
+        loaded = []
+        progress = self.store.rank_progress(job_id)
+        if progress:
             since = min(p[3] for p in progress) - self.cfg.window_steps - 1
             for row, b in _stored_batches(self.store.batches_since(job_id, since)):
                 held = PackSlice(row.pack, row.row0, row.num_ops) if row.pack is not None else row.body
                 win.add(b.table, b.rank, b.min_step, b.max_step, body=held)
+                loaded.append((row.rank, row.seq))
             for rank, _, num_ops, _ in progress:
                 st = win.ranks.get(rank)
                 if st is not None:
                     st.num_ops = num_ops
             win.num_ops = sum(p[2] for p in progress)
-        for job_id, (on, actions) in self.store.act_states().items():
-            self.act[job_id] = {"act": on, "actions": actions}
+        self.cluster.start_pull(job_id, mark, loaded)
+
+    def _cluster_round(self) -> None:
+        """Renew and take leases (``laggard.monitor.cluster``); a job taken is rebuilt from the
+        database, a job lost is no longer analysed or exported here. Then, for each job held, the
+        batches other collectors stored."""
+        changed = self.cluster.round(list(self.windows))
+        if changed is not None:
+            taken, lost = changed
+            for job_id in taken:
+                known = self.store.job(job_id)
+                if known is not None:
+                    with self._lock:
+                        self._rebuild(job_id, *known)
+                    self._touch({job_id})
+                    log.info("job %s: analysed by this collector from now on", job_id)
+            for job_id in set(self.cluster.owners) - set(self.windows):  # another collector's: listed here
+                known = self.store.job(job_id)
+                if known is not None:
+                    with self._lock:
+                        self._window(job_id, known[0]).tracing = known[1]
+            for job_id in lost:
+                self.cluster.drop(job_id)
+                self.metrics.drop_job(job_id)
+                log.warning("job %s: another collector took its lease (this one missed its renewals)", job_id)
+        for job_id in list(self.cluster.held):
+            rows = self.cluster.pull(job_id)
+            win = self.windows.get(job_id)
+            if not rows or win is None:
+                continue
+            with self._lock:
+                for row, b in _stored_batches(rows):
+                    held = PackSlice(row.pack, row.row0, row.num_ops) if row.pack is not None else row.body
+                    win.add(b.table, b.rank, b.min_step, b.max_step, body=held)
+                moved = self._completed_more(win)
+            if moved:
+                self._touch({job_id})
 
     def _window(self, job_id: str, meta: dict[str, Any]) -> JobWindow:
         win = self.windows.get(job_id)
@@ -241,6 +305,9 @@ class Collector:
                 raise BadBatch(f"{where or ''}job {b.job_id!r} is new: its first batch must carry laggard.meta")
             self.store.add_job(b.job_id, b.meta)
             win = self._window(b.job_id, b.meta)
+            if self.cluster.claim(b.job_id):
+                self.cluster.start_pull(b.job_id, 0, [])
+        self.cluster.posted(b.job_id)
         return win
 
     # ------------------------------------------------------------------ analysis
@@ -326,7 +393,7 @@ class Collector:
         now = time.time()
         due: list[tuple[str, Any, tuple[list[Any], list[str]]]] = []
         with self._lock:
-            silent = {j: w.hang(now) for j, w in self.windows.items()}
+            silent = {j: w.hang(now) for j, w in self.windows.items() if self.cluster.owns(j)}
             for j, s in silent.items():  # a hang first suspected: ask the job's tracers for their reports
                 win = self.windows[j]
                 if s and not win.hang_was_suspected:
@@ -378,6 +445,9 @@ class Collector:
                     raise LaggardError(f"heartbeat: bad job meta ({e})") from None
                 self.store.add_job(valid_job_id(job_id), meta)
                 win = self._window(job_id, meta)
+                if self.cluster.claim(job_id):
+                    self.cluster.start_pull(job_id, 0, [])
+            self.cluster.posted(job_id)
             win.hangs.beat(rank, state, time.time())
             return {"dump_request": win.dump_request, "tracing": win.tracing, "hang": win.hangs.published}
 
@@ -409,7 +479,12 @@ class Collector:
 
     def tick(self) -> None:
         """One round of the background analyser: collect finished analyses and start due ones (in
-        the pool; without one, each due job is analysed here in turn), then the hang checks."""
+        the pool; without one, each due job is analysed here in turn), then the hang checks. Only
+        the jobs whose lease this collector holds (``laggard.monitor.cluster``)."""
+        try:
+            self._cluster_round()
+        except Exception:  # the database is down: the leases lapse, the others' rounds take them
+            log.exception("lease round failed")
         self._analyse(list(self.windows))
         try:
             self.check_hangs()
@@ -424,6 +499,8 @@ class Collector:
             except Exception:  # a resubmission that failed; the thread goes on
                 log.exception("collecting window analyses failed")
         for job_id in job_ids:
+            if not self.cluster.owns(job_id):
+                continue
             if time.monotonic() < self._next_refresh.get(job_id, 0.0):
                 with self._touched_lock:  # looked at again once its analysis share allows (``_wake_at``)
                     self._touched.add(job_id)
@@ -471,6 +548,10 @@ class Collector:
         if self._analyser is not None:
             self._analyser.close()
         self.notifier.close()
+        try:
+            self.cluster.leave()
+        except Exception:  # the database is down: the leases lapse by themselves
+            log.exception("giving up the leases failed")
         self.store.close()
 
     # ------------------------------------------------------------------ control and views
@@ -535,11 +616,12 @@ class Collector:
 
     def summaries(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [w.summary() for w in self.windows.values()]
+            return [{**w.summary(), "analysed_by": self.cluster.owner_of(j)} for j, w in self.windows.items()]
 
     def detail(self, job_id: str) -> dict[str, Any]:
         with self._lock:
             out = self.job(job_id).detail(self.cfg.top_k)
+            out["analysed_by"] = self.cluster.owner_of(job_id)
             out.update(self.act.get(job_id, {"act": True, "actions": []}))
         out["alerts"] = [a for a in self.store.alerts(job_id, limit=50)]
         return out

@@ -57,6 +57,7 @@ class Store:
 
     def __init__(self, url: str | Path) -> None:
         self.url = str(url)
+        self.via: str | None = None  # the collector storing batches here (laggard.monitor.cluster)
         self._lock = threading.Lock()  # the connection
         self._group = threading.Condition(threading.Lock())  # the group-commit queue
         self._queue: list[_Pending] = []
@@ -136,6 +137,11 @@ class Store:
         return [(j, json.loads(m), bool(t)) for j, m, t in
                 self._read("SELECT job_id, meta, tracing FROM jobs ORDER BY created_s")]
 
+    def job(self, job_id: str) -> tuple[dict[str, Any], bool] | None:
+        """The job's (meta, tracing), None when unknown."""
+        rows = self._read("SELECT meta, tracing FROM jobs WHERE job_id = ?", (job_id,))
+        return (json.loads(rows[0][0]), bool(rows[0][1])) if rows else None
+
     def set_tracing(self, job_id: str, on: bool) -> bool:
         return self._write("UPDATE jobs SET tracing = ? WHERE job_id = ?", (1 if on else 0, job_id)) > 0
 
@@ -197,7 +203,7 @@ class Store:
 
     def _insert_batches(self, rows: list[BatchRow]) -> list[bool]:
         q = self._sql("INSERT INTO batches (job_id, rank, seq, min_step, max_step, num_ops, received_s, body, pack_id, "
-                      "row0) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+                      "row0, via) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
         now = time.time()
         with self._lock:
             if not self.is_postgres:
@@ -205,8 +211,8 @@ class Store:
             try:
                 packs: dict[int, int] = {}  # id of a pack's body -> its pack_id
                 new = [self._conn.execute(q, (b.job_id, b.rank, b.seq, b.min_step, b.max_step, b.num_ops, now, b.body,
-                                              self._pack_id(b.pack, packs), b.row0 if b.pack is not None else None)
-                                          ).rowcount > 0 for b in rows]
+                                              self._pack_id(b.pack, packs), b.row0 if b.pack is not None else None,
+                                              self.via)).rowcount > 0 for b in rows]
                 self._drop_unused_packs(rows, new, packs)
                 self._conn.commit()
             except Exception:
@@ -235,12 +241,31 @@ class Store:
             if key not in used:
                 self._exec("DELETE FROM packs WHERE pack_id = ?", (pid,))
 
+    _BATCH_COLS = "b.rank, b.seq, b.min_step, b.max_step, b.num_ops, b.body, b.pack_id, b.row0, p.body"
+
     def batches_since(self, job_id: str, min_max_step: int) -> list[BatchRow]:
         """The job's batches holding a step from ``min_max_step`` on, by rank and seq (a pack's parts
         share one bytes object of its body)."""
-        rows = self._read("SELECT b.rank, b.seq, b.min_step, b.max_step, b.num_ops, b.body, b.pack_id, b.row0, p.body "
-                          "FROM batches b LEFT JOIN packs p ON p.pack_id = b.pack_id "
-                          "WHERE b.job_id = ? AND b.max_step >= ? ORDER BY b.rank, b.seq", (job_id, min_max_step))
+        return self._batch_rows(job_id, self._read(
+            f"SELECT {self._BATCH_COLS} FROM batches b LEFT JOIN packs p ON p.pack_id = b.pack_id "
+            "WHERE b.job_id = ? AND b.max_step >= ? ORDER BY b.rank, b.seq", (job_id, min_max_step)))
+
+    def arrival_mark(self, job_id: str) -> int:
+        """The arrival number of the job's latest stored batch (0: none)."""
+        col = "arrival" if self.is_postgres else "rowid"
+        return int(self._read(f"SELECT COALESCE(MAX({col}), 0) FROM batches WHERE job_id = ?", (job_id,))[0][0])
+
+    def batches_after(self, job_id: str, arrival: int, not_via: str) -> list[tuple[int, BatchRow]]:
+        """The job's batches another collector than ``not_via`` stored after arrival number
+        ``arrival``: (their arrival number, row), in arrival order."""
+        col = "b.arrival" if self.is_postgres else "b.rowid"
+        rows = self._read(f"SELECT {col}, {self._BATCH_COLS} FROM batches b LEFT JOIN packs p ON p.pack_id = b.pack_id "
+                          f"WHERE b.job_id = ? AND {col} > ? AND (b.via IS NULL OR b.via <> ?) ORDER BY {col}",
+                          (job_id, arrival, not_via))
+        return list(zip([int(r[0]) for r in rows], self._batch_rows(job_id, [r[1:] for r in rows]), strict=True))
+
+    @staticmethod
+    def _batch_rows(job_id: str, rows: list[tuple]) -> list[BatchRow]:
         packs: dict[int, bytes] = {}
         out = []
         for r, s, a, b, n, body, pid, row0, pack in rows:
@@ -249,6 +274,40 @@ class Store:
             out.append(BatchRow(job_id=job_id, rank=r, seq=s, min_step=a, max_step=b, num_ops=n, body=bytes(body),
                                 pack=packs.get(pid) if pid is not None else None, row0=row0 or 0))
         return out
+
+    # ------------------------------------------------------------------ collectors and leases (laggard.monitor.cluster)
+    def beat_collector(self, collector_id: str, url: str, settings: str, now_s: float) -> None:
+        self._write("INSERT INTO collectors (collector_id, url, settings, seen_s) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (collector_id) DO UPDATE SET url = excluded.url, settings = excluded.settings, "
+                    "seen_s = excluded.seen_s", (collector_id, url, settings, now_s))
+
+    def collectors(self, seen_after_s: float) -> list[tuple[str, str, str, float]]:
+        """The collectors seen since ``seen_after_s``: (id, url, settings, seen_s)."""
+        return self._read("SELECT collector_id, url, settings, seen_s FROM collectors WHERE seen_s > ? "
+                          "ORDER BY collector_id", (seen_after_s,))
+
+    def take_lease(self, job_id: str, owner: str, until_s: float, expired_before_s: float) -> bool:
+        """Make ``owner`` the job's analyser until ``until_s`` if the lease is free, its own, or
+        expired before ``expired_before_s`` (one statement: of collectors taking it at once, one wins)."""
+        return self._write("INSERT INTO leases (job_id, owner, expires_s) VALUES (?, ?, ?) ON CONFLICT (job_id) "
+                           "DO UPDATE SET owner = excluded.owner, expires_s = excluded.expires_s "
+                           "WHERE leases.owner = excluded.owner OR leases.expires_s < ?",
+                           (job_id, owner, until_s, expired_before_s)) > 0
+
+    def renew_leases(self, owner: str, until_s: float) -> set[str]:
+        """Extend every lease ``owner`` holds; the jobs it holds."""
+        self._write("UPDATE leases SET expires_s = ? WHERE owner = ?", (until_s, owner))
+        return {r[0] for r in self._read("SELECT job_id FROM leases WHERE owner = ?", (owner,))}
+
+    def leases(self) -> dict[str, tuple[str, float]]:
+        """job -> (owner, expires_s)."""
+        return {j: (o, float(e)) for j, o, e in self._read("SELECT job_id, owner, expires_s FROM leases")}
+
+    def release_leases(self, owner: str) -> None:
+        """Give up ``owner``'s leases now and leave (a clean stop: another collector takes its jobs at
+        its next round)."""
+        self._write("UPDATE leases SET expires_s = 0 WHERE owner = ?", (owner,))
+        self._write("DELETE FROM collectors WHERE collector_id = ?", (owner,))
 
     def rank_progress(self, job_id: str) -> list[tuple[int, int, int, int]]:
         """Per rank: (rank, number of batches, number of ops, last step)."""
