@@ -1,4 +1,4 @@
-"""A stage-imbalance finding's gain agrees with its fix command (issue 26): where the layer count is
+"""A stage-imbalance finding's gain agrees with its fix command: where the layer count is
 known, the gain shown is that of `laggard partition`'s whole-layer split, with the continuous bound
 beside it, labelled; where it is unknown, the bound alone, labelled."""
 

@@ -1,4 +1,4 @@
-"""Fewer steps than the diagnosis needs (issue 60, item 5): what one step says on its own
+"""Fewer steps than the diagnosis needs: what one step says on its own
 (``laggard.diagnose.onestep``). Real traces cut to one step: a 4-rank DDP profiler job whose rank 2
 sleeps 30 ms before every step (tests/data/kineto/ddp_host_stall_a), and clean twins: a 4-rank DDP
 profiler job (corpus c64v3_job058p) and a 2-rank DDP Tracer job whose step 7 is the one of its steps

@@ -1,5 +1,6 @@
 """Every output path is checked before work starts: one line naming the flag and the file, exit 2,
-no traceback (the six cases of issue 15, and the analyze/whatif outputs)."""
+no traceback (an existing file, a directory, a missing parent, a read-only directory and a place under
+a regular file, across convert, synth, simulate, collectives, analyze and whatif)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Commands that run over ~2 s show a rich progress display on stderr when it is a terminal (issue 26):
+"""Commands that run over ~2 s show a rich progress display on stderr when it is a terminal:
 analyze, diff, simulate tail, simulate policy and bench allreduce (fleet, demo and monitor push use the
 same helper). Piped, with --quiet, or with --json -, nothing but the result is written."""
 

@@ -1,4 +1,4 @@
-"""`laggard demo --act`: the runtime controller on the real demo job (issue 25, part 4).
+"""`laggard demo --act`: the runtime controller on the real demo job.
 
 dp 4 x pp 1 with rank 2 slowed 1.6x, with and without the controller, in one launch: the controller
 acts within 30 steps on rank 2, the global batch keeps its rows, and the loss curve is the one

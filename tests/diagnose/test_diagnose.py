@@ -46,7 +46,7 @@ def test_findings_in_json_and_terminal(capsys, tmp_path):
                       "layers_plan",  # partition fixes
                       # how consistent the named worker's excess is (noise-aware naming)
                       "steps_slow", "steps_total", "ratio", "ratio_spread", "transient_steps", "consistency", "targets",
-                      "beyond_slowdown"}  # why the gain exceeds S (rule f of issue 60: a new key)
+                      "beyond_slowdown"}  # why the gain exceeds S
     assert (f["confidence"], f["hidden"]) == ("high", False)
     assert f["steps_slow"] == f["steps_total"] == 44 and f["transient_steps"] == [] and 2.2 < f["ratio"] < 2.5
     assert [t["target"] for t in f["targets"]] == ["rank 0"] and f["targets"][0]["pattern"] == "consistent"
@@ -139,10 +139,10 @@ def test_slow_worker_on_a_slightly_heavy_stage_stays_a_worker(heavy):
 
 
 def test_findings_are_ranked_by_gain_and_a_job_wide_one_after_a_named_one_that_explains_more():
-    """Rule (a) of issue 60: the largest speed-up first (it replaces the share order, with its stage
-    before a worker of it that explains about as much); ties: a stage before a worker. Rule (b): a cost
-    every rank pays (the launch overhead, a tail on every link) goes after every straggler, whatever
-    its gain or share; GC, naming no rank, is a straggler."""
+    """The largest speed-up first, not the largest share, with a stage before a worker of it that
+    explains about as much; ties: a stage before a worker. A cost every rank pays (the launch overhead,
+    a tail on every link) goes after every straggler, whatever its gain or share; GC, naming no rank, is
+    a straggler."""
     from laggard.diagnose import DiagnoseConfig, ranked
     from laggard.results.diagnosis import Finding
 

@@ -99,9 +99,9 @@ def test_every_replica_of_a_stage_slow_scores_as_its_stage():
 
 
 def test_pure_pipeline_heavy_stage_is_named():
-    """One worker per stage (dp 1): a heavy stage used to give no finding at all (a heavy stage and a
-    slow GPU look the same there); now the stage is named, its gain is the simulator's, and the
-    evidence says a slow GPU would look the same. A clean pure pipeline stays healthy."""
+    """One worker per stage (dp 1): a heavy stage and a slow GPU look the same there, yet the stage is
+    named, its gain is the simulator's, and the evidence says a slow GPU would look the same. A clean
+    pure pipeline stays healthy."""
     truth, d = _job(["heavy-stage:stage=3,factor=1.5"], dp=1, pp=4, seed=0)
     _all_named(truth, d)
     top = d.findings[0]

@@ -108,10 +108,10 @@ def test_far_rate_of_a_clean_reference_is_not_zero():
 def test_a_stall_ten_times_the_others_blips_is_transient():
     """A real profiled dp 2 x pp 2 job (corpus job055, its per-step host ratios): rank 3 stalls 117-129
     ms in 4 of 16 steps (ratio 1.43-1.47); one step of rank 0 sits at 1.052, just past the 3-sigma bar
-    (1.051), and made the others' rate of far steps 1.5 / 49, under which 4 far steps of 16 were not
-    rare enough (p = 0.0011): the stall was called noise. Counted at half the stall's own excess, the
-    others have no such step, and it is transient again. Far steps no higher than the bar get no such
-    second look."""
+    (1.051); counted whole it would make the others' rate of far steps 1.5 / 49, under which 4 far steps
+    of 16 are not rare enough (p = 0.0011) and the stall would be called noise. Counted at half the
+    stall's own excess, the others have no such step, and the stall is transient. Far steps no higher
+    than the bar get no such second look."""
     cfg = DiagnoseConfig()
     others = np.array([
         [1.039, 0.999, 0.984, 1.004, 0.982, 0.993, 1.0, 0.986, 0.987, 0.992, 1.052, 0.992, 0.999, 1.006, 1.019, 0.982],

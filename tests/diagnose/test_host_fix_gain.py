@@ -1,19 +1,18 @@
-"""A host stall's fix, judged against the stall injected (issue 24): a real ddp2 gloo job traced
+"""A host stall's fix, judged against the stall injected: a real ddp2 gloo job traced
 with torch.profiler (the demo job, 10 steps) whose rank 1 sleeps 600 ms before every step's first
 forward, a host stall every step pays (rank 0 waits for it in the gradient all-reduce).
 
-The finding's what-if sets the stalled rank's host time to its peers' (``context.to_peers``). It
-used to set it to its op type's median over every rank, the stalled one included: with two ranks the
-median lies halfway, so the predicted speed-up was about half of what removing the stall gains
-(a corpus job: 1.13x predicted, 1.22x with the peers' host time). The ground truth is the stall
-the job was given: the time per step the fix removes (wall-clock step x (1 - 1 / its predicted
-speed-up)) against the 600 ms slept (a clean twin run beside it is no steadier a yardstick: two runs
-on this machine differed by 10% of the step). On a busy machine rank 0 is descheduled too (55-65 ms
-per step beside a full suite run), which the trace shows as its own host time and which removing the
-stall would not remove: with a stall several times that, the fix removes at least 60% of it; the
-job-wide median's fix removed about half (43-48% of a 150 or 300 ms stall, busy). With 300 ms and the
-other pytest worker's processes beside the job, rank 0's own host time left 59.5% (2026-11-29): the stall
-is 600 ms, so that the check is about the fix, not the machine's load.
+The finding's what-if sets the stalled rank's host time to its peers' (``context.to_peers``), not to
+its op type's median over every rank: that median includes the stalled rank, and with two ranks it lies
+halfway, so the predicted speed-up would be about half of what removing the stall gains. The ground
+truth is the stall the job was given: the time per step the fix removes (wall-clock step x (1 - 1 / its
+predicted speed-up)) against the 600 ms slept (a clean twin run beside it is no steadier a yardstick:
+two runs on this machine can differ by 10% of the step). On a busy machine rank 0 is descheduled too
+(tens of ms per step beside a full suite run), which the trace shows as its own host time and which
+removing the stall would not remove: with a stall several times that, the fix removes at least 60% of
+it, where a job-wide median's fix removes about half. Beside another pytest worker's processes rank 0's
+own host time can take a large share of a 300 ms stall, so the stall is 600 ms: the check is about the
+fix, not the machine's load.
 """
 
 from __future__ import annotations

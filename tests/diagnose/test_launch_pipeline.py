@@ -1,12 +1,12 @@
-"""Untraced host time on a pipeline's ranks, read from real torch.profiler traces (issue 24): a real
+"""Untraced host time on a pipeline's ranks, read from real torch.profiler traces: a real
 dp 2 x pp 2 gloo job (the demo job, 8 steps) with a launch delay before every compute on every rank,
 and the same job with a host stall on one rank.
 
 A launch delay shows as untraced host time on the first stage's ranks only: their backward waits for
 nothing once its gradient has arrived, so the delay before it is paid, while the last stage absorbs
 its delays in the transfers it waits on. Against every other rank, both first-stage ranks read as
-slow hosts (the previous rule named them in 4 of 4 runs, as it did on a corpus job); against the other
-DP replicas of their own stage (``launch.peer_groups``) they do not, and a stall on one rank still does.
+slow hosts; against the other DP replicas of their own stage (``launch.peer_groups``) they do not, and
+a stall on one rank still does.
 """
 
 from __future__ import annotations

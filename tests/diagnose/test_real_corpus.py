@@ -189,8 +189,8 @@ def test_a_low_confidence_finding_on_a_pure_pipeline_names_the_stage_not_a_node(
     d, truth = _diagnose("c64b_job041")
     assert truth["clean"]
     # its stage's effect on the step (slow in 11 of 16 steps) is no rarer than the other stages' rate of
-    # slow steps gives by chance (``impact_chance_p``, rule d of issue 60): not named now; without that
-    # test it is named as the stage, never as rank 2
+    # slow steps gives by chance (``impact_chance_p``): not named; without that test it is named as the
+    # stage, never as rank 2
     f = d.findings[0]
     assert f.cause == "unexplained" and not f.stages and not f.workers and not _named(d), d.findings
     d, _ = _diagnose("c64b_job041", DiagnoseConfig(impact_chance_p=1.0))

@@ -1,7 +1,7 @@
-"""Rules that generalize (issue 60, item 3): findings ranked by their gain with a job-wide one never
+"""Rules that generalize: findings ranked by their gain with a job-wide one never
 before a named one that explains more, a floor on what a named finding gains, nothing named within
 the job's own noise, a transient straggler named with its steps, and a line on why a gain exceeds S.
-Each test builds a synthetic job on which the rule's absence gave the wrong answer."""
+Each test builds a synthetic job on which the rule's absence gives the wrong answer."""
 
 from __future__ import annotations
 

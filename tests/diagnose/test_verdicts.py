@@ -79,7 +79,7 @@ def test_unmatched_transfers_cannot_be_judged(pipeline_without_partners, tmp_pat
 
 def test_a_slowdown_below_0_95_is_never_healthy(pipeline_without_partners):
     """The same job with the transfer check off: S = 0.91 (independent ranks), which a model holding the
-    job's dependencies cannot give; it used to be called healthy."""
+    job's dependencies cannot give, so it is never called healthy."""
     res = laggard.analyze(pipeline_without_partners, config=DiagnoseConfig(max_unmatched_p2p=1.0))
     assert res.slowdown < 0.95
     assert res.diagnosis.verdict == "cannot judge" and f"S = {res.slowdown:.3f}" in res.diagnosis.reason

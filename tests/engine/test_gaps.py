@@ -141,7 +141,8 @@ def test_ungrouped_comm_is_not_blamed() -> None:
 
 def test_synth_tables_with_not_null_fields_take_host_ops():
     """laggard synth writes not-null fields; the host ops' table is nullable: they must concatenate
-    (a launch delay big enough to become host ops used to fail with ArrowInvalid)."""
+    (a launch delay big enough to become host ops puts both in one table, and a nullability mismatch
+    fails with ArrowInvalid)."""
     from laggard.analysis.pipeline import analyze
     from laggard.groundtruth.inject import parse_injection
     from laggard.groundtruth.synth import SynthConfig, synthesize_with_truth

@@ -150,8 +150,8 @@ def test_lightning_clean_run_names_no_rank_and_the_callback_leaves_laggard_run_i
     assert_traced(trace, "framework_jobs")
     named = [f for f in findings(trace, tmp_path) if f.get("workers")]
     if named:
-        # a known false alarm of the diagnosis (issue 60: healthy ranks named within the job's noise on 2
-        # shared cores, a communication tail most often); the capture's part above has passed
+        # a known false alarm of the diagnosis (healthy ranks named within the job's noise on 2 shared
+        # cores, a communication tail most often); the capture's part above has passed
         pytest.xfail(f"issue 60: clean run, findings name ranks: {[(f['cause'], f['workers']) for f in named]}")
 
 

@@ -286,7 +286,7 @@ def test_ranks_from_different_jobs(tmp_path, capsys):
                 e["name"] = "ProfilerStep#" + str(int(e["name"].split("#")[1]) + 100)
 
     # the same job with the profiler started 100 steps apart: the collectives end together (one
-    # host, one clock), so the steps are renumbered rather than refused (issue 13)
+    # host, one clock), so the steps are renumbered rather than refused
     _rewrite(DDP / "rank1.json.gz", tmp_path / "rank1.json.gz", other_steps)
     job, warns = _load(tmp_path)
     assert any("renumbered rank 1 by -100" in w for w in warns) and job.table.num_rows > 0

@@ -1,13 +1,12 @@
-"""A launch delay inside a profiler trace's passes, against the Tracer's timers of the same run (issue
-24): a real dp 1 x pp 3 gloo job (the demo job, 6 steps, 6 layers: two per stage) that sleeps 12 ms
-before every forward and backward on every rank, traced by torch.profiler and by laggard's Tracer at
-once.
+"""A launch delay inside a profiler trace's passes, against the Tracer's timers of the same run: a
+real dp 1 x pp 3 gloo job (the demo job, 6 steps, 6 layers: two per stage) that sleeps 12 ms before
+every forward and backward on every rank, traced by torch.profiler and by laggard's Tracer at once.
 
-A CPU segment of the profiler trace spans its ops. The forward began with the batch's slicing (a few
-microseconds of ops), then the sleep, then the layers; the last stage's ended with the loss's item(),
+A CPU segment of the profiler trace spans its ops. The forward begins with the batch's slicing (a few
+microseconds of ops), then the sleep, then the layers; the last stage's ends with the loss's item(),
 the sleep before the backward, then autograd's ones_like for the loss's gradient (named like forward
-work). Both sleeps were read as forward compute: the last stage's forward per step was 2.7x the
-Tracer's (163 against 61 ms on a corpus job), and the last stage was named heavy. A gap that cuts such
+work). Read whole, such segments count both sleeps as forward compute, the last stage's forward per
+step comes out over twice the Tracer's, and the last stage is named heavy. A gap that cuts such
 a crumb off a segment's end is host time (``segments._CRUMB_SHARE``). The Tracer's forward op starts
 after the sleep: it is the yardstick here, an instrument the importer does not read.
 """

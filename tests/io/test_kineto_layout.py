@@ -1,4 +1,4 @@
-"""Pipeline layouts in PyTorch-profiler traces (issue 13): a real dp 2 x pp 2 gloo job (the demo job,
+"""Pipeline layouts in PyTorch-profiler traces: a real dp 2 x pp 2 gloo job (the demo job,
 heavy last stage injected) traced by torch.profiler and by laggard's own tracer in the same run;
 ProfilerStep numbers offset between ranks; send/recv without peers; bad layouts and rank maps.
 """
@@ -56,8 +56,8 @@ def test_profiler_trace_gives_the_pipeline_and_the_tracers_stage_attribution(job
     # the same job as laggard's own tracer saw it (an independent record of the same run)
     _, t = _analyse(job_dirs["trace"])
     assert max(t.by_stage, key=t.by_stage.get) == 1
-    # issue 13: within 5% (measured 0.4-3.7% over eight runs: the profiler's per-op overhead and
-    # its untraced gaps weigh a little more on the heavy stage)
+    # within 5%: the profiler's per-op overhead and its untraced gaps weigh a few percent more on the
+    # heavy stage
     assert a.by_stage[1] == pytest.approx(t.by_stage[1], rel=0.05)
     assert a.slowdown == pytest.approx(t.slowdown, rel=0.05)
     # each stage runs one forward and one backward per microbatch: cut where the phase changes,
@@ -154,8 +154,8 @@ def test_send_recv_without_peers(job_dirs: dict[str, Path]) -> None:
 
 def test_send_recv_without_peers_or_groups(job_dirs: dict[str, Path]) -> None:
     """Neither peer ranks nor per-stage groups: the transfers are matched across ranks by order,
-    counts and timing (issue 24; ``tests/io/test_kineto_p2p.py``), and the matched pairs are the
-    pipelines. (Before, this job was read as dp 4 with a warning.)"""
+    counts and timing (``tests/io/test_kineto_p2p.py``), and the matched pairs are the pipelines
+    (unmatched, this job would read as dp 4 with a warning)."""
     def no_groups(rank: int, d: dict) -> None:
         _no_peers(rank, d)
         d["distributedInfo"]["pg_config"] = d["distributedInfo"]["pg_config"][:1]  # the world group only

@@ -1,10 +1,10 @@
-"""Send/recv without peer ranks (issue 24, item 4): matched across ranks by order, counts and timing.
+"""Send/recv without peer ranks: matched across ranks by order, counts and timing.
 
 Ground truth from real processes: pure pipelines (dp 1 x pp 3 and dp 1 x pp 4, gloo, the demo job
 with a heavy last stage) traced by torch.profiler and by laggard's tracer in the same run. The
 profiler records the peers (``c10d::send``'s ``Concrete Inputs``, with ``record_shapes``); the tests
 drop them, as a trace recorded without shapes has none, and check that matching recovers exactly
-the pairs the peers give. Without it such a job was read as dp P x pp 1 and its stage went unseen.
+the pairs the peers give. Without it such a job reads as dp P x pp 1 and its stage goes unseen.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""A pure 4-stage pipeline over blocking send/recv, profiled with torch.profiler (issue 60): gloo names
-no peers without ``record_shapes``, and the ranks further down the pipeline pair almost as well as the
-next one with a small model (a hop is well under a millisecond), so the chain search called it two
-pipelines in lockstep and the job was read as dp 4 ("cannot judge"). Real traces in
+"""A pure 4-stage pipeline over blocking send/recv, profiled with torch.profiler: gloo names no
+peers without ``record_shapes``, and the ranks further down the pipeline pair almost as well as the
+next one with a small model (a hop is well under a millisecond), so a chain search can call it two
+pipelines in lockstep and read the job as dp 4 ("cannot judge"). Real traces in
 ``tests/data/kineto/pipe4_send_recv*`` (README there): rank 2's forward sleeps 10 ms a microbatch.
 """
 

@@ -65,7 +65,7 @@ def test_a_stall_between_two_ops_is_the_ranks_host_time(stall_dir: Path) -> None
     assert top.cause == "launch-delay" and [w["rank"] for w in top.workers] == [SLOW], _said(res)
     assert abs(res.replay_fidelity - 1) < 0.1, res.replay_fidelity
     if any(f.cause == "worker" for f in res.diagnosis.findings):
-        # issue 60's open false alarm: beside a host stall, now and then a second finding
+        # a known false alarm of the diagnosis: beside a host stall, now and then a second finding
         # names a healthy rank as a slow worker with the stalled one; the stall itself is read right above
         pytest.xfail(f"issue 60: a worker finding beside the stall: {_said(res)}, untraced time {gaps}")
 

@@ -1,4 +1,4 @@
-"""The live dashboard as readable as the HTML report (issue 26): a legend of op kinds with fixed colours
+"""The live dashboard as readable as the HTML report: a legend of op kinds with fixed colours
 and a time axis in ms on the step timeline, labelled rows/columns and a colour scale on the heatmap,
 ticks and axis labels on the trend chart, text >= 11 px, and empty states in words (never a raw URL,
 HTTP status or JSON). A collector fed synthetic jobs, the dashboard in headless Chromium."""

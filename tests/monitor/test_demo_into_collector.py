@@ -1,9 +1,9 @@
 """`laggard demo --monitor-url URL --token T`: the demo streams into a collector already running.
 
-Run beside an existing collector, the demo used to fail as follows. Its own collector could not bind
-the port. The other server answered `/healthz`, so the demo took it for its own. Every rank got 401.
-The demo still exited 0 and printed a dashboard address whose token did not work. Each of those
-cases is checked here against real servers on loopback.
+Run beside an existing collector, the demo can go wrong in several ways: its own collector cannot
+bind the port; the other server answers `/healthz`, so it can be taken for the demo's own; every rank
+then gets 401; and the demo can still exit 0 and print a dashboard address whose token does not work.
+Each of those cases is checked here against real servers on loopback.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The collector's database schema: several collectors started at once on a new PostgreSQL database
-all come up (issue 63: the third of three used to fail on a duplicate key in ``pg_type``), the schema
+all come up (creating the same tables at once can fail on a duplicate key in ``pg_type``), the schema
 version is recorded, an older database is upgraded and a newer one refused in one line, exit 2."""
 
 from __future__ import annotations

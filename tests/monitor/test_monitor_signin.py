@@ -1,4 +1,4 @@
-"""No token in a URL (issue 63): the dashboard signs in on a page and keeps an HttpOnly, SameSite=Strict
+"""No token in a URL: the dashboard signs in on a page and keeps an HttpOnly, SameSite=Strict
 session cookie that holds no token; ``?token=`` is refused saying why; API clients keep the bearer
 header; signing out ends the session. Against a real ``monitor serve`` process (and Chromium)."""
 

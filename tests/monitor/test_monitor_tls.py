@@ -1,4 +1,4 @@
-"""TLS where a collector listens beyond loopback (issue 63): without --tls-cert/--tls-key a non-loopback
+"""TLS where a collector listens beyond loopback: without --tls-cert/--tls-key a non-loopback
 --host is refused in one line (exit 2, nothing written) unless --insecure; with them the collector
 serves HTTPS for real (a self-signed certificate made here with openssl), which laggard's own client
 (``monitor push``) verifies through SSL_CERT_FILE, and the dashboard's session cookie is Secure."""

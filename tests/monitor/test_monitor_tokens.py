@@ -1,4 +1,4 @@
-"""API tokens with roles (issue 63): ``laggard monitor token create|list|revoke`` against a running
+"""API tokens with roles: ``laggard monitor token create|list|revoke`` against a running
 collector: ingest posts (its job's only, where given), read reads everything, admin changes; outside
 its role 403 with the reason; revoked or expired 401 (their dashboard sessions too); the collector's
 own token stays admin."""

@@ -1,7 +1,7 @@
 """`laggard monitor serve` that cannot start says why in one line, exits 2 and leaves nothing behind.
 
-It used to print a token and a dashboard address on a busy port as if it were up, exit 3, and leave
-the database and the token file behind.
+On a busy port it prints no token and no dashboard address as if it were up, and leaves neither the
+database nor the token file behind.
 """
 
 from __future__ import annotations

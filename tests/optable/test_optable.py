@@ -166,7 +166,7 @@ def test_conform_keeps_nulls_in_nullable_columns():
 
 def test_conform_negative_duration():
     """The schema says dur_ns >= 0: a negative duration is one line naming the column and the op
-    (it used to load, and only the analysis failed later, naming neither)."""
+    (loaded, it would fail only later, in the analysis, naming neither)."""
     msg = _error(_raw(dur_ns=pa.array([5, -6, 7])))
     assert "dur_ns" in msg and "1 negative" in msg and "step" in msg
 

@@ -1,4 +1,4 @@
-"""A job with nothing injected reads as one (issue 61): its diagnosis is headed by what the verdict says
+"""A job with nothing injected reads as one: its diagnosis is headed by what the verdict says
 (healthy; no straggler stands out; why the job straggles only where a finding names a straggler), a
 finding whose evidence says no link stands out carries no pattern of one slow link, the heatmap
 outlines only workers beyond the job's noise, and colour scales of slowdowns start at 1.0."""

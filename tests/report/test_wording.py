@@ -45,7 +45,7 @@ def test_words_of_real_findings(findings: list[dict]) -> None:
 
 
 def test_the_raw_check_can_fail() -> None:
-    """What the alert used to say is caught."""
+    """An alert that writes its workers as raw JSON is caught."""
     old = 'job j: new finding worker (workers [{"dp_rank":1,"stage":1,"rank":3}], stages [1]): fix it'
     assert RAW.search(old)
 

@@ -21,9 +21,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from laggard.errors import LaggardError
 from laggard.monitor import tokens
+from laggard.monitor.controls import UnknownJob
 from laggard.monitor.guard import Guard
 from laggard.monitor.hangs import BadReport
-from laggard.monitor.service import Collector, UnknownJob
+from laggard.monitor.service import Collector
 from laggard.wire.batch import BadBatch
 from laggard.wire.bundle import BUNDLE_CONTENT_TYPE
 from laggard.wire.pack import PACK_CONTENT_TYPE

@@ -67,6 +67,7 @@ class Cluster:
         self._traffic: dict[str, float] = {}  # job -> when its ranks last posted here
         self._next_round = 0.0
         self.pulls: dict[str, _Pull] = {}
+        self.others = True  # whether other collectors share the database (each round says)
 
     def join(self) -> None:
         """Check the live collectors agree with this one's settings (else one line), and say it is here."""
@@ -120,6 +121,8 @@ class Cluster:
         self.held = self.store.renew_leases(self.id, until)
         self.owners = self.store.leases()
         self.urls = {c[0]: c[1] for c in self.store.collectors(now - self.cfg.lease_s)}
+        # alone on the database (no other collector seen for a lease): nothing to read from the others
+        self.others = any(c != self.id for c in self.urls)
         recent = {j for j, t in self._traffic.items() if mono - t < self.cfg.lease_s}
         for job_id, (owner, expires_s) in self.owners.items():
             if owner == self.id or job_id in self.held:
@@ -151,18 +154,18 @@ class Cluster:
     def pull(self, job_id: str) -> list[Any]:
         """The job's batches other collectors stored that this one does not hold yet (``BatchRow``)."""
         st = self.pulls.get(job_id)
-        if st is None:
+        if st is None or not self.others:
             return []
         now = time.monotonic()
-        rows = self.store.batches_after(job_id, st.cursor, self.id)
+        top = self.store.arrival_mark(job_id)  # (its own batches too: the cursor passes them by)
+        rows = self.store.batches_after(job_id, st.cursor, self.id) if top > st.cursor else []
         out = []
         for _, row in rows:
             key = (row.rank, row.seq)
             if key not in st.seen:
                 st.seen[key] = now
                 out.append(row)
-        if rows:
-            st.pending.append((now, rows[-1][0]))
+        st.pending.append((now, top))
         final = [m for t, m in st.pending if now - t >= self.cfg.pull_margin_s]
         if final:
             st.cursor = max(st.cursor, *final)

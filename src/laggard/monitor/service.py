@@ -13,69 +13,26 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from laggard.errors import LaggardError
 from laggard.monitor.alerts import (
     Alert,
     Notifier,
     Rule,
     RuleState,
     default_rules,
-    evaluate_hang,
-    evaluate_hang_verdict,
     evaluate_window,
 )
 from laggard.monitor.analyser import AnalysisPool, WindowAnalysis, analyse
 from laggard.monitor.cluster import Cluster
 from laggard.monitor.config import MonitorConfig
-from laggard.monitor.hangs import parse_beat, parse_report
+from laggard.monitor.controls import JobControls
+from laggard.monitor.hangwatch import HangWatch
 from laggard.monitor.metrics import Metrics
+from laggard.monitor.rebuild import Rebuild
 from laggard.monitor.store import BatchRow, Store
 from laggard.monitor.window import JobWindow, WindowCut
-from laggard.optable.ops import JobMeta
 from laggard.wire.batch import Batch, PackSlice, decode_batch, decode_batches
 
 log = logging.getLogger("laggard.monitor")
-
-
-class UnknownJob(LaggardError):
-    """A job id the collector has not seen (answered with 404)."""
-
-
-_ACTION_FIELDS = {"step": int, "kind": str, "ranks": list, "reason": str}  # each logged action has these
-
-
-def check_actions(actions: Any) -> None:
-    """A controller's action log (``laggard.mitigate.controller.Action.to_json``), or one-line ``LaggardError``."""
-    if not isinstance(actions, list) or len(actions) > 10_000 or not all(isinstance(a, dict) for a in actions):
-        raise LaggardError("actions: expected a JSON list of (at most 10,000) action objects")
-    for i, a in enumerate(actions):
-        bad = [k for k, t in _ACTION_FIELDS.items() if not isinstance(a.get(k), t) or isinstance(a.get(k), bool)]
-        bad += [k for k in ("step_s_before", "step_s_after")
-                if a.get(k) is not None and (not isinstance(a[k], int | float) or isinstance(a[k], bool))]
-        if bad or not all(isinstance(r, int) and not isinstance(r, bool) for r in a["ranks"]):
-            raise LaggardError(f"actions[{i}]: expected step (int), kind, reason (str), ranks (list of int) and "
-                               f"step_s_before/step_s_after (number or null); bad: {', '.join(bad) or 'ranks'}")
-
-
-def _stored_batches(rows: list[BatchRow]) -> list[tuple[BatchRow, Batch]]:
-    """Stored rows with their batches read again (a pack once for all its parts)."""
-    from laggard.wire.pack import decode_pack
-
-    packs: dict[int, dict[int, Batch]] = {}  # id of a pack's body -> its parts by first row
-    out = []
-    for row in rows:
-        if row.pack is None:
-            out.append((row, decode_batch(row.body)))
-            continue
-        parts = packs.get(id(row.pack))
-        if parts is None:
-            parts, at = {}, 0
-            for b in decode_pack(row.pack):
-                parts[at] = b
-                at += b.table.num_rows
-            packs[id(row.pack)] = parts
-        out.append((row, parts[row.row0]))
-    return out
 
 
 def _row(b: Batch, held: bytes | PackSlice) -> BatchRow:
@@ -87,7 +44,10 @@ def _row(b: Batch, held: bytes | PackSlice) -> BatchRow:
                     num_ops=b.table.num_rows, body=held)
 
 
-class Collector:
+class Collector(Rebuild, HangWatch, JobControls):
+    """The collector (its start-up and leases: ``Rebuild``; hangs: ``HangWatch``; control and views:
+    ``JobControls``)."""
+
     def __init__(self, store: Store, cfg: MonitorConfig | None = None, webhooks: list[str] | None = None,
                  identity: tuple[str, str] | None = None) -> None:
         """``identity``: (this collector's id among those of its database, its address); a restarted
@@ -129,82 +89,6 @@ class Collector:
         # both stored (a restart must not forget a kill switch an operator set)
         self.act: dict[str, dict[str, Any]] = {}
         self._load()
-
-    # ------------------------------------------------------------------ start-up
-    def _load(self) -> None:
-        """Rebuild each job's windows from the stored batches (a restart loses nothing); take the
-        leases this collector may."""
-        jobs = self.store.jobs()
-        self.cluster.round([j for j, _, _ in jobs])
-        for job_id, meta, tracing in jobs:
-            self._rebuild(job_id, meta, tracing)
-        for job_id, (on, actions) in self.store.act_states().items():
-            self.act[job_id] = {"act": on, "actions": actions}
-
-    def _rebuild(self, job_id: str, meta: dict[str, Any], tracing: bool) -> None:
-        """The job's window made again from the stored batches (its heartbeats and dump requests kept)."""
-        mark = self.store.arrival_mark(job_id)  # before reading: what comes meanwhile is read again
-        old = self.windows.pop(job_id, None)
-        win = self._window(job_id, meta)
-        win.tracing = tracing
-        if old is not None:
-            win.hangs, win.dump_request = old.hangs, old.dump_request
-        loaded = []
-        progress = self.store.rank_progress(job_id)
-        if progress:
-            since = min(p[3] for p in progress) - self.cfg.window_steps - 1
-            for row, b in _stored_batches(self.store.batches_since(job_id, since)):
-                held = PackSlice(row.pack, row.row0, row.num_ops) if row.pack is not None else row.body
-                win.add(b.table, b.rank, b.min_step, b.max_step, body=held)
-                loaded.append((row.rank, row.seq))
-            for rank, _, num_ops, _ in progress:
-                st = win.ranks.get(rank)
-                if st is not None:
-                    st.num_ops = num_ops
-            win.num_ops = sum(p[2] for p in progress)
-        self.cluster.start_pull(job_id, mark, loaded)
-
-    def _cluster_round(self) -> None:
-        """Renew and take leases (``laggard.monitor.cluster``); a job taken is rebuilt from the
-        database, a job lost is no longer analysed or exported here. Then, for each job held, the
-        batches other collectors stored."""
-        changed = self.cluster.round(list(self.windows))
-        if changed is not None:
-            taken, lost = changed
-            for job_id in taken:
-                known = self.store.job(job_id)
-                if known is not None:
-                    with self._lock:
-                        self._rebuild(job_id, *known)
-                    self._touch({job_id})
-                    log.info("job %s: analysed by this collector from now on", job_id)
-            for job_id in set(self.cluster.owners) - set(self.windows):  # another collector's: listed here
-                known = self.store.job(job_id)
-                if known is not None:
-                    with self._lock:
-                        self._window(job_id, known[0]).tracing = known[1]
-            for job_id in lost:
-                self.cluster.drop(job_id)
-                self.metrics.drop_job(job_id)
-                log.warning("job %s: another collector took its lease (this one missed its renewals)", job_id)
-        for job_id in list(self.cluster.held):
-            rows = self.cluster.pull(job_id)
-            win = self.windows.get(job_id)
-            if not rows or win is None:
-                continue
-            with self._lock:
-                for row, b in _stored_batches(rows):
-                    held = PackSlice(row.pack, row.row0, row.num_ops) if row.pack is not None else row.body
-                    win.add(b.table, b.rank, b.min_step, b.max_step, body=held)
-                moved = self._completed_more(win)
-            if moved:
-                self._touch({job_id})
-
-    def _window(self, job_id: str, meta: dict[str, Any]) -> JobWindow:
-        win = self.windows.get(job_id)
-        if win is None:
-            win = self.windows[job_id] = JobWindow(job_id=job_id, meta=JobMeta.from_json(meta), cfg=self.cfg)
-        return win
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, body: bytes, only_job: str | None = None) -> dict[str, Any]:
@@ -388,89 +272,6 @@ class Collector:
         with self._touched_lock:
             return min([next_tick, *(self._next_refresh.get(j, 0.0) for j in self._touched)])
 
-    def check_hangs(self) -> None:
-        """Suspect hangs (asking the job's tracers for their hang reports); decide the verdicts that are due."""
-        now = time.time()
-        due: list[tuple[str, Any, tuple[list[Any], list[str]]]] = []
-        with self._lock:
-            silent = {j: w.hang(now) for j, w in self.windows.items() if self.cluster.owns(j)}
-            for j, s in silent.items():  # a hang first suspected: ask the job's tracers for their reports
-                win = self.windows[j]
-                if s and not win.hang_was_suspected:
-                    win.dump_request += 1
-                    win.hangs.open(win.dump_request, now, suspected=True)
-                win.hang_was_suspected = bool(s)
-                if win.hangs.ready(now, self.cfg.hang_collect_s):
-                    due.append((j, win.hangs, win.hangs.take()))
-        for job_id, s in silent.items():
-            self._raise(evaluate_hang(self.rules, self.rule_state, job_id, s))
-        abort = any(r.enabled and r.type == "hang" and r.abort for r in self.rules)
-        for job_id, case, (dumps, warnings) in due:  # outside the lock: 1,000 ranks' buffers take a while
-            pub = case.decide(job_id, dumps, self.cfg.hang_collect_s, abort, warnings)
-            log.info("hang verdict for job %s: %s, culprit rank(s) %s", job_id, pub["verdict"], pub["culprit_ranks"])
-            self.metrics.set_hang(job_id, pub)
-            self._hung_since[job_id] = now
-            self._raise(evaluate_hang_verdict(self.rules, self.rule_state, job_id, pub))
-        for job_id, s in silent.items():  # a job that moved again is no longer hung
-            if not s and self._moved_since_verdict(job_id):
-                self.metrics.clear_hang(job_id)
-                self._hung_since.pop(job_id, None)
-
-    def _moved_since_verdict(self, job_id: str) -> bool:
-        """Whether the job moved (a rank's progress or batches) or closed every tracer since its hang
-        verdict: a job whose heartbeats all stopped is gone, not recovered, and stays hung."""
-        since = self._hung_since.get(job_id)
-        if since is None:
-            return True
-        with self._lock:
-            win = self.windows[job_id]
-            beats = win.hangs.beats
-            if beats:
-                return all(b.closed for b in beats.values()) or any(b.moved_s > since for b in beats.values())
-            return any(r.last_seen_s > since for r in win.ranks.values())
-
-    def heartbeat(self, job_id: str, body: Any) -> dict[str, Any]:
-        """A tracer's heartbeat (``laggard.tracer.stream``): the job's state back (dump request, verdict)."""
-        from laggard.wire.batch import valid_job_id
-
-        rank, state, meta = parse_beat(body)
-        with self._lock:
-            win = self.windows.get(job_id)
-            if win is None:
-                if meta is None:
-                    raise UnknownJob(f"no job {job_id!r} (a first heartbeat carries the job's meta)")
-                try:
-                    JobMeta.from_json(meta)
-                except (LaggardError, TypeError, ValueError, KeyError) as e:
-                    raise LaggardError(f"heartbeat: bad job meta ({e})") from None
-                self.store.add_job(valid_job_id(job_id), meta)
-                win = self._window(job_id, meta)
-                if self.cluster.claim(job_id):
-                    self.cluster.start_pull(job_id, 0, [])
-            self.cluster.posted(job_id)
-            win.hangs.beat(rank, state, time.time())
-            return {"dump_request": win.dump_request, "tracing": win.tracing, "hang": win.hangs.published}
-
-    def add_report(self, job_id: str, request: int, body: bytes) -> dict[str, Any]:
-        """A rank's hang report for ``request`` (its Flight Recorder dump and state)."""
-        self.job(job_id)  # 404 before parsing
-        d = parse_report(body)
-        with self._lock:
-            win = self.job(job_id)
-            expected = win.hangs.expected()
-            if expected and d.rank >= expected:
-                from laggard.monitor.hangs import BadReport
-
-                raise BadReport(f"hang report: rank {d.rank} is outside job {job_id!r} ({expected} ranks)")
-            before = win.hangs.dropped_total
-            held = win.hangs.add_report(request, d, len(body), max_reports=self.cfg.hang_reports_per_job,
-                                        max_bytes=self.cfg.hang_report_bytes_per_job)
-            dropped = win.hangs.dropped_total - before
-        if dropped:
-            self.metrics.hang_reports_dropped.inc(dropped)
-            log.warning("job %s: %d hang report(s) dropped over the per-job limits", job_id, dropped)
-        return {"id": job_id, "rank": d.rank, "request": request, "accepted": held}
-
     def _raise(self, alerts: list[Alert]) -> None:
         for a in alerts:
             self.alerts.append(a)
@@ -553,75 +354,3 @@ class Collector:
         except Exception:  # the database is down: the leases lapse by themselves
             log.exception("giving up the leases failed")
         self.store.close()
-
-    # ------------------------------------------------------------------ control and views
-    def job(self, job_id: str) -> JobWindow:
-        win = self.windows.get(job_id)
-        if win is None:
-            raise UnknownJob(f"no job {job_id!r}")
-        return win
-
-    def request_dump(self, job_id: str) -> int:
-        """Ask the job's tracers to dump their Flight Recorder buffers (they see it within a poll)."""
-        with self._lock:
-            win = self.job(job_id)
-            win.dump_request += 1
-            # the verdict over the reports is published too (an alert only for a suspected hang)
-            win.hangs.open(win.dump_request, time.time(), suspected=win.hang_was_suspected)
-            return win.dump_request
-
-    def set_tracing(self, job_id: str, on: bool) -> None:
-        with self._lock:
-            self.job(job_id).tracing = on
-            self.store.set_tracing(job_id, on)
-
-    def set_act(self, job_id: str, on: bool) -> None:
-        """The job's controllers poll this: False stops their actions. Stored before it is answered."""
-        with self._lock:
-            self.job(job_id)
-            self.store.set_act(job_id, on)
-            self.act.setdefault(job_id, {"act": True, "actions": []})["act"] = on
-
-    def actions(self, job_id: str) -> dict[str, Any]:
-        """The job's kill switch and action log (``GET .../actions``)."""
-        with self._lock:
-            self.job(job_id)
-            st = self.act.get(job_id, {"act": True, "actions": []})
-            return {"id": job_id, "act": st["act"], "actions": list(st["actions"])}
-
-    def set_actions(self, job_id: str, actions: Any) -> int:
-        """The controller's action log (it sends all of it each time), stored; a new ``drain`` goes to
-        the webhooks as an alert, for the scheduler."""
-        check_actions(actions)
-        with self._lock:
-            self.job(job_id)
-            self.store.set_actions(job_id, actions)
-            st = self.act.setdefault(job_id, {"act": True, "actions": []})
-            old, st["actions"] = len(st["actions"]), actions
-        self._raise([Alert(job=job_id, rule="act-drain", message=f"job {job_id}: drain DP rank(s) {a.get('ranks')} "
-                           f"at step {a.get('step')}: {a.get('reason')}", detail={"action": "drain", **a})
-                     for a in actions[old:] if a.get("kind") == "drain"])
-        return len(actions)
-
-    def set_rules(self, specs: Any) -> list[Rule]:
-        if not isinstance(specs, list):
-            raise LaggardError("rules: expected a JSON list of rule objects")
-        rules = [Rule.from_json(d) for d in specs]
-        ids = [r.id for r in rules]
-        if len(set(ids)) != len(ids):
-            raise LaggardError(f"rules: duplicate rule id(s) {sorted({i for i in ids if ids.count(i) > 1})}")
-        self.store.set_rules([r.to_json() for r in rules])
-        self.rules = rules
-        return rules
-
-    def summaries(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [{**w.summary(), "analysed_by": self.cluster.owner_of(j)} for j, w in self.windows.items()]
-
-    def detail(self, job_id: str) -> dict[str, Any]:
-        with self._lock:
-            out = self.job(job_id).detail(self.cfg.top_k)
-            out["analysed_by"] = self.cluster.owner_of(job_id)
-            out.update(self.act.get(job_id, {"act": True, "actions": []}))
-        out["alerts"] = [a for a in self.store.alerts(job_id, limit=50)]
-        return out
