@@ -69,7 +69,10 @@ def test_the_traced_job_is_complete_and_replays_faithfully(runs: dict) -> None:
     fwd = [x for x in rows if x["name"] == "forward-compute"]
     assert all(x["num_tokens"] == 4 * 96 and sum(x["seq_lens"]) == 4 * 96 for x in fwd)
     assert {(x["dp_rank"], x["pp_rank"]) for x in rows} == {(0, 0), (0, 1), (1, 0), (1, 1)}
-    assert a.warnings == [] and check_trace(r["cfg"].trace_dir) == []
+    # a warm-up step skipped is said in one warning, and only then; nothing else is warned
+    said = [w for w in a.warnings if w.startswith("skipped ") and "warm-up step" in w]
+    assert len(said) == len(skipped[:1]) and [w for w in a.warnings if w not in said] == [], a.warnings
+    assert check_trace(r["cfg"].trace_dir) == []
     # everything the ranks do in a step is traced: replayed and measured step times agree
     assert 0.95 < a.launch_slowdown < 1.15
     losses = [x["loss"] for x in r["result"].ranks.values() if x["loss"] is not None]
