@@ -36,6 +36,15 @@ def _stored_batches(rows: list[BatchRow]) -> list[tuple[BatchRow, Batch]]:
     return out
 
 
+def _add_stored(win: JobWindow, rows: list[BatchRow]) -> list[tuple[int, int]]:
+    """Stored batches into the job's window, each with what the analysis reads of it (its body, or its
+    rows of a pack); their (rank, seq)."""
+    for row, b in _stored_batches(rows):
+        held = PackSlice(row.pack, row.row0, row.num_ops) if row.pack is not None else row.body
+        win.add(b.table, b.rank, b.min_step, b.max_step, body=held)
+    return [(row.rank, row.seq) for row in rows]
+
+
 class Rebuild:
     """Windows from the database (a part of ``Collector``)."""
 
@@ -61,10 +70,7 @@ class Rebuild:
         progress = self.store.rank_progress(job_id)
         if progress:
             since = min(p[3] for p in progress) - self.cfg.window_steps - 1
-            for row, b in _stored_batches(self.store.batches_since(job_id, since)):
-                held = PackSlice(row.pack, row.row0, row.num_ops) if row.pack is not None else row.body
-                win.add(b.table, b.rank, b.min_step, b.max_step, body=held)
-                loaded.append((row.rank, row.seq))
+            loaded = _add_stored(win, self.store.batches_since(job_id, since))
             for rank, _, num_ops, _ in progress:
                 st = win.ranks.get(rank)
                 if st is not None:
@@ -101,9 +107,7 @@ class Rebuild:
             if not rows or win is None:
                 continue
             with self._lock:
-                for row, b in _stored_batches(rows):
-                    held = PackSlice(row.pack, row.row0, row.num_ops) if row.pack is not None else row.body
-                    win.add(b.table, b.rank, b.min_step, b.max_step, body=held)
+                _add_stored(win, rows)
                 moved = self._completed_more(win)
             if moved:
                 self._touch({job_id})
