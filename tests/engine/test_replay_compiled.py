@@ -1,6 +1,6 @@
 """The compiled kernels (engine/_replay.c, laggard.engine.kernels) against their numpy twins: the
 replay loop (replay._propagate_numpy), the same node values to the bit on real graphs, 1-D and 2-D,
-with and without floors, NaN included; the graph's levels (graph._levels_numpy), the same levels on
+with and without floors, NaN included; the graph's levels (plan.levels_numpy), the same levels on
 real graphs and random ones with cycles."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from laggard.engine import graph as graph_mod
-from laggard.engine import kernels
+from laggard.engine import kernels, plan
 from laggard.engine.baseline import prepare
 from laggard.engine.replay import node_values
 from laggard.errors import GraphCycleError
@@ -144,7 +144,7 @@ def test_the_install_built_the_compiled_replay_where_it_could() -> None:
 def _levels_both(pptr: np.ndarray, sptr: np.ndarray, sidx: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     lv = np.empty(len(pptr) - 1, dtype=np.int64)
     count = kernels.kernel("levels")(sptr, np.ascontiguousarray(sidx), np.diff(pptr), lv)
-    return graph_mod._levels_numpy(pptr, sptr, sidx), lv, count  # noqa: SLF001
+    return plan.levels_numpy(pptr, sptr, sidx), lv, count
 
 
 @needs_compiled
@@ -171,8 +171,8 @@ def test_levels_are_the_numpy_levels_on_random_graphs_with_cycles() -> None:
         if trial % 3:  # a DAG: every edge from a lower node to a higher one
             lo, hi = np.minimum(src, dst), np.maximum(src, dst)
             src, dst = lo[lo != hi], hi[lo != hi]
-        pptr, _ = graph_mod._to_csr(dst, src, n)  # noqa: SLF001
-        sptr, sidx = graph_mod._to_csr(src, dst, n)  # noqa: SLF001
+        pptr, _ = plan.to_csr(dst, src, n)
+        sptr, sidx = plan.to_csr(src, dst, n)
         for narrow in (False, True):
             ref, lv, count = _levels_both(pptr, sptr, sidx.astype(np.int32) if narrow else sidx)
             assert np.array_equal(ref, lv), trial

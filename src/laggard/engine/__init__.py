@@ -1,8 +1,9 @@
 """The replay engine, from the op table up: untraced host time as ops (``gaps``), the dependency
-graph (``graph``), the replay (``replay``; steps back to back: ``replay_chain``), the measured job
-made ready for what-ifs (``baseline``), DP symmetry (``symmetry``), per-op signals the diagnosis
-reads (``spikes``: stalled forwards; ``arrivals``: collective arrival skew) and warm-up steps
-(``warmup``). Nothing here knows about what-ifs, findings or reports."""
+graph (``graph``; its replay plan: ``plan``), the replay (``replay``; steps back to back:
+``replay_chain``), the measured job made ready for what-ifs (``baseline``), DP symmetry
+(``symmetry``), per-op signals the diagnosis reads (``spikes``: stalled forwards; ``arrivals``:
+collective arrival skew) and warm-up steps (``warmup``). Nothing here knows about what-ifs, findings
+or reports."""
 
 from __future__ import annotations
 

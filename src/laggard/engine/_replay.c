@@ -223,7 +223,7 @@ fail:
     return NULL;
 }
 
-/* levels(sptr, sidx, indeg, level): each node's level by Kahn's algorithm, as laggard.engine.graph._levels's
+/* levels(sptr, sidx, indeg, level): each node's level by Kahn's algorithm, as laggard.engine.plan.levels's
  * numpy twin gives it: the nodes without predecessors (indeg 0) are level 0, every other node one more than
  * its latest predecessor (the longest path to it). ``sptr``/``sidx``: the successors of each node (CSR,
  * repeated edges repeated); ``indeg``: each node's predecessor count, decremented in place as they are

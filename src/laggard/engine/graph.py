@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from laggard.engine.kernels import kernel
+from laggard.engine.plan import levels, node_edges, segments, sinks, to_csr
 from laggard.engine.sorting import lex_order
 from laggard.errors import GraphCycleError, LaggardError, LaggardWarning
 from laggard.optable.ops import (
@@ -68,24 +68,6 @@ class Graph:
     def num_nodes(self) -> int:
         return self.num_ops + self.num_groups
 
-
-
-def csr_gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate CSR rows ``rows``: returns (values, row-of-each-value as position in ``rows``)."""
-    lens = ptr[rows + 1] - ptr[rows]
-    total = int(lens.sum())
-    if total == 0:
-        return idx[:0], np.zeros(0, dtype=np.int64)
-    owner = np.repeat(np.arange(len(rows)), lens)
-    first = np.repeat(ptr[rows] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-    return idx[first + np.arange(total)], owner
-
-
-def _to_csr(dst: np.ndarray, src: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(dst, kind="stable")
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
-    return ptr, src[order]
 
 
 def dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -144,7 +126,7 @@ def dependencies(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]
             stacklevel=3,
         )
     ok = ~cross & ~self_dep
-    return _to_csr(dst[ok].astype(np.int64), src[ok].astype(np.int64), n)
+    return to_csr(dst[ok].astype(np.int64), src[ok].astype(np.int64), n)
 
 
 def _groups(job: Job, op_step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -285,75 +267,90 @@ def _build_tiled(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph | No
     g0 = _build(Job(table=job.table.slice(0, m), meta=job.meta), steps[:1], op_step[:m])
     if not _same_chains(job, g0, k_steps, m):
         return None
-    n0, gr0 = g0.num_ops, g0.num_groups
-    nn0 = n0 + gr0
-    lvl0 = int(g0.seg_start[0]) if len(g0.seg_start) else nn0
-    size = g0.seg_end - g0.seg_start
-    full_start = k_steps * lvl0 + np.concatenate([[0], np.cumsum(size * k_steps)[:-1]]).astype(np.int64)
-    # position p0 of step 0 -> position in step k: a segment's rows are laid out step after step,
-    # so the map is affine in k for each p0: base[p0] + k * stride[p0] (level 0: k * lvl0 + p0;
-    # the sentinel: num_nodes)
-    num_nodes = k_steps * nn0
-    # the segments cover positions lvl0..nn0-1 one after another (``_segments``: nodes sorted by level,
-    # level 0 first and in no segment)
-    base = np.arange(nn0 + 1, dtype=np.int64)
-    stride = np.full(nn0 + 1, lvl0, dtype=np.int64)
-    base[lvl0:nn0] += np.repeat(full_start - g0.seg_start, size)
-    stride[lvl0:nn0] = np.repeat(size, size)
-    base[nn0], stride[nn0] = num_nodes, 0
+    full_start, base, stride = _tiled_positions(g0, k_steps)
+    idx_t = np.int32 if k_steps * g0.num_nodes < 2**31 - 1 else np.int64
+
+    def at(p0: np.ndarray) -> np.ndarray:
+        return _map_all(p0, base, stride, k_steps).astype(idx_t)
+
     ks = np.arange(k_steps, dtype=np.int64)
-
-    def map_all(p0: np.ndarray) -> np.ndarray:
-        """Positions of ``p0`` in every step, step after step (``p0`` in step 0, then in step 1, ...)."""
-        p0 = p0.astype(np.int64)
-        return (base[p0][None, :] + ks[:, None] * stride[p0][None, :]).ravel()
-
-    # each segment's predecessor matrix, step after step: segment i's (rows x k) slots of step 0 are
-    # followed by the same slots in step 1, ... (one scatter for all segments, not a call per segment)
-    pred_len = size * g0.seg_k  # per segment: its slots in one step
-    offs = k_steps * g0.seg_off
-    seg_of = np.repeat(np.arange(len(size)), pred_len)
-    p0 = g0.seg_pred[: int(pred_len.sum())].astype(np.int64)
-    first = offs[seg_of] + (np.arange(len(p0)) - g0.seg_off[seg_of])  # each slot's place in step 0
-    idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
-    seg_pred = np.empty(len(p0) * k_steps, dtype=idx_t)
-    base_p, stride_p, inc = base[p0], stride[p0], pred_len[seg_of]
-    for k in range(k_steps):  # a step at a time: no (steps x slots) temporaries (4,096 workers: ~0.2 GB)
-        seg_pred[first + k * inc] = base_p + k * stride_p
-    step_rep = np.repeat(ks, n0)
-    num_dep0 = len(g0.dep_idx)
-    group_rep = np.repeat(ks, len(g0.group_ops))
+    n0, gr0 = g0.num_ops, g0.num_groups
     op_group = np.tile(g0.op_group, k_steps)
-    op_group = np.where(op_group >= 0, op_group + step_rep * gr0, -1)
-    sinks0 = g0.sink_pos.astype(np.int64)
+    size = g0.seg_end - g0.seg_start
+    num_sinks = len(g0.sink_pos)
     return Graph(
         num_ops=k_steps * n0,
         num_groups=k_steps * gr0,
         steps=steps,
         op_step=op_step,
-        dep_ptr=np.concatenate([np.tile(g0.dep_ptr[:-1], k_steps) + np.repeat(ks * num_dep0, n0),
-                                [k_steps * num_dep0]]),
-        dep_idx=np.tile(g0.dep_idx, k_steps) + np.repeat(ks * n0, num_dep0),
-        op_group=op_group,
-        group_ptr=np.concatenate(
-            [np.tile(g0.group_ptr[:-1], k_steps) + np.repeat(ks * len(g0.group_ops), gr0),
-             [k_steps * len(g0.group_ops)]]
-        ),
-        group_ops=np.tile(g0.group_ops, k_steps) + group_rep * n0,
-        op_pos=map_all(g0.op_pos).astype(idx_t),
-        group_pos=map_all(g0.group_pos).astype(idx_t),
+        dep_ptr=_tiled_ptr(g0.dep_ptr, k_steps),
+        dep_idx=np.tile(g0.dep_idx, k_steps) + np.repeat(ks * n0, len(g0.dep_idx)),
+        op_group=np.where(op_group >= 0, op_group + np.repeat(ks, n0) * gr0, -1),
+        group_ptr=_tiled_ptr(g0.group_ptr, k_steps),
+        group_ops=np.tile(g0.group_ops, k_steps) + np.repeat(ks, len(g0.group_ops)) * n0,
+        op_pos=at(g0.op_pos),
+        group_pos=at(g0.group_pos),
         num_levels=g0.num_levels,
         seg_start=full_start,
         seg_end=full_start + size * k_steps,
         seg_k=g0.seg_k,
-        seg_off=np.array(offs, dtype=np.int64),
-        seg_pred=seg_pred,
+        seg_off=np.array(k_steps * g0.seg_off, dtype=np.int64),
+        seg_pred=_tiled_preds(g0, k_steps, base, stride, idx_t),
         step_order=np.arange(k_steps * n0),
         step_bounds=np.arange(k_steps + 1, dtype=np.int64) * n0,
-        sink_pos=map_all(sinks0).astype(idx_t),
-        sink_bounds=np.arange(k_steps + 1, dtype=np.int64) * len(sinks0),
+        sink_pos=at(g0.sink_pos),
+        sink_bounds=np.arange(k_steps + 1, dtype=np.int64) * num_sinks,
         ops_per_step=n0,
     )
+
+
+def _tiled_positions(g0: Graph, k_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The repeated graph's segment starts, and where a position p0 of step 0 lies in step k:
+    ``base[p0] + k * stride[p0]``. A segment's rows are laid out step after step, so the map is
+    affine in k for each p0 (level 0: k * lvl0 + p0; the sentinel: num_nodes)."""
+    nn0 = g0.num_nodes
+    lvl0 = int(g0.seg_start[0]) if len(g0.seg_start) else nn0
+    size = g0.seg_end - g0.seg_start
+    full_start = k_steps * lvl0 + np.concatenate([[0], np.cumsum(size * k_steps)[:-1]]).astype(np.int64)
+    # the segments cover positions lvl0..nn0-1 one after another (``laggard.engine.plan.segments``:
+    # nodes sorted by level, level 0 first and in no segment)
+    base = np.arange(nn0 + 1, dtype=np.int64)
+    stride = np.full(nn0 + 1, lvl0, dtype=np.int64)
+    base[lvl0:nn0] += np.repeat(full_start - g0.seg_start, size)
+    stride[lvl0:nn0] = np.repeat(size, size)
+    base[nn0], stride[nn0] = k_steps * nn0, 0
+    return full_start, base, stride
+
+
+def _map_all(p0: np.ndarray, base: np.ndarray, stride: np.ndarray, k_steps: int) -> np.ndarray:
+    """Positions of ``p0`` in every step, step after step (``p0`` in step 0, then in step 1, ...)."""
+    p0 = p0.astype(np.int64)
+    ks = np.arange(k_steps, dtype=np.int64)
+    return (base[p0][None, :] + ks[:, None] * stride[p0][None, :]).ravel()
+
+
+def _tiled_ptr(ptr: np.ndarray, k_steps: int) -> np.ndarray:
+    """CSR row pointers of step 0 repeated: each step's rows after the previous step's values."""
+    rows, num_values = len(ptr) - 1, ptr[-1]
+    return np.concatenate([np.tile(ptr[:-1], k_steps) + np.repeat(np.arange(k_steps) * num_values, rows),
+                           [k_steps * num_values]])
+
+
+def _tiled_preds(g0: Graph, k_steps: int, base: np.ndarray, stride: np.ndarray, idx_t: type) -> np.ndarray:
+    """Each segment's predecessor matrix, step after step: segment i's (rows x k) slots of step 0
+    are followed by the same slots in step 1, ... (one scatter for all segments, not a call per
+    segment)."""
+    size = g0.seg_end - g0.seg_start
+    pred_len = size * g0.seg_k  # per segment: its slots in one step
+    offs = k_steps * g0.seg_off
+    seg_of = np.repeat(np.arange(len(size)), pred_len)
+    p0 = g0.seg_pred[: int(pred_len.sum())].astype(np.int64)
+    first = offs[seg_of] + (np.arange(len(p0)) - g0.seg_off[seg_of])  # each slot's place in step 0
+    seg_pred = np.empty(len(p0) * k_steps, dtype=idx_t)
+    base_p, stride_p, inc = base[p0], stride[p0], pred_len[seg_of]
+    for k in range(k_steps):  # a step at a time: no (steps x slots) temporaries (4,096 workers: ~0.2 GB)
+        seg_pred[first + k * inc] = base_p + k * stride_p
+    return seg_pred
 
 
 def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
@@ -362,14 +359,15 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
     op_group, group_ptr, group_ops = _groups(job, op_step)
     num_groups = len(group_ptr) - 1
     num_nodes = n + num_groups
-    src, dst = _node_edges(dep_ptr, dep_idx, op_group, n)
-    pptr, pidx = _to_csr(dst, src, num_nodes)
-    level = _levels(job, steps, op_step, pptr, src, dst)
+    src, dst = node_edges(dep_ptr, dep_idx, op_group, n)
+    pptr, pidx = to_csr(dst, src, num_nodes)
+    level = levels(pptr, src, dst)
+    _check_acyclic(job, steps, op_step, level)
     deg = np.diff(pptr)
-    pos, seg_start, seg_end, seg_k, seg_off, seg_pred = _segments(level, deg, pptr, pidx)
+    pos, seg_start, seg_end, seg_k, seg_off, seg_pred = segments(level, deg, pptr, pidx)
     step_order = np.argsort(op_step, kind="stable")
     step_bounds = np.searchsorted(op_step[step_order], np.arange(len(steps) + 1)).astype(np.int64)
-    sinks, sink_bounds = _sinks(src, op_step, n, num_nodes, len(steps))
+    sink_ops, sink_bounds = sinks(src, op_step, n, num_nodes, len(steps))
     # int32 indices halve the memory and the bytes every replay gathers
     idx_t = np.int32 if num_nodes < 2**31 - 1 else np.int64
     return Graph(
@@ -392,111 +390,19 @@ def _build(job: Job, steps: np.ndarray, op_step: np.ndarray) -> Graph:
         seg_pred=seg_pred.astype(idx_t),
         step_order=step_order,
         step_bounds=step_bounds,
-        sink_pos=pos[sinks].astype(idx_t),
+        sink_pos=pos[sink_ops].astype(idx_t),
         sink_bounds=sink_bounds,
     )
 
 
-def _node_edges(dep_ptr: np.ndarray, dep_idx: np.ndarray, op_group: np.ndarray,
-                n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Node-level edges (src -> dst): unsynced op <- its deps; group <- deps of all members;
-    member <- group (group nodes are n + group index)."""
-    synced = op_group >= 0
-    dep_owner = np.repeat(np.arange(n), np.diff(dep_ptr))
-    from_synced = synced[dep_owner]
-    dst = np.concatenate(
-        [dep_owner[~from_synced], n + op_group[dep_owner[from_synced]], np.flatnonzero(synced)]
+def _check_acyclic(job: Job, steps: np.ndarray, op_step: np.ndarray, level: np.ndarray) -> None:
+    """GraphCycleError naming an op on a cycle, when ``levels`` left nodes unlevelled."""
+    if not (level < 0).any():
+        return
+    stuck = np.flatnonzero(level[: job.num_ops] < 0)
+    ex = int(stuck[0]) if len(stuck) else 0
+    names, labels = job.codes("name")
+    raise GraphCycleError(
+        f"the dependency graph has a cycle through {int((level < 0).sum())} op(s)/collective(s), "
+        f"e.g. {labels[names[ex]]} on rank {int(job.column('rank')[ex])} in step {int(steps[op_step[ex]])}"
     )
-    src = np.concatenate([dep_idx[~from_synced], dep_idx[from_synced], n + op_group[synced]])
-    return src, dst
-
-
-def _levels(job: Job, steps: np.ndarray, op_step: np.ndarray, pptr: np.ndarray, src: np.ndarray,
-            dst: np.ndarray) -> np.ndarray:
-    """Each node's level by Kahn's algorithm (the longest path to it from a node without
-    predecessors); GraphCycleError on a cycle. Compiled where built (``laggard.engine.kernels``: one
-    pass over the edges, where the numpy twin makes a few calls per level, hundreds of levels on a
-    pipeline's step: trace-AR's 11 ms to 0.3)."""
-    n = job.num_ops
-    num_nodes = len(pptr) - 1
-    sptr, sidx = _to_csr(src, dst, num_nodes)
-    compiled = kernel("levels")
-    if compiled is not None:
-        level = np.empty(num_nodes, dtype=np.int64)
-        compiled(sptr, np.ascontiguousarray(sidx), np.diff(pptr), level)
-    else:
-        level = _levels_numpy(pptr, sptr, sidx)
-    if (level < 0).any():
-        stuck = np.flatnonzero(level[:n] < 0)
-        ex = int(stuck[0]) if len(stuck) else 0
-        names, labels = job.codes("name")
-        raise GraphCycleError(
-            f"the dependency graph has a cycle through {int((level < 0).sum())} op(s)/collective(s), "
-            f"e.g. {labels[names[ex]]} on rank {int(job.column('rank')[ex])} in step {int(steps[op_step[ex]])}"
-        )
-    return level
-
-
-def _levels_numpy(pptr: np.ndarray, sptr: np.ndarray, sidx: np.ndarray) -> np.ndarray:
-    """The compiled ``levels``' twin: one frontier (a level) at a time; -1 for nodes on or behind a cycle."""
-    level = np.full(len(pptr) - 1, -1, dtype=np.int64)
-    frontier = np.flatnonzero(np.diff(pptr) == 0)
-    remaining = np.diff(pptr)
-    lv = 0
-    while len(frontier):
-        level[frontier] = lv
-        succ, _ = csr_gather(sptr, sidx, frontier)
-        if len(succ) == 0:
-            break
-        u, c = np.unique(succ, return_counts=True)
-        remaining[u] -= c
-        frontier = u[remaining[u] == 0]
-        lv += 1
-    return level
-
-
-def _segments(level: np.ndarray, deg: np.ndarray, pptr: np.ndarray, pidx: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Nodes ordered by (level, in-degree bucket); per segment of equal (level, bucket) a dense
-    (rows x bucket) matrix of predecessor positions, padded with num_nodes. Returns (pos,
-    seg_start, seg_end, seg_k, seg_off, seg_pred)."""
-    num_nodes = len(level)
-    bucket = np.where(deg <= 4, deg, 1 << np.ceil(np.log2(np.maximum(deg, 1))).astype(np.int64))
-    order = np.lexsort((bucket, level))
-    pos = np.empty(num_nodes, dtype=np.int64)
-    pos[order] = np.arange(num_nodes)
-    lv_o, bk_o = level[order], bucket[order]
-    new_seg = np.ones(num_nodes, dtype=bool)
-    new_seg[1:] = (lv_o[1:] != lv_o[:-1]) | (bk_o[1:] != bk_o[:-1])
-    seg_start = np.flatnonzero(new_seg)
-    seg_end = np.append(seg_start[1:], num_nodes)
-    keep = lv_o[seg_start] > 0  # level 0 has no predecessors: nothing to replay
-    seg_start, seg_end = seg_start[keep], seg_end[keep]
-    seg_k = bk_o[seg_start]
-    sizes = (seg_end - seg_start) * seg_k
-    seg_off = (np.cumsum(sizes) - sizes).astype(np.int64)
-    seg_pred = np.full(int(sizes.sum()), num_nodes, dtype=np.int64)
-    # scatter every node's predecessors into its row of its segment's matrix
-    seg_of = np.full(num_nodes, -1, dtype=np.int64)
-    seg_id = np.repeat(np.arange(len(seg_start)), seg_end - seg_start)
-    seg_of[np.concatenate([np.arange(a, b) for a, b in zip(seg_start, seg_end, strict=True)])
-           if len(seg_start) else []] = seg_id
-    vals, owner = csr_gather(pptr, pidx, order)  # owner: position of the node
-    if len(vals):
-        first = np.concatenate([[0], np.cumsum(deg[order])[:-1]])
-        slot = np.arange(len(vals)) - first[owner]
-        sg = seg_of[owner]
-        row = owner - seg_start[sg]
-        seg_pred[seg_off[sg] + row * seg_k[sg] + slot] = pos[vals]
-    return pos, seg_start, seg_end, seg_k, seg_off, seg_pred
-
-
-def _sinks(src: np.ndarray, op_step: np.ndarray, n: int, num_nodes: int,
-           num_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Ops no node waits for, sorted by step, and each step's bounds among them (members of a
-    group feed only their group's successors through the group node, so they count as sinks only
-    if the group has none)."""
-    has_succ = np.zeros(num_nodes, dtype=bool)
-    has_succ[src] = True
-    sinks = np.flatnonzero(~has_succ[:n])
-    sinks = sinks[np.argsort(op_step[sinks], kind="stable")]
-    return sinks, np.searchsorted(op_step[sinks], np.arange(num_steps + 1)).astype(np.int64)

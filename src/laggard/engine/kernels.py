@@ -3,7 +3,7 @@ the switch that turns them off.
 
 Loops that numpy runs one small call at a time, or in a dozen passes over every op, are compiled:
 the replay's walk over the graph's segments (``laggard.engine.replay.propagate``), the levelling of
-the graph's nodes (``laggard.engine.graph``, Kahn's algorithm: a few numpy calls per level, hundreds of
+the graph's nodes (``laggard.engine.plan``, Kahn's algorithm: a few numpy calls per level, hundreds of
 levels on a pipeline's step) and the gap step's running maxima (``laggard.engine.gaps``). Each has a
 numpy twin beside its caller that gives the same result, taken where the extension was not built,
 where an older build lacks the kernel, or when ``PURE_PYTHON_ENV`` is set.
