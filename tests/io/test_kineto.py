@@ -19,7 +19,7 @@ from laggard.analysis.pipeline import analyze
 from laggard.engine.arrivals import arrivals, job_extras
 from laggard.errors import LaggardError, LaggardWarning
 from laggard.io import detect_format, load_job
-from laggard.io.kineto import events as ke
+from laggard.io.kineto import decode as ke
 from laggard.io.kineto.load import read_kineto
 from tests.conftest import run_cli
 
@@ -379,7 +379,7 @@ def test_workers_come_from_a_server_when_threads_run(monkeypatch):
 
 def test_decoder_stays_lean():
     """The decode workers import only the decoder: no numpy, no pyarrow (they start in milliseconds)."""
-    code = "import sys, laggard.io.kineto.events; print(sorted({'numpy', 'pyarrow', 'pandas'} & set(sys.modules)))"
+    code = "import sys, laggard.io.kineto.decode; print(sorted({'numpy', 'pyarrow', 'pandas'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

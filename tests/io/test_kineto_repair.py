@@ -14,7 +14,7 @@ import pytest
 
 from laggard.errors import LaggardError
 from laggard.io import load_job
-from laggard.io.kineto import events
+from laggard.io.kineto import decode
 from laggard.io.kineto.repair import repair_names
 
 SRC = Path(__file__).resolve().parents[1] / "data" / "kineto" / "ddp_gloo"
@@ -48,7 +48,7 @@ def test_repair_escapes_only_the_quotes_inside_a_name() -> None:
 @pytest.mark.parametrize("chunk_bytes", [2**20, 4096])  # the whole file in one piece, and in chunks
 def test_a_trace_with_unescaped_quotes_in_names_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        chunk_bytes: int) -> None:
-    monkeypatch.setattr(events, "_MIN_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(decode, "_MIN_CHUNK_BYTES", chunk_bytes)
     bad = _break_names(tmp_path / "bad")
     with pytest.raises(json.JSONDecodeError):
         json.loads((bad / "rank0.json").read_text())  # the input really is invalid JSON

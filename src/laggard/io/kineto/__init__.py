@@ -1,8 +1,9 @@
 """PyTorch-profiler (Kineto) traces, one file per rank: ``load`` reads them into the op table.
-The files and their decoding in worker processes (``files``), events (``events``), collectives and
-p2p (``comm``), work units and streams (``segments``), one rank's ops (``rank``), ProfilerStep
-alignment (``steps``), collectives matched across ranks and clock offsets (``match``), send/recv
-without peer ranks matched across ranks (``p2p``), and the parallel layout (``layout``)."""
+The files and their decoding in worker processes (``files``), a file read as a stream (``decode``)
+into event columns (``events``), collectives and p2p (``comm``), work units and streams
+(``segments``), one rank's ops (``rank``), ProfilerStep alignment (``steps``), collectives matched
+across ranks and clock offsets (``match``), send/recv without peer ranks matched across ranks
+(``p2p``), and the parallel layout (``layout``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The per-rank files of a PyTorch-profiler (Kineto) trace: which files a directory, glob or list
 names (``trace_files``), and decoding them, in worker processes when it pays (``decode_all``).
 
-The workers only decode (``kineto_events.decode_file``: msgspec into compact columns; the decoder
-needs neither numpy nor pyarrow); each rank's ops are built in the parent as its columns arrive
-(``kineto_rank.rank_ops``), while the workers go on with the other files; raw events never leave the
-worker that decoded them.
+The workers only decode (``laggard.io.kineto.decode.decode_file``: msgspec into compact columns;
+the decoder needs neither numpy nor pyarrow); each rank's ops are built in the parent as its columns
+arrive (``kineto_rank.rank_ops``), while the workers go on with the other files; raw events never
+leave the worker that decoded them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _PARALLEL_MIN_BYTES = 16 * 2**20
 
 
 def looks_like_kineto(path: Path) -> bool:
-    from laggard.io.kineto.events import peek
+    from laggard.io.kineto.decode import peek
 
     head = peek(path)
     return any(k in head for k in (b'"traceEvents"', b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"'))
@@ -87,7 +87,7 @@ def decode_all(files: list[Path], *, workers: int | None = None) -> list[RankOps
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from laggard.io.kineto.events import decode_file
+    from laggard.io.kineto.decode import decode_file
 
     ctx = _worker_context(mp)
     out: list[RankOps | None] = [None] * len(files)
@@ -123,7 +123,7 @@ def _worker_context(mp: Any) -> Any:
         return mp.get_context("fork")
     if "forkserver" in methods:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["laggard.io.kineto.events"])
+        ctx.set_forkserver_preload(["laggard.io.kineto.decode"])
         return ctx
     return mp.get_context("spawn")
 

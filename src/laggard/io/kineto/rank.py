@@ -166,7 +166,7 @@ def _preceding(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.n
 
 def decode_rank(path: str) -> RankOps:
     """Decode one trace file into its rank's ops, in this process."""
-    from laggard.io.kineto.events import decode_file
+    from laggard.io.kineto.decode import decode_file
 
     return rank_ops(decode_file(path), in_worker=False)
 
