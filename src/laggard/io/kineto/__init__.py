@@ -3,7 +3,8 @@ The files and their decoding in worker processes (``files``), a file read as a s
 into event columns (``events``), collectives and p2p (``comm``), work units and streams
 (``segments``), one rank's ops (``rank``), ProfilerStep alignment (``steps``), collectives matched
 across ranks and clock offsets (``match``), send/recv without peer ranks matched across ranks
-(``p2p``), and the parallel layout (``layout``)."""
+(``p2p``), the parallel layout (``layout``, from what ``evidence`` gathers) and the ranks without a
+trace (``missing``)."""
 
 from __future__ import annotations
 

@@ -22,14 +22,16 @@ dp=D,pp=P[,tp=T]`` (dimensions outermost first, as ranks are numbered) and a ran
 the inference; both are checked against the trace (transfers join neighbouring stages of one
 pipeline; role groups hold ranks that differ only in their own dimension). Transfers without peers
 are then matched along the layout's pipelines (``assign_peers``).
+
+What the traces say is gathered by ``laggard.io.kineto.evidence``; ranks of the job without a trace
+are ``laggard.io.kineto.missing``'s.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +39,11 @@ import numpy as np
 
 from laggard.errors import LaggardError
 from laggard.io.kineto.chains import Search, find_chains, match_pipelines
-from laggard.io.kineto.comm import KIND_RECV, KIND_SEND
-from laggard.io.kineto.p2p import Peerless, apply_pairs, p2p_kind
+from laggard.io.kineto.evidence import Evidence, evidence
+from laggard.io.kineto.p2p import Peerless, apply_pairs
 from laggard.io.kineto.rank import RankOps
 
 DIMS = ("dp", "pp", "tp")
-_ROLE_WORDS = {"pp": ("pipeline",), "dp": ("data",), "tp": ("tensor",)}
-# descriptions naming these are combined or other groups (cp, ep, embeddings, tp x dp): no role
-_NOT_A_ROLE = {"cp", "ep", "context", "expert", "embedding", "position", "and", "with", "amax"}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,113 +67,6 @@ class Layout:
     def to_json(self) -> dict[str, Any]:
         return {"dp": self.dp_size, "pp": self.pp_size, "tp": self.tp_size, "how": self.how, "source": self.source,
                 "inferred": self.inferred, "ranks": {str(r): list(c) for r, c in sorted(self.coords.items())}}
-
-
-@dataclass(kw_only=True, slots=True)
-class Evidence:
-    """What the traces say about the layout."""
-
-    ranks: list[int]
-    groups: dict[str, dict[str, Any]]  # pg name -> {"desc", "ranks"} (union over the ranks' traces)
-    edges: set[tuple[int, int]]  # (src, dst) of every p2p transfer with known ends
-    p2p_ranks: set[int]  # ranks with any send/recv (ends known or not)
-    first_send: dict[int, bool]  # rank -> its first transfer of its first step is a send
-    role_groups: dict[str, list[list[int]]] = field(default_factory=dict)
-    matched: bool = False  # edges come from transfers without peers, matched across ranks
-    unmatched_why: str = ""  # why transfers without peers could not be matched
-
-
-is_p2p_name = p2p_kind
-
-
-def evidence(ranks: list[RankOps]) -> Evidence:
-    groups: dict[str, dict[str, Any]] = {}
-    seen_in: dict[str, str] = {}
-    for r in ranks:
-        entries = [(str(p.get("pg_name")), p.get("pg_desc"), p.get("ranks")) for p in r.pg_config]
-        entries += [(g, inf.get("desc"), inf.get("ranks")) for g, inf in r.group_info.items() if g != "?"]
-        for name, desc, members in entries:
-            if not isinstance(members, list) or not all(isinstance(x, int) for x in members):
-                continue
-            old = groups.get(name)
-            if old is not None and old["ranks"] != list(members):
-                raise LaggardError(
-                    f"process groups overlap inconsistently: group {name!r} has ranks {old['ranks']} in "
-                    f"{seen_in[name]} and {list(members)} in {r.path}")
-            if old is None:
-                groups[name] = {"desc": desc, "ranks": list(members)}
-                seen_in[name] = r.path
-            elif desc and not old["desc"]:
-                old["desc"] = desc
-    edges: set[tuple[int, int]] = set()
-    p2p_ranks: set[int] = set()
-    first_send: dict[int, bool] = {}
-    for r in ranks:
-        me = int(r.rank)  # type: ignore[arg-type]
-        kind = r.kind
-        send, recv = kind == KIND_SEND, kind == KIND_RECV
-        for p in np.unique(r.peer[send]).tolist():
-            edges.add((me, int(p)))
-        for p in np.unique(r.peer[recv]).tolist():
-            edges.add((int(p), me))
-        p2p_of_name = np.array([is_p2p_name(n) or "" for n in r.names] + [""], dtype=object)
-        what = p2p_of_name[r.name]
-        rows = np.flatnonzero(what != "")
-        if len(rows):
-            p2p_ranks.add(me)
-            first_step = r.step[rows].min()
-            rows = rows[r.step[rows] == first_step]
-            first_send[me] = what[rows[np.argmin(r.start_ns[rows])]] == "send"
-    return Evidence(ranks=[int(r.rank) for r in ranks], groups=groups, edges=edges,  # type: ignore[arg-type]
-                    p2p_ranks=p2p_ranks, first_send=first_send, role_groups=_role_groups(groups))
-
-
-def role_of(desc: str | None) -> str | None:
-    """'pp', 'dp', 'tp' for a process-group description that names exactly one role, else None."""
-    if not desc:
-        return None
-    low = desc.lower()
-    words = set(re.split(r"[^a-z0-9]+", low))
-    if words & _NOT_A_ROLE:
-        return None
-    found = {role for role, keys in _ROLE_WORDS.items() if role in words or any(k in low for k in keys)}
-    return found.pop() if len(found) == 1 else None
-
-
-def _role_groups(groups: dict[str, dict[str, Any]]) -> dict[str, list[list[int]]]:
-    """Groups by role; those of one role must be disjoint or equal, and a pipeline group shares at
-    most one rank with a DP or TP group."""
-    out: dict[str, list[list[int]]] = {}
-    names: dict[tuple[str, tuple[int, ...]], str] = {}
-    for name, g in groups.items():
-        role = role_of(g.get("desc"))
-        if role is None or len(g["ranks"]) < 2:
-            continue
-        key = tuple(g["ranks"])
-        if key in {tuple(x) for x in out.get(role, [])}:
-            continue
-        for other in out.get(role, []):
-            if set(other) & set(key) and role == "dp":  # e.g. HSDP's replicate and shard groups cross
-                out["dp-crossing"] = []
-            elif set(other) & set(key):
-                raise LaggardError(
-                    f"process groups overlap inconsistently: {role} groups {names[(role, tuple(other))]!r} "
-                    f"(ranks {other}) and {name!r} (ranks {list(key)}) share rank(s) "
-                    f"{sorted(set(other) & set(key))} but differ")
-        out.setdefault(role, []).append(list(key))
-        names[(role, key)] = name
-    if "dp-crossing" in out:  # DP groups of two kinds: no single DP group per rank to check against
-        del out["dp-crossing"]
-        out.pop("dp", None)
-    for other_role in ("dp", "tp"):
-        for a in out.get("pp", []):
-            for b in out.get(other_role, []):
-                both = set(a) & set(b)
-                if len(both) > 1:
-                    raise LaggardError(
-                        f"process groups overlap inconsistently: ranks {sorted(both)} are in one pipeline group "
-                        f"({a}) and one {other_role} group ({b}); ranks of one pipeline are on different stages")
-    return out
 
 
 # ---------------------------------------------------------------- inference
@@ -414,55 +306,6 @@ def check_layout(layout: Layout, ev: Evidence) -> None:
 
 def _where(c: tuple[int, int, int]) -> str:
     return f"dp{c[0]}/pp{c[1]}" + (f"/tp{c[2]}" if c[2] else "")
-
-
-def missing_ranks(ranks: list[RankOps]) -> tuple[str | None, set[int]]:
-    """Ranks of the job that have no trace: a warning naming them, and the given ranks to leave
-    out. A pipeline cannot be replayed without one of its stages: the given ranks that share a
-    pipeline with a missing rank (joined to it by send/recv or a pipeline process group) are left
-    out and the complete pipelines analysed; an error when none is complete. Collectives are then
-    replayed among the ranks analysed only."""
-    present = {int(r.rank) for r in ranks}  # type: ignore[arg-type]
-    declared = next((r.world_size for r in ranks if r.world_size is not None), None)
-    if declared is None or declared <= len(present):
-        return None, set()
-    missing = sorted(set(range(declared)) - present)
-    if not missing:
-        return None, set()
-    what = f"the job has {declared} ranks but {len(present)} trace(s) were given: no trace for rank(s) {_few(missing)}"
-    ev = evidence(ranks)
-    talk = sorted({(a, b) for a, b in ev.edges if (a in present) != (b in present)})
-    if len(present) <= 1 or not talk:
-        return f"{what}; collectives are replayed among the given ranks only", set()
-    pairs = ", ".join(f"{a}->{b}" for a, b in talk[:6]) + (" ..." if len(talk) > 6 else "")
-    drop = _pipeline_of(set(missing), ev) & present
-    if drop == present:
-        raise LaggardError(f"{what}; the traced ranks exchange send/recv with them ({pairs}), so the pipeline "
-                           "cannot be replayed without them: pass every rank's trace")
-    return (f"{what}; traced rank(s) {_few(sorted(drop))} share a pipeline with them (send/recv {pairs}) and are "
-            "left out: "
-            f"the analysis covers the complete pipelines (ranks {_few(sorted(present - drop))}) and replays "
-            "their collectives among them only"), drop
-
-
-def _few(xs: list[int]) -> str:
-    return ", ".join(map(str, xs[:8])) + (" ..." if len(xs) > 8 else "")
-
-
-def _pipeline_of(seed: set[int], ev: Evidence) -> set[int]:
-    """Every rank joined to ``seed`` by send/recv or by a pipeline process group."""
-    nbrs: dict[int, set[int]] = {}
-    links = list(ev.edges) + [(g[0], r) for g in ev.role_groups.get("pp", []) if g for r in g[1:]]
-    for a, b in links:
-        nbrs.setdefault(a, set()).add(b)
-        nbrs.setdefault(b, set()).add(a)
-    out, todo = set(seed), list(seed)
-    while todo:
-        for b in nbrs.get(todo.pop(), ()):
-            if b not in out:
-                out.add(b)
-                todo.append(b)
-    return out
 
 
 def resolve_layout(ranks: list[RankOps], *, spec: str | None = None, rank_map: str | Path | None = None,

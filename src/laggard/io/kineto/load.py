@@ -50,7 +50,8 @@ def read_kineto(
     ``layout`` (``"dp=2,pp=2"``) or ``rank_map`` (a YAML/JSON file) give the parallel layout;
     without them it is inferred from the traces (``laggard.io.kineto.layout``).
     """
-    from laggard.io.kineto.layout import assign_peers, missing_ranks, resolve_layout
+    from laggard.io.kineto.layout import assign_peers, resolve_layout
+    from laggard.io.kineto.missing import missing_ranks
     from laggard.io.kineto.p2p import peerless
     from laggard.io.kineto.steps import unify_steps
 
