@@ -1,4 +1,5 @@
-"""PyTorch-profiler (Kineto) traces, one file per rank: ``load`` reads them into the op table.
+"""PyTorch-profiler (Kineto) traces, one file per rank: ``load`` reads them into the op table
+(``identify``: which rank each trace is, and that they are one job; ``table``: the table built).
 The files and their decoding in worker processes (``files``), a file read as a stream (``decode``)
 into event columns (``events``), collectives and p2p (``comm``), work units and streams
 (``segments``), one rank's ops (``rank``), ProfilerStep alignment (``steps``), collectives matched
