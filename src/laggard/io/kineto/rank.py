@@ -8,13 +8,13 @@ The model (see ``laggard.io.kineto.load`` for how ranks are joined):
 * **Collectives** (``kineto_comm``): which events they are and their metadata.
 * **Compute** (``kineto_segments``): work units per stream, cut into segments at collectives.
 
-``build_rank`` runs these steps in order; this module keeps the step windows and the assembly of
-the rank's op columns and dependency lists.
+``build_rank`` runs these steps in order (the step windows: ``laggard.io.kineto.windows``, over the
+lookup tables of ``laggard.io.kineto.labels``); this module keeps the assembly of the rank's op
+columns and dependency lists.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +24,6 @@ import numpy as np
 from laggard.io.kineto.comm import (
     KIND_RECV,
     KIND_SEND,
-    NCCL_KERNEL,
     Collectives,
     coll_type,
     read_collectives,
@@ -33,6 +32,7 @@ from laggard.io.kineto.comm import (
 from laggard.io.kineto.devices import rank_identity
 from laggard.io.kineto.events import RankEvents
 from laggard.io.kineto.gc import Collections, collections
+from laggard.io.kineto.labels import Labels, labels
 from laggard.io.kineto.segments import (
     Segments,
     Streams,
@@ -45,11 +45,8 @@ from laggard.io.kineto.segments import (
     work_units,
 )
 from laggard.io.kineto.sequences import segment_sequences
+from laggard.io.kineto.windows import EventSteps, containing, event_steps, in_window, preceding
 
-_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
-_CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "overhead"})
-_RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "cuda_driver"})
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 KIND_LABELS = ("compute", "collective", "p2p_send", "p2p_recv", "other")
 KIND_OTHER = 4  # a garbage collection (laggard.io.kineto.gc)
 # a transfer launched this soon after its c10d call ended still counts as launched by it (us)
@@ -101,69 +98,6 @@ class RankOps:
     worker_cpu_s: float = 0.0  # the part of it spent in a decode worker process
 
 
-def _windows(ev: RankEvents, sel: np.ndarray, step_of_name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(step, start, end) of the ProfilerStep windows among ``sel``, sorted by start, one per step."""
-    idx = np.flatnonzero(sel & (step_of_name[ev.name] >= 0))
-    if len(idx) == 0:
-        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-    st = step_of_name[ev.name[idx]]
-    steps, inv = np.unique(st, return_inverse=True)
-    lo = np.full(len(steps), np.inf)
-    hi = np.full(len(steps), -np.inf)
-    np.minimum.at(lo, inv, ev.ts_us[idx])
-    np.maximum.at(hi, inv, ev.ts_us[idx] + ev.dur_us[idx])
-    o = np.argsort(lo, kind="stable")
-    return steps[o], lo[o], hi[o]
-
-
-def _in_window(t: np.ndarray, w: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    steps, lo, hi = w
-    if len(steps) == 0:
-        return np.full(len(t), -1, np.int64)
-    i = np.searchsorted(lo, t, side="right") - 1
-    ok = (i >= 0) & (t < hi[np.maximum(i, 0)])
-    return np.where(ok, steps[np.maximum(i, 0)], -1)
-
-
-def _containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.ndarray,
-                hi_c: np.ndarray) -> np.ndarray:
-    """For each query (thread, time): the index of the latest-starting candidate on that thread
-    whose [lo, hi] holds the time; -1 if none."""
-    out = np.full(len(t_q), -1, np.int64)
-    if len(lo_c) == 0 or len(t_q) == 0:
-        return out
-    for tid in np.unique(tid_q):
-        cand = np.flatnonzero(tid_c == tid)
-        if len(cand) == 0:
-            continue
-        cand = cand[np.argsort(lo_c[cand], kind="stable")]
-        q = np.flatnonzero(tid_q == tid)
-        j = np.searchsorted(lo_c[cand], t_q[q], side="right") - 1
-        ok = j >= 0
-        c = cand[np.maximum(j, 0)]
-        ok &= hi_c[c] >= t_q[q]
-        out[q[ok]] = c[ok]
-    return out
-
-
-def _preceding(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.ndarray) -> np.ndarray:
-    """For each query (thread, time): the index of the latest candidate on that thread starting at
-    or before the time; -1 if none."""
-    out = np.full(len(t_q), -1, np.int64)
-    if len(lo_c) == 0 or len(t_q) == 0:
-        return out
-    for tid in np.unique(tid_q):
-        cand = np.flatnonzero(tid_c == tid)
-        if len(cand) == 0:
-            continue
-        cand = cand[np.argsort(lo_c[cand], kind="stable")]
-        q = np.flatnonzero(tid_q == tid)
-        j = np.searchsorted(lo_c[cand], t_q[q], side="right") - 1
-        ok = j >= 0
-        out[q[ok]] = cand[j[ok]]
-    return out
-
-
 def decode_rank(path: str) -> RankOps:
     """Decode one trace file into its rank's ops, in this process."""
     from laggard.io.kineto.decode import decode_file
@@ -180,101 +114,7 @@ def rank_ops(ev: RankEvents, *, in_worker: bool) -> RankOps:
     return ops
 
 
-@dataclass(kw_only=True, slots=True)
-class _Labels:
-    """Per-label lookup tables (one entry per category / name, plus a trailing 'none')."""
-
-    cat_gpu: np.ndarray
-    cat_cpu: np.ndarray
-    cat_rt: np.ndarray
-    cat_gpu_ann: np.ndarray
-    step_of_name: np.ndarray  # N of ProfilerStep#N, -1
-    is_name: dict[str, np.ndarray]  # nccl_kernel, gloo, nccl_cpu, rpc, wrapper
-
-
-def _labels(ev: RankEvents) -> _Labels:
-    cats_l = [c.lower() for c in ev.cats] + [""]
-    names = ev.names
-
-    def by_name(pred: Any) -> np.ndarray:
-        return np.array([bool(pred(s)) for s in names] + [False], dtype=bool)
-
-    return _Labels(
-        cat_gpu=np.array([c in _GPU_CATS for c in cats_l], dtype=bool),
-        cat_cpu=np.array([c in _CPU_CATS for c in cats_l], dtype=bool),
-        cat_rt=np.array([c in _RUNTIME_CATS for c in cats_l], dtype=bool),
-        cat_gpu_ann=np.array([c == "gpu_user_annotation" for c in cats_l], dtype=bool),
-        step_of_name=np.array([int(m.group(1)) if (m := _STEP.match(s)) else -1 for s in names] + [-1], dtype=np.int64),
-        is_name={
-            "nccl_kernel": by_name(NCCL_KERNEL.match),
-            "gloo": by_name(lambda s: s.startswith("gloo:")),
-            "nccl_cpu": by_name(lambda s: s.startswith("nccl:")),
-            "rpc": by_name(lambda s: s == "record_param_comms"),
-            "c10d_p2p": by_name(lambda s: s.startswith(("c10d::send", "c10d::recv"))),
-            # events that are neither work nor a collective on a thread (they wrap the real ops)
-            "wrapper": by_name(lambda s: bool(_STEP.match(s))
-                               or s.startswith(("PyTorch Profiler", "c10d::", "nccl:", "gloo:"))
-                               or s == "record_param_comms"),
-        },
-    )
-
-
-@dataclass(kw_only=True, slots=True)
-class _EventSteps:
-    step: np.ndarray  # step of every event (-1: none or not used)
-    whole: bool  # no ProfilerStep windows: the whole trace is step 0
-    cpu_windows: tuple[np.ndarray, np.ndarray, np.ndarray]
-    launch_tid: np.ndarray  # per GPU event: thread and time of the CPU call that launched it
-    launch_ts: np.ndarray
-
-
-def _event_steps(ev: RankEvents, lb: _Labels, cpu: np.ndarray, gpu: np.ndarray, warns: list[str]) -> _EventSteps:
-    """CPU events belong to the step whose window holds their start; GPU events to the step of the
-    CPU call that launched them (``correlation``), else to the GPU-side ``ProfilerStep#N`` window,
-    else to the CPU window holding their start."""
-    ts = ev.ts_us
-    cpu_w = _windows(ev, cpu, lb.step_of_name)
-    gpu_w = _windows(ev, lb.cat_gpu_ann[ev.cat], lb.step_of_name)
-    whole = len(cpu_w[0]) == 0
-    if whole:
-        lo_all = float(ts.min()) if len(ts) else 0.0
-        hi_all = float((ts + ev.dur_us).max()) + 1.0 if len(ts) else 1.0
-        cpu_w = (np.array([0]), np.array([lo_all]), np.array([hi_all]))
-        warns.append(f"{ev.path}: no ProfilerStep#N annotations; the whole trace is analysed as one step (0)")
-    step = np.full(len(ts), -1, np.int64)
-    step[cpu] = _in_window(ts[cpu], cpu_w)
-    launch_tid = np.zeros(0, np.int64)
-    launch_ts = np.zeros(0)
-    if gpu.any():
-        g = np.flatnonzero(gpu)
-        gstep, launch_tid, launch_ts = _launcher_steps(ev, lb, g, step)
-        miss = gstep < 0
-        if miss.any() and len(gpu_w[0]):
-            gstep[miss] = _in_window(ts[g[miss]], gpu_w)
-            miss = gstep < 0
-        if miss.any() and not whole:
-            gstep[miss] = _in_window(ts[g[miss]], cpu_w)
-        if whole:
-            gstep[:] = 0
-        step[g] = gstep
-    return _EventSteps(step=step, whole=whole, cpu_windows=cpu_w, launch_tid=launch_tid, launch_ts=launch_ts)
-
-
-def _launcher_steps(ev: RankEvents, lb: _Labels, g: np.ndarray, step: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per GPU event ``g``: the step, thread and time of the runtime call that launched it."""
-    rt = np.flatnonzero(lb.cat_rt[ev.cat] & (ev.corr >= 0))
-    gstep = np.full(len(g), -1, np.int64)
-    if not len(rt):
-        return gstep, np.full(len(g), -1), np.full(len(g), np.nan)
-    o = rt[np.argsort(ev.corr[rt], kind="stable")]
-    j = np.minimum(np.searchsorted(ev.corr[o], ev.corr[g]), len(o) - 1)
-    hit = (ev.corr[o][j] == ev.corr[g]) & (ev.corr[g] >= 0)
-    gstep[hit] = step[o[j[hit]]]
-    return gstep, np.where(hit, ev.tid[o[j]], -1), np.where(hit, ev.ts_us[o[j]], np.nan)
-
-
-def _collectives(ev: RankEvents, lb: _Labels, es: _EventSteps, *, device: str, cpu: np.ndarray, gpu: np.ndarray,
+def _collectives(ev: RankEvents, lb: Labels, es: EventSteps, *, device: str, cpu: np.ndarray, gpu: np.ndarray,
                  pg_config: list[dict[str, Any]], rank: int | None, warns: list[str]) -> Collectives:
     coll, backend, source = select_collectives(ev, device=device, cpu=cpu, gpu=gpu, is_name=lb.is_name)
     rpc = np.flatnonzero(lb.is_name["rpc"][ev.name] & cpu)
@@ -284,11 +124,11 @@ def _collectives(ev: RankEvents, lb: _Labels, es: _EventSteps, *, device: str, c
     else:
         q_tid, q_ts = ev.tid[coll], ev.ts_us[coll]
     # metadata: the event's own, else the record_param_comms call holding its launch
-    holder = _containing(q_tid, np.nan_to_num(q_ts, nan=-np.inf), ev.tid[rpc], ev.ts_us[rpc],
+    holder = containing(q_tid, np.nan_to_num(q_ts, nan=-np.inf), ev.tid[rpc], ev.ts_us[rpc],
                          ev.ts_us[rpc] + ev.dur_us[rpc])
     # gloo p2p: the c10d::send / c10d::recv_ call just before the transfer on its thread names the peer
     c10d = np.flatnonzero(lb.is_name["c10d_p2p"][ev.name] & cpu)
-    c10d_holder = _preceding(q_tid, np.nan_to_num(q_ts, nan=-np.inf), ev.tid[c10d], ev.ts_us[c10d])
+    c10d_holder = preceding(q_tid, np.nan_to_num(q_ts, nan=-np.inf), ev.tid[c10d], ev.ts_us[c10d])
     co = read_collectives(ev, coll, backend=backend, source=source, device=device, holder=holder, rpc=rpc,
                           pg_config=pg_config, warns=warns, c10d=c10d, c10d_holder=c10d_holder, rank=rank)
     co.issue_us = _issued(ev, co, q_ts, c10d, c10d_holder)
@@ -318,10 +158,10 @@ def build_rank(ev: RankEvents) -> RankOps:
         warns.append(f"{ev.path}: {ev.repaired_names} event name(s) had unescaped quotes (torch.profiler's export of "
                      "Python frames, with_stack=True): read with them escaped")
     info = ev.header.get("distributedInfo") or {}
-    lb = _labels(ev)
+    lb = labels(ev)
     cpu, gpu = lb.cat_cpu[ev.cat], lb.cat_gpu[ev.cat]
     device = "gpu" if gpu.any() else "cpu"
-    es = _event_steps(ev, lb, cpu, gpu, warns)
+    es = event_steps(ev, lb, cpu, gpu, warns)
     pg_config = [p for p in (info.get("pg_config") or []) if isinstance(p, dict)]
     rank = info.get("rank") if isinstance(info.get("rank"), int) else None
     co = _collectives(ev, lb, es, device=device, cpu=cpu, gpu=gpu, pg_config=pg_config, rank=rank, warns=warns)
@@ -352,14 +192,14 @@ def build_rank(ev: RankEvents) -> RankOps:
     seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase,
                        split_phases=stage or device == "cpu")
     seg_mb = microbatches(seg, merge_runs=not stage) if device == "cpu" else np.full(seg.num, -1)
-    gcs = collections(ev, st, seg, lambda t: _in_window(t, es.cpu_windows), device=device)
+    gcs = collections(ev, st, seg, lambda t: in_window(t, es.cpu_windows), device=device)
     seqs = segment_sequences(ev, st, seg, seg_mb, device=device)
     ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, gcs, warns, seqs)
     ops.identity = rank_identity(ev, gpu)
     return ops
 
 
-def _unit_phases(ev: RankEvents, lb: _Labels, es: _EventSteps, unit: np.ndarray, *, cpu: np.ndarray, gpu: np.ndarray,
+def _unit_phases(ev: RankEvents, lb: Labels, es: EventSteps, unit: np.ndarray, *, cpu: np.ndarray, gpu: np.ndarray,
                  from_launchers: bool) -> np.ndarray:
     """Each work unit's training phase (a code into ``kineto_segments.PHASES``): a CPU op's from its
     own name; a GPU kernel's from the top-level CPU op that launched it (``autograd::engine::...``
@@ -372,7 +212,7 @@ def _unit_phases(ev: RankEvents, lb: _Labels, es: _EventSteps, unit: np.ndarray,
     c = np.flatnonzero(cpu & ~lb.cat_rt[ev.cat] & ~lb.is_name["wrapper"][ev.name])
     top = top_level(c, ev.tid[c], ev.ts_us[c], ev.dur_us[c])
     gi = np.searchsorted(np.flatnonzero(gpu), unit)
-    holder = _containing(es.launch_tid[gi], np.nan_to_num(es.launch_ts[gi], nan=-np.inf), ev.tid[top], ev.ts_us[top],
+    holder = containing(es.launch_tid[gi], np.nan_to_num(es.launch_ts[gi], nan=-np.inf), ev.tid[top], ev.ts_us[top],
                          ev.ts_us[top] + ev.dur_us[top])
     ok = holder >= 0
     phase[ok] = by_name[ev.name[top[holder[ok]]]]
@@ -386,26 +226,11 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
     ``other``), with explicit dependency lists; ``seg_mb``: each segment's microbatch (-1: none);
     ``seqs``: each segment's sequences (count, tokens each; -1: unknown)."""
     ts, dur = ev.ts_us, ev.dur_us
-    base_ns = ev.header.get("baseTimeNanoseconds")
-    base = int(base_ns) if isinstance(base_ns, int) else 0
-    t0 = float(ts.min()) if len(ts) else 0.0
-
-    def ns(t_us: np.ndarray) -> np.ndarray:
-        return np.round((t_us - t0) * 1000.0).astype(np.int64) + (base + int(round(t0 * 1000.0)))
-
+    ns = _to_ns(ts, ev.header.get("baseTimeNanoseconds"))
     num_seg, coll, n_gc = seg.num, co.idx, gcs.num
     n_ops = num_seg + len(coll) + n_gc
-    none = np.full(n_gc, -1)
-    c_keys, c_sid = np.unique(st.c_key, return_inverse=True)
-    labels = [stream_label(ev, int(k), device) for k in st.keys] + [stream_label(ev, int(k), device) for k in c_keys]
-    stream_codes = np.concatenate([seg.sid, len(st.keys) + c_sid, gcs.sid]).astype(np.int32)
-    op_names = (seg.names(st.lane) if num_seg else []) + co.name + ["gc"] * n_gc
-    name_labels, name_codes = (np.unique(np.array(op_names, dtype=object).astype(str), return_inverse=True) if n_ops
-                               else (np.array([]), np.zeros(0, np.int64)))
-    grp_labels = sorted({g for g in co.group if g})
-    gl = {g: i for i, g in enumerate(grp_labels)}
-    group_codes = np.concatenate([np.full(num_seg, -1), np.array([gl.get(g, -1) for g in co.group], dtype=np.int64),
-                                  none]).astype(np.int32)
+    none, not_seg = np.full(n_gc, -1), np.full(len(coll) + n_gc, -1)
+    labelled = _op_labels(ev, device, co, st, seg, gcs, n_ops)
     issue = ts[coll] if co.issue_us is None else co.issue_us
     # a CPU rank's transfer is its whole c10d call (see _issued); a kernel starts when the GPU runs it
     c_start = issue if device == "cpu" else ts[coll]
@@ -413,35 +238,21 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
     dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start), gcs.dur_us])
                       * 1000.0).astype(np.int64)
     steps_all = np.concatenate([seg.step, c_step, gcs.step]).astype(np.int64)
-    kind = np.concatenate([np.zeros(num_seg, np.int8), co.kind, np.full(n_gc, KIND_OTHER, np.int8)])
     # (by the call's type: a transfer without its peers in the trace is paired later, kineto/p2p.py)
     p2p_call = np.array([x.rsplit(":", 1)[-1] in ("send", "recv") for x in co.name], dtype=bool)
     posted = np.concatenate([np.zeros(num_seg, bool), p2p_call, np.zeros(n_gc, bool)]) if device == "cpu" else \
         np.zeros(n_ops, bool)
-    dep_ptr, dep_idx = _dependencies(seg, num_seg, n_ops, steps_all, stream_codes, start_ns, posted)
-    ws = info.get("world_size") if isinstance(info.get("world_size"), int) else None
+    dep_ptr, dep_idx = _dependencies(seg, num_seg, n_ops, steps_all, labelled["stream"], start_ns, posted)
     return RankOps(
-        path=ev.path,
-        rank=info.get("rank") if isinstance(info.get("rank"), int) else None,
-        world_size=ws,
-        backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
+        **_rank_fields(ev, info),
         pg_config=pg_config,
-        host=ev.header.get("host_name"),
-        base_ns=int(base_ns) if isinstance(base_ns, int) else None,
         device=device,
-        num_bytes=ev.num_bytes,
-        num_events=len(ts),
         step=steps_all,
-        stream=stream_codes,
-        streams=labels,
-        name=name_codes.astype(np.int32),
-        names=[str(x) for x in name_labels],
-        kind=kind,
+        **labelled,
+        kind=np.concatenate([np.zeros(num_seg, np.int8), co.kind, np.full(n_gc, KIND_OTHER, np.int8)]),
         start_ns=start_ns.astype(np.int64),
         dur_ns=dur_ns,
         issue_ns=np.concatenate([ns(seg.start_us), ns(issue), ns(gcs.start_us)]).astype(np.int64),
-        group=group_codes,
-        groups=grp_labels,
         meta_seq=np.concatenate([np.full(num_seg, -1), co.seq, none]).astype(np.int64),
         size_bytes=np.concatenate([np.full(num_seg, -1), co.size_bytes, none]).astype(np.int64),
         peer=np.concatenate([np.full(num_seg, -1), co.peer, none]).astype(np.int32),
@@ -449,13 +260,66 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
         dep_idx=dep_idx,
         has_deps=np.ones(n_ops, bool),
         phase=np.concatenate([seg.phase, np.zeros(len(coll) + n_gc, np.int8)]).astype(np.int8),
-        microbatch=np.concatenate([seg_mb, np.full(len(coll) + n_gc, -1)]).astype(np.int32),
-        seq_count=np.concatenate([seqs[0], np.full(len(coll) + n_gc, -1)]).astype(np.int32),
-        seq_tokens=np.concatenate([seqs[1], np.full(len(coll) + n_gc, -1)]).astype(np.int32),
+        microbatch=np.concatenate([seg_mb, not_seg]).astype(np.int32),
+        seq_count=np.concatenate([seqs[0], not_seg]).astype(np.int32),
+        seq_tokens=np.concatenate([seqs[1], not_seg]).astype(np.int32),
         group_info=co.group_info,
         coll_source=co.source,
         warnings=warns,
     )
+
+
+def _to_ns(ts: np.ndarray, base_ns: Any) -> Any:
+    """Trace times (µs, floats) to integer ns on the rank's clock (``baseTimeNanoseconds`` + ts),
+    rounded relative to the earliest event so that large timestamps keep their ns."""
+    base = int(base_ns) if isinstance(base_ns, int) else 0
+    t0 = float(ts.min()) if len(ts) else 0.0
+
+    def ns(t_us: np.ndarray) -> np.ndarray:
+        return np.round((t_us - t0) * 1000.0).astype(np.int64) + (base + int(round(t0 * 1000.0)))
+
+    return ns
+
+
+def _op_labels(ev: RankEvents, device: str, co: Collectives, st: Streams, seg: Segments, gcs: Collections,
+               n_ops: int) -> dict[str, Any]:
+    """The ops' streams, names and process groups, as codes into labels (``RankOps`` fields)."""
+    c_keys, c_sid = np.unique(st.c_key, return_inverse=True)
+    streams = [stream_label(ev, int(k), device) for k in st.keys] + [stream_label(ev, int(k), device) for k in c_keys]
+    num_seg, n_gc = seg.num, gcs.num
+    op_names = (seg.names(st.lane) if num_seg else []) + co.name + ["gc"] * n_gc
+    name_labels, name_codes = (np.unique(np.array(op_names, dtype=object).astype(str), return_inverse=True) if n_ops
+                               else (np.array([]), np.zeros(0, np.int64)))
+    grp_labels = sorted({g for g in co.group if g})
+    gl = {g: i for i, g in enumerate(grp_labels)}
+    return {
+        "stream": np.concatenate([seg.sid, len(st.keys) + c_sid, gcs.sid]).astype(np.int32),
+        "streams": streams,
+        "name": name_codes.astype(np.int32),
+        "names": [str(x) for x in name_labels],
+        "group": np.concatenate([np.full(num_seg, -1), np.array([gl.get(g, -1) for g in co.group], dtype=np.int64),
+                                 np.full(n_gc, -1)]).astype(np.int32),
+        "groups": grp_labels,
+    }
+
+
+def _rank_fields(ev: RankEvents, info: dict[str, Any]) -> dict[str, Any]:
+    """What the trace says about its rank and file (``RankOps`` fields)."""
+    base_ns = ev.header.get("baseTimeNanoseconds")
+
+    def of_type(key: str, kind: type) -> Any:
+        return info.get(key) if isinstance(info.get(key), kind) else None
+
+    return {
+        "path": ev.path,
+        "rank": of_type("rank", int),
+        "world_size": of_type("world_size", int),
+        "backend": of_type("backend", str),
+        "host": ev.header.get("host_name"),
+        "base_ns": int(base_ns) if isinstance(base_ns, int) else None,
+        "num_bytes": ev.num_bytes,
+        "num_events": len(ev.ts_us),
+    }
 
 
 def _dependencies(seg: Segments, num_seg: int, n_ops: int, steps_all: np.ndarray, stream_codes: np.ndarray,
