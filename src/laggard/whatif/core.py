@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,21 +76,7 @@ def analyze(job: Job, *, gaps: GapConfig | None = None) -> Analysis:
 
 def _analyze(base: Baseline) -> Analysis:
     g = base.graph
-    # measured and ideal runs; then op types and stages with only that part measured
-    dps, stages = unique_first(base.dp_rank)[0], unique_first(base.pp_rank)[0]
-    attr_vals = np.arange(len(base.attr_names))
-    reduction = _dp_reduction(base) if len(dps) > DP_REDUCTION_MIN else None
-    last_stage = base.pp_rank == stages.max()
-    blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages), (last_stage, [False, True]),
-              (base.is_comm(), [False, True])]
-    # tensor parallelism: the TP ranks of one DP replica share its DP rank and stage, so their S_dp and
-    # S_stage are one value; the TP slice (every rank of one TP rank measured) tells them apart
-    tp_col = base.job.column("tp_rank").astype(np.int64) if base.job.meta.tp_size > 1 else None
-    tps = np.unique(tp_col[tp_col >= 0]) if tp_col is not None else np.zeros(0, np.int64)
-    if len(tps) > 1:
-        blocks.append((tp_col, tps))
-    if reduction is None:
-        blocks.append((base.dp_rank, dps))
+    blocks, dps, stages, reduction, tp_col, tps = _scenarios(base)
     st_base, st_type, st_pp, st_ms, st_kind, *rest = replay_mixed(base, *blocks)
     st_tp = rest.pop(0) if len(tps) > 1 else None
     st_meas, st_ideal = st_base[:, 0], st_base[:, 1]
@@ -101,22 +87,9 @@ def _analyze(base: Baseline) -> Analysis:
     st_dp = rest[0] if reduction is None else by_dp_rank_step_times(base, dps, reduction)
     by_dp = dict(zip(dps.tolist(), _ratio(st_dp, st_ideal[:, None]).tolist(), strict=True))
     by_stage = dict(zip(stages.tolist(), _ratio(st_pp, st_ideal[:, None]).tolist(), strict=True))
-    # workers: S_w = min(S_dp, S_stage) (and S_tp: a rank is the intersection of its DP replica, its
-    # stage and its TP slice); M_W fixes the top 3% of them
-    ranks, first = unique_first(base.rank)
-    w_dp, w_pp = base.dp_rank[first], base.pp_rank[first]
-    s_w = np.minimum([by_dp[int(d)] for d in w_dp], [by_stage[int(p)] for p in w_pp])
-    if st_tp is not None:
-        by_tp = dict(zip(tps.tolist(), _ratio(st_tp, st_ideal[:, None]).tolist(), strict=True))
-        s_w = np.minimum(s_w, [by_tp.get(int(t), np.inf) for t in tp_col[first]])
-    order = np.lexsort((ranks, -s_w))
-    by_worker = [
-        {"dp_rank": int(w_dp[i]), "stage": int(w_pp[i]), "rank": int(ranks[i]), "slowdown": float(s_w[i]),
-         **({"tp_rank": int(tp_col[first[i]])} if st_tp is not None else {})}
-        for i in order
-    ]
-    num_fix = max(1, math.ceil(len(ranks) * TOP_WORKER_SHARE))
-    fixed = ranks[order[:num_fix]]
+    by_tp = (dict(zip(tps.tolist(), _ratio(st_tp, st_ideal[:, None]).tolist(), strict=True))
+             if st_tp is not None else None)
+    ranks, by_worker, fixed = _workers(base, by_dp, by_stage, by_tp, tp_col)
     mw = _explain(base, np.isin(base.rank, fixed), T, T_ideal)
     ms = _explained(float(st_ms[:, 0].mean()), float(st_ms[:, 1].mean()), T, T_ideal)
     per_step = dict(zip(g.steps.tolist(), (st_meas / st_ideal).tolist(), strict=True))
@@ -151,6 +124,48 @@ def _analyze(base: Baseline) -> Analysis:
         step_by_dp_s=np.asarray(st_dp, dtype=np.float64),
         step_by_stage_s=np.asarray(st_pp, dtype=np.float64),
     )
+
+
+def _scenarios(base: Baseline) -> tuple[list[tuple[Any, Any]], np.ndarray, np.ndarray, Any, np.ndarray | None,
+                                         np.ndarray]:
+    """The blocks of scenarios ``replay_mixed`` replays (measured and ideal runs; then op types, stages,
+    the last stage, communication, TP slices and DP ranks with only that part measured), with the DP
+    ranks, stages, the DP reduction (None: DP ranks replayed one by one), the TP column and TP ranks."""
+    dps, stages = unique_first(base.dp_rank)[0], unique_first(base.pp_rank)[0]
+    attr_vals = np.arange(len(base.attr_names))
+    reduction = _dp_reduction(base) if len(dps) > DP_REDUCTION_MIN else None
+    last_stage = base.pp_rank == stages.max()
+    blocks = [(None, [1, 0]), (base.attr_code, attr_vals), (base.pp_rank, stages), (last_stage, [False, True]),
+              (base.is_comm(), [False, True])]
+    # tensor parallelism: the TP ranks of one DP replica share its DP rank and stage, so their S_dp and
+    # S_stage are one value; the TP slice (every rank of one TP rank measured) tells them apart
+    tp_col = base.job.column("tp_rank").astype(np.int64) if base.job.meta.tp_size > 1 else None
+    tps = np.unique(tp_col[tp_col >= 0]) if tp_col is not None else np.zeros(0, np.int64)
+    if len(tps) > 1:
+        blocks.append((tp_col, tps))
+    if reduction is None:
+        blocks.append((base.dp_rank, dps))
+    return blocks, dps, stages, reduction, tp_col, tps
+
+
+def _workers(base: Baseline, by_dp: dict[int, float], by_stage: dict[int, float], by_tp: dict[int, float] | None,
+             tp_col: np.ndarray | None) -> tuple[np.ndarray, list[dict[str, Any]], np.ndarray]:
+    """The ranks, each worker's S_w (slowest first) and the ranks M_W fixes. S_w = min(S_dp, S_stage)
+    (and S_tp: a rank is the intersection of its DP replica, its stage and its TP slice); M_W fixes
+    the top 3% of them."""
+    ranks, first = unique_first(base.rank)
+    w_dp, w_pp = base.dp_rank[first], base.pp_rank[first]
+    s_w = np.minimum([by_dp[int(d)] for d in w_dp], [by_stage[int(p)] for p in w_pp])
+    if by_tp is not None:
+        s_w = np.minimum(s_w, [by_tp.get(int(t), np.inf) for t in tp_col[first]])
+    order = np.lexsort((ranks, -s_w))
+    by_worker = [
+        {"dp_rank": int(w_dp[i]), "stage": int(w_pp[i]), "rank": int(ranks[i]), "slowdown": float(s_w[i]),
+         **({"tp_rank": int(tp_col[first[i]])} if by_tp is not None else {})}
+        for i in order
+    ]
+    num_fix = max(1, math.ceil(len(ranks) * TOP_WORKER_SHARE))
+    return ranks, by_worker, ranks[order[:num_fix]]
 
 
 def replayed_wall_step_times(base: Baseline) -> np.ndarray:
