@@ -189,7 +189,6 @@ def heatmap_svg(
     """
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
-    from matplotlib.patches import Rectangle
 
     grid = np.asarray(grid, dtype=float)
     nr, nc = grid.shape
@@ -202,7 +201,25 @@ def heatmap_svg(
     ax = fig.add_subplot()
     cmap = heat_cmap()
     norm = Normalize(*heat_range(grid), clip=True)
+    titles = _heat_cells(ax, grid, cmap, norm, cell_ids, tooltips, annotate=annotate)
+    _heat_outlines(ax, nr, cell_ids, highlight, bands, lw=2.2 if annotate else 1.3)
+    _heat_axes(ax, nr, nc, row_labels, col_labels, xlabel=xlabel, ylabel=ylabel)
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.08, pad=0.02, aspect=25,
+                      shrink=1.0 if nr > 4 else 0.95)
+    cb.set_label(cbar_label)
+    cb.outline.set_visible(False)
+    cb.ax.tick_params(labelsize=7)
+    return figure_svg(fig, prefix, titles=titles)
+
+
+def _heat_cells(ax: Any, grid: np.ndarray, cmap: Any, norm: Any, cell_ids: Sequence[Sequence[str]],
+                tooltips: Sequence[Sequence[str]] | None, *, annotate: bool) -> dict[str, str]:
+    """One patch per cell (gid its cell id; NaN: empty, hatched), its value written in it when
+    ``annotate``; returns the cells' tooltips by gid."""
+    from matplotlib.patches import Rectangle
+
     titles: dict[str, str] = {}
+    nr, nc = grid.shape
     for r in range(nr):
         for c in range(nc):
             v = grid[r, c]
@@ -217,7 +234,14 @@ def heatmap_svg(
             if annotate and np.isfinite(v):
                 colour = text_on(_hex(cmap(norm(v))))
                 ax.text(c + 0.5, r + 0.5, f"{v:.2f}", ha="center", va="center", fontsize=9, color=colour)
-    lw = 2.2 if annotate else 1.3
+    return titles
+
+
+def _heat_outlines(ax: Any, nr: int, cell_ids: Sequence[Sequence[str]], highlight: Sequence[tuple[int, int]],
+                   bands: Sequence[tuple[int, str]], *, lw: float) -> None:
+    """Dark outlines: around each ``highlight`` cell (gid ``hot-...``) and each band's whole column."""
+    from matplotlib.patches import Rectangle
+
     for r, c in highlight:
         outline = Rectangle((c + 0.04, r + 0.04), 0.92, 0.92, fill=False, edgecolor=INK, linewidth=lw)
         outline.set_gid("hot-" + cell_ids[r][c].removeprefix("cell-"))
@@ -226,6 +250,11 @@ def heatmap_svg(
         band = Rectangle((c + 0.03, 0.03), 0.94, nr - 0.06, fill=False, edgecolor=INK, linewidth=lw + 0.4)
         band.set_gid(gid)
         ax.add_patch(band)
+
+
+def _heat_axes(ax: Any, nr: int, nc: int, row_labels: Sequence[str], col_labels: Sequence[str], *, xlabel: str,
+               ylabel: str) -> None:
+    """Row labels down the left, column labels along the top, no ticks or spines."""
     ax.set_xlim(0, nc)
     ax.set_ylim(nr, 0)
     ax.set_aspect("auto")
@@ -238,12 +267,6 @@ def heatmap_svg(
         s.set_visible(False)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.08, pad=0.02, aspect=25,
-                      shrink=1.0 if nr > 4 else 0.95)
-    cb.set_label(cbar_label)
-    cb.outline.set_visible(False)
-    cb.ax.tick_params(labelsize=7)
-    return figure_svg(fig, prefix, titles=titles)
 
 
 def _hex(rgba: tuple[float, ...]) -> str:
