@@ -1,16 +1,19 @@
 """The Tracer's start-up: its rank and layout, its counters, the start-up collectives (clock
-alignment, every rank's layout), the timing backend, the state file's first content and the
-background writer. A mixin of ``laggard.tracer.Tracer``, called from its ``__init__`` in this order."""
+alignment, every rank's layout), the timing backend, the state file's first content, the trace
+directory with its job file, the background writer and the live-monitor stream. A mixin of
+``laggard.tracer.Tracer``, called from its ``__init__`` in this order."""
 
 from __future__ import annotations
 
 import os
 import socket
+import warnings
 from collections import deque
 from typing import Any
 
+from laggard.errors import LaggardWarning
 from laggard.tracer._contexts import _OpCtx
-from laggard.tracer._env import _cuda_in_use, host_identity
+from laggard.tracer._env import _cuda_in_use, _job_meta, host_identity, prepare_dir
 from laggard.tracer._writer import ShardWriter
 from laggard.tracer.clock import ClockSync, align_clocks, local_sync
 
@@ -88,6 +91,26 @@ class SetupMixin:
             "clock_offset_ns": self.sync.offset_ns, "clock_error_ns": self.sync.error_ns,
         }
 
+    def _write_job(self, name: str, layouts: list[Any], use_cuda: bool, *, record_gc: bool, gc_min_us: float,
+                   meta_extra: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The trace directory prepared and the job's metadata written (returned); None, with a
+        warning, when the directory cannot be written."""
+        # what the diagnosis may rely on: with record_gc every collection is an op (a stall with none in it is not GC)
+        gc_meta = {"record_gc": bool(record_gc), "gc_min_us": float(gc_min_us)}
+        meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda,
+                         {**(meta_extra or {}), **gc_meta}).to_json()
+        try:
+            prepare_dir(self.out_dir, self.rank, self.world_size, self._state, meta)
+        except OSError as e:
+            warnings.warn(
+                f"laggard tracer (rank {self.rank}): cannot write the trace to {self.out_dir} "
+                f"({e.strerror or e}); tracing is disabled, training goes on",
+                LaggardWarning,
+                stacklevel=3,
+            )
+            return None
+        return meta
+
     def _init_writer(self, name: str, meta: dict[str, Any], *, flush_interval_s: float) -> None:
         """The background shard writer."""
         assert self.out_dir is not None
@@ -95,3 +118,13 @@ class SetupMixin:
         self._last_flush_ns = self._clock()
         self._writer = ShardWriter(self.out_dir, rank=self.rank, layout=self.layout, offset_ns=self.sync.offset_ns,
                                    on_page_free=self._page_free, state=self._state)
+
+    def _attach_monitor(self, url: str, token: str | None, *, job_id: str, meta: dict[str, Any], config: Any,
+                        abort_on_hang: bool | None) -> None:
+        """The live monitor (``laggard.tracer.stream``): pages, heartbeats and hang reports to the
+        collector at ``url``, a page a second at most, the first step's at once."""
+        from laggard.tracer.stream import attach
+
+        self._stream = attach(self, url, token, job_id=job_id, meta=meta, config=config, abort_on_hang=abort_on_hang)
+        self._flush_interval_ns = min(self._flush_interval_ns, 1_000_000_000)
+        self._last_flush_ns -= self._flush_interval_ns

@@ -37,12 +37,7 @@ from typing import Any
 from laggard.errors import LaggardError, LaggardWarning
 from laggard.tracer import _signals, abort, flight
 from laggard.tracer._contexts import _NULL, _CpuOpCtx, _NullCtx, _OpCtx, _SkipCtx, _StepCtx
-from laggard.tracer._env import (
-    _dist_if_initialized,
-    _job_meta,
-    check_args,
-    prepare_dir,
-)
+from laggard.tracer._env import _dist_if_initialized, check_args
 from laggard.tracer._gc import GcMixin
 from laggard.tracer._page import (
     RECORD_BYTES,
@@ -148,19 +143,9 @@ class Tracer(SetupMixin, RecordMixin, CommMixin, GcMixin, PagingMixin):
         layouts = self._startup_collectives(dist, align)
         use_cuda = self._init_timing(timing)
         self._state = self._initial_state()
-        # what the diagnosis may rely on: with record_gc every collection is an op (a stall with none in it is not GC)
-        gc_meta = {"record_gc": bool(record_gc), "gc_min_us": float(gc_min_us)}
-        meta = _job_meta(name, layouts, self.world_size, self.sync, use_cuda,
-                         {**(meta_extra or {}), **gc_meta}).to_json()
-        try:
-            prepare_dir(self.out_dir, self.rank, self.world_size, self._state, meta)
-        except OSError as e:
-            warnings.warn(
-                f"laggard tracer (rank {self.rank}): cannot write the trace to {self.out_dir} "
-                f"({e.strerror or e}); tracing is disabled, training goes on",
-                LaggardWarning,
-                stacklevel=2,
-            )
+        meta = self._write_job(name, layouts, use_cuda, record_gc=record_gc, gc_min_us=gc_min_us,
+                               meta_extra=meta_extra)
+        if meta is None:  # the directory cannot be written: tracing off, training goes on
             return
         self._init_pages(page_ops, num_pages)
         self._init_writer(name, meta, flush_interval_s=flush_interval_s)
@@ -175,13 +160,9 @@ class Tracer(SetupMixin, RecordMixin, CommMixin, GcMixin, PagingMixin):
             self.op = _fastop.OpMethod(self, self.op)  # type: ignore[method-assign]
         _signals.register(self, handle_signals=handle_signals)
         self._flight = flight.attach(self, flight_watchdog_s)
-        if monitor_url is not None:  # live monitor: pages, heartbeats, hang reports (laggard.tracer.stream)
-            from laggard.tracer.stream import attach
-
-            self._stream = attach(self, monitor_url, token, job_id=monitor_job or name, meta=meta,
-                                  config=monitor_config, abort_on_hang=abort_on_hang)
-            self._flush_interval_ns = min(self._flush_interval_ns, 1_000_000_000)  # a page a second at most
-            self._last_flush_ns -= self._flush_interval_ns  # the first step's page goes at once
+        if monitor_url is not None:
+            self._attach_monitor(monitor_url, token, job_id=monitor_job or name, meta=meta, config=monitor_config,
+                                 abort_on_hang=abort_on_hang)
 
     # ------------------------------------------------------------------ public API
     @property
