@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from laggard.demo.launch import JobConfig
+    from laggard.groundtruth.inject import Injection
 
 
 def demo(
@@ -43,18 +47,9 @@ def demo(
         "Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed."))] = True,
 ) -> None:
     """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
-    from laggard.demo.run import (
-        DemoOutput,
-        analyse_and_report,
-        demo_config,
-        pre_action,
-        run_traced_job,
-        summary_lines,
-    )
+    from laggard.demo.run import demo_config
     from laggard.errors import LaggardError
     from laggard.groundtruth.inject import parse_injections
-    from laggard.optable.tracedir import JOB_FILE
-    from laggard.report.terminal import print_summary
 
     injections = parse_injections(inject)
     if trace is not None:
@@ -66,6 +61,18 @@ def demo(
                       injections=injections, trace_dir=out / "trace", act=act, actions_path=out / "actions.json")
     collector = _monitor(cfg, out, monitor=monitor, port=monitor_port, linger_s=monitor_linger_s, url=monitor_url,
                          token=token)
+    _run_and_report(cfg, injections, out, collector, shot)
+    _after_run(cfg, collector, monitor_linger_s)
+
+
+def _run_and_report(cfg: JobConfig, injections: list[Injection], out: Path, collector: Any, shot: bool) -> None:
+    """Run the demo job (``cfg``, with ``injections``), analyse its trace and write and name the
+    reports; the local collector (``collector``, when there is one) is stopped if the run fails."""
+    from laggard.demo.run import DemoOutput, analyse_and_report, pre_action, run_traced_job, summary_lines
+    from laggard.errors import LaggardError
+    from laggard.optable.tracedir import JOB_FILE
+    from laggard.report.terminal import print_summary
+
     typer.echo(
         f"training the demo GPT: dp={cfg.dp} x pp={cfg.pp} = {cfg.world_size} processes (gloo, CPU), "
         f"{cfg.steps} steps of {cfg.microbatches} microbatches"
@@ -92,7 +99,6 @@ def demo(
     for kind, p in paths.items():
         typer.echo(f"wrote {kind}: {p}")
     _report_lines(paths["html"], shot)
-    _after_run(cfg, collector, monitor_linger_s)
 
 
 def _report_trace(trace: Path, out: Path, shot: bool) -> None:

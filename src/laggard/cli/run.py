@@ -82,12 +82,8 @@ def run(
     target = _check_target(script, module)
     count = _check_nproc(nproc_per_node)
     min_nodes, max_nodes = _check_nnodes(nnodes)
-    if max_restarts is not None and max_restarts < 0:
-        raise LaggardError(f"--max-restarts must be >= 0 (got {max_restarts})")
-    if monitor_interval is not None and not monitor_interval > 0:
-        raise LaggardError(f"--monitor-interval must be a positive number of seconds (got {monitor_interval})")
-    if token and not monitor_url:
-        raise LaggardError("--token is for the collector of --monitor-url; give --monitor-url too")
+    _check_options(max_restarts=max_restarts, monitor_interval=monitor_interval, token=token,
+                   monitor_url=monitor_url)
     stem = script.rsplit(".", 1)[-1] if module else Path(script).stem
     if max_nodes > 1 and out is None:
         raise LaggardError(f"--nnodes {nnodes}: give --out, a directory every node shares (each node would "
@@ -108,13 +104,7 @@ def run(
         print(f"laggard: running {target} on {ranks}; the trace goes to {trace_dir}", file=sys.stderr, flush=True)
     code, failure = _launch(flags, boot_args, env, trace_dir, quiet=quiet)
     traced = _has_ops(trace_dir)
-    if failure is not None:
-        where = "the trace so far is in" if traced else "nothing was traced into"
-        print(f"laggard: {failure}; {where} {trace_dir}", file=sys.stderr, flush=True)
-    elif traced:
-        typer.echo(f"laggard: the trace is in {trace_dir}")
-    else:
-        _warn(f"{trace_dir}: no ops were traced (does the script run torch.distributed collectives?)")
+    _say_where(trace_dir, failure, traced)
     analysed = False
     if traced and not no_analyze:
         analysed = _analyse(trace_dir, quiet=quiet)
@@ -122,6 +112,30 @@ def run(
         _warn(line)
     if code:
         raise typer.Exit(code)
+
+
+def _check_options(*, max_restarts: int | None, monitor_interval: float | None, token: str | None,
+                   monitor_url: str | None) -> None:
+    """One line for a launcher option out of range, or a token without its collector."""
+    if max_restarts is not None and max_restarts < 0:
+        raise LaggardError(f"--max-restarts must be >= 0 (got {max_restarts})")
+    if monitor_interval is not None and not monitor_interval > 0:
+        raise LaggardError(f"--monitor-interval must be a positive number of seconds (got {monitor_interval})")
+    if token and not monitor_url:
+        raise LaggardError("--token is for the collector of --monitor-url; give --monitor-url too")
+
+
+def _say_where(trace_dir: Path, failure: str | None, traced: bool) -> None:
+    """Where the trace is after the launch: with what failed, or a warning when nothing was traced."""
+    import sys
+
+    if failure is not None:
+        where = "the trace so far is in" if traced else "nothing was traced into"
+        print(f"laggard: {failure}; {where} {trace_dir}", file=sys.stderr, flush=True)
+    elif traced:
+        typer.echo(f"laggard: the trace is in {trace_dir}")
+    else:
+        _warn(f"{trace_dir}: no ops were traced (does the script run torch.distributed collectives?)")
 
 
 def _warn(message: str) -> None:
