@@ -22,6 +22,17 @@ import pytest
 TOKEN = "test-token-0123456789abcdef"
 
 
+def until(pred, timeout_s: float, what: str, step_s: float = 0.1):  # noqa: ANN001, ANN201
+    """``pred()``'s first true value, polled every ``step_s``; an AssertionError naming ``what`` past ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(step_s)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -189,16 +200,30 @@ class Postgres:
         r = self._run([initdb, "-D", str(data), "-U", owner, "--auth=trust", "-E", "UTF8"])
         if r.returncode:
             pytest.skip(f"cannot create a PostgreSQL cluster: {r.stderr.strip().splitlines()[-1:]}")
-        r = self._run([pg_ctl, "-D", str(data), "-l", str(self.tmp / "pg.log"), "-w", "-o",
-                       f"-p {self.port} -k {self.tmp} -c listen_addresses=127.0.0.1", "start"])
+        self.data, self.pg_ctl = data, pg_ctl
+        r = self._server("start")
         if r.returncode:
             log = (self.tmp / "pg.log").read_text() if (self.tmp / "pg.log").exists() else r.stderr
             pytest.skip(f"cannot start PostgreSQL: {log.strip().splitlines()[-1:]}")
-        self.data, self.pg_ctl = data, pg_ctl
         return f"postgresql://{owner}@127.0.0.1:{self.port}/postgres"
+
+    def _server(self, action: str) -> subprocess.CompletedProcess:
+        if action == "stop":
+            return self._run([self.pg_ctl, "-D", str(self.data), "-m", "immediate", "stop"])
+        return self._run([self.pg_ctl, "-D", str(self.data), "-l", str(self.tmp / "pg.log"), "-w", "-o",
+                          f"-p {self.port} -k {self.tmp} -c listen_addresses=127.0.0.1", "start"])
+
+    def pause(self) -> None:
+        """The server goes down as in a crash (its data kept): clients' connections break."""
+        assert self._server("stop").returncode == 0
+
+    def resume(self) -> None:
+        """The server back on the same port and data."""
+        r = self._server("start")
+        assert r.returncode == 0, r.stderr
 
     def stop(self) -> None:
         if hasattr(self, "data"):
-            self._run([self.pg_ctl, "-D", str(self.data), "-m", "immediate", "stop"])
+            self._server("stop")
         if self.user is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)

@@ -23,7 +23,7 @@ pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch")
 pytest.importorskip("psycopg", reason="psycopg is not installed")
 
-from tests.monitor_helpers import Postgres, Server, free_port  # noqa: E402
+from tests.monitor_helpers import Postgres, Server, free_port, until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RANKS = ROOT / "tests" / "monitor" / "test_monitor_hang.py"
@@ -68,14 +68,6 @@ def _owner(srv: Server, job: str) -> str | None:
     return (d.get("analysed_by") or {}).get("collector") if code == 200 else None
 
 
-def _until(pred, timeout_s: float, what: str, step_s: float = 0.25):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step_s)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
 
 
 def _exported(srv: Server) -> set[str]:
@@ -97,12 +89,12 @@ def test_three_collectors_one_killed_its_job_analysed_and_its_hang_decided_by_an
         # "moved" fails over from a to b; "stays" posts to c throughout. moved's rank 2 stops at step 500
         procs += _job(tmp_path, f"{a.url},{b.url}", "moved", 500)
         procs += _job(tmp_path, f"{c.url},{b.url}", "stays", 10**6)
-        ids["a"] = _until(lambda: _owner(a, "moved"), 60, "moved analysed by the collector it posts to")
-        ids["c"] = _until(lambda: _owner(c, "stays"), 60, "stays analysed by the collector it posts to")
+        ids["a"] = until(lambda: _owner(a, "moved"), 60, "moved analysed by the collector it posts to")
+        ids["c"] = until(lambda: _owner(c, "stays"), 60, "stays analysed by the collector it posts to")
         assert ids["a"] != ids["c"] and ids["a"].endswith(f":{a.port}") and ids["c"].endswith(f":{c.port}")
-        _until(lambda: a.request("GET", "/api/v1/jobs/moved/analysis")[0] == 200, 60, "a first window of moved")
+        until(lambda: a.request("GET", "/api/v1/jobs/moved/analysis")[0] == 200, 60, "a first window of moved")
         # b serves both jobs and says who analyses them (from its next lease round)
-        _until(lambda: _owner(b, "stays") == ids["c"], 10, "b naming c as the analyser of stays")
+        until(lambda: _owner(b, "stays") == ids["c"], 10, "b naming c as the analyser of stays")
         a.stop(signal.SIGKILL)
         killed_s = time.monotonic()
 
@@ -111,7 +103,7 @@ def test_three_collectors_one_killed_its_job_analysed_and_its_hang_decided_by_an
             return owner is not None and owner != ids["a"] and b.request(
                 "GET", "/api/v1/jobs/moved/analysis")[0] == 200 and owner.endswith(f":{b.port}")
 
-        _until(analysed_elsewhere, FAILOVER_WITHIN_S + 10, "moved analysed by b after a's kill")
+        until(analysed_elsewhere, FAILOVER_WITHIN_S + 10, "moved analysed by b after a's kill")
         failover_s = time.monotonic() - killed_s
         print(f"\nfailover: job moved analysed by b {failover_s:.1f} s after a was killed")
         assert failover_s <= FAILOVER_WITHIN_S, failover_s
@@ -127,7 +119,7 @@ def test_three_collectors_one_killed_its_job_analysed_and_its_hang_decided_by_an
             _, alerts = b.request("GET", "/api/v1/alerts?job=moved")
             return doc if any(x["detail"].get("kind") == "hang" and "verdict" in x["detail"] for x in alerts) else None
 
-        doc = _until(verdict, max(1.0, stop_s + VERDICT_WITHIN_S - time.time()), "moved's hang verdict and alert")
+        doc = until(verdict, max(1.0, stop_s + VERDICT_WITHIN_S - time.time()), "moved's hang verdict and alert")
         print(f"verdict and alert {time.time() - stop_s:.1f} s after the stop")
         assert doc["verdict"] == "hang" and doc["culprit_ranks"] == [STUCK], doc
         # each job's metrics from one collector only

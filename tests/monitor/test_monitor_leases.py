@@ -4,8 +4,6 @@ collector analyses nothing of it; a clean stop hands the job over at once."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
@@ -16,15 +14,7 @@ from laggard.monitor.push import step_batches  # noqa: E402
 from laggard.monitor.service import Collector  # noqa: E402
 from laggard.monitor.store import Store  # noqa: E402
 from laggard.wire.batch import encode_batch  # noqa: E402
-
-
-def _until(pred, timeout_s: float, what: str):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
+from tests.monitor_helpers import until  # noqa: E402
 
 
 def test_the_lease_holder_sees_the_batches_the_other_collector_stored(tmp_path):
@@ -42,17 +32,17 @@ def test_the_lease_holder_sees_the_batches_the_other_collector_stored(tmp_path):
             (a if r < 2 else b).ingest(encode_batch(t, job_id="split", rank=r, seq=seqs[r], meta=meta))
             if s == 0 and r == 0:
                 assert a.cluster.owns("split")
-        _until(lambda: sorted(a.windows["split"].ranks) == [0, 1, 2, 3], 20, "a holding every rank")
+        until(lambda: sorted(a.windows["split"].ranks) == [0, 1, 2, 3], 20, "a holding every rank")
         want = int(job.table.num_rows)
-        _until(lambda: a.windows["split"].num_ops == want, 20, "a holding every op")
-        _until(lambda: a.windows["split"].result is not None and a.windows["split"].result.steps[1] >= 8, 30,
+        until(lambda: a.windows["split"].num_ops == want, 20, "a holding every op")
+        until(lambda: a.windows["split"].result is not None and a.windows["split"].result.steps[1] >= 8, 30,
                "a window analysed by a")
         assert a.windows["split"].result.doc["num_workers"] == 4  # the ranks b stored are in it
         assert not b.cluster.owns("split") and b.windows["split"].result is None  # b analyses nothing of it
         assert b.detail("split")["analysed_by"]["collector"] == "a"
         a.stop()  # a clean stop gives the lease up: b takes it at its next round and rebuilds the job
-        _until(lambda: b.cluster.owns("split"), 10, "b taking the job over")
-        _until(lambda: b.windows["split"].num_ops == want and b.windows["split"].result is not None, 30,
+        until(lambda: b.cluster.owns("split"), 10, "b taking the job over")
+        until(lambda: b.windows["split"].num_ops == want and b.windows["split"].result is not None, 30,
                "b's window of the whole job")
     finally:
         for c in (a, b):

@@ -4,6 +4,7 @@ into a collector. Light at import."""
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -116,8 +117,10 @@ def serve(
         sock.close()
         raise
     base = f"{'https' if tls else 'http'}://{host}:{port}"
+    # the address the other collectors of the database pass a job's requests to (laggard.monitor.forward)
+    reach = base if host not in ("0.0.0.0", "::", "") else f"{'https' if tls else 'http'}://{socket.getfqdn()}:{port}"
     try:  # one id per host and port: a restarted collector takes its jobs back at once
-        collector = Collector(store, cfg, webhooks=webhook or [], identity=(f"{os.uname().nodename}:{port}", base))
+        collector = Collector(store, cfg, webhooks=webhook or [], identity=(f"{os.uname().nodename}:{port}", reach))
     except BaseException:
         store.close()
         sock.close()

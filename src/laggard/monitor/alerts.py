@@ -127,6 +127,25 @@ class RuleState:
             return True
         return False
 
+    def of_job(self, job_id: str) -> dict[str, Any]:
+        """The job's part, as JSON: what the next collector to analyse the job needs so that it goes
+        on counting windows where this one stopped and does not fire again what fired here."""
+        return {"counts": sorted([r, s, n] for (j, r, s), n in self.counts.items() if j == job_id),
+                "fired": sorted([r, s] for j, r, s in self.fired if j == job_id),
+                "seen": sorted(self.seen_findings.get(job_id, ()))}
+
+    def load_job(self, job_id: str, d: dict[str, Any] | None) -> None:
+        """The job's part as ``of_job`` gave it, replacing what is held here (None: nothing kept)."""
+        self.counts = {k: n for k, n in self.counts.items() if k[0] != job_id}
+        self.fired = {k for k in self.fired if k[0] != job_id}
+        self.seen_findings.pop(job_id, None)
+        if not d:
+            return
+        self.counts.update({(job_id, r, s): int(n) for r, s, n in d.get("counts", [])})
+        self.fired.update((job_id, r, s) for r, s in d.get("fired", []))
+        if d.get("seen"):
+            self.seen_findings[job_id] = set(d["seen"])
+
 
 def evaluate_window(rules: list[Rule], state: RuleState, job_id: str, doc: dict[str, Any],
                     load_ratio: dict[int, float] | None = None) -> list[Alert]:

@@ -22,9 +22,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from laggard.errors import LaggardError
 from laggard.monitor import tokens
 from laggard.monitor.controls import UnknownJob
+from laggard.monitor.forward import Forward
 from laggard.monitor.guard import Guard
 from laggard.monitor.hangs import BadReport
 from laggard.monitor.service import Collector
+from laggard.monitor.store import StoreDown
 from laggard.wire.batch import BadBatch
 from laggard.wire.bundle import BUNDLE_CONTENT_TYPE
 from laggard.wire.pack import PACK_CONTENT_TYPE
@@ -37,6 +39,7 @@ def create_app(collector: Collector, token: str) -> FastAPI:
 
     app = FastAPI(title="laggard monitor", docs_url=None, redoc_url=None, openapi_url=None)
     access = tokens.RoleAccess(token, collector.store)
+    app.add_middleware(Forward, collector=collector)  # inside the guard: a caller is let in first
     app.add_middleware(Guard, access=access, sessions=Sessions(token))
     _error_handlers(app)
     _token_routes(app, collector.store, access)
@@ -64,6 +67,10 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BadReport)
     async def _bad_report(_: Request, e: BadReport) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=422)
+
+    @app.exception_handler(StoreDown)
+    async def _down(_: Request, e: StoreDown) -> JSONResponse:  # tracers spool and send again
+        return JSONResponse({"detail": str(e)}, status_code=503)
 
     @app.exception_handler(LaggardError)
     async def _bad(_: Request, e: LaggardError) -> JSONResponse:

@@ -105,6 +105,14 @@ class Cluster:
             return None
         return {"collector": o[0], "url": self.urls.get(o[0], ""), "this": o[0] == self.id}
 
+    def holder_url(self, job_id: str) -> str | None:
+        """The address of the other collector whose lease on the job is live (as of the last round),
+        which answers for the job; None where this collector holds it, or nobody does now."""
+        o = self.owners.get(job_id)
+        if o is None or o[0] == self.id or job_id in self.held or o[1] < time.time():
+            return None
+        return self.urls.get(o[0]) or None
+
     def round(self, known: list[str]) -> tuple[list[str], list[str]] | None:
         """Every ``renew_s``: say this collector is alive, renew its leases, take expired ones (and
         those of ``known`` jobs no collector ever held: a database of a laggard before leases). The

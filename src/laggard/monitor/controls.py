@@ -47,7 +47,9 @@ class JobControls:
             win.dump_request += 1
             # the verdict over the reports is published too (an alert only for a suspected hang)
             win.hangs.open(win.dump_request, time.time(), suspected=win.hang_was_suspected)
-            return win.dump_request
+            request = win.dump_request
+        self._keep(job_id)
+        return request
 
     def set_tracing(self, job_id: str, on: bool) -> None:
         with self._lock:

@@ -92,7 +92,11 @@ class Guard:
         if self.sessions is not None and path in ("/signin", "/signout"):
             await (await self._signin(conn, receive))(scope, receive, send)
             return
-        who = self._caller(conn)
+        try:
+            who = self._caller(conn)
+        except OSError as e:  # the tokens' database is down (StoreDown): a caller retries later
+            await JSONResponse({"detail": f"cannot check the token now ({e})"}, status_code=503)(scope, receive, send)
+            return
         if not isinstance(who, Principal):
             await self._unauthorized(conn, who)(scope, receive, send)
             return

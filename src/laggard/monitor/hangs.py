@@ -65,6 +65,25 @@ class HangCase:
     doc: dict[str, Any] | None = None  # the `laggard hang --json` document of the last verdict
     published: dict[str, Any] | None = None  # its summary (heartbeat answers, alerts, dashboard)
 
+    # ------------------------------------------------------------------ handed to the job's next collector
+    def shared(self, dump_request: int) -> dict[str, Any]:
+        """What the next collector to hold the job needs to go on where this one is (JSON): the job's
+        dump request, the open request and the last verdict (the reports are kept one by one)."""
+        return {"dump_request": dump_request, "world_size": self.world_size, "request": self.request,
+                "requested_s": self.requested_s, "suspected": self.suspected, "decided": self.decided,
+                "doc": self.doc, "published": self.published}
+
+    def restore(self, d: dict[str, Any], reports: list[Any], *, max_reports: int, max_bytes: int) -> None:
+        """Go on from what the job's last holder kept (``shared``) and the reports it held for the
+        open request (``(RankDump, bytes)``); heartbeats stay this collector's own."""
+        self.world_size = max(self.world_size, int(d.get("world_size") or 0))
+        if int(d.get("decided") or 0) >= self.decided:
+            self.decided, self.doc, self.published = int(d.get("decided") or 0), d.get("doc"), d.get("published")
+        if int(d.get("request") or 0) > self.request:
+            self.open(int(d["request"]), float(d.get("requested_s") or 0.0), suspected=bool(d.get("suspected")))
+            for dump, nbytes in reports:
+                self.add_report(self.request, dump, nbytes, max_reports=max_reports, max_bytes=max_bytes)
+
     # ------------------------------------------------------------------ heartbeats
     def beat(self, rank: int, state: dict[str, Any], now_s: float) -> None:
         prog = state.get("progress")

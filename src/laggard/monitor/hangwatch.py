@@ -23,6 +23,7 @@ class HangWatch:
         """Suspect hangs (asking the job's tracers for their hang reports); decide the verdicts that are due."""
         now = time.time()
         due: list[tuple[str, Any, tuple[list[Any], list[str]]]] = []
+        opened, ended = [], []
         with self._lock:
             silent = {j: w.hang(now) for j, w in self.windows.items() if self.cluster.owns(j)}
             for j, s in silent.items():  # a hang first suspected: ask the job's tracers for their reports
@@ -30,6 +31,9 @@ class HangWatch:
                 if s and not win.hang_was_suspected:
                     win.dump_request += 1
                     win.hangs.open(win.dump_request, now, suspected=True)
+                    opened.append(j)
+                if win.hang_was_suspected and not s:
+                    ended.append(j)
                 win.hang_was_suspected = bool(s)
                 if win.hangs.ready(now, self.cfg.hang_collect_s):
                     due.append((j, win.hangs, win.hangs.take()))
@@ -42,6 +46,10 @@ class HangWatch:
             self.metrics.set_hang(job_id, pub)
             self._hung_since[job_id] = now
             self._raise(evaluate_hang_verdict(self.rules, self.rule_state, job_id, pub))
+            self.store.drop_hang_reports(job_id)
+        # what changed is kept for a successor: a request opened, a verdict, a suspicion's rule counts
+        for job_id in {*opened, *ended, *(j for j, s in silent.items() if s), *(j for j, _, _ in due)}:
+            self._keep(job_id)
         for job_id, s in silent.items():  # a job that moved again is no longer hung
             if not s and self._moved_since_verdict(job_id):
                 self.metrics.clear_hang(job_id)
@@ -77,7 +85,7 @@ class HangWatch:
                 self.store.add_job(valid_job_id(job_id), meta)
                 win = self._window(job_id, meta)
                 if self.cluster.claim(job_id):
-                    self.cluster.start_pull(job_id, 0, [])
+                    self._claimed(job_id, win)
             self.cluster.posted(job_id)
             win.hangs.beat(rank, state, time.time())
             return {"dump_request": win.dump_request, "tracing": win.tracing, "hang": win.hangs.published}
@@ -97,6 +105,8 @@ class HangWatch:
             held = win.hangs.add_report(request, d, len(body), max_reports=self.cfg.hang_reports_per_job,
                                         max_bytes=self.cfg.hang_report_bytes_per_job)
             dropped = win.hangs.dropped_total - before
+        if held:
+            self._keep_report(job_id, request, d.rank, body)
         if dropped:
             self.metrics.hang_reports_dropped.inc(dropped)
             log.warning("job %s: %d hang report(s) dropped over the per-job limits", job_id, dropped)

@@ -55,6 +55,8 @@ class Rebuild:
         self.cluster.round([j for j, _, _ in jobs])
         for job_id, meta, tracing in jobs:
             self._rebuild(job_id, meta, tracing)
+            if self.cluster.owns(job_id):
+                self._take_over(job_id, self.windows[job_id])
         for job_id, (on, actions) in self.store.act_states().items():
             self.act[job_id] = {"act": on, "actions": actions}
 
@@ -90,13 +92,15 @@ class Rebuild:
                 if known is not None:
                     with self._lock:
                         self._rebuild(job_id, *known)
+                    self._take_over(job_id, self.windows[job_id])
                     self._touch({job_id})
                     log.info("job %s: analysed by this collector from now on", job_id)
-            for job_id in set(self.cluster.owners) - set(self.windows):  # another collector's: listed here
-                known = self.store.job(job_id)
-                if known is not None:
+            # other collectors' jobs: listed here, with their tracing switch as their holder set it (the
+            # answer to the batches their ranks post here)
+            for job_id, meta, tracing in self.store.jobs():
+                if job_id in self.cluster.owners and not self.cluster.owns(job_id):
                     with self._lock:
-                        self._window(job_id, known[0]).tracing = known[1]
+                        self._window(job_id, meta).tracing = tracing
             for job_id in lost:
                 self.cluster.drop(job_id)
                 self.metrics.drop_job(job_id)
@@ -111,6 +115,12 @@ class Rebuild:
                 moved = self._completed_more(win)
             if moved:
                 self._touch({job_id})
+
+    def _claimed(self, job_id: str, win: JobWindow) -> None:
+        """A job first seen here whose lease this collector took: the batches other collectors stored
+        are read in from the first, and it goes on from what the job's last holder kept."""
+        self.cluster.start_pull(job_id, 0, [])
+        self._take_over(job_id, win)
 
     def _window(self, job_id: str, meta: dict[str, Any]) -> JobWindow:
         win = self.windows.get(job_id)

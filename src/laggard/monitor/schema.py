@@ -26,8 +26,10 @@ from laggard.errors import LaggardError
 # 1: the first recorded version (jobs, batches, packs, rules, alerts, actions);
 # 2: API tokens with roles (``tokens``: laggard.monitor.tokens);
 # 3: several collectors on one database (``collectors``, ``leases``; batches record the collector
-#    that stored them and, on PostgreSQL, their arrival order: laggard.monitor.cluster)
-SCHEMA_VERSION = 3
+#    that stored them and, on PostgreSQL, their arrival order: laggard.monitor.cluster);
+# 4: what a job's lease holder keeps for the next holder (``job_state``, ``hang_reports``:
+#    laggard.monitor.shared)
+SCHEMA_VERSION = 4
 # the advisory lock key of the schema transaction (any fixed bigint: "laggard" in ASCII, then 1)
 LOCK_KEY = 0x6C61676761726401
 
@@ -49,6 +51,10 @@ CREATE TABLE IF NOT EXISTS tokens (token_id TEXT PRIMARY KEY, digest TEXT NOT NU
 CREATE TABLE IF NOT EXISTS collectors (collector_id TEXT PRIMARY KEY, url TEXT NOT NULL, settings TEXT NOT NULL,
     seen_s DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (job_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_s DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS job_state (job_id TEXT NOT NULL, part TEXT NOT NULL, state TEXT NOT NULL,
+    updated_s DOUBLE PRECISION NOT NULL, PRIMARY KEY (job_id, part));
+CREATE TABLE IF NOT EXISTS hang_reports (job_id TEXT NOT NULL, request BIGINT NOT NULL, rank INTEGER NOT NULL,
+    body {blob} NOT NULL, PRIMARY KEY (job_id, request, rank));
 """
 # columns added after a table's first release: (table, column, its definition). A database made by
 # an older collector gets them on open; its rows take the default

@@ -25,6 +25,7 @@ from laggard.monitor.analyser import AnalysisPool, WindowAnalysis, analyse
 from laggard.monitor.cluster import Cluster
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.controls import JobControls
+from laggard.monitor.handover import Handover
 from laggard.monitor.hangwatch import HangWatch
 from laggard.monitor.metrics import Metrics
 from laggard.monitor.rebuild import Rebuild
@@ -35,18 +36,19 @@ from laggard.wire.batch import Batch, PackSlice, decode_batch, decode_batches
 log = logging.getLogger("laggard.monitor")
 
 
-def _row(b: Batch, held: bytes | PackSlice) -> BatchRow:
-    """The store's row of a checked batch: its body, or its pack's body and its rows there."""
+def _row(b: Batch, held: bytes | PackSlice, via: str) -> BatchRow:
+    """The store's row of a checked batch (stored by collector ``via``): its body, or its pack's body
+    and its rows there."""
     if isinstance(held, PackSlice):
         return BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step, max_step=b.max_step,
-                        num_ops=held.num_rows, body=b"", pack=held.body, row0=held.row0)
+                        num_ops=held.num_rows, body=b"", pack=held.body, row0=held.row0, via=via)
     return BatchRow(job_id=b.job_id, rank=b.rank, seq=b.seq, min_step=b.min_step, max_step=b.max_step,
-                    num_ops=b.table.num_rows, body=held)
+                    num_ops=b.table.num_rows, body=held, via=via)
 
 
-class Collector(Rebuild, HangWatch, JobControls):
-    """The collector (its start-up and leases: ``Rebuild``; hangs: ``HangWatch``; control and views:
-    ``JobControls``)."""
+class Collector(Rebuild, Handover, HangWatch, JobControls):
+    """The collector (its start-up and leases: ``Rebuild``; what it keeps for a job's next holder:
+    ``Handover``; hangs: ``HangWatch``; control and views: ``JobControls``)."""
 
     def __init__(self, store: Store, cfg: MonitorConfig | None = None, webhooks: list[str] | None = None,
                  identity: tuple[str, str] | None = None) -> None:
@@ -64,7 +66,6 @@ class Collector(Rebuild, HangWatch, JobControls):
                                {"window_steps": self.cfg.window_steps, "hang_after_s": self.cfg.hang_after_s,
                                 "hang_collect_s": self.cfg.hang_collect_s})
         self.cluster.join()
-        store.via = self.cluster.id
         self.metrics = Metrics(self.cfg.metrics_top_k)
         self.notifier = Notifier(webhooks or [])
         self.windows: dict[str, JobWindow] = {}
@@ -72,6 +73,7 @@ class Collector(Rebuild, HangWatch, JobControls):
         stored = store.rules()
         self.rules: list[Rule] = [Rule.from_json(r) for r in stored] if stored is not None else default_rules()
         self.rule_state = RuleState()
+        self._kept: dict[tuple[str, str], Any] = {}  # (job, part) -> what is kept of it in the database (Handover)
         self.alerts: list[Alert] = []
         self._next_refresh: dict[str, float] = {}  # job -> earliest next analysis (analysis_share)
         self._hung_since: dict[str, float] = {}  # job -> when its standing hang verdict was decided
@@ -138,7 +140,7 @@ class Collector(Rebuild, HangWatch, JobControls):
         with self._lock:
             for i, b in enumerate(batches):
                 wins.append(self._job_of(b, None if parts_of is None else f"{parts_of} part {i}: "))
-        rows = [_row(b, h) for b, w, h in zip(batches, wins, held, strict=True) if w.tracing]
+        rows = [_row(b, h, self.cluster.id) for b, w, h in zip(batches, wins, held, strict=True) if w.tracing]
         stored = iter(self.store.add_batches(rows) if rows else [])
         out = []
         counts = dict.fromkeys(("stored", "duplicate", "tracing_off"), 0)  # counted once a request (a pack: 32 parts)
@@ -190,7 +192,7 @@ class Collector(Rebuild, HangWatch, JobControls):
             self.store.add_job(b.job_id, b.meta)
             win = self._window(b.job_id, b.meta)
             if self.cluster.claim(b.job_id):
-                self.cluster.start_pull(b.job_id, 0, [])
+                self._claimed(b.job_id, win)
         self.cluster.posted(b.job_id)
         return win
 
@@ -212,15 +214,17 @@ class Collector(Rebuild, HangWatch, JobControls):
             return self.windows[job_id].cut()
 
     def _finish(self, job_id: str, last: int, res: WindowAnalysis) -> None:
-        """Keep a window's analysis and raise its alerts."""
+        """Keep a window's analysis; raise its alerts and export it where this collector still holds
+        the job (its lease may have gone to another collector while the window was analysed)."""
         win = self.windows[job_id]
         doc = res.doc
         with self._lock:
             win.apply(last, doc, res.error, res.refresh_s, res.load_ratio, res.rank_steps)
         self.metrics.refresh.observe(res.refresh_s)
-        if doc is not None:
+        if doc is not None and self.cluster.owns(job_id):
             self.metrics.set_job(job_id, doc)
             self._raise(evaluate_window(self.rules, self.rule_state, job_id, doc, res.load_ratio))
+            self._keep(job_id)
         share = self.cfg.analysis_share
         self._next_refresh[job_id] = time.monotonic() + res.refresh_s * (1.0 - share) / share
 

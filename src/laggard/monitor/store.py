@@ -13,16 +13,19 @@ on start. The tables, and the schema version the database records, are ``laggard
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from laggard.errors import LaggardError
 from laggard.monitor import schema
+from laggard.monitor.shared import SharedTables
 
 
 @dataclass(kw_only=True, slots=True)
@@ -36,6 +39,11 @@ class BatchRow:
     body: bytes  # the batch as received; empty for a pack's part
     pack: bytes | None = None  # a pack's part: the pack's body (shared by its parts) ...
     row0: int = 0  # ... and the part's first row in it
+    via: str | None = None  # the collector that stored it (laggard.monitor.cluster)
+
+
+class StoreDown(OSError):
+    """The database cannot be reached now (a 503: tracers spool and send again)."""
 
 
 class _Pending:
@@ -52,17 +60,17 @@ class _Pending:
         return self.new
 
 
-class Store:
+class Store(SharedTables):
     """One connection guarded by a lock; op batches from concurrent requests are group-committed."""
 
     def __init__(self, url: str | Path) -> None:
         self.url = str(url)
-        self.via: str | None = None  # the collector storing batches here (laggard.monitor.cluster)
         self._lock = threading.Lock()  # the connection
         self._group = threading.Condition(threading.Lock())  # the group-commit queue
         self._queue: list[_Pending] = []
         self._committing = False
         self.is_postgres = self.url.startswith(("postgresql://", "postgres://"))
+        self._lost = False  # the PostgreSQL connection broke: the next transaction connects again
         if self.is_postgres:
             try:
                 import psycopg
@@ -101,28 +109,49 @@ class Store:
     def _exec(self, q: str, args: tuple = ()) -> Any:
         return self._conn.execute(self._sql(q), args)
 
-    def _commit(self) -> None:
-        if self.is_postgres:
-            self._conn.commit()
+    @contextlib.contextmanager
+    def _transaction(self, *, read: bool = False) -> Iterator[Any]:
+        """One transaction on the connection, under its lock: committed, or rolled back on an error.
+        A PostgreSQL connection that broke (the server went down) raises ``StoreDown`` and is made
+        again by the next transaction, so a collector carries on once the database is back. SQLite
+        reads run outside a transaction (each statement sees the last commit)."""
+        with self._lock:
+            conn = self._connected()
+            if not self.is_postgres and not read:
+                conn.execute("BEGIN")
+            try:
+                yield conn
+                if self.is_postgres or not read:
+                    conn.commit()  # (a PostgreSQL read: ends its transaction)
+            except Exception as e:
+                with contextlib.suppress(Exception):  # a broken connection cannot roll back: it is made again
+                    conn.rollback()
+                if self.is_postgres and (conn.closed or conn.broken):
+                    self._lost = True
+                    raise StoreDown(f"{self.where}: the database is down ({_first_line(e)})") from None
+                raise
+
+    def _connected(self) -> Any:
+        """The connection, made again after it broke (under the lock)."""
+        if self._lost:
+            import psycopg
+
+            try:
+                conn = psycopg.connect(self.url, autocommit=False)
+            except psycopg.Error as e:
+                raise StoreDown(f"{self.where}: the database is down ({_first_line(e)})") from None
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn, self._lost = conn, False
+        return self._conn
 
     def _write(self, q: str, args: tuple = ()) -> int:
-        with self._lock:
-            if not self.is_postgres:
-                self._conn.execute("BEGIN")
-            try:
-                cur = self._exec(q, args)
-                n = cur.rowcount
-                self._conn.commit()
-            except Exception:
-                self._conn.rollback()
-                raise
-            return n
+        with self._transaction():
+            return self._exec(q, args).rowcount
 
     def _read(self, q: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            rows = self._exec(q, args).fetchall()
-            self._commit()  # ends the read transaction (PostgreSQL)
-            return rows
+        with self._transaction(read=True):
+            return self._exec(q, args).fetchall()
 
     def close(self) -> None:
         with self._lock:
@@ -205,19 +234,12 @@ class Store:
         q = self._sql("INSERT INTO batches (job_id, rank, seq, min_step, max_step, num_ops, received_s, body, pack_id, "
                       "row0, via) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
         now = time.time()
-        with self._lock:
-            if not self.is_postgres:
-                self._conn.execute("BEGIN")
-            try:
-                packs: dict[int, int] = {}  # id of a pack's body -> its pack_id
-                new = [self._conn.execute(q, (b.job_id, b.rank, b.seq, b.min_step, b.max_step, b.num_ops, now, b.body,
-                                              self._pack_id(b.pack, packs), b.row0 if b.pack is not None else None,
-                                              self.via)).rowcount > 0 for b in rows]
-                self._drop_unused_packs(rows, new, packs)
-                self._conn.commit()
-            except Exception:
-                self._conn.rollback()
-                raise
+        with self._transaction() as conn:
+            packs: dict[int, int] = {}  # id of a pack's body -> its pack_id
+            new = [conn.execute(q, (b.job_id, b.rank, b.seq, b.min_step, b.max_step, b.num_ops, now, b.body,
+                                    self._pack_id(b.pack, packs), b.row0 if b.pack is not None else None,
+                                    b.via)).rowcount > 0 for b in rows]
+            self._drop_unused_packs(rows, new, packs)
         return new
 
     def _pack_id(self, pack: bytes | None, packs: dict[int, int]) -> int | None:
@@ -275,40 +297,6 @@ class Store:
                                 pack=packs.get(pid) if pid is not None else None, row0=row0 or 0))
         return out
 
-    # ------------------------------------------------------------------ collectors and leases (laggard.monitor.cluster)
-    def beat_collector(self, collector_id: str, url: str, settings: str, now_s: float) -> None:
-        self._write("INSERT INTO collectors (collector_id, url, settings, seen_s) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (collector_id) DO UPDATE SET url = excluded.url, settings = excluded.settings, "
-                    "seen_s = excluded.seen_s", (collector_id, url, settings, now_s))
-
-    def collectors(self, seen_after_s: float) -> list[tuple[str, str, str, float]]:
-        """The collectors seen since ``seen_after_s``: (id, url, settings, seen_s)."""
-        return self._read("SELECT collector_id, url, settings, seen_s FROM collectors WHERE seen_s > ? "
-                          "ORDER BY collector_id", (seen_after_s,))
-
-    def take_lease(self, job_id: str, owner: str, until_s: float, expired_before_s: float) -> bool:
-        """Make ``owner`` the job's analyser until ``until_s`` if the lease is free, its own, or
-        expired before ``expired_before_s`` (one statement: of collectors taking it at once, one wins)."""
-        return self._write("INSERT INTO leases (job_id, owner, expires_s) VALUES (?, ?, ?) ON CONFLICT (job_id) "
-                           "DO UPDATE SET owner = excluded.owner, expires_s = excluded.expires_s "
-                           "WHERE leases.owner = excluded.owner OR leases.expires_s < ?",
-                           (job_id, owner, until_s, expired_before_s)) > 0
-
-    def renew_leases(self, owner: str, until_s: float) -> set[str]:
-        """Extend every lease ``owner`` holds; the jobs it holds."""
-        self._write("UPDATE leases SET expires_s = ? WHERE owner = ?", (until_s, owner))
-        return {r[0] for r in self._read("SELECT job_id FROM leases WHERE owner = ?", (owner,))}
-
-    def leases(self) -> dict[str, tuple[str, float]]:
-        """job -> (owner, expires_s)."""
-        return {j: (o, float(e)) for j, o, e in self._read("SELECT job_id, owner, expires_s FROM leases")}
-
-    def release_leases(self, owner: str) -> None:
-        """Give up ``owner``'s leases now and leave (a clean stop: another collector takes its jobs at
-        its next round)."""
-        self._write("UPDATE leases SET expires_s = 0 WHERE owner = ?", (owner,))
-        self._write("DELETE FROM collectors WHERE collector_id = ?", (owner,))
-
     def rank_progress(self, job_id: str) -> list[tuple[int, int, int, int]]:
         """Per rank: (rank, number of batches, number of ops, last step)."""
         return [tuple(int(x) for x in r) for r in self._read(
@@ -325,17 +313,10 @@ class Store:
         return [json.loads(s) for (s,) in rows] if rows else None
 
     def set_rules(self, rules: list[dict[str, Any]]) -> None:
-        with self._lock:
-            if not self.is_postgres:
-                self._conn.execute("BEGIN")
-            try:
-                self._exec("DELETE FROM rules")
-                for r in rules:
-                    self._exec("INSERT INTO rules (rule_id, spec) VALUES (?, ?)", (r["id"], json.dumps(r)))
-                self._conn.commit()
-            except Exception:
-                self._conn.rollback()
-                raise
+        with self._transaction():
+            self._exec("DELETE FROM rules")
+            for r in rules:
+                self._exec("INSERT INTO rules (rule_id, spec) VALUES (?, ?)", (r["id"], json.dumps(r)))
 
     def add_alert(self, job_id: str, rule_id: str, message: str, detail: dict[str, Any]) -> None:
         self._write("INSERT INTO alerts (job_id, rule_id, created_s, message, detail) VALUES (?, ?, ?, ?, ?)",
@@ -372,6 +353,11 @@ class Store:
         """Revoke a token (kept, marked); False when there is no such token or it was revoked before."""
         return self._write("UPDATE tokens SET revoked_s = ? WHERE token_id = ? AND revoked_s IS NULL",
                            (time.time(), token_id)) > 0
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _redact(url: str) -> str:

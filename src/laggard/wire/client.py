@@ -67,11 +67,14 @@ class Client:
     def post_batch(self, body: bytes) -> dict[str, Any]:
         return self.request("POST", "/api/v1/ops", body, CONTENT_TYPE)
 
-    def raw(self, method: str, path: str, body: bytes | None, content_type: str | None
-            ) -> tuple[int, bytes, str]:
-        """One request as is (``request`` reads its answer; the relay passes it through): (status,
-        body, content type); ``CollectorDown`` when the collector cannot be reached."""
-        headers = {"Content-Type": content_type} if content_type else {}
+    def raw(self, method: str, path: str, body: bytes | None, content_type: str | None,
+            headers: dict[str, str] | None = None) -> tuple[int, bytes, str]:
+        """One request as is (``request`` reads its answer; the relay passes it through), with
+        ``headers`` besides: (status, body, content type); ``CollectorDown`` when the collector
+        cannot be reached."""
+        headers = dict(headers or {})
+        if content_type:
+            headers["Content-Type"] = content_type
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         failed = []
