@@ -74,6 +74,10 @@ def test_a_jobs_requests_to_another_collector_get_its_holders_answers(tmp_path):
         verdict = a.wait_for(lambda d: True, "/api/v1/jobs/fw/hang", 30)
         assert (verdict["verdict"], verdict["culprit_ranks"], verdict["missing_ranks"]) == ("hang", [2], [])
         assert b.request("GET", "/api/v1/jobs/fw/hang") == (200, verdict)
+        # b's job list shows the job as a keeps it (b holds no window of it)
+        line = until(lambda: next((j for j in b.request("GET", "/api/v1/jobs")[1] if j["id"] == "fw"
+                                   and j["hang_verdict"]), None), 20, "b listing a's verdict")
+        assert line["hang_verdict"]["culprit_ranks"] == [2] and line["analysed_by"]["url"] == a.url
 
         other = Server(db, tmp_path, token="another-token-0123456789", extra=HANG).start()
         code, ans = other.request("GET", "/api/v1/jobs/fw", token="another-token-0123456789")

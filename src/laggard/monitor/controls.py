@@ -96,8 +96,20 @@ class JobControls:
         return rules
 
     def summaries(self) -> list[dict[str, Any]]:
+        """Every job's line: a job another collector holds as that collector last kept it (its window
+        is there; this one may have been sent none of it)."""
+        kept = {}
+        if any(not self.cluster.owns(j) for j in self.windows):
+            try:
+                kept = self.store.job_states("summary")
+            except OSError:  # the database is down (StoreDown): this collector's own view of each job
+                kept = {}
         with self._lock:
-            return [{**w.summary(), "analysed_by": self.cluster.owner_of(j)} for j, w in self.windows.items()]
+            out = []
+            for j, w in self.windows.items():
+                line = kept.get(j) if not self.cluster.owns(j) else None
+                out.append({**(line or w.summary()), "analysed_by": self.cluster.owner_of(j)})
+            return out
 
     def detail(self, job_id: str) -> dict[str, Any]:
         with self._lock:

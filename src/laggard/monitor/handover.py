@@ -1,6 +1,7 @@
 """What the holder of a job's lease keeps in the database for the collector that holds the job next
 (``laggard.monitor.shared``): its alert rules' state and its hang case, written when they change and
-read when the lease is taken (``Collector`` has it).
+read when the lease is taken (``Collector`` has it); and the job's summary as the holder sees it,
+which the other collectors list.
 
 With them a killed collector's successor neither fires again an alert that already fired nor counts
 a rule's windows from zero, and it finishes a hang verdict whose reports were coming in: every report
@@ -32,7 +33,9 @@ class Handover:
             if win is None:
                 return
             parts = {"alerts": self.rule_state.of_job(job_id),
-                     "hang": {**win.hangs.shared(win.dump_request), "suspecting": win.hang_was_suspected}}
+                     "hang": {**win.hangs.shared(win.dump_request), "suspecting": win.hang_was_suspected},
+                     # the job's line in every collector's job list (``JobControls.summaries``)
+                     "summary": win.summary()}
         for part, state in parts.items():
             if self._kept.get((job_id, part)) == state:
                 continue

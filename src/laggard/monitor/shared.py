@@ -51,7 +51,8 @@ class SharedTables:
 
     # ------------------------------------------------------------------ what the holder of a job keeps for the next
     def put_job_state(self, job_id: str, part: str, state: dict[str, Any]) -> None:
-        """Keep ``part`` ("hang": the job's hang case; "alerts": its rules' state) of the job's state."""
+        """Keep ``part`` ("hang": the job's hang case; "alerts": its rules' state; "summary": its line in
+        the job list) of the job's state."""
         self._write("INSERT INTO job_state (job_id, part, state, updated_s) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (job_id, part) DO UPDATE SET state = excluded.state, updated_s = excluded.updated_s",
                     (job_id, part, json.dumps(state), time.time()))
@@ -59,6 +60,11 @@ class SharedTables:
     def job_state(self, job_id: str, part: str) -> dict[str, Any] | None:
         rows = self._read("SELECT state FROM job_state WHERE job_id = ? AND part = ?", (job_id, part))
         return json.loads(rows[0][0]) if rows else None
+
+    def job_states(self, part: str) -> dict[str, dict[str, Any]]:
+        """Every job's ``part``: job -> state."""
+        rows = self._read("SELECT job_id, state FROM job_state WHERE part = ?", (part,))
+        return {j: json.loads(st) for j, st in rows}
 
     def put_hang_report(self, job_id: str, request: int, rank: int, body: bytes) -> None:
         """A rank's report for the job's open request (a rank's newer report replaces its older one);
