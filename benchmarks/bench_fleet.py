@@ -67,7 +67,7 @@ from laggard.fleet import run_fleet
 engine, root, out = sys.argv[1:4]
 if __name__ == "__main__":
     run = run_fleet([root], out, engine=engine)
-    print(json.dumps({"wall_s": run.wall_s, "first_row_s": run.first_row_s, "rows": run.num_analysed}))
+    print(json.dumps({"wall_s": run.wall_s, "first_row_s": run.first_row_s, "rows": run.num_analyzed}))
 """
 
 

@@ -5,7 +5,7 @@ in a known way). Every case is one of those jobs' dumps cut or perturbed (JSON, 
 file names with no common prefix, plain torch dumps with laggard's additions stripped, wrapped
 buffers, a rank's dump dropped, a dump taken earlier, another job's dump, a duplicate, garbage
 files); its label is the job's truth.json adjusted by what the perturbation did, never laggard's
-output. torch's analyser runs on the same directories (one worker process that imports torch
+output. torch's analyzer runs on the same directories (one worker process that imports torch
 once): its exit status and whether its output names the culprit ranks. Then 1,024 ranks of dumps.
 """
 

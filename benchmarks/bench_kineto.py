@@ -1,4 +1,4 @@
-"""Kineto import: parse + analyse throughput and peak memory, side by side with Holistic Trace Analysis.
+"""Kineto import: parse + analyze throughput and peak memory, side by side with Holistic Trace Analysis.
 
 The input is a realistic multi-rank trace set made from a real trace: the GPU trace of
 ``tests/data/kineto/df_index_resolver`` (one ProfilerStep of a 2-rank NCCL job, from the HTA test
@@ -7,7 +7,7 @@ and shifted in time, correlation ids kept unique), written as plain JSON in Kine
 
 Each side runs in its own subprocess on the same files: laggard as its users run it (the ``laggard``
 console entry point: ``laggard --no-cache analyze DIR --format kineto --json OUT --quiet``, i.e. import, parse,
-analyse with diagnosis and arrivals, write the JSON) and HTA (``TraceAnalysis(trace_dir)`` +
+analyze with diagnosis and arrivals, write the JSON) and HTA (``TraceAnalysis(trace_dir)`` +
 ``get_temporal_breakdown``). For each run: wall time; CPU time of the whole process tree (this
 process is made a child subreaper, so decode workers and their fork server, which outlive or are
 not waited for by the laggard process, are reaped here and their CPU is counted); memory (PSS) of
@@ -135,7 +135,7 @@ a = TraceAnalysis(trace_dir=sys.argv[1])
 t1 = time.perf_counter()
 tb = a.get_temporal_breakdown(visualize=False)
 t2 = time.perf_counter()
-print(json.dumps({"parse_s": t1 - t0, "analyse_s": t2 - t1, "num_ranks": len(a.t.traces)}))
+print(json.dumps({"parse_s": t1 - t0, "analyze_s": t2 - t1, "num_ranks": len(a.t.traces)}))
 """
 
 
@@ -327,7 +327,7 @@ def _hta_figures(hta: dict | None, ours: dict, inputs: dict, hta_err: str, how: 
                  "baseline_value": None, "target": ">= 5x", "ok": False, "detail": {**inputs, "error": hta_err}}]
     return [
         {
-            "name": "kineto speed-up over HTA (wall, parse+analyse)",
+            "name": "kineto speed-up over HTA (wall, parse+analyze)",
             "value": hta["wall_s"] / ours["wall_s"],
             "unit": "x",
             "baseline": "HTA TraceAnalysis + temporal breakdown, seconds",
@@ -408,7 +408,7 @@ def run() -> list[dict]:
     per_core = mb / ours["cpu_s"] if ours["cpu_s"] > 0 else float("nan")
     figures = [
         {
-            "name": "kineto parse+analyse throughput per core",
+            "name": "kineto parse+analyze throughput per core",
             "value": per_core,
             "unit": "MB/s/core",
             "baseline": "HTA (same files, MB per CPU-second)" if hta else None,
@@ -418,7 +418,7 @@ def run() -> list[dict]:
             "detail": {**inputs, "laggard": ours, "wall_mb_per_s": mb / ours["wall_s"]},
         },
         {
-            "name": "kineto parse+analyse throughput per core, decoding in one process",
+            "name": "kineto parse+analyze throughput per core, decoding in one process",
             "value": mb / one["cpu_s"] if one["cpu_s"] > 0 else float("nan"),
             "unit": "MB/s/core",
             "baseline": None,

@@ -2,7 +2,7 @@
 of the same run.
 
 CPU: the demo job (dp 2 x pp 2, gloo, heavy last stage x4) runs under torch.profiler and laggard's
-own tracer at once, ``RUNS`` times; each run's profiler traces and tracer pages are analysed and
+own tracer at once, ``RUNS`` times; each run's profiler traces and tracer pages are analyzed and
 the last stage's S_stage and the job's S compared (issue 13: within 5%).
 GPU: the discrete-event simulator's kineto export (kernel names carry no phase; the launching CPU
 op does) against the simulator's own op table of the same run, for pp 2 and pp 4.
@@ -21,7 +21,7 @@ SIM_CASES = ((2, "heavy-stage:stage=1,factor=2"), (4, "heavy-stage:stage=3,facto
              (4, "slow-worker:rank=5,factor=1.5"))
 
 
-def _analyse(path: Path):  # noqa: ANN202
+def _analyze(path: Path):  # noqa: ANN202
     from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
 
@@ -43,7 +43,7 @@ def _cpu_runs() -> list[dict]:
             res = run_job(cfg)
             if not res.ok:
                 raise RuntimeError(f"the pipeline job failed: {res.failures}")
-            p, t = _analyse(base / "prof"), _analyse(base / "trace")
+            p, t = _analyze(base / "prof"), _analyze(base / "trace")
         last = max(t.by_stage)
         row = {"profiler_S_stage": p.by_stage[last], "tracer_S_stage": t.by_stage[last],
                "profiler_S": p.slowdown, "tracer_S": t.slowdown}

@@ -53,7 +53,7 @@ JOBS_RELAY_RANKS = tuple(int(x) for x in os.environ.get("LAGGARD_BENCH_MONITOR_R
 # the collector's analysis processes: a quarter of the cores (ingest, the generators and the OS share the rest)
 JOBS_ANALYSIS_WORKERS = int(os.environ.get("LAGGARD_BENCH_MONITOR_ANALYSIS_WORKERS",
                                            str(max(2, (os.cpu_count() or 2) // 4))))
-FRESH_STEPS = 3  # a job holds when its steps are analysed within 3 steps of their end
+FRESH_STEPS = 3  # a job holds when its steps are analyzed within 3 steps of their end
 FRESH_SHARE = 0.9  # ... in at least 90% of its measured flushes (the 2 shared cores have bursts of other load)
 
 
@@ -270,7 +270,7 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False, db
               collectors: int = 1) -> dict:
     """N jobs streaming into one collector (or ``collectors`` on the PostgreSQL database ``db``, job i
     posting to collector i mod their number, the others its failover addresses): per job and measured
-    flush, the time from the end of the flushed steps until the collector analysing it serves a window
+    flush, the time from the end of the flushed steps until the collector analyzing it serves a window
     that holds them (GET /api/v1/jobs); ``aligned``: every job flushes at the same instant, else at its
     own phase (``job_phases_s``)."""
     from tests.monitor_helpers import Server  # noqa: PLC0415
@@ -312,8 +312,8 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False, db
             for x in servers:
                 status, jobs = x.request("GET", "/api/v1/jobs")
                 now = time.time()
-                for j in jobs if status == 200 else []:  # (a job's window is served by the collector analysing it)
-                    if j["id"] in seen and j["window"] and (j.get("analysed_by") or {}).get("this", True):
+                for j in jobs if status == 200 else []:  # (a job's window is served by the collector analyzing it)
+                    if j["id"] in seen and j["window"] and (j.get("analyzed_by") or {}).get("this", True):
                         seen[j["id"]].append((now, j["window"][1]))
             if all(g.poll() is not None for g in gens):
                 end = min(end, now + grace)
@@ -346,7 +346,7 @@ def _jobs_run(tmp: Path, n: int, relay_ranks: int = 1, aligned: bool = False, db
     fresh = sum(x <= FRESH_STEPS for x in lags) / len(lags)
     n_ref = m.get("laggard_window_refresh_seconds_count", 0.0)
 
-    def steps(x: float) -> float | None:  # None: never analysed while the run lasted
+    def steps(x: float) -> float | None:  # None: never analyzed while the run lasted
         return round(x, 2) if math.isfinite(x) else None
 
     return {"jobs": n, "collectors": collectors, "relay_ranks": relay_ranks, "aligned": aligned,
@@ -390,9 +390,9 @@ def _many_jobs(tmp: Path, relay_ranks: int, aligned: bool = False, db_of=None,  
 
 def _in_process(tmp: Path) -> dict:
     """Baseline: the same batches through Collector.ingest, no HTTP; and the 1,024-worker window
-    analysis (``analyser.analyse``, as the analysis process runs it) of the job with its slow rank
+    analysis (``analyzer.analyze``, as the analysis process runs it) of the job with its slow rank
     and of the same job healthy: CPU and wall medians of REFRESH_RUNS each."""
-    from laggard.monitor.analyser import analyse
+    from laggard.monitor.analyzer import analyze
     from laggard.monitor.config import MonitorConfig
     from laggard.monitor.service import Collector
     from laggard.monitor.store import Store
@@ -413,7 +413,7 @@ def _in_process(tmp: Path) -> dict:
         cpu, wall = [], []
         for _ in range(REFRESH_RUNS):
             c0, w0 = time.process_time(), time.perf_counter()
-            res = analyse(table, win.meta, col.cfg.analysis)
+            res = analyze(table, win.meta, col.cfg.analysis)
             cpu.append(time.process_time() - c0)
             wall.append(time.perf_counter() - w0)
         col.stop()
@@ -516,7 +516,7 @@ def run() -> list[dict]:
                              "at a different op, so the analysis modelled untraced-gap artifacts and could not use "
                              "the DP ranks' symmetry, laggard.engine.symmetry), and rank 5 is slow so that the "
                              "diagnosis runs in full")}},
-        {"name": f"monitor jobs of {NUM_RANKS} ranks at 1 step/s kept analysed within {FRESH_STEPS} steps"
+        {"name": f"monitor jobs of {NUM_RANKS} ranks at 1 step/s kept analyzed within {FRESH_STEPS} steps"
                  + (f" (a relay per {best} ranks)" if best > 1 else ""),
          "value": many[best]["max_jobs"], "unit": "jobs",
          "baseline": "every rank posting to the collector itself (no relay), same run",
@@ -533,7 +533,7 @@ def run() -> list[dict]:
                             "each job flushes at its own phase, drawn uniformly in the flush period (seeded; "
                             "jobs started at unrelated times)"),
                     "runs": {f"relay_ranks_{k}": v["runs"] for k, v in many.items()}}},
-        {"name": f"monitor jobs of {NUM_RANKS} ranks at 1 step/s kept analysed within {FRESH_STEPS} steps, every job "
+        {"name": f"monitor jobs of {NUM_RANKS} ranks at 1 step/s kept analyzed within {FRESH_STEPS} steps, every job "
                  f"flushing at the same instant (the worst burst; a relay per {best} ranks)",
          "value": burst["max_jobs"], "unit": "jobs",
          "baseline": "the same jobs at their own phases, same run", "baseline_value": many[best]["max_jobs"],

@@ -1,7 +1,7 @@
 """Several collectors on one PostgreSQL database (``laggard.monitor.cluster``): how many 1,024-rank jobs
-1, 2 and 3 collectors keep analysed on this machine (bench_monitor's jobs-held run, each job posting to
+1, 2 and 3 collectors keep analyzed on this machine (bench_monitor's jobs-held run, each job posting to
 one collector with the others as its failover addresses), and the failover time: from SIGKILL of the
-collector analysing a job to the next window of that job served by another.
+collector analyzing a job to the next window of that job served by another.
 
 The baseline is one collector on the same PostgreSQL server, in the same run. On 2 shared cores the
 collectors compete for the same CPUs, so more collectors add failover, not capacity, here; on a
@@ -34,7 +34,7 @@ def _bench_monitor():  # noqa: ANN202 - the module
 def _failover(tmp: Path, db: str) -> dict:
     """Three collectors, two jobs (one posting to each of the first two, the others as failover); the
     first collector is killed once it served a window of its job; the seconds until another serves
-    a window of that job as its analyser."""
+    a window of that job as its analyzer."""
     from tests.monitor_helpers import Server  # noqa: PLC0415
 
     bm = _bench_monitor()
@@ -55,9 +55,9 @@ def _failover(tmp: Path, db: str) -> dict:
             g.stdin.write(f"{t0}\n")
             g.stdin.flush()
 
-        def window(srv: Server) -> list[int] | None:  # fail0's window as served by its analyser
+        def window(srv: Server) -> list[int] | None:  # fail0's window as served by its analyzer
             code, d = srv.request("GET", "/api/v1/jobs/fail0")
-            return d["window"] if code == 200 and d.get("window") and (d.get("analysed_by") or {}).get("this") \
+            return d["window"] if code == 200 and d.get("window") and (d.get("analyzed_by") or {}).get("this") \
                 else None
 
         deadline = time.time() + 120
@@ -65,7 +65,7 @@ def _failover(tmp: Path, db: str) -> dict:
             time.sleep(0.25)
         before = window(servers[0])
         if before is None:
-            raise RuntimeError("the first collector never analysed its job")
+            raise RuntimeError("the first collector never analyzed its job")
         servers[0].stop(signal.SIGKILL)
         killed = time.monotonic()
         after, by = None, None
@@ -111,7 +111,7 @@ def run() -> list[dict]:
         for k in (1, 2, 3):
             print(f"  jobs held by {k} collector(s) on one PostgreSQL ...", file=sys.stderr, flush=True)
             held[k] = bm._many_jobs(tmp, RELAY_RANKS, db_of=db_of, collectors=k)
-        print("  failover: the collector analysing a job SIGKILLed ...", file=sys.stderr, flush=True)
+        print("  failover: the collector analyzing a job SIGKILLed ...", file=sys.stderr, flush=True)
         fo = _failover(tmp, db_of("failover"))
     finally:
         pg.stop()
@@ -121,13 +121,13 @@ def run() -> list[dict]:
     how = (f"bench_monitor's jobs-held run ({bm.NUM_RANKS} ranks a job at 1 step/s, a relay per {RELAY_RANKS} "
            f"ranks, {bm.JOBS_ANALYSIS_WORKERS} analysis processes per collector) with job i posting to collector "
            "i mod k; a window counts when the collector holding the job's lease serves it")
-    out = [{"name": f"monitor jobs kept analysed within {bm.FRESH_STEPS} steps by {k} collectors on one PostgreSQL",
+    out = [{"name": f"monitor jobs kept analyzed within {bm.FRESH_STEPS} steps by {k} collectors on one PostgreSQL",
             "value": held[k]["max_jobs"], "unit": "jobs",
             "baseline": "1 collector on the same PostgreSQL, same run", "baseline_value": held[1]["max_jobs"],
             "detail": {"how": how, "runs": held[k]["runs"]}} for k in (2, 3)]
-    out.insert(0, {"name": f"monitor jobs kept analysed within {bm.FRESH_STEPS} steps by 1 collector on PostgreSQL",
+    out.insert(0, {"name": f"monitor jobs kept analyzed within {bm.FRESH_STEPS} steps by 1 collector on PostgreSQL",
                    "value": held[1]["max_jobs"], "unit": "jobs", "detail": {"how": how, "runs": held[1]["runs"]}})
-    out.append({"name": "monitor failover: SIGKILL of a job's collector to its next window analysed by another",
+    out.append({"name": "monitor failover: SIGKILL of a job's collector to its next window analyzed by another",
                 "value": fo["failover_s"] if fo["failover_s"] is not None else float("inf"), "unit": "s",
                 "target": "<= 30 s", "ok": fo["failover_s"] is not None and fo["failover_s"] <= 30,
                 "detail": {**fo, "lease_s": 15.0, "renew_s": 3.0,

@@ -1,6 +1,6 @@
 """The real-process corpus (benchmarks/real_corpus.py, issue 24) at a reduced size for `make bench`:
 LAGGARD_BENCH_CORPUS_JOBS jobs (default 8, ~2-3 minutes on two cores; 0 skips it) of the default
-seed, generated into out/corpus-bench (kept: a second run only scores), analysed and scored. The
+seed, generated into out/corpus-bench (kept: a second run only scores), analyzed and scored. The
 full corpus (64 jobs) is `make corpus` + `make corpus-score`, which write the `real_corpus` entry."""
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ MICROBATCHES = 4
 # wall ms per step of clean jobs of each (dp, pp) on this 2-core machine (d_model 128, 128 tokens x 4
 # per microbatch, 4 microbatches, 2 blocks per rank), the base of the nominal factors
 NOMINAL_STEP_MS = {(2, 1): 170.0, (3, 1): 220.0, (4, 1): 300.0, (2, 2): 330.0, (1, 3): 230.0, (1, 4): 300.0}
-# the modules that analyse a trace: the generator must not load them
+# the modules that analyze a trace: the generator must not load them
 ANALYSIS_MODULES = ("laggard.analysis", "laggard.diagnose", "laggard.whatif", "laggard.engine", "laggard.io")
 
 
@@ -452,7 +452,7 @@ def analyze_job(job_dir: Path, which: str, *, cached: bool, timeout_s: float = 6
 
 
 def score(corpus: Path, *, cached: bool = False, procs: int = 1) -> dict:
-    """Analyse every generated job (Tracer and profiler trace) and score it: {'tracer': summary,
+    """Analyze every generated job (Tracer and profiler trace) and score it: {'tracer': summary,
     'profiler': summary, 'jobs': per-job scores}; also written to CORPUS/score.json."""
     truths = {p.parent.name: json.loads(p.read_text()) for p in sorted(corpus.glob("job*/truth.json"))}
     failed = sorted(p.parent.name for p in corpus.glob("job*/failed.json"))

@@ -84,7 +84,7 @@ def make_broken(root: Path, nd_dir: Path, kineto_dir: Path) -> dict[str, str]:
     d.mkdir(parents=True)
     (d / "rank0.json").write_text("")
     out[str(d.resolve())] = "error:"
-    # one step only: analysed, rejected
+    # one step only: analyzed, rejected
     d = root / "broken" / "one-step"
     write_native(synthesize_with_truth(SynthConfig(dp=2, pp=2, microbatches=4, steps=1, seed=3), []).job, d)
     out[str(d.resolve())] = "rejected:too few steps"

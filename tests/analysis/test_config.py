@@ -118,11 +118,11 @@ def test_fleet_and_monitor_take_the_same_config():
 
 
 def test_monitor_window_analysis_honours_the_config(ar_job):
-    from laggard.monitor.window import analyse_window
+    from laggard.monitor.window import analyze_window
 
-    doc, err = analyse_window(ar_job.table, ar_job.meta, AnalysisConfig(healthy_threshold=2.0))
+    doc, err = analyze_window(ar_job.table, ar_job.meta, AnalysisConfig(healthy_threshold=2.0))
     assert err is None and doc["verdict"] == "healthy" and doc["healthy_threshold"] == 2.0
-    doc, _ = analyse_window(ar_job.table, ar_job.meta)
+    doc, _ = analyze_window(ar_job.table, ar_job.meta)
     assert doc["verdict"] == "straggling" and doc["healthy_threshold"] == HEALTHY_THRESHOLD
 
 

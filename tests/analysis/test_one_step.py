@@ -20,7 +20,7 @@ STALL = DATA / "kineto" / "ddp_host_stall_a"
 CLEAN = [(DATA / "corpus" / "c64v3_job058p" / "trace", "3"), (DATA / "corpus" / "c28_job052" / "trace", "7")]
 
 
-def _analyse(path: Path, steps: str):  # noqa: ANN202
+def _analyze(path: Path, steps: str):  # noqa: ANN202
     from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
 
@@ -30,7 +30,7 @@ def _analyse(path: Path, steps: str):  # noqa: ANN202
 
 
 def test_late_rank_of_one_step_is_named() -> None:
-    d = _analyse(STALL, "5").diagnosis
+    d = _analyze(STALL, "5").diagnosis
     assert d.verdict == "one step only", (d.verdict, d.reason)
     assert "one step cannot tell a steady straggler from a one-off" in d.reason
     assert [f.cause for f in d.findings] == ["late-arrival"]
@@ -48,7 +48,7 @@ def test_late_rank_of_one_step_is_named() -> None:
 
 @pytest.mark.parametrize(("path", "steps"), CLEAN, ids=["ddp4-profiler", "ddp2-tracer"])
 def test_no_rank_late_names_none(path: Path, steps: str) -> None:
-    d = _analyse(path, steps).diagnosis
+    d = _analyze(path, steps).diagnosis
     assert d.verdict == "one step only" and d.findings == [], [f.evidence for f in d.findings]
     (step,) = d.one_step
     assert step.late == [] and len(step.arrivals) >= 2
@@ -68,7 +68,7 @@ def test_terminal_report(capsys: pytest.CaptureFixture[str]) -> None:
 
     from laggard.report.terminal import print_summary
 
-    print_summary(_analyse(STALL, "5"), Console(width=80, highlight=False, color_system=None))
+    print_summary(_analyze(STALL, "5"), Console(width=80, highlight=False, color_system=None))
     out = " ".join(capsys.readouterr().out.split())  # (rich wraps the text at 80 columns)
     assert "verdict: one step only" in out and "late arrival (one step): rank 2" in out, out
     assert "began the step" in out and "arrived +ms" in out, out

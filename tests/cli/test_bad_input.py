@@ -242,7 +242,7 @@ def test_ndtimeline_worker_missing_from_every_step(capsys, tmp_path):
 
 
 def test_profiler_pipeline_rank_missing_leaves_its_pipeline_out(capsys, tmp_path):
-    """A stage's trace is missing: its pipeline cannot be replayed; the complete one is analysed."""
+    """A stage's trace is missing: its pipeline cannot be replayed; the complete one is analyzed."""
     assert run_cli("dessim", tmp_path / "sim", "--dp", "2", "--pp", "4", "--steps", "2", "--kineto") == 0
     capsys.readouterr()
     (tmp_path / "sim" / "kineto" / "rank2.json").unlink()
@@ -295,7 +295,7 @@ def _relabel_one_backward_per_step(t):
 
 def test_unknown_op_type_in_every_step_names_it(capsys, tmp_path):
     line = _one_line_error(capsys, "analyze", _write_variant(tmp_path, _relabel_one_backward_per_step))
-    assert "no complete step left to analyse: all 32 step(s) have ops that do not match" in line
+    assert "no complete step left to analyze: all 32 step(s) have ops that do not match" in line
     assert "skipped 32 of 6784 op(s) of unknown type(s) 'mystery-op' (32)" in line
 
 
@@ -317,7 +317,7 @@ def test_only_unknown_op_types(capsys, tmp_path):
     assert "no op of a known type: skipped 6784 of 6784 op(s)" in line and "'x-forward-compute'" in line
 
 
-def test_nan_in_two_percent_of_ops_is_analysed(capsys, tmp_path):
+def test_nan_in_two_percent_of_ops_is_analyzed(capsys, tmp_path):
     def poison(t):
         rng = np.random.default_rng(0)
         t.loc[rng.random(len(t)) < 0.02, "duration"] = np.nan
@@ -359,7 +359,7 @@ def test_the_warning_count_says_where_the_warnings_are(capsys):
 
 
 def test_a_missing_rank_is_in_the_headline(capsys, tmp_path):
-    """A trace missing a rank was analysed in full with the missing rank only in the last warning: the
+    """A trace missing a rank was analyzed in full with the missing rank only in the last warning: the
     headline (the terminal's second line, the JSON's meta) now says which ranks the figures leave out."""
     from laggard.groundtruth.synth import SynthConfig, synthesize
     from laggard.optable.ops import Job, write_native
@@ -375,7 +375,7 @@ def test_a_missing_rank_is_in_the_headline(capsys, tmp_path):
     for trace in (tmp_path / "nat", tmp_path / "prof"):
         assert run_cli("analyze", trace, "--json", tmp_path / "a.json") == 0
         lines = capsys.readouterr().out.splitlines()
-        assert lines[1].startswith("partial: 1 of 4 ranks not analysed (rank(s) 2"), lines[:3]
+        assert lines[1].startswith("partial: 1 of 4 ranks not analyzed (rank(s) 2"), lines[:3]
         assert json.loads((tmp_path / "a.json").read_text())["meta"]["missing_ranks"] == {"ranks": [2], "of": 4}
     assert run_cli("analyze", DATA / "kineto" / "ddp_gloo", "--json", tmp_path / "a.json") == 0
     assert "partial:" not in capsys.readouterr().out

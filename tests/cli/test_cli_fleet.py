@@ -81,14 +81,14 @@ def test_summary_says_what_this_run_did(two_jobs, tmp_path, capsys):
     out = tmp_path / "o"
     assert run_cli("fleet", two_jobs / "j0", "--out", out, "--workers", "0") == 0
     first = " ".join(capsys.readouterr().out.split())
-    assert "1 job analysed in this run: 1 ok" in first and "in this process" in first and "workers" not in first
+    assert "1 job analyzed in this run: 1 ok" in first and "in this process" in first and "workers" not in first
     assert run_cli("fleet", two_jobs, "--out", out, "--resume", "--workers", "0") == 0
     second = " ".join(capsys.readouterr().out.split())
-    assert "1 job analysed in this run: 1 ok" in second and "1 done by an earlier run, skipped" in second
-    assert "2 jobs, 2 analysed" in second  # the fleet as a whole, said as such
+    assert "1 job analyzed in this run: 1 ok" in second and "1 done by an earlier run, skipped" in second
+    assert "2 jobs, 2 analyzed" in second  # the fleet as a whole, said as such
     assert run_cli("fleet", two_jobs, "--out", out, "--resume") == 0
     third = " ".join(capsys.readouterr().out.split())
-    assert "no job left to analyse; 2 done by an earlier run" in third and "jobs/s" not in third
+    assert "no job left to analyze; 2 done by an earlier run" in third and "jobs/s" not in third
 
 
 def test_a_fleet_run_again_reads_its_jobs_from_the_job_cache(two_jobs, tmp_path, monkeypatch):

@@ -110,7 +110,7 @@ def test_a_script_that_raises_exits_1_with_its_traceback(tmp_path, script):
 
 
 @needs_torch
-def test_a_killed_rank_is_named_missing_and_the_rest_analysed(tmp_path, script):
+def test_a_killed_rank_is_named_missing_and_the_rest_analyzed(tmp_path, script):
     out = tmp_path / "t"
     p = _run(tmp_path, "--nproc-per-node", "2", "--out", out, script, "--mode", "kill")
     assert p.returncode == 128 + 9, p.stderr
@@ -119,7 +119,7 @@ def test_a_killed_rank_is_named_missing_and_the_rest_analysed(tmp_path, script):
     warned = [line for line in p.stderr.splitlines() if line.startswith("laggard: warning:")]
     # the loader's check of the tracer's files: rank 1 left no ops, or did not close its trace
     assert any(re.search(r"\brank(\(s\))? 1\b.*(no ops|did not close)", line) for line in warned), p.stderr
-    assert "straggler slowdown S = " in p.stdout  # rank 0's trace, analysed
+    assert "straggler slowdown S = " in p.stdout  # rank 0's trace, analyzed
 
 
 def test_bad_input_is_one_line_before_anything_starts(tmp_path, script, capsys):

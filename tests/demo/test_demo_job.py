@@ -125,7 +125,7 @@ def test_a_rank_that_dies_mid_run(tmp_path: Path) -> None:
     assert any("rank 3 did not close its trace" in m for m in msgs)
     said = [str(w.message) for w in caught]
     assert any("rank 3" in m for m in said)
-    # the complete steps are analysed (3 is the last one rank 3 finished; warm-up skipping, which
+    # the complete steps are analyzed (3 is the last one rank 3 finished; warm-up skipping, which
     # depends on how the first steps ran on a busy host, is not what is checked here)
     assert a.num_workers == 4 and set(a.steps) <= {0, 1, 2, 3, 4, 5} and a.steps
     from laggard.analysis.config import AnalysisConfig

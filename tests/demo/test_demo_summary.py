@@ -102,7 +102,7 @@ def test_pre_action_analyses_the_trace_steps_up_to_the_first_action(monkeypatch:
     assert pre_action(Path("trace"), _job(actions=drain_only), _cfg()) is None
 
 
-def test_steps_that_cannot_be_analysed_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_steps_that_cannot_be_analyzed_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
     import laggard.io as io
 
     def fail(path: Path, steps: str | None = None) -> None:
@@ -113,4 +113,4 @@ def test_steps_that_cannot_be_analysed_say_so(monkeypatch: pytest.MonkeyPatch) -
     assert pre is not None and pre.analysis is None
     out = DemoOutput(analysis=_analysis(top_rank=0), paths={}, job=_job(), config=_cfg(), pre_action=pre)
     lines = summary_lines(out)
-    assert lines[-1] == "  [check] not judged: trace steps 3-12 could not be analysed (too few steps)"
+    assert lines[-1] == "  [check] not judged: trace steps 3-12 could not be analyzed (too few steps)"

@@ -61,7 +61,7 @@ def test_host_stall_is_blamed_on_the_rank_that_spends_it(stall_dir: Path, tmp_pa
     assert gaps[str(SLOW)] > 0.8 * STALL_MS / 1e3, gaps
     assert all(v < 0.25 * STALL_MS / 1e3 for r, v in gaps.items() if r != str(SLOW)), gaps
     # the finding's what-if is one a user can run, and gives the same number
-    # (the command carries the steps analysed: warm-up steps are skipped)
+    # (the command carries the steps analyzed: warm-up steps are skipped)
     out = tmp_path / "w.json"
     cmd = shlex.split(top.command)
     assert cmd[:3] == ["laggard", "whatif", str(stall_dir)] and f"rank={SLOW},kind=host" in cmd, cmd

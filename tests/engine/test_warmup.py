@@ -57,7 +57,7 @@ def test_warmup_steps_are_detected_skipped_and_said(tmp_path, capsys):
 
 
 def test_settled_steps_are_all_kept(analyses):
-    """The published traces have no warm-up in them: every step is analysed (their numbers hold)."""
+    """The published traces have no warm-up in them: every step is analyzed (their numbers hold)."""
     for res in analyses.values():
         assert res.extras["warmup_steps_skipped"] == []
 
@@ -79,7 +79,7 @@ def test_tiny_jobs_are_not_judged(cfg, verdict, tmp_path, capsys):
 
 def test_a_straggler_in_the_first_steps_is_not_warm_up():
     """One rank 4x slower in steps 0-1 (a GC pause, a slow worker) stretches those steps' span and
-    every other rank's collectives, but it is a straggler to analyse, not warm-up to skip."""
+    every other rank's collectives, but it is a straggler to analyze, not warm-up to skip."""
     from laggard.engine.warmup import detect_warmup
 
     job = synthesize(SynthConfig(dp=4, pp=2, microbatches=4, steps=8))

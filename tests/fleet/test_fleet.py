@@ -115,7 +115,7 @@ def test_ray_gives_identical_rows(fleet, local_run, tmp_path):
         from laggard.fleet import run_fleet
 
         run = run_fleet([fleet[0]], tmp_path, engine="ray")
-        assert run.engine == "ray" and run.num_analysed == len(fleet[1]) + len(fleet[2])
+        assert run.engine == "ray" and run.num_analyzed == len(fleet[1]) + len(fleet[2])
     finally:
         ray.shutdown()
 

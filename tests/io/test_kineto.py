@@ -71,7 +71,7 @@ def test_hta_trace_imports(rel):
     if "rank" in want:
         assert set(ops.column("rank").to_pylist()) == {want["rank"]}
     else:
-        assert any("analysed as rank 0" in w for w in warns)
+        assert any("analyzed as rank 0" in w for w in warns)
     if want["collectives"]:
         names = {n for n, k in zip(ops.column("name").to_pylist(), kinds, strict=True) if k == "collective"}
         assert all(n.split(":")[0] in ("nccl", "gloo") for n in names), names
@@ -84,7 +84,7 @@ def test_hta_trace_cli(rel, tmp_path, capsys):
     err = capsys.readouterr().err
     if code != 0:  # allowed only as a one-line error
         assert code == 2 and "Traceback" not in err and err.count("laggard: error:") == 1, err
-        pytest.fail(f"{rel} does not analyse: {err.strip()}")
+        pytest.fail(f"{rel} does not analyze: {err.strip()}")
     d = json.loads(out.read_text())
     assert d["num_steps"] == len(FILES[rel]["steps"])
     assert "arrivals" in d and "clock_offsets_s" in d

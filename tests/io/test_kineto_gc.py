@@ -27,7 +27,7 @@ def job_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"trace": base / "trace", "prof": base / "prof", "base": base}
 
 
-def _analyse(path: Path):  # noqa: ANN202
+def _analyze(path: Path):  # noqa: ANN202
     from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
 
@@ -53,9 +53,9 @@ def _strip_gc_events(src: Path, dst: Path) -> None:
 
 
 def test_collections_become_gc_ops_of_the_time_they_took(job_dirs: dict[str, Path]) -> None:
-    job, _ = _analyse(job_dirs["prof"])
+    job, _ = _analyze(job_dirs["prof"])
     prof = _gc_s_by_rank(job)
-    tracer = _gc_s_by_rank(_analyse(job_dirs["trace"])[0])
+    tracer = _gc_s_by_rank(_analyze(job_dirs["trace"])[0])
     assert sorted(prof) == sorted(tracer) == [0, 1]
     for r in (0, 1):
         # the same collections, recorded twice: the pauses (60 ms each, in half the forward passes)
@@ -74,13 +74,13 @@ def test_collections_become_gc_ops_of_the_time_they_took(job_dirs: dict[str, Pat
 
 
 def test_profiler_gc_pauses_are_named_gc(job_dirs: dict[str, Path]) -> None:
-    _, a = _analyse(job_dirs["prof"])
+    _, a = _analyze(job_dirs["prof"])
     assert a.diagnosis.verdict == "straggling"
     top = a.diagnosis.findings[0]
     assert top.cause == "gc", [(f.cause, f.share) for f in a.diagnosis.findings]
     assert "launch-delay" not in [f.cause for f in a.diagnosis.findings if f.share >= 0.5 * top.share]
     # the tracer of the same run agrees
-    _, t = _analyse(job_dirs["trace"])
+    _, t = _analyze(job_dirs["trace"])
     assert t.diagnosis.findings[0].cause == "gc"
 
 
@@ -88,7 +88,7 @@ def test_without_the_gc_events_the_pauses_are_host_time(job_dirs: dict[str, Path
     """The same traces less their "Python GC" events (a profile taken without record_python_gc_info):
     the pauses are untraced host time, and nothing says GC."""
     _strip_gc_events(job_dirs["prof"], job_dirs["base"] / "nogc")
-    job, a = _analyse(job_dirs["base"] / "nogc")
+    job, a = _analyze(job_dirs["base"] / "nogc")
     assert _gc_s_by_rank(job) == {}
     causes = [f.cause for f in a.diagnosis.findings]
     assert "gc" not in causes

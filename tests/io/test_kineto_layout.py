@@ -28,7 +28,7 @@ def job_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"trace": base / "trace", "prof": base / "prof", "base": base}
 
 
-def _analyse(path, **kw):  # noqa: ANN003
+def _analyze(path, **kw):  # noqa: ANN003
     from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
 
@@ -45,7 +45,7 @@ def _rewrite(src: Path, dst: Path, fn) -> None:  # noqa: ANN001
 
 
 def test_profiler_trace_gives_the_pipeline_and_the_tracers_stage_attribution(job_dirs: dict[str, Path]) -> None:
-    job, a = _analyse(job_dirs["prof"])
+    job, a = _analyze(job_dirs["prof"])
     lay = job.meta.extra["layout"]
     assert (job.meta.dp_size, job.meta.pp_size) == (2, 2)
     assert lay["how"].startswith("from point-to-point transfers")
@@ -54,7 +54,7 @@ def test_profiler_trace_gives_the_pipeline_and_the_tracers_stage_attribution(job
     top = a.diagnosis.findings[0]
     assert top.cause == "stage-imbalance" and top.stages == [1]
     # the same job as laggard's own tracer saw it (an independent record of the same run)
-    _, t = _analyse(job_dirs["trace"])
+    _, t = _analyze(job_dirs["trace"])
     assert max(t.by_stage, key=t.by_stage.get) == 1
     # within 5%: the profiler's per-op overhead and its untraced gaps weigh a few percent more on the
     # heavy stage
@@ -108,7 +108,7 @@ def test_a_descheduled_glue_piece_is_not_a_pass(job_dirs: dict[str, Path]) -> No
 
     out = job_dirs["base"] / "descheduled"
     _rewrite(job_dirs["prof"], out, deschedule)
-    job, _ = _analyse(out)
+    job, _ = _analyze(out)
     _assert_passes(job)
 
 
@@ -128,7 +128,7 @@ def test_profiler_step_numbers_offset_between_ranks(job_dirs: dict[str, Path]) -
 
     out = job_dirs["base"] / "offset"
     _rewrite(job_dirs["prof"], out, earlier)
-    job, a = _analyse(out)
+    job, a = _analyze(out)
     assert any("renumbered rank 1 by -5" in w and "rank 3 by -5" in w for w in job.warnings)
     assert len(a.steps) == 6 and job.meta.pp_size == 2
     assert a.diagnosis.findings[0].cause == "stage-imbalance"
@@ -143,7 +143,7 @@ def _no_peers(rank: int, d: dict) -> None:
 def test_send_recv_without_peers(job_dirs: dict[str, Path]) -> None:
     out = job_dirs["base"] / "no-peers"
     _rewrite(job_dirs["prof"], out, _no_peers)
-    job, a = _analyse(out)
+    job, a = _analyze(out)
     lay = job.meta.extra["layout"]
     assert lay["how"].startswith("from per-stage process groups") and lay["ranks"]["3"] == [1, 1, 0]
     kinds = job.table.column("kind").to_pylist()
@@ -162,7 +162,7 @@ def test_send_recv_without_peers_or_groups(job_dirs: dict[str, Path]) -> None:
 
     out = job_dirs["base"] / "no-groups"
     _rewrite(job_dirs["prof"], out, no_groups)
-    job, a = _analyse(out)
+    job, a = _analyze(out)
     lay = job.meta.extra["layout"]
     assert (job.meta.dp_size, job.meta.pp_size) == (2, 2) and lay["source"] == "p2p-matched"
     assert lay["ranks"] == {"0": [0, 0, 0], "1": [0, 1, 0], "2": [1, 0, 0], "3": [1, 1, 0]}
@@ -171,7 +171,7 @@ def test_send_recv_without_peers_or_groups(job_dirs: dict[str, Path]) -> None:
     assert not [w for w in job.warnings if "cannot infer" in w or "point-to-point" in w]
     assert a.diagnosis.findings[0].cause == "stage-imbalance" and a.diagnosis.findings[0].stages == [1]
     # the layout given by hand: the transfers are matched along it
-    job, a = _analyse(out, layout="dp=2,pp=2")
+    job, a = _analyze(out, layout="dp=2,pp=2")
     assert job.meta.pp_size == 2 and job.meta.extra["layout"]["how"] == "from --layout dp=2,pp=2"
     assert job.meta.extra["p2p"]["matched"] == st["ops"]
 
@@ -179,7 +179,7 @@ def test_send_recv_without_peers_or_groups(job_dirs: dict[str, Path]) -> None:
 def test_rank_map(job_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = tmp_path / "map.yaml"
     good.write_text("ranks:\n  0: {dp: 0, pp: 0}\n  1: {dp: 0, pp: 1}\n  2: {dp: 1, pp: 0}\n  3: {dp: 1, pp: 1}\n")
-    job, _ = _analyse(job_dirs["prof"], rank_map=good)
+    job, _ = _analyze(job_dirs["prof"], rank_map=good)
     assert job.meta.pp_size == 2 and job.meta.extra["layout"]["how"] == "from rank map map.yaml"
     bad = tmp_path / "bad.json"  # ranks 0 and 1 exchange activations, so they cannot share a stage
     bad.write_text(json.dumps({"0": {"dp": 0, "pp": 0}, "1": {"dp": 1, "pp": 0}, "2": {"dp": 0, "pp": 1},
@@ -215,7 +215,7 @@ def test_process_groups_that_overlap_inconsistently(job_dirs: dict[str, Path],
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("laggard: error: process groups overlap inconsistently: group '1'")
     with pytest.raises(LaggardError, match="overlap inconsistently"):
-        _analyse(out)
+        _analyze(out)
 
 
 def test_layout_is_only_for_profiler_traces(nd_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

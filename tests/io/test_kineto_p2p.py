@@ -65,7 +65,7 @@ def _load(path: Path, **kw):  # noqa: ANN003
     return job, [str(w.message) for w in caught if issubclass(w.category, LaggardWarning)]
 
 
-def _analyse(job):  # noqa: ANN001
+def _analyze(job):  # noqa: ANN001
     from laggard.analysis.pipeline import analyze
 
     with warnings.catch_warnings():
@@ -105,7 +105,7 @@ def test_pure_pipeline_without_peers(pipe: dict) -> None:
     # the heavy stage, as the tracer's own record of the same run shows it. The profiler's S reads
     # above the tracer's (its own cost lengthens the ops, the heavy stage's most): 1.6-7.7% in 18 runs
     # of pp3 and pp4 beside 2-3 busy loops, 10.8% once in a full-suite run
-    a, t = _analyse(job), _analyse(_load(pipe["trace"])[0])
+    a, t = _analyze(job), _analyze(_load(pipe["trace"])[0])
     assert a.slowdown > 1.1 and a.slowdown == pytest.approx(t.slowdown, rel=0.15), (a.slowdown, t.slowdown)
     top = a.diagnosis.findings[0]
     assert top.cause == "stage-imbalance" and top.stages == [P - 1]
@@ -119,7 +119,7 @@ def test_layout_given_matches_transfers_without_peers(pipe: dict, tmp_path: Path
     _all_matched(job)
     assert not [w for w in warns if "point-to-point" in w], warns
     assert job.table.equals(peers.table)
-    top = _analyse(job).diagnosis.findings[0]
+    top = _analyze(job).diagnosis.findings[0]
     assert top.cause == "stage-imbalance" and top.stages == [P - 1]
     rmap = tmp_path / "map.yaml"  # a rank map says the same
     rmap.write_text("".join(f"{r}: {{dp: 0, pp: {r}}}\n" for r in range(P)))
@@ -224,7 +224,7 @@ def test_two_pipelines_in_lockstep_stay_unmatched(pipe: dict) -> None:
     assert any(w.startswith("cannot infer the pipeline layout") and "pair as well" in w for w in warns)
     job, _ = _load(out, layout=f"dp=2,pp={P}")
     _all_matched(job)
-    assert _analyse(job).diagnosis.findings[0].stages == [P - 1]
+    assert _analyze(job).diagnosis.findings[0].stages == [P - 1]
 
 
 def test_simulated_gpu_pipeline_on_four_hosts(tmp_path: Path) -> None:

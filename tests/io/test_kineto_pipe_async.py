@@ -3,7 +3,7 @@ program is benchmarks/families/pp_async_profiler.py, run for real with torchrun.
 
 Stage 0 posts its next forward's send before the previous backward's receive; stage 1 posts them the
 other way round. Chained in posting order on each rank's transfer thread, the two made a cycle and
-the job could not be analysed; and the per-stage gradient all-reduces, which gloo's events name no
+the job could not be analyzed; and the per-stage gradient all-reduces, which gloo's events name no
 process group for, were matched across the stages. The truth is the program's own injection: rank 3
 runs its emulated device 1.8x.
 """

@@ -1,5 +1,5 @@
 """Three collectors on one real PostgreSQL database act as one (``laggard.monitor.cluster``): two live
-4-rank gloo jobs post through different collectors; the collector analysing one of them is SIGKILLed
+4-rank gloo jobs post through different collectors; the collector analyzing one of them is SIGKILLed
 mid-run; its ranks fail over to the next address they were given, another collector takes the job's
 lease and analyses it, and when the job then hangs its verdict and alert come from the new owner
 within 60 s of the stop. No job's metrics are exported by two collectors.
@@ -28,7 +28,7 @@ from tests.monitor_helpers import Postgres, Server, free_port, until  # noqa: E4
 ROOT = Path(__file__).resolve().parents[2]
 RANKS = ROOT / "tests" / "monitor" / "test_monitor_hang.py"
 WORLD, STUCK = 4, 2  # (as in test_monitor_hang.py)
-FAILOVER_WITHIN_S = 30  # the kill to the next window analysed by another collector
+FAILOVER_WITHIN_S = 30  # the kill to the next window analyzed by another collector
 VERDICT_WITHIN_S = 60  # the stop to the verdict and alert on the API
 
 pytestmark = pytest.mark.timeout(300)
@@ -65,7 +65,7 @@ def _job(tmp: Path, url: str, job: str, stuck_step: int) -> list[subprocess.Pope
 
 def _owner(srv: Server, job: str) -> str | None:
     code, d = srv.request("GET", f"/api/v1/jobs/{job}")
-    return (d.get("analysed_by") or {}).get("collector") if code == 200 else None
+    return (d.get("analyzed_by") or {}).get("collector") if code == 200 else None
 
 
 
@@ -80,7 +80,7 @@ def _exported(srv: Server) -> set[str]:
     return set(re.findall(r'^laggard_job_slowdown\{job="([^"]+)"\}', text, re.M))
 
 
-def test_three_collectors_one_killed_its_job_analysed_and_its_hang_decided_by_another(pg, tmp_path):
+def test_three_collectors_one_killed_its_job_analyzed_and_its_hang_decided_by_another(pg, tmp_path):
     hang = ["--hang-after-s", "3", "--hang-collect-s", "8"]
     a, b, c = (Server(pg, tmp_path, extra=hang).start() for _ in range(3))
     ids = {}
@@ -89,23 +89,23 @@ def test_three_collectors_one_killed_its_job_analysed_and_its_hang_decided_by_an
         # "moved" fails over from a to b; "stays" posts to c throughout. moved's rank 2 stops at step 500
         procs += _job(tmp_path, f"{a.url},{b.url}", "moved", 500)
         procs += _job(tmp_path, f"{c.url},{b.url}", "stays", 10**6)
-        ids["a"] = until(lambda: _owner(a, "moved"), 60, "moved analysed by the collector it posts to")
-        ids["c"] = until(lambda: _owner(c, "stays"), 60, "stays analysed by the collector it posts to")
+        ids["a"] = until(lambda: _owner(a, "moved"), 60, "moved analyzed by the collector it posts to")
+        ids["c"] = until(lambda: _owner(c, "stays"), 60, "stays analyzed by the collector it posts to")
         assert ids["a"] != ids["c"] and ids["a"].endswith(f":{a.port}") and ids["c"].endswith(f":{c.port}")
         until(lambda: a.request("GET", "/api/v1/jobs/moved/analysis")[0] == 200, 60, "a first window of moved")
         # b serves both jobs and says who analyses them (from its next lease round)
-        until(lambda: _owner(b, "stays") == ids["c"], 10, "b naming c as the analyser of stays")
+        until(lambda: _owner(b, "stays") == ids["c"], 10, "b naming c as the analyzer of stays")
         a.stop(signal.SIGKILL)
         killed_s = time.monotonic()
 
-        def analysed_elsewhere() -> bool:
+        def analyzed_elsewhere() -> bool:
             owner = _owner(b, "moved")
             return owner is not None and owner != ids["a"] and b.request(
                 "GET", "/api/v1/jobs/moved/analysis")[0] == 200 and owner.endswith(f":{b.port}")
 
-        until(analysed_elsewhere, FAILOVER_WITHIN_S + 10, "moved analysed by b after a's kill")
+        until(analyzed_elsewhere, FAILOVER_WITHIN_S + 10, "moved analyzed by b after a's kill")
         failover_s = time.monotonic() - killed_s
-        print(f"\nfailover: job moved analysed by b {failover_s:.1f} s after a was killed")
+        print(f"\nfailover: job moved analyzed by b {failover_s:.1f} s after a was killed")
         assert failover_s <= FAILOVER_WITHIN_S, failover_s
 
         line = procs[STUCK].stdout.readline().strip()  # moved's rank 2 stops after the failover
@@ -125,7 +125,7 @@ def test_three_collectors_one_killed_its_job_analysed_and_its_hang_decided_by_an
         # each job's metrics from one collector only
         assert "moved" in _exported(b) and "moved" not in _exported(c)
         assert "stays" in _exported(c) and "stays" not in _exported(b)
-        # the stays job never moved: c analysed it all along
+        # the stays job never moved: c analyzed it all along
         assert _owner(c, "stays") == ids["c"] and _owner(b, "stays") == ids["c"]
     finally:
         for p in procs:

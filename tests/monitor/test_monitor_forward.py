@@ -50,7 +50,7 @@ def _report(rank: int) -> bytes:
 
 def _holder(srv: Server, job: str) -> str | None:
     code, d = srv.request("GET", f"/api/v1/jobs/{job}")
-    return (d.get("analysed_by") or {}).get("url") if code == 200 else None
+    return (d.get("analyzed_by") or {}).get("url") if code == 200 else None
 
 
 def test_a_jobs_requests_to_another_collector_get_its_holders_answers(tmp_path):
@@ -77,7 +77,7 @@ def test_a_jobs_requests_to_another_collector_get_its_holders_answers(tmp_path):
         # b's job list shows the job as a keeps it (b holds no window of it)
         line = until(lambda: next((j for j in b.request("GET", "/api/v1/jobs")[1] if j["id"] == "fw"
                                    and j["hang_verdict"]), None), 20, "b listing a's verdict")
-        assert line["hang_verdict"]["culprit_ranks"] == [2] and line["analysed_by"]["url"] == a.url
+        assert line["hang_verdict"]["culprit_ranks"] == [2] and line["analyzed_by"]["url"] == a.url
 
         other = Server(db, tmp_path, token="another-token-0123456789", extra=HANG).start()
         code, ans = other.request("GET", "/api/v1/jobs/fw", token="another-token-0123456789")
@@ -122,7 +122,7 @@ def test_postgresql_down_is_a_503_and_nothing_is_lost_once_it_is_back(tmp_path):
         want = int(job.table.num_rows)
         d = until(lambda: (x := a.request("GET", "/api/v1/jobs/pgdown")[1]).get("num_ops") == want and x, 60,
                   "the holder's window with every op")
-        assert d["analysed_by"]["url"] in (a.url, b.url)
+        assert d["analyzed_by"]["url"] in (a.url, b.url)
     finally:
         for s in (a, b):
             if s is not None:

@@ -36,10 +36,10 @@ def test_the_lease_holder_sees_the_batches_the_other_collector_stored(tmp_path):
         want = int(job.table.num_rows)
         until(lambda: a.windows["split"].num_ops == want, 20, "a holding every op")
         until(lambda: a.windows["split"].result is not None and a.windows["split"].result.steps[1] >= 8, 30,
-               "a window analysed by a")
+               "a window analyzed by a")
         assert a.windows["split"].result.doc["num_workers"] == 4  # the ranks b stored are in it
         assert not b.cluster.owns("split") and b.windows["split"].result is None  # b analyses nothing of it
-        assert b.detail("split")["analysed_by"]["collector"] == "a"
+        assert b.detail("split")["analyzed_by"]["collector"] == "a"
         a.stop()  # a clean stop gives the lease up: b takes it at its next round and rebuilds the job
         until(lambda: b.cluster.owns("split"), 10, "b taking the job over")
         until(lambda: b.windows["split"].num_ops == want and b.windows["split"].result is not None, 30,

@@ -121,12 +121,12 @@ def test_window_analysis_runs_in_a_child_that_is_replaced_when_killed(tmp_path):
     try:
         feed(0, 6)
         wait_window(4)
-        pids = col._analyser.pids() if col._analyser else []
+        pids = col._analyzer.pids() if col._analyzer else []
         assert pids and os.getpid() not in pids
         os.kill(pids[0], signal.SIGKILL)
         feed(6, 12)
-        wait_window(10)  # analysed by a new child
-        assert col._analyser.pids() and pids[0] not in col._analyser.pids()
+        wait_window(10)  # analyzed by a new child
+        assert col._analyzer.pids() and pids[0] not in col._analyzer.pids()
         assert col.windows["childjob"].result.doc["num_ops"] > 0
     finally:
         col.stop()
@@ -134,7 +134,7 @@ def test_window_analysis_runs_in_a_child_that_is_replaced_when_killed(tmp_path):
 
 
 def test_windows_are_handed_over_and_kept_as_they_come_not_at_the_next_tick(tmp_path):
-    """With a tick far longer than the test, the analyser still starts each window as its steps
+    """With a tick far longer than the test, the analyzer still starts each window as its steps
     complete (woken by the ingest) and keeps its result as soon as the child is done (woken by the
     future): two windows in a row, the second handed over only once the first is back."""
     job = synthesize(SynthConfig(dp=2, pp=2, microbatches=2, steps=10, seed=6, name="wakejob"))
@@ -160,7 +160,7 @@ def test_windows_are_handed_over_and_kept_as_they_come_not_at_the_next_tick(tmp_
     finally:
         t0 = time.monotonic()
         col.stop()
-    assert time.monotonic() - t0 < 30  # the stop wakes the analyser from its wait
+    assert time.monotonic() - t0 < 30  # the stop wakes the analyzer from its wait
 
 
 def test_the_pool_analyses_jobs_side_by_side_each_as_the_in_process_analysis_does(tmp_path):
@@ -168,13 +168,13 @@ def test_the_pool_analyses_jobs_side_by_side_each_as_the_in_process_analysis_doe
     analysis ``laggard analyze --json`` gives for the same steps in this process (the table built
     in the child from the batches' bodies is the table built here)."""
     from laggard.groundtruth.inject import parse_injection
-    from laggard.monitor.analyser import analyse
+    from laggard.monitor.analyzer import analyze
 
     jobs = [synthesize(SynthConfig(dp=2, pp=2, microbatches=2, steps=8, seed=s, name=f"pool{s}"),
                        [parse_injection("slow-worker:rank=1,factor=1.5")] if s == 1 else None) for s in (1, 2)]
     cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, tick_s=0.05, analysis_workers=2, idle_refresh_s=1e9)
     col = Collector(Store(tmp_path / "m.db"), cfg)
-    for job in jobs:  # every step in before the analyser starts: its first cut is then the window through step 6
+    for job in jobs:  # every step in before the analyzer starts: its first cut is then the window through step 6
         for s, r, t in step_batches(job):
             col.ingest(encode_batch(t, job_id=job.meta.name, rank=r, seq=s, meta=job.meta.to_json()))
     col.start()
@@ -183,21 +183,21 @@ def test_the_pool_analyses_jobs_side_by_side_each_as_the_in_process_analysis_doe
         while time.monotonic() < deadline and not all(
                 (w := col.windows[j.meta.name].result) is not None and w.steps[1] >= 6 for j in jobs):
             time.sleep(0.05)
-        assert len(col._analyser.pids()) <= 2
+        assert len(col._analyzer.pids()) <= 2
         for job in jobs:
             win = col.windows[job.meta.name]
             assert win.result is not None and win.result.steps == (3, 6), win.error
-            here = analyse(win.window_table(6), win.meta, cfg.analysis).doc
+            here = analyze(win.window_table(6), win.meta, cfg.analysis).doc
             assert win.result.doc["findings"] == here["findings"] and win.result.doc["slowdown"] == here["slowdown"]
-        assert col.windows["pool1"].result.doc["findings"]  # the slow job's window was analysed, not skipped
+        assert col.windows["pool1"].result.doc["findings"]  # the slow job's window was analyzed, not skipped
     finally:
         col.stop()
 
 
 @pytest.mark.parametrize("in_process", [True, False])
 def test_a_job_whose_analysis_fails_does_not_hold_up_the_others(tmp_path, monkeypatch, in_process):
-    """The first job's window fails to analyse (in the analyser thread) or to be handed to the pool;
-    the job after it is analysed, or handed over, in the same tick, not a tick later."""
+    """The first job's window fails to analyze (in the analyzer thread) or to be handed to the pool;
+    the job after it is analyzed, or handed over, in the same tick, not a tick later."""
     import laggard.monitor.service as service
 
     def failing(real):
@@ -210,12 +210,12 @@ def test_a_job_whose_analysis_fails_does_not_hold_up_the_others(tmp_path, monkey
     cfg = MonitorConfig(window_steps=4, refresh_every_steps=2, idle_refresh_s=1e9, analysis_process=not in_process)
     col = Collector(Store(tmp_path / "m.db"), cfg)
     if in_process:
-        monkeypatch.setattr(service, "analyse", failing(service.analyse))
+        monkeypatch.setattr(service, "analyze", failing(service.analyze))
     else:
         col.start()
         col._stop.set()  # this test ticks by hand
         col._thread.join()
-        monkeypatch.setattr(col._analyser, "submit", failing(col._analyser.submit))
+        monkeypatch.setattr(col._analyzer, "submit", failing(col._analyzer.submit))
     try:
         for name in ("bad0", "good1"):  # the failing job first: it is looked at first
             job = synthesize(SynthConfig(dp=2, pp=1, microbatches=2, steps=8, seed=3, name=name))
@@ -238,7 +238,7 @@ def test_a_job_goes_back_to_the_child_that_had_its_last_window_while_that_child_
     """The pool's choice of child (``AnalysisPool._slot``, no process started): a job's window goes
     to the child that had its last one when that child has nothing waiting, else to the least busy,
     its own on a tie; a window of no job to the least busy."""
-    from laggard.monitor.analyser import AnalysisPool
+    from laggard.monitor.analyzer import AnalysisPool
 
     pool = AnalysisPool(workers=2)
     a = pool._slot("a")
@@ -254,12 +254,12 @@ def test_a_job_goes_back_to_the_child_that_had_its_last_window_while_that_child_
     assert pool._pending == [2, 2]
 
 
-def test_each_window_analysed_in_the_pool_through_its_cache_is_the_in_process_analysis(tmp_path):
+def test_each_window_analyzed_in_the_pool_through_its_cache_is_the_in_process_analysis(tmp_path):
     """A job fed step by step into a collector with two analysis processes: every window served
     (its bodies partly read for the window before, kept in the child) is the analysis of the same
     steps built and run afresh in this process."""
     from laggard.groundtruth.inject import parse_injection
-    from laggard.monitor.analyser import analyse
+    from laggard.monitor.analyzer import analyze
 
     job = synthesize(SynthConfig(dp=4, pp=1, microbatches=2, steps=14, seed=5, name="cached"),
                      [parse_injection("slow-worker:rank=2,factor=1.5")])
@@ -270,7 +270,7 @@ def test_each_window_analysed_in_the_pool_through_its_cache_is_the_in_process_an
     served = []  # (the window served, the same steps' table built here)
     try:
         for lo in range(0, 14, 2):  # 2 steps at a time (a batch per rank and step), in one request
-            # (its batches join the window together: posted one by one, a slow host's analyser cut a
+            # (its batches join the window together: posted one by one, a slow host's analyzer cut a
             # window while half of them were in, and the next came only 2 steps after the awaited one)
             col.ingest_many([encode_batch(t, job_id="cached", rank=r, seq=s, meta=meta)
                              for s, r, t in step_batches(job) if lo <= s < lo + 2])
@@ -286,7 +286,7 @@ def test_each_window_analysed_in_the_pool_through_its_cache_is_the_in_process_an
         assert len(served) == 6, [r.steps for r, _ in served]
         win = col.windows["cached"]
         for res, table in served:
-            here = analyse(table, win.meta, cfg.analysis).doc
+            here = analyze(table, win.meta, cfg.analysis).doc
             assert res.doc["findings"] == here["findings"] and res.doc["slowdown"] == here["slowdown"]
             assert res.doc["num_ops"] == here["num_ops"] == table.num_rows
         assert any(f["cause"] == "worker" for f in served[-1][0].doc["findings"])
@@ -295,10 +295,10 @@ def test_each_window_analysed_in_the_pool_through_its_cache_is_the_in_process_an
 
 
 def test_an_analysis_process_keeps_read_bodies_within_its_budget():
-    """``analyser._parts_cache``/``_trim_parts`` (what a child keeps between windows): each job's
-    last window's bodies read, the least recently analysed job's dropped first once all of them hold
+    """``analyzer._parts_cache``/``_trim_parts`` (what a child keeps between windows): each job's
+    last window's bodies read, the least recently analyzed job's dropped first once all of them hold
     more than the budget; a job over the budget alone is not kept."""
-    from laggard.monitor import analyser
+    from laggard.monitor import analyzer
     from laggard.monitor.window import WindowCut, build_window
 
     job = synthesize(SynthConfig(dp=2, pp=1, microbatches=2, steps=4, seed=1, name="b"))
@@ -306,29 +306,29 @@ def test_an_analysis_process_keeps_read_bodies_within_its_budget():
     cut = WindowCut(first=0, last=3, parts=bodies)
 
     def read(job_id: str, budget: int) -> None:
-        build_window(cut, analyser._parts_cache(job_id, budget))
-        analyser._trim_parts(job_id, budget)
+        build_window(cut, analyzer._parts_cache(job_id, budget))
+        analyzer._trim_parts(job_id, budget)
 
-    analyser._PARTS.clear()
+    analyzer._PARTS.clear()
     try:
         read("a", 10**9)
-        cache, sizes, one = analyser._PARTS["a"]
+        cache, sizes, one = analyzer._PARTS["a"]
         assert one > 0 and len(cache) == len(bodies)
         assert one == sum(b.nbytes for batches in cache.values() for b in batches) == sum(sizes.values())
-        build_window(WindowCut(first=1, last=3, parts=bodies[2:]), analyser._parts_cache("a", 10**9))
-        analyser._trim_parts("a", 10**9)  # the next window: bodies kept are counted as before, the others gone
-        cache, sizes, part = analyser._PARTS["a"]
+        build_window(WindowCut(first=1, last=3, parts=bodies[2:]), analyzer._parts_cache("a", 10**9))
+        analyzer._trim_parts("a", 10**9)  # the next window: bodies kept are counted as before, the others gone
+        cache, sizes, part = analyzer._PARTS["a"]
         assert len(cache) == len(bodies) - 2 and part == sum(b.nbytes for bs in cache.values() for b in bs) < one
         read("a", 10**9)
         read("b", 10**9)
         read("a", 10**9)  # a is now the most recent
         read("c", 2 * one)  # three jobs over a budget of two: b, the least recent, goes
-        assert list(analyser._PARTS) == ["a", "c"]
+        assert list(analyzer._PARTS) == ["a", "c"]
         read("c", one - 1)  # over the budget alone: nothing kept
-        assert not analyser._PARTS
-        assert analyser._parts_cache("a", 0) is None and not analyser._PARTS
+        assert not analyzer._PARTS
+        assert analyzer._parts_cache("a", 0) is None and not analyzer._PARTS
     finally:
-        analyser._PARTS.clear()
+        analyzer._PARTS.clear()
 
 
 def test_a_windows_table_is_its_steps_rows_step_by_step():
@@ -381,7 +381,7 @@ def test_a_relays_packs_are_stored_once_and_a_restart_holds_the_same_windows(db_
     (the same ops, the same analysis), each pack is stored once (none for the one sent again), and a
     collector restarted on the database holds that window again."""
     from laggard.groundtruth.inject import parse_injection
-    from laggard.monitor.analyser import analyse
+    from laggard.monitor.analyzer import analyze
     from laggard.wire.batch import decode_batch
     from laggard.wire.pack import encode_pack
 
@@ -408,8 +408,8 @@ def test_a_relays_packs_are_stored_once_and_a_restart_holds_the_same_windows(db_
     want = single.windows["packjob"].window_table(last)
     got = packed.windows["packjob"].window_table(last)
     assert got.num_rows == want.num_rows > 0 and got.to_pylist() == want.to_pylist()
-    doc = analyse(got, packed.windows["packjob"].meta, cfg.analysis).doc
-    assert doc["findings"] == analyse(want, single.windows["packjob"].meta, cfg.analysis).doc["findings"]
+    doc = analyze(got, packed.windows["packjob"].meta, cfg.analysis).doc
+    assert doc["findings"] == analyze(want, single.windows["packjob"].meta, cfg.analysis).doc["findings"]
     assert any(5 in [w["rank"] for w in f.get("workers", [])] for f in doc["findings"])  # the slow rank, found
     assert packed.store._read("SELECT COUNT(*) FROM packs")[0][0] == 2 * len(by_step)
     assert packed.store._read("SELECT COUNT(*) FROM batches WHERE pack_id IS NULL")[0][0] == 1

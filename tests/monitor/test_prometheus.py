@@ -97,7 +97,7 @@ def _hang(srv: Server) -> None:
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
-    """A collector holding one analysed job, and Prometheus scraping it every second."""
+    """A collector holding one analyzed job, and Prometheus scraping it every second."""
     tmp = tmp_path_factory.mktemp("prom")
     srv = Server(str(tmp / "m.db"), tmp, extra=["--window-steps", "4", "--hang-after-s", "2"]).start()
     prom_proc = None

@@ -69,7 +69,7 @@ def _push_and_wait_for_an_analysis(srv) -> None:  # noqa: ANN001 - tests.monitor
         seqs[r] += 1
         status, ans = srv.request("POST", "/api/v1/ops", body, content_type=CONTENT_TYPE)
         assert status == 200, ans
-    # a window analysed: it ran in the collector's analysis process, which SIGTERM must now shut down
+    # a window analyzed: it ran in the collector's analysis process, which SIGTERM must now shut down
     srv.wait_for(lambda d: d["window"] is not None, "/api/v1/jobs/termjob", timeout_s=120)
 
 
@@ -86,14 +86,14 @@ def _terminate(srv) -> tuple[int, str]:  # noqa: ANN001
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("analysed", [True, False], ids=["after-an-analysis", "idle"])
-def test_sigterm_stops_the_collector_cleanly(tmp_path: Path, analysed: bool) -> None:
+@pytest.mark.parametrize("analyzed", [True, False], ids=["after-an-analysis", "idle"])
+def test_sigterm_stops_the_collector_cleanly(tmp_path: Path, analyzed: bool) -> None:
     pytest.importorskip("fastapi", reason="the monitor extra is not installed")
     from tests.monitor_helpers import Server
 
     srv = Server(str(tmp_path / "m.db"), tmp_path, extra=["--window-steps", "4", "--analysis-workers", "1"]).start()
     try:
-        if analysed:
+        if analyzed:
             _push_and_wait_for_an_analysis(srv)
         code, stderr = _terminate(srv)
     finally:

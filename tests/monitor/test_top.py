@@ -66,15 +66,15 @@ def test_once_names_the_slow_rank_worst(finished, capsys, monkeypatch):
     assert "job ended: every rank closed its trace" in out
 
     state = DirTop(finished).poll()
-    # the finding is the first of the window analysis' (the collector's analyse_window on the same
+    # the finding is the first of the window analysis' (the collector's analyze_window on the same
     # steps); which cause comes first is the analysis' call (a busy host's stalls can put one before
     # the slow worker), so the test compares with it rather than naming a cause
     from laggard.io.native import read_native
-    from laggard.monitor.window import WindowCut, analyse_window, build_window
+    from laggard.monitor.window import WindowCut, analyze_window, build_window
     from laggard.report.wording import finding_text
 
     job = read_native(finished)
-    doc, err = analyse_window(build_window(WindowCut(first=0, last=15, parts=[job.table])), job.meta)
+    doc, err = analyze_window(build_window(WindowCut(first=0, last=15, parts=[job.table])), job.meta)
     assert err is None and state.finding == doc["findings"][0] and state.num_findings == len(doc["findings"])
     assert f"finding{'' if state.num_findings == 1 else f' (+{state.num_findings - 1} more)'}: " \
            f"{finding_text(state.finding).what}" in out, out
@@ -252,7 +252,7 @@ def test_collector_state_reads_the_detail():
     assert "slow worker: rank 1 (dp1/pp0)" in _text(top_frame(state))
     detail.update(ranks_closed=3)
     assert closed(detail) and all(r.status == "closed" for r in collector_state("x", detail).ranks)
-    # nothing analysed yet (an older collector sends no rank_steps): waiting, the ranks' progress shown
+    # nothing analyzed yet (an older collector sends no rank_steps): waiting, the ranks' progress shown
     empty = {"id": "j", "num_ranks": 1, "expected_ranks": 2, "ranks": [{"rank": 0, "last_step": 3}], "window": None}
     s = collector_state("x", empty)
     assert s.phase == "waiting" and s.worst is None and [r.last_step for r in s.ranks] == [3]
@@ -290,7 +290,7 @@ def test_url_mode_against_a_collector(tmp_path, capsys, monkeypatch):
         assert "job ended: every rank closed its trace" in top.stdout, top.stdout
         rank, excess = _worst(top.stdout.rsplit("job ended:", 1)[1])
         assert rank == SLOW and 0.3 < excess < 2.0, top.stdout
-        # once the collector analysed the last steps: its finding, in one frame
+        # once the collector analyzed the last steps: its finding, in one frame
         srv.wait_for(lambda d: d["window"] is not None and d["window"][1] >= d["last_step"] - 6 and d["findings"],
                      "/api/v1/jobs/topjob")
         monkeypatch.setenv("COLUMNS", "200")

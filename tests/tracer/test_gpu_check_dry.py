@@ -27,5 +27,5 @@ def test_gpu_check_dry_run_covers_its_parts(tmp_path: Path) -> None:
     assert not [k for k, v in doc.items() if "error" in v], doc
     assert doc["timing"]["ops_compared"] == doc["timing"]["ops_expected"] == 90
     assert doc["overhead"]["traced_ns_per_op"] > 0
-    for which in ("tracer", "profiler"):  # both traces of the 2-process job analysed from the CLI
+    for which in ("tracer", "profiler"):  # both traces of the 2-process job analyzed from the CLI
         assert doc["job"][which]["verdict"] in ("healthy", "straggling"), doc["job"]

@@ -72,7 +72,7 @@ def analyze(job: Job, *, config: AnalysisConfig | DiagnoseConfig | None = None, 
             if issubclass(w.category, LaggardWarning) and str(w.message) not in res.warnings:
                 res.warnings.append(str(w.message))
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    report(phases, phases, "analysed")
+    report(phases, phases, "analyzed")
     return res
 
 

@@ -32,7 +32,7 @@ def analyze(
         "the Perfetto trace it links to beside it: NAME.perfetto.json.gz)."))] = None,
     perfetto_out: Annotated[Path | None, typer.Option("--perfetto", help=(
         "Write measured and idealised timelines as Chrome/Perfetto trace JSON."))] = None,
-    steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
+    steps: Annotated[str | None, typer.Option("--steps", help="Analyze only these steps, e.g. '10-20,25'.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
     healthy_threshold: HealthyOpt = None,
     layout: LayoutOpt = None,
@@ -130,7 +130,7 @@ def whatif(
         "Model untraced host gaps as host ops from this share of a step on (0: every gap; default 0.02)."))] = None,
     fmt: FormatOpt = "auto",
     meta: MetaOpt = None,
-    steps: Annotated[str | None, typer.Option("--steps", help="Analyse only these steps, e.g. '10-20,25'.")] = None,
+    steps: Annotated[str | None, typer.Option("--steps", help="Analyze only these steps, e.g. '10-20,25'.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help=(
         "Write the result as JSON to this file ('-' for stdout)."))] = None,
     layout: LayoutOpt = None,

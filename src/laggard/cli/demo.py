@@ -1,4 +1,4 @@
-"""The `laggard demo` command: a real traced training job, analysed. Light at import."""
+"""The `laggard demo` command: a real traced training job, analyzed. Light at import."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def demo(
     seed: Annotated[int, typer.Option("--seed", help=(
         "Seed of the model, the data order and the injected randomness."))] = 0,
     trace: Annotated[Path | None, typer.Option("--trace", help=(
-        "Analyse this existing trace instead of running the job (any trace laggard analyze reads)."))] = None,
+        "Analyze this existing trace instead of running the job (any trace laggard analyze reads)."))] = None,
     monitor: Annotated[bool, typer.Option("--monitor", help=(
         "Also stream the job live into a local collector (OUT/monitor.db) and print the dashboard address."))] = False,
     monitor_port: Annotated[int | None, typer.Option("--monitor-port", help=(
@@ -46,7 +46,7 @@ def demo(
     shot: Annotated[bool, typer.Option("--screenshot/--no-screenshot", help=(
         "Save a screenshot of the HTML report beside it (OUT/report.png) when Chromium is installed."))] = True,
 ) -> None:
-    """Train a small GPT on dp x pp CPU processes with the tracer on, analyse it, write the HTML report."""
+    """Train a small GPT on dp x pp CPU processes with the tracer on, analyze it, write the HTML report."""
     from laggard.demo.run import demo_config
     from laggard.errors import LaggardError
     from laggard.groundtruth.inject import parse_injections
@@ -66,9 +66,9 @@ def demo(
 
 
 def _run_and_report(cfg: JobConfig, injections: list[Injection], out: Path, collector: Any, shot: bool) -> None:
-    """Run the demo job (``cfg``, with ``injections``), analyse its trace and write and name the
+    """Run the demo job (``cfg``, with ``injections``), analyze its trace and write and name the
     reports; the local collector (``collector``, when there is one) is stopped if the run fails."""
-    from laggard.demo.run import DemoOutput, analyse_and_report, pre_action, run_traced_job, summary_lines
+    from laggard.demo.run import DemoOutput, analyze_and_report, pre_action, run_traced_job, summary_lines
     from laggard.errors import LaggardError
     from laggard.optable.tracedir import JOB_FILE
     from laggard.report.terminal import print_summary
@@ -88,7 +88,7 @@ def _run_and_report(cfg: JobConfig, injections: list[Injection], out: Path, coll
         typer.echo(f"laggard: warning: demo job rank {rank}: {why}", err=True)
     if not (Path(cfg.trace_dir or "") / JOB_FILE).exists():
         raise LaggardError("the demo job wrote no trace" + (" (it failed)" if job.failures else ""))
-    result, paths, _ = analyse_and_report(Path(cfg.trace_dir or ""), out)
+    result, paths, _ = analyze_and_report(Path(cfg.trace_dir or ""), out)
     print_summary(result)
     pre = pre_action(Path(cfg.trace_dir or ""), job, cfg)
     for line in summary_lines(DemoOutput(analysis=result, paths=paths, job=job, config=cfg, pre_action=pre)):
@@ -102,11 +102,11 @@ def _run_and_report(cfg: JobConfig, injections: list[Injection], out: Path, coll
 
 
 def _report_trace(trace: Path, out: Path, shot: bool) -> None:
-    """``--trace``: analyse an existing trace and write the demo's reports, nothing run."""
-    from laggard.demo.run import analyse_and_report
+    """``--trace``: analyze an existing trace and write the demo's reports, nothing run."""
+    from laggard.demo.run import analyze_and_report
     from laggard.report.terminal import print_summary
 
-    result, paths, _ = analyse_and_report(trace, out)
+    result, paths, _ = analyze_and_report(trace, out)
     print_summary(result)
     for kind, p in paths.items():
         typer.echo(f"wrote {kind}: {p}")

@@ -1,4 +1,4 @@
-"""`laggard fleet`: analyse every job under the given paths, write fleet.parquet, hosts.parquet and fleet.html."""
+"""`laggard fleet`: analyze every job under the given paths, write fleet.parquet, hosts.parquet and fleet.html."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ def fleet(
     resume: Annotated[bool, typer.Option("--resume", help=(
         "Continue an earlier run in --out: skip the jobs it already has rows for."))] = False,
     workers: Annotated[int | None, typer.Option("--workers", "-w", help=(
-        "Worker processes (default: one per CPU; 0: analyse in this process)."))] = None,
+        "Worker processes (default: one per CPU; 0: analyze in this process)."))] = None,
     healthy_threshold: HealthyOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
 ) -> None:
-    """Analyse many jobs (the `analyze` pipeline on each): one row per job and a fleet report."""
+    """Analyze many jobs (the `analyze` pipeline on each): one row per job and a fleet report."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -50,7 +50,7 @@ def fleet(
 
     cfg = FleetConfig(analysis=AnalysisConfig(healthy_threshold=healthy_threshold), job_cache=job_cache())
     console = Console(stderr=True, highlight=False)
-    progress = Progress(TextColumn("analysing jobs"), BarColumn(), MofNCompleteColumn(),
+    progress = Progress(TextColumn("analyzing jobs"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
                         TimeRemainingColumn(), console=console, disable=quiet, transient=True)
     task = progress.add_task("fleet", total=None, rate="")
@@ -72,7 +72,7 @@ def fleet(
     write_hosts(hosts, out)
     goodput = fleet_goodput(run.parquet)
     html = write_fleet_html(stats, out / "fleet.html", hosts=hosts, goodput=goodput)
-    dump_json({"run": {"num_jobs": run.num_jobs, "num_skipped": run.num_skipped, "num_analysed": run.num_analysed,
+    dump_json({"run": {"num_jobs": run.num_jobs, "num_skipped": run.num_skipped, "num_analyzed": run.num_analyzed,
                        "wall_s": run.wall_s, "first_row_s": run.first_row_s, "engine": run.engine,
                        "workers": run.workers}, **stats.to_json(), "hosts": hosts.to_json(top=20),
                "goodput": goodput.to_json()},

@@ -57,7 +57,7 @@ def serve(
     token: Annotated[str | None, typer.Option("--token", help=(
         "Bearer token (default: LAGGARD_TOKEN, else the stored one, else a new one printed once)."))] = None,
     window_steps: Annotated[int, typer.Option("--window-steps", help=(
-        "Steps per analysis window (re-analysed every window/2 steps)."))] = 6,
+        "Steps per analysis window (re-analyzed every window/2 steps)."))] = 6,
     webhook: Annotated[list[str] | None, typer.Option("--webhook", help=(
         "POST each alert as JSON to this URL (repeatable)."))] = None,
     metrics_top_k: Annotated[int, typer.Option("--metrics-top-k", help=(
@@ -75,7 +75,7 @@ def serve(
     hang_report_bytes_per_job: Annotated[int, typer.Option("--hang-report-bytes-per-job", help=(
         "... and their bytes per job (at least --max-report-bytes)."))] = 256 * 2**20,
     analysis_workers: Annotated[int, typer.Option("--analysis-workers", help=(
-        "Processes analysing windows (jobs side by side); about one per 2 jobs of 1,024 ranks at 1 step/s."))] = 2,
+        "Processes analyzing windows (jobs side by side); about one per 2 jobs of 1,024 ranks at 1 step/s."))] = 2,
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
     insecure: Insecure = False,

@@ -1,4 +1,4 @@
-"""`laggard run`: launch a training script as torchrun does, traced in every rank, then analyse it.
+"""`laggard run`: launch a training script as torchrun does, traced in every rank, then analyze it.
 
 The launch is torch's own (``torch.distributed.run``: the same rendezvous, restarts and signal
 handling as ``torchrun``), with each rank's entry point replaced by ``python -m
@@ -68,7 +68,7 @@ def run(
                                "(several comma-separated: failed over in turn)."))] = None,
     token: Annotated[str | None, typer.Option("--token", help="The collector's token (with --monitor-url).")] = None,
     no_analyze: Annotated[bool, typer.Option(
-        "--no-analyze", help="Only write the trace: do not load or analyse it at the end.")] = False,
+        "--no-analyze", help="Only write the trace: do not load or analyze it at the end.")] = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No launcher log lines and no analysis summary (the trace is still loaded and "
                               "checked, so its warnings show); the script's output, errors and where the trace "
@@ -105,10 +105,10 @@ def run(
     code, failure = _launch(flags, boot_args, env, trace_dir, quiet=quiet)
     traced = _has_ops(trace_dir)
     _say_where(trace_dir, failure, traced)
-    analysed = False
+    analyzed = False
     if traced and not no_analyze:
-        analysed = _analyse(trace_dir, quiet=quiet)
-    for line in _trace_problems(trace_dir, world, analysed):
+        analyzed = _analyze(trace_dir, quiet=quiet)
+    for line in _trace_problems(trace_dir, world, analyzed):
         _warn(line)
     if code:
         raise typer.Exit(code)
@@ -353,20 +353,20 @@ def _has_ops(trace_dir: Path) -> bool:
     return trace_dir.is_dir() and any(SHARD_RE.match(p.name) for p in trace_dir.iterdir())
 
 
-def _analyse(trace_dir: Path, *, quiet: bool) -> bool:
-    """What `laggard analyze DIR` prints; a trace that cannot be analysed is a warning (the script's exit
+def _analyze(trace_dir: Path, *, quiet: bool) -> bool:
+    """What `laggard analyze DIR` prints; a trace that cannot be analyzed is a warning (the script's exit
     code stands). Whether it was loaded (its loader then warned about missing or dead ranks)."""
     from laggard.cli.analyze import analyze
 
     try:
         analyze([trace_dir], quiet=quiet)
     except LaggardError as e:
-        _warn(f"cannot analyse the trace: {e}")
+        _warn(f"cannot analyze the trace: {e}")
         return False
     return True
 
 
-def _trace_problems(trace_dir: Path, world: int | None, analysed: bool) -> list[str]:
+def _trace_problems(trace_dir: Path, world: int | None, analyzed: bool) -> list[str]:
     """What the trace lacks, where no load said it: the tracer's own checks (``check_trace``) when it
     was not loaded, and the ranks the launch started that left no file at all when job.json does not
     give the world size (the loader compares with that)."""
@@ -374,7 +374,7 @@ def _trace_problems(trace_dir: Path, world: int | None, analysed: bool) -> list[
 
     from laggard.optable.tracedir import JOB_FILE, check_trace, rank_of
 
-    lines = [] if analysed else [line if line.startswith(f"{trace_dir}:") else f"{trace_dir}: {line}"
+    lines = [] if analyzed else [line if line.startswith(f"{trace_dir}:") else f"{trace_dir}: {line}"
                                  for line in check_trace(trace_dir)]
     try:
         job_world = json.loads((trace_dir / JOB_FILE).read_text()).get("world_size")

@@ -1,2 +1,2 @@
 """The demo application: a real traced training job (``examples/demo_job.py``) started on one
-process per rank (``launch``), then analysed and reported (``run``)."""
+process per rank (``launch``), then analyzed and reported (``run``)."""

@@ -1,4 +1,4 @@
-"""`laggard demo`: train the real demo job traced, analyse the trace, write the reports.
+"""`laggard demo`: train the real demo job traced, analyze the trace, write the reports.
 
 No printing here (the CLI prints). What each injected cause should look like in the analysis is
 spelled out in ``expectations``, so the demo can say whether the analysis found it.
@@ -55,7 +55,7 @@ class PreAction:
     steps: Span
     warmup_steps: int  # trace step = controller step + this (the untraced warm-up steps come first)
     analysis: Analysis | None = None
-    why_not: str = ""  # when ``analysis`` is None: why those steps could not be analysed
+    why_not: str = ""  # when ``analysis`` is None: why those steps could not be analyzed
 
     @property
     def trace_steps(self) -> tuple[int, int]:
@@ -86,8 +86,8 @@ def run_traced_job(cfg: JobConfig, *, on_progress: Callable[[int, int, float | N
     return run_job(cfg, on_progress=on_progress)
 
 
-def analyse_and_report(trace: Path, out_dir: Path) -> tuple[Analysis, dict[str, Path], list[str]]:
-    """Analyse a trace (warning about missing ranks and lost tails) and write JSON, HTML, Perfetto."""
+def analyze_and_report(trace: Path, out_dir: Path) -> tuple[Analysis, dict[str, Path], list[str]]:
+    """Analyze a trace (warning about missing ranks and lost tails) and write JSON, HTML, Perfetto."""
     from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
     from laggard.optable.tracedir import warn_trace
@@ -276,7 +276,7 @@ def act_lines(job: JobResult, cfg: JobConfig) -> list[str]:
 
 
 def pre_action(trace: Path, job: JobResult, cfg: JobConfig) -> PreAction | None:
-    """``--act``: analyse the steps before the controller's first action that changed the job (None:
+    """``--act``: analyze the steps before the controller's first action that changed the job (None:
     no such action)."""
     from laggard.analysis.pipeline import analyze
     from laggard.io import load_job
@@ -291,7 +291,7 @@ def pre_action(trace: Path, job: JobResult, cfg: JobConfig) -> PreAction | None:
             warnings.simplefilter("ignore")
             out.analysis = analyze(load_job(trace, steps=f"{lo}-{hi}"), diagnose=False)
     except LaggardError as e:
-        out.why_not = f"trace steps {lo}-{hi} could not be analysed ({e})"
+        out.why_not = f"trace steps {lo}-{hi} could not be analyzed ({e})"
     return out
 
 

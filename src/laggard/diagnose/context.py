@@ -1,4 +1,4 @@
-"""Per-op views of the analysed job that every detector reads, and the grouped statistics they share."""
+"""Per-op views of the analyzed job that every detector reads, and the grouped statistics they share."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def diagnose(res: Analysis, *, threshold: float | None = None, config: DiagnoseConfig | None = None) -> Diagnosis:
-    """Findings for an analysed job, strongest first; a healthy job (slowdown below ``threshold``)
+    """Findings for an analyzed job, strongest first; a healthy job (slowdown below ``threshold``)
     gets none. Each finding with a what-if carries the ``laggard whatif`` command that replays it on
     the job's own files (``Finding.command``)."""
     if res.base is None:

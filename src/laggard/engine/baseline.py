@@ -212,7 +212,7 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
         import pyarrow as pa
 
         if len(bad) == len(graph.steps):
-            raise LaggardError("every step has a collective with missing participants; nothing to analyse")
+            raise LaggardError("every step has a collective with missing participants; nothing to analyze")
         keep = pa.array(~np.isin(job.column("step"), bad))
         job = Job(table=job.table.filter(keep), meta=job.meta, warnings=job.warnings, load_args=job.load_args)
         graph = build_graph(job)

@@ -31,7 +31,7 @@ class Batcher:
             self._jobs += 1
 
     def estimate_s(self, spec: JobSpec) -> float | None:
-        """Expected seconds to analyse ``spec``; None before any job has finished."""
+        """Expected seconds to analyze ``spec``; None before any job has finished."""
         if self._jobs == 0:
             return None
         if self._bytes > 0 and spec.size_bytes > 0:

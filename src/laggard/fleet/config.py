@@ -11,7 +11,7 @@ from laggard.io.cache import JobCacheConfig
 
 @dataclass(kw_only=True, slots=True)
 class FleetConfig:
-    # how each job is analysed: the same settings as `laggard analyze` (a fleet row is that command's result)
+    # how each job is analyzed: the same settings as `laggard analyze` (a fleet row is that command's result)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     # where each job's loaded op table is cached (laggard.io.cache), so a fleet run again over mostly the
     # same jobs reads only the new ones' traces; None (the library's default): no cache. `laggard fleet`
@@ -29,7 +29,7 @@ class FleetConfig:
     # above this more than half of each step is time no traced op accounts for (untraced CPU gaps,
     # data loading): the trace misses most of the work. Launch delays of a few ms per op stay below
     max_fidelity: float = 2.0
-    # small jobs are analysed in batches that take at least this long, so that the per-task cost
+    # small jobs are analyzed in batches that take at least this long, so that the per-task cost
     # of the engine (pickling, IPC, Ray scheduling: ~1-10 ms) stays a small share of the work
     batch_target_s: float = 0.1
     # a batch never holds more jobs than this (the first results arrive early; one slow batch

@@ -31,7 +31,7 @@ NOT_TRACES = {JOB_FILE, "truth.json"}
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class JobSpec:
-    """One job to analyse: where it lies and how big it is (for batching)."""
+    """One job to analyze: where it lies and how big it is (for batching)."""
 
     job: str  # id: absolute path or URL
     path: str  # local path, or the path inside ``protocol``'s filesystem

@@ -11,7 +11,7 @@
 * ``inline`` (``--workers 0``): in this process, one batch at a time (debugging, tiny fleets).
 
 On this machine (``local``, ``inline``) the process that analyses a batch also writes its JSON
-documents and rows (``writer.analyse_and_write``); a Ray task sends them back to the driver.
+documents and rows (``writer.analyze_and_write``); a Ray task sends them back to the driver.
 ``map`` pulls batches lazily (a bounded number in flight), so memory does not grow with the fleet.
 A batch whose worker dies (out of memory, a crash in native code) is retried one job at a time;
 a job that kills its worker again becomes an error row.
@@ -29,14 +29,14 @@ from laggard.fleet.config import FleetConfig
 from laggard.fleet.discover import JobSpec
 from laggard.fleet.rows import error_row
 from laggard.fleet.task import JobResult, run_batch
-from laggard.fleet.writer import analyse_and_write
+from laggard.fleet.writer import analyze_and_write
 
 ENGINES = ("local", "ray")
 # imported once in the fork server, so that no worker pays for them on its first job
 PRELOAD = ("laggard.fleet.task", "laggard.fleet.writer", "laggard.startup", "laggard.io", "laggard.io.native",
            "laggard.io.ndtimeline.load", "laggard.whatif.core", "laggard.diagnose", "laggard.engine.arrivals",
            "laggard.report.html", "laggard.report.jsonout")
-DIED = "the worker process died analysing this job (out of memory, or a crash in native code)"
+DIED = "the worker process died analyzing this job (out of memory, or a crash in native code)"
 
 
 class Engine(Protocol):
@@ -58,7 +58,7 @@ class InlineEngine:
 
     def map(self, batches: Iterator[list[JobSpec]], cfg: FleetConfig, out_dir: str) -> Iterator[list[JobResult]]:
         for b in batches:
-            yield analyse_and_write(b, cfg, out_dir)
+            yield analyze_and_write(b, cfg, out_dir)
 
     def close(self) -> None:
         pass
@@ -116,7 +116,7 @@ class LocalEngine:
         self._pool = self._pool or self._new_pool()
         while True:
             while len(inflight) < limit and (item := feeder.next()) is not None:
-                inflight[self._pool.submit(analyse_and_write, item[0], cfg, out_dir)] = item
+                inflight[self._pool.submit(analyze_and_write, item[0], cfg, out_dir)] = item
             if not inflight:
                 return
             done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)

@@ -8,7 +8,7 @@ them are the job's GPU-hours; the hang's whole window is lost to the hang; the s
 the analysis' wasted GPU-hours less their share in the hang's window (a hung step is a hang, not a
 straggler: the analysis sees it as one very slow step), and the rest is productive.
 Across the fleet (:func:`fleet_goodput`, read back from ``fleet.parquet`` a row group at a time):
-the sums over analysed jobs, the stragglers' loss split by cause with each job's findings (shares
+the sums over analyzed jobs, the stragglers' loss split by cause with each job's findings (shares
 over 1 scaled down, as the by-cause split of ``laggard.fleet.stats``), and the jobs that lost most.
 """
 
@@ -60,7 +60,7 @@ class FleetGoodput:
     stragglers: float = 0.0
     hangs: float = 0.0
     stragglers_by_cause: dict[str, float] = field(default_factory=dict)
-    num_jobs: int = 0  # analysed jobs with a known size
+    num_jobs: int = 0  # analyzed jobs with a known size
     num_hung_jobs: int = 0
     hang_verdicts: dict[str, int] = field(default_factory=dict)
     worst_jobs: list[dict[str, Any]] = field(default_factory=list)  # by GPU-hours lost
@@ -109,7 +109,7 @@ def fleet_goodput(parquet: str | Path, *, worst: int = WORST_JOBS) -> FleetGoodp
 
 
 def _add_job(out: FleetGoodput, row: dict[str, Any]) -> tuple[float, dict[str, Any]] | None:
-    """Add one row; returns (GPU-hours lost, the job's line) for an analysed job of known size."""
+    """Add one row; returns (GPU-hours lost, the job's line) for an analyzed job of known size."""
     gh, ghw = row["gpu_hours"], row["gpu_hours_wasted"]
     if row["status"] != "ok" or gh is None or ghw is None or not (math.isfinite(gh) and math.isfinite(ghw)):
         return None

@@ -1,7 +1,7 @@
 """The fleet per host: which machines keep showing up as the straggler across jobs ("lemon nodes").
 
 Read from ``fleet.parquet`` alone (each row's ``hosts``: rank -> host, and its findings), a row
-group at a time. For every host: the jobs it ran in (analysed jobs whose trace names it), the jobs
+group at a time. For every host: the jobs it ran in (analyzed jobs whose trace names it), the jobs
 in which a finding about a machine named one of its ranks, and the GPU-hours its slowness cost the
 job: each such finding's share of the job's wasted GPU-hours (shares over 1 in total scaled down,
 as the fleet's by-cause split does), divided among the hosts it names by their number of named
@@ -30,7 +30,7 @@ HOSTS_SCHEMA = pa.schema([
     ("rank", pa.int64()),  # 1 = the host that cost the most
     ("host", pa.string()),
     ("verdict", pa.string()),  # chronic | occasional | one-off | clean
-    ("num_jobs", pa.int64()),  # analysed jobs it ran in
+    ("num_jobs", pa.int64()),  # analyzed jobs it ran in
     ("num_named", pa.int64()),  # of them, jobs in which a finding named one of its ranks
     ("named_share", pa.float64()),
     ("gpu_hours_cost", pa.float64()),  # the job GPU-hours its slowness cost (see the module)
@@ -67,8 +67,8 @@ class HostRow:
 @dataclass(kw_only=True, slots=True)
 class HostsView:
     hosts: list[HostRow]  # ranked
-    num_jobs_with_hosts: int  # analysed jobs whose trace names its hosts
-    num_jobs_without_hosts: int  # analysed jobs that do not (left out of this view)
+    num_jobs_with_hosts: int  # analyzed jobs whose trace names its hosts
+    num_jobs_without_hosts: int  # analyzed jobs that do not (left out of this view)
 
     def to_json(self, top: int | None = None) -> dict[str, Any]:
         return {"num_jobs_with_hosts": self.num_jobs_with_hosts, "num_jobs_without_hosts": self.num_jobs_without_hosts,
@@ -116,7 +116,7 @@ def _straggler_loss(r: dict[str, Any]) -> float:
 
 def _add_job(rows: dict[str, HostRow], job: str, lost: float, findings: list[dict[str, Any]],
              hosts: list[dict[str, Any]], cfg: FleetConfig) -> None:
-    """One analysed job's part of every host's numbers."""
+    """One analyzed job's part of every host's numbers."""
     host_of: dict[int, str] = {}
     for e in hosts:
         name = e.get("host") or e.get("gpu_uuid")  # one GPU is one place when no host name is known

@@ -3,7 +3,7 @@
 Sections: headline numbers; CDFs of slowdown and waste; GPU-hours wasted by cause and by op kind;
 top causes; goodput (productive GPU-hours, lost to stragglers by cause and to hangs); slowdown against
 job size; the top jobs by GPU-hours wasted with their findings; hosts ranked by what their slowness
-cost (``laggard.fleet.hosts``); coverage (analysed, rejected, failed and why).
+cost (``laggard.fleet.hosts``); coverage (analyzed, rejected, failed and why).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ def _kpi(label: str, value: str, sub: str) -> str:
 def _kpis(s: FleetStats) -> str:
     ok = s.by_status.get("ok", 0)
     cards = [
-        _kpi("Jobs analysed", f"{ok:,} of {s.num_jobs:,}",
+        _kpi("Jobs analyzed", f"{ok:,} of {s.num_jobs:,}",
              f"{s.by_status.get('rejected', 0):,} rejected, {s.by_status.get('error', 0):,} failed (see coverage)"),
         _kpi(f"Jobs with S ≥ {s.straggling_slowdown:g}", _pct(s.straggling_share),
-             "of the analysed jobs run at least 10% slower than without stragglers"),
+             "of the analyzed jobs run at least 10% slower than without stragglers"),
         _kpi("GPU-hours wasted", f"{s.gpu_hours_wasted:,.2f}",
              f"of {s.gpu_hours:,.2f} traced ({_pct(s.gpu_hours_wasted / s.gpu_hours if s.gpu_hours else None)})"
              + (f"; {s.num_without_gpu_hours} jobs of unknown size left out" if s.num_without_gpu_hours else "")),
@@ -79,7 +79,7 @@ def _top_jobs(s: FleetStats) -> str:
             for f in j["findings"]) or "no finding"
         rows.append([str(i), escape(j["job"]), f"{j['slowdown']:.3f}", f"{j['num_gpus']:,}",
                      f"{j['gpu_hours_wasted']:,.3g}", finds])
-    body = _table(["#", "job", "S", "GPUs", "GPU-h wasted", "findings"], rows) if rows else "<p>No analysed jobs.</p>"
+    body = _table(["#", "job", "S", "GPUs", "GPU-h wasted", "findings"], rows) if rows else "<p>No analyzed jobs.</p>"
     return section(f"Top {len(rows)} jobs by GPU-hours wasted", body, id="top-jobs",
                    lead="Fix these first; each job's full analysis is in jobs/*.json beside fleet.parquet.")
 
@@ -109,7 +109,7 @@ def _hosts(view: HostsView | None) -> str:
     if view is None:
         return ""
     if not view.hosts:
-        return section("Hosts", "<p>No analysed job's trace names its hosts (the Tracer records them in job.json; "
+        return section("Hosts", "<p>No analyzed job's trace names its hosts (the Tracer records them in job.json; "
                                 "profiler traces carry host_name in newer versions).</p>", id="hosts")
     rows = []
     for i, h in enumerate(view.hosts[:HOSTS_SHOWN], 1):
@@ -121,10 +121,10 @@ def _hosts(view: HostsView | None) -> str:
                      named or "-"])
     body = _table(["#", "host", "verdict", "jobs", "named in", "GPU-h cost", "causes", "jobs named in"], rows)
     more = f" {len(view.hosts) - HOSTS_SHOWN} more in hosts.parquet." if len(view.hosts) > HOSTS_SHOWN else ""
-    left = (f" {view.num_jobs_without_hosts:,} analysed jobs name no host and are left out."
+    left = (f" {view.num_jobs_without_hosts:,} analyzed jobs name no host and are left out."
             if view.num_jobs_without_hosts else "")
     return section("Hosts that keep straggling", body, id="hosts",
-                   lead="Per host: the analysed jobs it ran in, how many of them had a finding (slow worker, link, "
+                   lead="Per host: the analyzed jobs it ran in, how many of them had a finding (slow worker, link, "
                         "host time) naming one of its ranks, and the GPU-hours that cost the job (all its GPUs wait). "
                         "Chronic: named in several jobs and a good share of its jobs; one-off: once." + more + left)
 
@@ -133,10 +133,10 @@ def _coverage(s: FleetStats) -> str:
     status = _table(["status", "jobs"], [[escape(k), f"{v:,}"] for k, v in sorted(s.by_status.items())])
     reasons = _table(["reason", "jobs", "example"], [
         [escape(k), f"{n:,}", escape(s.failure_examples.get(k, ""))] for k, n in s.failure_reasons.items()
-    ]) if s.failure_reasons else "<p>Every job was analysed.</p>"
+    ]) if s.failure_reasons else "<p>Every job was analyzed.</p>"
     return section("Coverage", status + reasons, id="coverage",
-                   lead="Rejected jobs were analysed but their numbers are not trusted (too few steps, a replay "
-                        "that does not fit the trace); failed jobs could not be read or analysed.")
+                   lead="Rejected jobs were analyzed but their numbers are not trusted (too few steps, a replay "
+                        "that does not fit the trace); failed jobs could not be read or analyzed.")
 
 
 def render_fleet_html(s: FleetStats, *, title: str = "laggard fleet report", hosts: HostsView | None = None,
@@ -145,7 +145,7 @@ def render_fleet_html(s: FleetStats, *, title: str = "laggard fleet report", hos
         f'<header class="top"><div class="brand">laggard · fleet report</div><h1>{escape(title)}</h1></header>',
         _kpis(s),
         section("How slow are the jobs?", charts.cdf_svg(s.slowdown, s.waste, threshold=s.straggling_slowdown),
-                id="cdf", lead="Cumulative share of analysed jobs by slowdown S = T / T_ideal and waste 1 - 1/S."),
+                id="cdf", lead="Cumulative share of analyzed jobs by slowdown S = T / T_ideal and waste 1 - 1/S."),
         *_waste_sections(s),
         _goodput(goodput),
         section("Slowdown against job size", charts.size_svg(s.size_gpus, s.size_slowdown, corr=s.spearman_size),

@@ -2,9 +2,9 @@
 
 A row is built only from the job's analysis (``Analysis.to_json()``, the document
 ``laggard analyze --json`` writes; ``s_compute``/``s_comm`` are its ``by_opkind``) plus the replay
-error the task computes from the same analysis. Status: ``ok``; ``rejected`` (analysed, but the numbers are not to
+error the task computes from the same analysis. Status: ``ok``; ``rejected`` (analyzed, but the numbers are not to
 be trusted: too few steps, replay fidelity out of bounds; kept with their numbers, left out of the
-fleet statistics); ``error`` (could not be read or analysed; ``error`` says why).
+fleet statistics); ``error`` (could not be read or analyzed; ``error`` says why).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ SCHEMA = pa.schema([
     ("replay_error", pa.float64()),  # mean |replayed - wall-clock| / wall-clock per step
     ("num_warnings", pa.int64()),
     ("size_bytes", pa.int64()),
-    ("wall_s", pa.float64()),  # seconds to read and analyse the job
+    ("wall_s", pa.float64()),  # seconds to read and analyze the job
     ("json", pa.string()),  # the per-job analysis document, relative to the output directory
     ("hosts", pa.list_(HOST)),  # every rank's host and GPU the trace names (empty: it names none)
     # a hang found beside the trace (laggard.hang.window: hang | desync | missing-ranks; null: none)
@@ -127,7 +127,7 @@ def analysis_row(base_row: dict[str, Any], doc: dict[str, Any], *, replay_error:
 def add_goodput(row: dict[str, Any], hang: Any = None, *, num_gpus: int | None = None,
                 trace_span_ns: tuple[int, int] | None = None) -> None:
     """The hang columns from ``hang`` (a ``laggard.hang.window.HangWindow`` or None) and the job's
-    goodput (``laggard.fleet.goodput.job_goodput``) into an analysed row."""
+    goodput (``laggard.fleet.goodput.job_goodput``) into an analyzed row."""
     from laggard.fleet.goodput import job_goodput
 
     hung = hung_traced = 0.0

@@ -1,4 +1,4 @@
-"""A fleet run: discover the jobs, skip those done (``resume``), analyse the rest on an engine in
+"""A fleet run: discover the jobs, skip those done (``resume``), analyze the rest on an engine in
 batches, write each batch's rows as it finishes, merge them into ``fleet.parquet``.
 
 Library code: progress goes to the ``on_progress(done, total)`` callback, nothing is printed.
@@ -25,7 +25,7 @@ class FleetRun:
     parquet: Path
     num_jobs: int  # jobs found
     num_skipped: int  # already done (resume)
-    num_analysed: int  # rows written by this run
+    num_analyzed: int  # rows written by this run
     wall_s: float
     first_row_s: float | None  # seconds from the start of the run to its first row on disk
     engine: str
@@ -80,6 +80,6 @@ def run_fleet(
     else:
         num_workers = 0
     parquet = writer.finalize()
-    return FleetRun(parquet=parquet, num_jobs=len(specs), num_skipped=num_skipped, num_analysed=writer.num_rows,
+    return FleetRun(parquet=parquet, num_jobs=len(specs), num_skipped=num_skipped, num_analyzed=writer.num_rows,
                     wall_s=time.perf_counter() - t0, first_row_s=first_row_s, engine=engine, workers=num_workers,
                     status_counts=counts)

@@ -32,7 +32,7 @@ JOBS_DIR = "jobs"
 class JobResult:
     row: dict[str, Any]
     doc: bytes | None  # the analysis as `laggard analyze --json` writes it; None when it failed
-    # the worker already wrote the JSON document and the row (laggard.fleet.writer.analyse_and_write)
+    # the worker already wrote the JSON document and the row (laggard.fleet.writer.analyze_and_write)
     written: bool = False
 
 
@@ -43,7 +43,7 @@ def json_name(job: str) -> str:
 
 
 def run_batch(specs: list[JobSpec], cfg: FleetConfig) -> list[JobResult]:
-    """Analyse each job of a batch in turn (the unit an engine schedules)."""
+    """Analyze each job of a batch in turn (the unit an engine schedules)."""
     return [run_job(s, cfg) for s in specs]
 
 
@@ -54,17 +54,17 @@ def run_job(spec: JobSpec, cfg: FleetConfig) -> JobResult:
             # the pipeline records its warnings in the analysis (and the row counts them); a worker
             # process has no terminal to print them to
             warnings.simplefilter("ignore")
-            return _analyse(spec, cfg, t0)
+            return _analyze(spec, cfg, t0)
     except LaggardError as e:
         reason = str(e)
     except MemoryError:
-        reason = "out of memory while analysing the job"
+        reason = "out of memory while analyzing the job"
     except Exception as e:  # a bug on one job's data must not stop a fleet of thousands
         reason = f"internal error: {type(e).__name__}: {e}".splitlines()[0]
     return JobResult(row=error_row(spec.job, spec.fmt, spec.size_bytes, reason, time.perf_counter() - t0), doc=None)
 
 
-def _analyse(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
+def _analyze(spec: JobSpec, cfg: FleetConfig, t0: float) -> JobResult:
     from laggard.analysis.pipeline import analyze
     from laggard.hang.window import find_hang
     from laggard.io import load_job

@@ -21,9 +21,9 @@ def _pct(x: float | None) -> str:
 def run_line(run: FleetRun) -> str:
     """What this run did: its own jobs by status, the jobs an earlier run had done, where and how fast."""
     c = run.status_counts
-    n = run.num_analysed
-    done = (f"{n:,} job{'s' if n != 1 else ''} analysed in this run: {c.get('ok', 0):,} ok, "
-            f"{c.get('rejected', 0):,} rejected, {c.get('error', 0):,} failed") if n else "no job left to analyse"
+    n = run.num_analyzed
+    done = (f"{n:,} job{'s' if n != 1 else ''} analyzed in this run: {c.get('ok', 0):,} ok, "
+            f"{c.get('rejected', 0):,} rejected, {c.get('error', 0):,} failed") if n else "no job left to analyze"
     earlier = f"; {run.num_skipped:,} done by an earlier run, skipped" if run.num_skipped else ""
     if not n:
         return done + earlier
@@ -38,7 +38,7 @@ def print_fleet_summary(run: FleetRun, s: FleetStats, html: str | None, console:
     con = console or Console(highlight=False)
     con.print(f"[bold]laggard fleet[/]  {run_line(run)}")
     if run.num_skipped:  # the figures below are the whole fleet's, earlier runs' rows included
-        con.print(f"the fleet in {run.parquet.parent}: {s.num_jobs:,} jobs, {s.by_status.get('ok', 0):,} analysed, "
+        con.print(f"the fleet in {run.parquet.parent}: {s.num_jobs:,} jobs, {s.by_status.get('ok', 0):,} analyzed, "
                   f"{s.by_status.get('rejected', 0):,} rejected, {s.by_status.get('error', 0):,} failed")
     if len(s.slowdown):
         con.print(f"jobs with S >= {s.straggling_slowdown:g}: [bold]{_pct(s.straggling_share)}[/]   median S "

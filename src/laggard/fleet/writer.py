@@ -2,8 +2,8 @@
 
 Each finished batch becomes one small Parquet part, its rows sorted by job (written to a temporary
 name, then renamed: a part is whole or absent) in ``DIR/.fleet-parts/``, after the batch's JSON
-documents. On the local engine the worker that analysed the batch writes both
-(``analyse_and_write``: the driver shares no cores' worth of serialising with the workers); on Ray
+documents. On the local engine the worker that analyzed the batch writes both
+(``analyze_and_write``: the driver shares no cores' worth of serialising with the workers); on Ray
 the task may run on another machine, so the driver writes what the task sends back.
 ``finalize`` merges the earlier ``fleet.parquet`` (on resume) and the parts into a new
 ``fleet.parquet`` sorted by job, one row per job (a crash between the rename and the clean-up
@@ -65,8 +65,8 @@ def write_part(parts_dir: Path, rows: list[dict]) -> None:
         raise LaggardError(f"{parts_dir}: cannot write rows ({e.strerror or e})") from None
 
 
-def analyse_and_write(specs: list[JobSpec], cfg: FleetConfig, out_dir: str) -> list[JobResult]:
-    """The worker's side of a local batch: analyse, write documents and rows, send back the rows only."""
+def analyze_and_write(specs: list[JobSpec], cfg: FleetConfig, out_dir: str) -> list[JobResult]:
+    """The worker's side of a local batch: analyze, write documents and rows, send back the rows only."""
     results = run_batch(specs, cfg)
     out = Path(out_dir)
     write_docs(out, results)

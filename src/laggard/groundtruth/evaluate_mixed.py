@@ -205,7 +205,7 @@ class MixOutcome:
 
 
 def run_mixed(sc: MixScenario) -> MixOutcome:
-    """Simulate with truth, analyse once, diagnose jointly and with the single-cause baseline."""
+    """Simulate with truth, analyze once, diagnose jointly and with the single-cause baseline."""
     from laggard.analysis.pipeline import analyze
     from laggard.diagnose import DiagnoseConfig, diagnose
 

@@ -58,7 +58,7 @@ class JobCacheConfig:
 
     directory: Path
     # 4 GiB: trace-AR's entry is 14 MB, a 4,096-worker job's (7.7M ops) about 1 GB; a handful of
-    # big jobs fit, and the user's cache directory is not filled by one that is analysed once
+    # big jobs fit, and the user's cache directory is not filled by one that is analyzed once
     max_bytes: int = 4 << 30
     # 2 s: file-system timestamps move in ticks of up to a few ms (ext4 with the kernel's coarse
     # clock), some file systems in 1-2 s (FAT, some network mounts); a file changed in place within a

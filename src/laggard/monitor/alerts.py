@@ -128,7 +128,7 @@ class RuleState:
         return False
 
     def of_job(self, job_id: str) -> dict[str, Any]:
-        """The job's part, as JSON: what the next collector to analyse the job needs so that it goes
+        """The job's part, as JSON: what the next collector to analyze the job needs so that it goes
         on counting windows where this one stopped and does not fire again what fired here."""
         return {"counts": sorted([r, s, n] for (j, r, s), n in self.counts.items() if j == job_id),
                 "fired": sorted([r, s] for j, r, s in self.fired if j == job_id),

@@ -119,7 +119,7 @@ def _job_routes(app: FastAPI, collector: Collector) -> None:
         if win.result is None:
             by = collector.cluster.owner_of(job_id)
             if by is not None and not by["this"]:  # its batches may go to the others: its analysis is there
-                raise HTTPException(409, f"job {job_id!r} is analysed by collector {by['collector']} ({by['url']})")
+                raise HTTPException(409, f"job {job_id!r} is analyzed by collector {by['collector']} ({by['url']})")
             raise HTTPException(409, f"job {job_id!r} has no complete window yet"
                                 + (f" ({win.error})" if win.error else ""))
         from laggard.report.jsonout import dumps

@@ -31,7 +31,7 @@ from laggard.errors import LaggardError
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LeaseConfig:
-    # a killed collector's jobs are analysed by another within about lease_s + renew_s
+    # a killed collector's jobs are analyzed by another within about lease_s + renew_s
     lease_s: float = 15.0
     renew_s: float = 3.0
     # batches another collector stored are read again for this long after they were first seen: a

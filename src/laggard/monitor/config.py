@@ -11,12 +11,12 @@ from laggard.monitor.cluster import LeaseConfig
 @dataclass(kw_only=True, slots=True)
 class MonitorConfig:
     # ... or after any newly completed step once no batch came for this long (a job that paused or
-    # ended gets its last steps analysed)
+    # ended gets its last steps analyzed)
     idle_refresh_s: float = 2.0
     # steps per analysis window: 6 steps average out most per-op noise (a 1.10x worker shows as a
     # steady S_w excess of ~2-5%) while a new straggler fills half the window within 3 steps
     window_steps: int = 6
-    # re-analyse a job after this many newly completed steps: windows overlap by half (a step is in
+    # re-analyze a job after this many newly completed steps: windows overlap by half (a step is in
     # 2 windows); measured on 1.10x workers vs heavy-tailed noise (benchmarks/bench_monitor.py)
     refresh_every_steps: int = 3
     # weight of the newest window in a worker's chronic score (EWMA): 0.2 keeps ~5 windows of memory,
@@ -56,21 +56,21 @@ class MonitorConfig:
     metrics_top_k: int = 10
     # the dashboard's top-k list
     top_k: int = 8
-    # at most this share of the collector's time goes to analysing one job (after a refresh of t
+    # at most this share of the collector's time goes to analyzing one job (after a refresh of t
     # seconds the next waits t * (1 - share) / share): the analysis runs in its own process, but on
     # a small host it still competes with ingest for the cores, and a 1,024-worker window takes seconds
     analysis_share: float = 0.5
-    # analyse windows in a child process (the running service): a 1,024-worker window is seconds of
-    # pure-Python replay that would otherwise hold the GIL against ingest; off, the analyser thread
+    # analyze windows in a child process (the running service): a 1,024-worker window is seconds of
+    # pure-Python replay that would otherwise hold the GIL against ingest; off, the analyzer thread
     # runs it in the collector's interpreter (in-process callers of Collector.refresh always do)
     analysis_process: bool = True
-    # ... in this many child processes: jobs are analysed side by side (a job's windows one at a time).
+    # ... in this many child processes: jobs are analyzed side by side (a job's windows one at a time).
     # A 1,024-rank window takes ~1.0-1.3 s of one core every 3 steps (bench_monitor: building its
     # table from the bodies included), so at 1 step/s one child keeps ~2 such jobs fresh; 2 is what
     # a small collector host (2-4 cores) can give without starving ingest; raise it with the cores
     analysis_workers: int = 2
-    # each analysis process keeps its jobs' last windows' bodies read (``monitor.analyser``), up to
-    # this many MiB (least recently analysed job dropped first): the next window of such a job reads a
+    # each analysis process keeps its jobs' last windows' bodies read (``monitor.analyzer``), up to
+    # this many MiB (least recently analyzed job dropped first): the next window of such a job reads a
     # third of its bodies instead of all. A 1,024-rank job flushing every 3 steps holds ~32 MiB
     # (measured), so 256 keeps 8 such jobs a child; one flushing 30 steps a batch holds ~212 MiB; a job
     # over the budget alone has its bodies read afresh each time (as without the cache). 0 keeps none
@@ -78,11 +78,11 @@ class MonitorConfig:
     # the analysis child's niceness: 0 (the same CPU priority as ingest). The analysis share above
     # already bounds its CPU; a higher value trades refresh time for ingest on a busy host
     analysis_nice: int = 0
-    # how often the background analyser makes a full round: idle refreshes, analysis-share waits,
+    # how often the background analyzer makes a full round: idle refreshes, analysis-share waits,
     # hang checks (a window is handed over as its batches arrive and kept as its analysis comes
-    # back, between rounds: Collector._analyser_loop)
+    # back, between rounds: Collector._analyzer_loop)
     tick_s: float = 0.2
-    # how each window is analysed: the same settings as `laggard analyze` (warm-up detection is
+    # how each window is analyzed: the same settings as `laggard analyze` (warm-up detection is
     # per window: a window of a running job has no warm-up to skip once the job settled)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     # several collectors on one database: each job's lease (laggard.monitor.cluster)

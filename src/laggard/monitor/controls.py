@@ -108,13 +108,13 @@ class JobControls:
             out = []
             for j, w in self.windows.items():
                 line = kept.get(j) if not self.cluster.owns(j) else None
-                out.append({**(line or w.summary()), "analysed_by": self.cluster.owner_of(j)})
+                out.append({**(line or w.summary()), "analyzed_by": self.cluster.owner_of(j)})
             return out
 
     def detail(self, job_id: str) -> dict[str, Any]:
         with self._lock:
             out = self.job(job_id).detail(self.cfg.top_k)
-            out["analysed_by"] = self.cluster.owner_of(job_id)
+            out["analyzed_by"] = self.cluster.owner_of(job_id)
             out.update(self.act.get(job_id, {"act": True, "actions": []}))
         out["alerts"] = [a for a in self.store.alerts(job_id, limit=50)]
         return out

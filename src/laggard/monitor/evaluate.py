@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from laggard.monitor.alerts import Rule, RuleState, default_rules, evaluate_window
-from laggard.monitor.analyser import analyse
+from laggard.monitor.analyzer import analyze
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.push import step_batches
 from laggard.monitor.service import Collector
@@ -95,7 +95,7 @@ def feed_windows(job: Job, cfg: MonitorConfig | None = None, rules: list[Rule] |
         cut = win.cut()
         if cut is None:
             continue
-        res = analyse(cut, win.meta)
+        res = analyze(cut, win.meta)
         refresh_s.append(res.refresh_s)
         win.apply(cut.last, res.doc, res.error, res.refresh_s, res.load_ratio)
         if res.doc is not None:

@@ -1,6 +1,6 @@
 """A job's requests answered by the collector that holds its lease (``laggard.monitor.cluster``), as plain ASGI.
 
-The collectors of one database store every batch any of them is sent, but each job is analysed by
+The collectors of one database store every batch any of them is sent, but each job is analyzed by
 one of them at a time, and its windows, hang case, kill switch and action log live there. So a
 request about one job (``/api/v1/jobs/ID`` and below: its detail and analysis, a step's timeline,
 the tracers' heartbeats and hang reports, dump requests, the tracing and act switches, the action

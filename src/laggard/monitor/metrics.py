@@ -21,7 +21,7 @@ class Metrics:
         self.latency = Histogram("laggard_ingest_latency_seconds", "Time to decode, check and store one batch",
                                  buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
                                  registry=self.registry)
-        self.refresh = Histogram("laggard_window_refresh_seconds", "Time to analyse one window",
+        self.refresh = Histogram("laggard_window_refresh_seconds", "Time to analyze one window",
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
                                  registry=self.registry)
         self.job_hung = Gauge("laggard_job_hung", "1 while the job's last hang verdict (hang, desync, missing-ranks) "

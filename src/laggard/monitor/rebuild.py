@@ -82,7 +82,7 @@ class Rebuild:
 
     def _cluster_round(self) -> None:
         """Renew and take leases (``laggard.monitor.cluster``); a job taken is rebuilt from the
-        database, a job lost is no longer analysed or exported here. Then, for each job held, the
+        database, a job lost is no longer analyzed or exported here. Then, for each job held, the
         batches other collectors stored."""
         changed = self.cluster.round(list(self.windows))
         if changed is not None:
@@ -94,7 +94,7 @@ class Rebuild:
                         self._rebuild(job_id, *known)
                     self._take_over(job_id, self.windows[job_id])
                     self._touch({job_id})
-                    log.info("job %s: analysed by this collector from now on", job_id)
+                    log.info("job %s: analyzed by this collector from now on", job_id)
             # other collectors' jobs: listed here, with their tracing switch as their holder set it (the
             # answer to the batches their ranks post here)
             for job_id, meta, tracing in self.store.jobs():

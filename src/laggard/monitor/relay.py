@@ -50,7 +50,7 @@ log = logging.getLogger("laggard.monitor.relay")
 class RelayConfig:
     # how long a pack waits for more batches after its first: a node's ranks flush at the same
     # step boundary, within milliseconds of each other; 50 ms gathers them for 50 ms of freshness
-    # (a window is re-analysed every 3 steps of ~1 s)
+    # (a window is re-analyzed every 3 steps of ~1 s)
     gather_s: float = 0.05
     # batches per pack at most: a node's ranks' batches of a flush, or a backlog after an outage
     # (the collector's cap is laggard.wire.bundle.MAX_PARTS)

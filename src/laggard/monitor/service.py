@@ -21,7 +21,7 @@ from laggard.monitor.alerts import (
     default_rules,
     evaluate_window,
 )
-from laggard.monitor.analyser import AnalysisPool, WindowAnalysis, analyse
+from laggard.monitor.analyzer import AnalysisPool, WindowAnalysis, analyze
 from laggard.monitor.cluster import Cluster
 from laggard.monitor.config import MonitorConfig
 from laggard.monitor.controls import JobControls
@@ -69,7 +69,7 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
         self.metrics = Metrics(self.cfg.metrics_top_k)
         self.notifier = Notifier(webhooks or [])
         self.windows: dict[str, JobWindow] = {}
-        self._lock = threading.RLock()  # guards windows (ingest threads vs. the analyser)
+        self._lock = threading.RLock()  # guards windows (ingest threads vs. the analyzer)
         stored = store.rules()
         self.rules: list[Rule] = [Rule.from_json(r) for r in stored] if stored is not None else default_rules()
         self.rule_state = RuleState()
@@ -79,10 +79,10 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
         self._hung_since: dict[str, float] = {}  # job -> when its standing hang verdict was decided
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._analyser: AnalysisPool | None = None  # the child processes analysing windows (start())
+        self._analyzer: AnalysisPool | None = None  # the child processes analyzing windows (start())
         self._running: dict[str, tuple[Future, WindowCut, int]] = {}  # job -> its window in a child, attempt
-        # the analyser thread is woken at once (not at its next tick) by batches that complete steps
-        # and by finished analyses: the jobs they touched, to look at for a due window (``_analyser_loop``)
+        # the analyzer thread is woken at once (not at its next tick) by batches that complete steps
+        # and by finished analyses: the jobs they touched, to look at for a due window (``_analyzer_loop``)
         self._wake = threading.Event()
         self._woken_through: dict[str, int] = {}  # job -> its complete steps when batches last woke it
         self._touched: set[str] = set()
@@ -171,8 +171,8 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
         return out
 
     def _completed_more(self, win: JobWindow) -> bool:
-        """Whether the job's complete steps moved on since the analyser was last woken for them (a
-        window is cut only then, or when the job goes idle, which the analyser's tick sees: waking it
+        """Whether the job's complete steps moved on since the analyzer was last woken for them (a
+        window is cut only then, or when the job goes idle, which the analyzer's tick sees: waking it
         for every batch cost a 1,024-rank job 32 thread switches a flush, ~13% of the collector's
         held-GIL samples). Call under the lock."""
         last = win.complete_through()
@@ -198,14 +198,14 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
 
     # ------------------------------------------------------------------ analysis
     def refresh(self, job_id: str) -> bool:
-        """Analyse the job's latest window if steps completed (waiting for it); raise alerts. True if it ran."""
+        """Analyze the job's latest window if steps completed (waiting for it); raise alerts. True if it ran."""
         cut = self._cut(job_id)
         if cut is None:
             return False
         acfg = self.cfg.analysis
         win = self.windows[job_id]
-        res = (self._analyser.run(cut, win.meta, acfg, job_id) if self._analyser is not None
-               else analyse(cut, win.meta, acfg))
+        res = (self._analyzer.run(cut, win.meta, acfg, job_id) if self._analyzer is not None
+               else analyze(cut, win.meta, acfg))
         self._finish(job_id, cut.last, res)
         return True
 
@@ -215,7 +215,7 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
 
     def _finish(self, job_id: str, last: int, res: WindowAnalysis) -> None:
         """Keep a window's analysis; raise its alerts and export it where this collector still holds
-        the job (its lease may have gone to another collector while the window was analysed)."""
+        the job (its lease may have gone to another collector while the window was analyzed)."""
         win = self.windows[job_id]
         doc = res.doc
         with self._lock:
@@ -253,18 +253,18 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
             self._submit(job_id, cut, 0)
 
     def _submit(self, job_id: str, cut: WindowCut, attempt: int) -> None:
-        fut = self._analyser.submit(cut, self.windows[job_id].meta, self.cfg.analysis, job_id)
+        fut = self._analyzer.submit(cut, self.windows[job_id].meta, self.cfg.analysis, job_id)
         self._running[job_id] = (fut, cut, attempt)
         fut.add_done_callback(lambda _: self._touch({job_id}))
 
     def _touch(self, job_ids: set[str]) -> None:
-        """Wake the analyser thread for these jobs (new batches, or their window's analysis is back)."""
+        """Wake the analyzer thread for these jobs (new batches, or their window's analysis is back)."""
         with self._touched_lock:
             self._touched |= job_ids
         self._wake.set()
 
     def _take_touched(self) -> list[str]:
-        """The touched jobs, no longer touched (``_analyse`` touches again those still in their
+        """The touched jobs, no longer touched (``_analyze`` touches again those still in their
         analysis share's wait)."""
         with self._touched_lock:
             self._wake.clear()
@@ -272,7 +272,7 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
         return [j for j in out if j in self.windows]
 
     def _wake_at(self, next_tick: float) -> float:
-        """When the analyser must look again: the next tick, or a touched job's analysis share ending."""
+        """When the analyzer must look again: the next tick, or a touched job's analysis share ending."""
         with self._touched_lock:
             return min([next_tick, *(self._next_refresh.get(j, 0.0) for j in self._touched)])
 
@@ -283,22 +283,22 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
             self.notifier.send(a)
 
     def tick(self) -> None:
-        """One round of the background analyser: collect finished analyses and start due ones (in
-        the pool; without one, each due job is analysed here in turn), then the hang checks. Only
+        """One round of the background analyzer: collect finished analyses and start due ones (in
+        the pool; without one, each due job is analyzed here in turn), then the hang checks. Only
         the jobs whose lease this collector holds (``laggard.monitor.cluster``)."""
         try:
             self._cluster_round()
         except Exception:  # the database is down: the leases lapse, the others' rounds take them
             log.exception("lease round failed")
-        self._analyse(list(self.windows))
+        self._analyze(list(self.windows))
         try:
             self.check_hangs()
         except Exception:  # the same for a hang verdict
             log.exception("hang check failed")
 
-    def _analyse(self, job_ids: list[str]) -> None:
+    def _analyze(self, job_ids: list[str]) -> None:
         """Collect finished analyses, then start the due windows of ``job_ids``."""
-        if self._analyser is not None:
+        if self._analyzer is not None:
             try:
                 self._collect()
             except Exception:  # a resubmission that failed; the thread goes on
@@ -311,15 +311,15 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
                     self._touched.add(job_id)
                 continue
             try:
-                if self._analyser is not None:
+                if self._analyzer is not None:
                     self._dispatch(job_id)
                 else:
                     self.refresh(job_id)
             except Exception:  # one job's bug must not stop the thread, nor the jobs after it; it is logged
                 log.exception("analysis of job %s failed", job_id)
 
-    def _analyser_loop(self) -> None:
-        """The background analyser: a full ``tick`` every ``tick_s`` (every job: idle refreshes, the
+    def _analyzer_loop(self) -> None:
+        """The background analyzer: a full ``tick`` every ``tick_s`` (every job: idle refreshes, the
         analysis share's waits, hang checks), and between ticks, as soon as batches come or an analysis
         is back, the jobs they touched (a window is handed over when its steps complete, not up to a
         tick later, and its result kept when it is back: ~0.2 s of a window's lag at the 0.2 s tick),
@@ -334,15 +334,15 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
                 self.tick()
                 next_tick = time.monotonic() + self.cfg.tick_s
             else:
-                self._analyse(self._take_touched())
+                self._analyze(self._take_touched())
 
     def start(self) -> None:
-        """Start the background analyser (with its child processes unless ``cfg.analysis_process`` is off)."""
+        """Start the background analyzer (with its child processes unless ``cfg.analysis_process`` is off)."""
         if self.cfg.analysis_process:
-            self._analyser = AnalysisPool(workers=self.cfg.analysis_workers, nice=self.cfg.analysis_nice,
+            self._analyzer = AnalysisPool(workers=self.cfg.analysis_workers, nice=self.cfg.analysis_nice,
                                           cache_bytes=self.cfg.analysis_cache_mib * 2**20)
 
-        self._thread = threading.Thread(target=self._analyser_loop, name="laggard-analyser", daemon=True)
+        self._thread = threading.Thread(target=self._analyzer_loop, name="laggard-analyzer", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -350,8 +350,8 @@ class Collector(Rebuild, Handover, HangWatch, JobControls):
         self._wake.set()
         if self._thread is not None:
             self._thread.join(30)
-        if self._analyser is not None:
-            self._analyser.close()
+        if self._analyzer is not None:
+            self._analyzer.close()
         self.notifier.close()
         try:
             self.cluster.leave()

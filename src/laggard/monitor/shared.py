@@ -27,7 +27,7 @@ class SharedTables:
                           "ORDER BY collector_id", (seen_after_s,))
 
     def take_lease(self, job_id: str, owner: str, until_s: float, expired_before_s: float) -> bool:
-        """Make ``owner`` the job's analyser until ``until_s`` if the lease is free, its own, or
+        """Make ``owner`` the job's analyzer until ``until_s`` if the lease is free, its own, or
         expired before ``expired_before_s`` (one statement: of collectors taking it at once, one wins)."""
         return self._write("INSERT INTO leases (job_id, owner, expires_s) VALUES (?, ?, ?) ON CONFLICT (job_id) "
                            "DO UPDATE SET owner = excluded.owner, expires_s = excluded.expires_s "

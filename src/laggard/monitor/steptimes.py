@@ -1,6 +1,6 @@
 """Each rank's time in each step of a window: its ops' span and its own work (the union of its ops that
 are not communication). ``laggard top`` shows them per rank; the collector computes them beside each
-window's analysis (``monitor.analyser``) and serves them in the job's detail (``rank_steps``), so that a
+window's analysis (``monitor.analyzer``) and serves them in the job's detail (``rank_steps``), so that a
 client reads the same numbers for the steps the collector held whole.
 
 A rank that holds the others back does more of its own work per step than they do, while every rank's

@@ -6,7 +6,7 @@ every ``*.parquet`` there is complete, but a shard ends where a page filled, oft
 step counts once every rank has finished it: the rank wrote ops of a later step, or its tracer no
 longer runs (its state file says closed, failed, incomplete..., or its process on this host is gone).
 The last ``TopConfig.window_steps`` such steps are cut into one op table as the collector cuts its
-windows (``monitor.window.build_window``) and analysed by ``monitor.window.analyse_window``: the
+windows (``monitor.window.build_window``) and analyzed by ``monitor.window.analyze_window``: the
 ``laggard analyze --json`` document of those ops, its first finding the one shown. A shard is read
 once (known by name, size, mtime and inode); the tables of shards wholly before the window are let go.
 
@@ -55,7 +55,7 @@ class TopConfig:
     # a collector's job whose op count and latest step stayed the same this long stopped posting (it
     # ended, or its ranks died): twice the collector's hang_after_s, so that a hang shows as one first
     idle_end_s: float = 60.0
-    # how each window is analysed (None: as `laggard analyze` does)
+    # how each window is analyzed (None: as `laggard analyze` does)
     analysis: AnalysisConfig | None = None
 
     def __post_init__(self) -> None:
@@ -287,7 +287,7 @@ class DirTop:
             fill_times(state, None, rows)
             return state
         if self._window is None or self._window[0] != window:
-            self._window = (window, self._analyse(window, meta))
+            self._window = (window, self._analyze(window, meta))
             for s in [s for s in self._ranks_at if s < window[0]]:
                 del self._ranks_at[s]
             self._below = window[0]
@@ -312,9 +312,9 @@ class DirTop:
         bound = min((self._last.get(r, -1) - 1 for r in running), default=max(self._ranks_at))
         return [s for s in sorted(self._ranks_at) if s <= bound and need <= self._ranks_at[s]]
 
-    def _analyse(self, window: tuple[int, ...], meta: JobMeta) -> TopState:
+    def _analyze(self, window: tuple[int, ...], meta: JobMeta) -> TopState:
         """The per-rank times and the analysis of the window's steps (a frame holding only those)."""
-        from laggard.monitor.window import WindowCut, analyse_window, build_window
+        from laggard.monitor.window import WindowCut, analyze_window, build_window
 
         first, last = window[0], window[-1]
         parts = [s.table for s in self._shards.values() if s.table is not None and s.last >= first and s.first <= last]
@@ -332,7 +332,7 @@ class DirTop:
             done.error = "no ops in the window's steps"
             return done
         fill_times(done, rank_times(table), {})
-        doc, err = analyse_window(table, meta, self.cfg.analysis)
+        doc, err = analyze_window(table, meta, self.cfg.analysis)
         fill_analysis(done, doc, err)
         return done
 
@@ -392,10 +392,10 @@ def collector_state(source: str, detail: dict[str, Any]) -> TopState:
         row = state.rank_row(cell.get("rank")) if isinstance(cell, dict) else None
         if row is not None:
             row.dp_rank, row.stage, row.slowdown = cell.get("dp"), cell.get("stage"), cell.get("slowdown")
-    analysed = isinstance(detail.get("window"), list) and len(detail["window"]) == 2
+    analyzed = isinstance(detail.get("window"), list) and len(detail["window"]) == 2
     if times is not None:
         state.window, state.num_steps = (int(times.steps[0]), int(times.steps[-1])), len(times.steps)
-    if analysed:
+    if analyzed:
         state.slowdown = detail.get("slowdown")
         state.verdict = str(detail.get("verdict"))
     findings = detail.get("findings") or []
@@ -404,7 +404,7 @@ def collector_state(source: str, detail: dict[str, Any]) -> TopState:
     state.error = detail.get("error")
     if detail.get("hang_suspected"):
         state.notes.append(f"hang suspected: {detail.get('verdict')}")
-    state.phase = "running" if times is not None or analysed else "waiting"
+    state.phase = "running" if times is not None or analyzed else "waiting"
     return state
 
 

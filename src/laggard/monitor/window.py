@@ -3,7 +3,7 @@
 A job's batches arrive per rank, in any order. A step is *complete* when every rank of the job has
 reported ops of a later step. After each ``refresh_every_steps`` completed steps the last
 ``window_steps`` complete steps are cut from the batches held in memory into one op table, a
-``Job`` is built from it and analysed: the document served is ``Analysis.to_json()``, exactly what
+``Job`` is built from it and analyzed: the document served is ``Analysis.to_json()``, exactly what
 ``laggard analyze --json`` writes for those ops. Per worker a chronic score (EWMA of S_w over
 windows) sits beside the current S_w. A rank silent for ``hang_after_s`` while the others move on
 is reported as "hang suspected" with the last op it recorded.
@@ -96,7 +96,7 @@ class WindowResult:
     refresh_s: float
 
 
-def analyse_window(table: pa.Table, meta: JobMeta,
+def analyze_window(table: pa.Table, meta: JobMeta,
                    config: AnalysisConfig | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """``laggard analyze`` of one window's ops (under ``config``, the collector's ``MonitorConfig.analysis``):
     (the --json document, None) or (None, why it failed)."""
@@ -162,7 +162,7 @@ class JobWindow:
     ranks: dict[int, RankState] = field(default_factory=dict)
     # (rank, min_step, max_step, ops, the body as received or None)
     _batches: list[tuple[int, int, int, pa.Table, bytes | PackSlice | None]] = field(default_factory=list)
-    analysed_through: int = -1  # the last complete step of the last window analysed
+    analyzed_through: int = -1  # the last complete step of the last window analyzed
     result: WindowResult | None = None
     error: str | None = None
     chronic: dict[int, float] = field(default_factory=dict)  # rank -> EWMA of S_w
@@ -273,11 +273,11 @@ class JobWindow:
     def cut(self) -> WindowCut | None:
         """The latest window if steps completed since the last refresh (call under the job's lock)."""
         last = self.complete_through()
-        new = last - self.analysed_through
+        new = last - self.analyzed_through
         idle = time.time() - self.last_add_s > self.cfg.idle_refresh_s
         if last < 0 or new <= 0 or (new < self.cfg.refresh_every_steps and not idle):
             return None
-        self.analysed_through = last
+        self.analyzed_through = last
         cut = self.window_cut(last)
         return cut if cut.parts else None
 
@@ -310,7 +310,7 @@ class JobWindow:
             for k in sorted(self.trend)[: len(self.trend) - self.cfg.trend_len]:
                 del self.trend[k]
         if doc["slowdown"] is not None:
-            self.window_trend.append((self.analysed_through, doc["slowdown"]))
+            self.window_trend.append((self.analyzed_through, doc["slowdown"]))
             del self.window_trend[: -self.cfg.trend_len]
 
     def hang(self, now_s: float | None = None) -> list[dict[str, Any]]:

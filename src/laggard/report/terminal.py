@@ -51,7 +51,7 @@ def print_layout(m: JobMeta, con: Console) -> None:
     absent = m.extra.get(MISSING_KEY)
     if isinstance(absent, dict) and absent.get("ranks"):  # a partial trace: said where it is read first
         few = ", ".join(map(str, absent["ranks"][:8])) + (" ..." if len(absent["ranks"]) > 8 else "")
-        con.print(f"[yellow bold]partial:[/] {len(absent['ranks'])} of {absent['of']} ranks not analysed (rank(s) "
+        con.print(f"[yellow bold]partial:[/] {len(absent['ranks'])} of {absent['of']} ranks not analyzed (rank(s) "
                   f"{few}: no trace, or left out with their pipeline); the figures cover the others only")
     layout = m.extra.get("layout")
     if isinstance(layout, dict) and "how" in layout:  # profiler traces: the layout and where it comes from

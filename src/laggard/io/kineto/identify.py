@@ -33,7 +33,7 @@ def identify(ranks: list[RankOps]) -> None:
         elif len(ranks) == 1:
             r.rank = 0
             warnings.warn(
-                f"{r.path}: no rank in distributedInfo nor in the file name; analysed as rank 0",
+                f"{r.path}: no rank in distributedInfo nor in the file name; analyzed as rank 0",
                 LaggardWarning, stacklevel=3
             )
         else:
@@ -111,7 +111,7 @@ def common_steps(ranks: list[RankOps]) -> list[RankOps]:
         )
         ranks = [_subset(r, np.isin(r.step, sorted(common))) for r in ranks]
     if not common:
-        raise LaggardError("no ProfilerStep#N is traced on every rank; nothing to analyse")
+        raise LaggardError("no ProfilerStep#N is traced on every rank; nothing to analyze")
     return ranks
 
 

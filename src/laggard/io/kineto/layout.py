@@ -72,7 +72,7 @@ class Layout:
 # ---------------------------------------------------------------- inference
 
 
-_GIVE = "every rank is analysed as its own DP rank (give --layout or --rank-map)"
+_GIVE = "every rank is analyzed as its own DP rank (give --layout or --rank-map)"
 
 
 def infer_layout(ev: Evidence) -> tuple[Layout, str | None]:
@@ -80,7 +80,7 @@ def infer_layout(ev: Evidence) -> tuple[Layout, str | None]:
     ranks = ev.ranks
     pipes: list[list[int]] | None = None
     if ev.role_groups.get("pp"):
-        # (the pipelines of ranks left out for a missing stage hold none of the ranks analysed)
+        # (the pipelines of ranks left out for a missing stage hold none of the ranks analyzed)
         pipes = [list(p) for p in ev.role_groups["pp"] if set(p) & set(ranks)]
         how, source = ("from process groups described as pipeline groups: " + ", ".join(map(str, pipes[:4])),
                        "process-groups")

@@ -1,5 +1,5 @@
 """Ranks of a profiler-traced job that have no trace: which they are, and which traced ranks cannot
-be analysed without them (those sharing a pipeline with a missing rank)."""
+be analyzed without them (those sharing a pipeline with a missing rank)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ def missing_ranks(ranks: list[RankOps]) -> tuple[str | None, set[int]]:
     """Ranks of the job that have no trace: a warning naming them, and the given ranks to leave
     out. A pipeline cannot be replayed without one of its stages: the given ranks that share a
     pipeline with a missing rank (joined to it by send/recv or a pipeline process group) are left
-    out and the complete pipelines analysed; an error when none is complete. Collectives are then
-    replayed among the ranks analysed only."""
+    out and the complete pipelines analyzed; an error when none is complete. Collectives are then
+    replayed among the ranks analyzed only."""
     present = {int(r.rank) for r in ranks}  # type: ignore[arg-type]
     declared = next((r.world_size for r in ranks if r.world_size is not None), None)
     if declared is None or declared <= len(present):

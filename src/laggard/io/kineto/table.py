@@ -30,7 +30,7 @@ def build_job(ranks: list[RankOps], files: list[Path], *, align_clocks: bool, la
     sizes = np.array([len(r.step) for r in ranks], dtype=np.int64)
     if sizes.sum() == 0:
         raise LaggardError(f"{files[0] if len(files) == 1 else files[0].parent}: "
-                           "no op inside a ProfilerStep#N window to analyse")
+                           "no op inside a ProfilerStep#N window to analyze")
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     rank_of = np.repeat(np.array([int(r.rank) for r in ranks], dtype=np.int64), sizes)  # type: ignore[arg-type]
     cat = np.concatenate

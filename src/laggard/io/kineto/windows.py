@@ -98,7 +98,7 @@ def event_steps(ev: RankEvents, lb: Labels, cpu: np.ndarray, gpu: np.ndarray, wa
         lo_all = float(ts.min()) if len(ts) else 0.0
         hi_all = float((ts + ev.dur_us).max()) + 1.0 if len(ts) else 1.0
         cpu_w = (np.array([0]), np.array([lo_all]), np.array([hi_all]))
-        warns.append(f"{ev.path}: no ProfilerStep#N annotations; the whole trace is analysed as one step (0)")
+        warns.append(f"{ev.path}: no ProfilerStep#N annotations; the whole trace is analyzed as one step (0)")
     step = np.full(len(ts), -1, np.int64)
     step[cpu] = in_window(ts[cpu], cpu_w)
     launch_tid = np.zeros(0, np.int64)

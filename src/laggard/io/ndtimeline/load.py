@@ -251,7 +251,7 @@ def _match_instances(tpl, sel, key, inst, steps, codes, seq, n_codes, max_seq, n
         )
         if len(bad_steps_idx) == num_steps:
             raise LaggardError(_with_note(
-                f"{where}: no complete step left to analyse: all {num_steps} step(s) have ops that do not match the "
+                f"{where}: no complete step left to analyze: all {num_steps} step(s) have ops that do not match the "
                 f"pipeline schedule (missing or extra ops; e.g. {detail})", note))
         warnings.warn(
             f"{where}: skipped {len(bad_steps_idx)} of {num_steps} step(s) whose ops do not match the "

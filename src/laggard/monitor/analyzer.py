@@ -3,17 +3,17 @@
 A 1,024-worker window takes seconds of pure-Python replay; run in the collector's own process it
 holds the GIL against the HTTP event loop and the ingest threads for as long (profiled under the
 bench load: ~15% of the collector's samples, and ingest threads queued behind it). The collector's
-analyser thread hands each due window (its batches' bodies as received, ``window.WindowCut``) to a
-pool of long-lived children (``MonitorConfig.analysis_workers``: several jobs analysed at once) and
+analyzer thread hands each due window (its batches' bodies as received, ``window.WindowCut``) to a
+pool of long-lived children (``MonitorConfig.analysis_workers``: several jobs analyzed at once) and
 collects the ``laggard analyze --json`` documents and load ratios as they come back; a child builds
-the window's table and runs exactly ``window.analyse_window`` and ``window.load_ratios``, the code
+the window's table and runs exactly ``window.analyze_window`` and ``window.load_ratios``, the code
 used in-process.
 
 A window shares two thirds of its bodies with the job's window before it (6 steps every 3, cut from
 3-step batches: a rank's 3 bodies, 2 of them read last time), and reading the bodies was ~40% of a
-1,024-rank refresh. So a job goes back to the child that analysed its last window when that child
+1,024-rank refresh. So a job goes back to the child that analyzed its last window when that child
 is free (else to the least busy one), and a child keeps the record batches of its jobs' last windows
-(up to ``MonitorConfig.analysis_cache_mib``, least recently analysed job dropped first).
+(up to ``MonitorConfig.analysis_cache_mib``, least recently analyzed job dropped first).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class WindowAnalysis:
 
 
 # in an analysis process: job id -> the record batches of its last window's bodies (``read_bodies``'s
-# cache), each body's bytes and their sum, least recently analysed first
+# cache), each body's bytes and their sum, least recently analyzed first
 _PARTS: OrderedDict[str, tuple[dict[bytes, list[pa.RecordBatch]], dict[bytes, int], int]] = OrderedDict()
 
 
@@ -68,7 +68,7 @@ def _parts_cache(job_id: str | None, cache_bytes: int) -> dict[bytes, list[pa.Re
 def _trim_parts(job_id: str | None, cache_bytes: int) -> None:
     """After the job's window was read into its cache: its bytes counted (a body's once, when it is
     new: ``RecordBatch.nbytes`` walks every buffer, ~5 ms a 1,024-rank window), and the least
-    recently analysed jobs' caches dropped while all of them hold more than ``cache_bytes`` (the
+    recently analyzed jobs' caches dropped while all of them hold more than ``cache_bytes`` (the
     job's own too, last, when it alone is over: a job cut in large batches has its bodies read every time)."""
     if job_id not in _PARTS:
         return
@@ -81,14 +81,14 @@ def _trim_parts(job_id: str | None, cache_bytes: int) -> None:
         total -= size
 
 
-def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig | None = None,
+def analyze(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig | None = None,
             job_id: str | None = None, cache_bytes: int = 0) -> WindowAnalysis:
     """The window's analysis document (or why it failed) and its load ratios, in this process
     (``window``: its cut, built into the op table here, or the table; ``job_id``: whose, so that its
     bodies read last time are reused, the jobs' read bodies kept within ``cache_bytes``)."""
     from laggard.monitor.steptimes import rank_times
     from laggard.monitor.steptimes import to_json as steptimes_json
-    from laggard.monitor.window import analyse_window, build_window, load_ratios
+    from laggard.monitor.window import analyze_window, build_window, load_ratios
 
     t0 = time.perf_counter()
     table = window
@@ -98,7 +98,7 @@ def analyse(window: WindowCut | pa.Table, meta: JobMeta, config: AnalysisConfig 
     if table is None:
         return WindowAnalysis(doc=None, error="no ops in the window's steps", load_ratio={},
                               refresh_s=time.perf_counter() - t0)
-    doc, err = analyse_window(table, meta, config)
+    doc, err = analyze_window(table, meta, config)
     loads = load_ratios(table)
     times = rank_times(table)
     steps = None if times is None else steptimes_json(times)
@@ -130,8 +130,8 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 class AnalysisPool:
-    """Long-lived child processes (spawned: the collector has threads, so no fork) that analyse
-    windows, ``workers`` at once: jobs are analysed side by side, a job's windows one at a time
+    """Long-lived child processes (spawned: the collector has threads, so no fork) that analyze
+    windows, ``workers`` at once: jobs are analyzed side by side, a job's windows one at a time
     (the collector submits a job's next window once its last one is back), each in the child that
     had the job's last window where that child is free (its bodies read then are kept there, up to
     ``cache_bytes`` a child)."""
@@ -182,7 +182,7 @@ class AnalysisPool:
         """The analysis of the window ``cut`` (its batches' bodies: the child builds the table) of
         ``job_id`` in a child; its future's result is a ``WindowAnalysis``."""
         i = self._slot(job_id)
-        args = (analyse, cut, meta, config, job_id, self.cache_bytes)
+        args = (analyze, cut, meta, config, job_id, self.cache_bytes)
         try:
             try:
                 fut = self._executor(i).submit(*args)
@@ -196,7 +196,7 @@ class AnalysisPool:
 
     def run(self, cut: WindowCut, meta: JobMeta, config: AnalysisConfig | None = None,
             job_id: str | None = None) -> WindowAnalysis:
-        """``submit``'s result, waited for; a child that died is replaced and the window analysed again once."""
+        """``submit``'s result, waited for; a child that died is replaced and the window analyzed again once."""
         for attempt in (0, 1):
             fut = self.submit(cut, meta, config, job_id)
             try:
