@@ -4,7 +4,6 @@ into a collector. Light at import."""
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -86,13 +85,10 @@ def serve(
 
     import uvicorn
 
-    from laggard.monitor import auth
     from laggard.monitor.app import create_app
     from laggard.monitor.config import MonitorConfig
-    from laggard.monitor.service import Collector
-    from laggard.monitor.serving import listen, removed_on_failure
+    from laggard.monitor.serving import open_collector
     from laggard.monitor.shutdown import stop_on_sigterm
-    from laggard.monitor.store import Store
     from laggard.monitor.tls import server_tls
 
     tls = server_tls(host, tls_cert, tls_key, insecure)  # before anything: a refusal leaves nothing behind
@@ -101,30 +97,7 @@ def serve(
                         max_report_bytes=max_report_bytes, hang_reports_per_job=hang_reports_per_job,
                         hang_report_bytes_per_job=hang_report_bytes_per_job, analysis_workers=analysis_workers)
     given = token or os.environ.get("LAGGARD_TOKEN") or None
-    token_path = auth.default_token_path(db)
-    if given is not None:
-        auth.load_or_create(token_path, given)  # checks it; writes nothing
-    sock = listen(host, port)  # before anything is written: a busy port leaves nothing behind
-    try:
-        with removed_on_failure(db):
-            store = Store(db)
-            try:
-                tok, created = auth.load_or_create(token_path, given)
-            except BaseException:
-                store.close()
-                raise
-    except BaseException:
-        sock.close()
-        raise
-    base = f"{'https' if tls else 'http'}://{host}:{port}"
-    # the address the other collectors of the database pass a job's requests to (laggard.monitor.forward)
-    reach = base if host not in ("0.0.0.0", "::", "") else f"{'https' if tls else 'http'}://{socket.getfqdn()}:{port}"
-    try:  # one id per host and port: a restarted collector takes its jobs back at once
-        collector = Collector(store, cfg, webhooks=webhook or [], identity=(f"{os.uname().nodename}:{port}", reach))
-    except BaseException:
-        store.close()
-        sock.close()
-        raise
+    collector, sock, tok, created, base = open_collector(db, host, port, given, cfg, webhook or [], https=bool(tls))
     if created:
         typer.echo(f"token: {tok}")
     # no token in a printed address (it would end up in logs and shell history): one signs in on the page

@@ -10,9 +10,11 @@ the port between the check and the start.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from laggard.errors import LaggardError
 from laggard.monitor.auth import default_token_path
@@ -58,4 +60,40 @@ def removed_on_failure(db: str) -> Iterator[None]:
         raise
 
 
-__all__ = ["files_of", "listen", "removed_on_failure"]
+def open_collector(db: str, host: str, port: int, token: str | None, cfg: Any, webhooks: list[str], *,
+                   https: bool) -> tuple[Any, socket.socket, str, bool, str]:
+    """The collector ``laggard monitor serve`` runs, started in the order the module says: (the
+    collector, its bound socket, its token, whether the token was made now, its address)."""
+    from laggard.monitor import auth
+    from laggard.monitor.service import Collector
+    from laggard.monitor.store import Store
+
+    token_path = auth.default_token_path(db)
+    if token is not None:
+        auth.load_or_create(token_path, token)  # checks it; writes nothing
+    sock = listen(host, port)  # before anything is written: a busy port leaves nothing behind
+    try:
+        with removed_on_failure(db):
+            store = Store(db)
+            try:
+                tok, created = auth.load_or_create(token_path, token)
+            except BaseException:
+                store.close()
+                raise
+    except BaseException:
+        sock.close()
+        raise
+    scheme = "https" if https else "http"
+    base = f"{scheme}://{host}:{port}"
+    # the address the other collectors of the database pass a job's requests to (laggard.monitor.forward)
+    reach = base if host not in ("0.0.0.0", "::", "") else f"{scheme}://{socket.getfqdn()}:{port}"
+    try:  # one id per host and port: a restarted collector takes its jobs back at once
+        collector = Collector(store, cfg, webhooks=webhooks, identity=(f"{os.uname().nodename}:{port}", reach))
+    except BaseException:
+        store.close()
+        sock.close()
+        raise
+    return collector, sock, tok, created, base
+
+
+__all__ = ["files_of", "listen", "open_collector", "removed_on_failure"]
