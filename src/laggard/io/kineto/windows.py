@@ -42,6 +42,19 @@ def containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.n
                 hi_c: np.ndarray) -> np.ndarray:
     """For each query (thread, time): the index of the latest-starting candidate on that thread
     whose [lo, hi] holds the time; -1 if none."""
+    return _latest_start(tid_q, t_q, tid_c, lo_c, hi_c)
+
+
+def preceding(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.ndarray) -> np.ndarray:
+    """For each query (thread, time): the index of the latest candidate on that thread starting at
+    or before the time; -1 if none."""
+    return _latest_start(tid_q, t_q, tid_c, lo_c, None)
+
+
+def _latest_start(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.ndarray,
+                  hi_c: np.ndarray | None) -> np.ndarray:
+    """The latest candidate on the query's thread starting at or before its time (and, with
+    ``hi_c``, still running then); -1 if none."""
     out = np.full(len(t_q), -1, np.int64)
     if len(lo_c) == 0 or len(t_q) == 0:
         return out
@@ -54,26 +67,9 @@ def containing(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.n
         j = np.searchsorted(lo_c[cand], t_q[q], side="right") - 1
         ok = j >= 0
         c = cand[np.maximum(j, 0)]
-        ok &= hi_c[c] >= t_q[q]
+        if hi_c is not None:
+            ok &= hi_c[c] >= t_q[q]
         out[q[ok]] = c[ok]
-    return out
-
-
-def preceding(tid_q: np.ndarray, t_q: np.ndarray, tid_c: np.ndarray, lo_c: np.ndarray) -> np.ndarray:
-    """For each query (thread, time): the index of the latest candidate on that thread starting at
-    or before the time; -1 if none."""
-    out = np.full(len(t_q), -1, np.int64)
-    if len(lo_c) == 0 or len(t_q) == 0:
-        return out
-    for tid in np.unique(tid_q):
-        cand = np.flatnonzero(tid_c == tid)
-        if len(cand) == 0:
-            continue
-        cand = cand[np.argsort(lo_c[cand], kind="stable")]
-        q = np.flatnonzero(tid_q == tid)
-        j = np.searchsorted(lo_c[cand], t_q[q], side="right") - 1
-        ok = j >= 0
-        out[q[ok]] = cand[j[ok]]
     return out
 
 
