@@ -103,15 +103,18 @@ def run(
         ranks = f"{world} rank(s)" if world is not None else "the job's ranks"
         print(f"laggard: running {target} on {ranks}; the trace goes to {trace_dir}", file=sys.stderr, flush=True)
     code, failure = _launch(flags, boot_args, env, trace_dir, quiet=quiet)
-    traced = _has_ops(trace_dir)
-    _say_where(trace_dir, failure, traced)
-    analyzed = False
-    if traced and not no_analyze:
-        analyzed = _analyze(trace_dir, quiet=quiet)
-    for line in _trace_problems(trace_dir, world, analyzed):
-        _warn(line)
+    _after_run(trace_dir, failure, world, analyze=not no_analyze, quiet=quiet)
     if code:
         raise typer.Exit(code)
+
+
+def _after_run(trace_dir: Path, failure: str | None, world: int | None, *, analyze: bool, quiet: bool) -> None:
+    """Where the trace is, its analysis (what `laggard analyze` prints) and what is wrong with it."""
+    traced = _has_ops(trace_dir)
+    _say_where(trace_dir, failure, traced)
+    analyzed = _analyze(trace_dir, quiet=quiet) if traced and analyze else False
+    for line in _trace_problems(trace_dir, world, analyzed):
+        _warn(line)
 
 
 def _check_options(*, max_restarts: int | None, monitor_interval: float | None, token: str | None,
