@@ -198,7 +198,7 @@ def test_the_pool_analyses_jobs_side_by_side_each_as_the_in_process_analysis_doe
 def test_a_job_whose_analysis_fails_does_not_hold_up_the_others(tmp_path, monkeypatch, in_process):
     """The first job's window fails to analyze (in the analyzer thread) or to be handed to the pool;
     the job after it is analyzed, or handed over, in the same tick, not a tick later."""
-    import laggard.monitor.service as service
+    import laggard.monitor.scheduler as service  # where the collector calls analyze
 
     def failing(real):
         def call(cut, meta, acfg, *job):
