@@ -33,9 +33,9 @@ class Handover:
             if win is None:
                 return
             parts = {"alerts": self.rule_state.of_job(job_id),
-                     "hang": {**win.hangs.shared(win.dump_request), "suspecting": win.hang_was_suspected},
-                     # the job's line in every collector's job list (``JobControls.summaries``)
-                     "summary": win.summary()}
+                     "hang": {**win.hangs.shared(win.dump_request), "suspecting": win.hang_was_suspected}}
+            if self.cluster.others:  # the job's line in the other collectors' job lists (``summaries``)
+                parts["summary"] = win.summary()
         for part, state in parts.items():
             if self._kept.get((job_id, part)) == state:
                 continue

@@ -96,8 +96,8 @@ class Rebuild:
                     self._touch({job_id})
                     log.info("job %s: analyzed by this collector from now on", job_id)
             # other collectors' jobs: listed here, with their tracing switch as their holder set it (the
-            # answer to the batches their ranks post here)
-            for job_id, meta, tracing in self.store.jobs():
+            # answer to the batches their ranks post here); a lone collector holds every job it lists
+            for job_id, meta, tracing in self.store.jobs() if self.cluster.others else []:
                 if job_id in self.cluster.owners and not self.cluster.owns(job_id):
                     with self._lock:
                         self._window(job_id, meta).tracing = tracing
