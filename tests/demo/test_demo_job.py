@@ -56,10 +56,11 @@ def test_the_traced_job_is_complete_and_replays_faithfully(runs: dict) -> None:
     a, job = r["analysis"], r["job"]
     traced = sorted(set(job.column("step").tolist()))
     assert traced == list(range(3, 3 + STEPS))  # every step traced; steps 0-2 were the warm-up, untraced
-    # the analysis's own warm-up check (laggard.engine.warmup) may take a first step that a busy host
-    # slowed by 1.5x for one more (CI, beside other real jobs): the rest, and it says so
+    # the analysis's own warm-up check (laggard.engine.warmup, tested on its own) may take the first
+    # steps that a busy host slowed by 1.5x (CI, beside other real jobs): how many is timing, not this
+    # test's question; that it takes a leading run of them, within its cap, and keeps the rest is
     skipped = a.extras["warmup_steps_skipped"]
-    assert a.num_workers == 4 and len(skipped) <= 1 and skipped + a.steps == traced, (skipped, a.steps)
+    assert a.num_workers == 4 and len(skipped) <= STEPS // 2 and skipped + a.steps == traced, (skipped, a.steps)
     meta = job.meta
     assert (meta.dp_size, meta.pp_size, meta.world_size) == (2, 2, 4)
     names = set(job.table.column("name").to_pylist())
