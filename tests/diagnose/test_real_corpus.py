@@ -563,3 +563,20 @@ def test_a_profiled_rank_that_drew_longer_sequences_is_not_a_slow_worker() -> No
     d = analyze(dataclasses.replace(job, table=blind)).diagnosis
     assert _named(d) == {1}, d.findings
 
+
+
+def test_a_stage_slow_in_its_input_waits_is_slow_loading_its_input() -> None:
+    """A real pure 4-stage pipeline over blocking send/recv (``laggard run``'s zero-code trace) whose last
+    stage's DataLoader takes 27.1 ms longer per batch (gz60_pp_blocking_05_data, the tuning half of
+    benchmarks/generalize.py): the stage sets the pace, and 97% of its excess over the other stages lies
+    in its waits for input. Named a heavy stage, its fix said to move layers; the same rule as a slow
+    worker's (``worker.data_bound``: over ``data_share`` of the excess in input waits) names its input
+    pipeline. Its clean twin names no rank."""
+    d, truth = _diagnose("gz60_pp_blocking_05_data")
+    assert truth["kind"] == "data" and truth["targets"] == [3]
+    assert d.findings and d.findings[0].cause == "data-loading" and d.findings[0].stages == [3], d.findings
+    assert _named(d) == {3}, d.findings
+    d, _ = _diagnose("gz60_pp_blocking_05_data", DiagnoseConfig(data_share=1.0))  # the rule off: a heavy stage
+    assert d.findings[0].cause == "stage-imbalance", d.findings
+    d, truth = _diagnose("gz60_pp_blocking_05_clean")
+    assert truth["kind"] == "none" and not _named(d), d.findings

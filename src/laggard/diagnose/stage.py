@@ -186,6 +186,10 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         share = 1.0 - float(per_worker.mean()) / per_worker[s] if per_worker[s] > 0 else 0.0
         ref_load = float(np.median([load[r] for r in load if ctx.worker_of[r]["stage"] != s]))
         num_heavy = sum(load[r] >= cfg.heavy_row_ratio * ref_load for r in rs)
+        in_data, data_ratio = _data_share(ctx, s, rows[s])
+        if in_data > cfg.data_share:
+            out.append(_data_bound_stage(ctx, s, rs, in_data, data_ratio, changes, judged[s]))
+            continue
         f = Finding(
             cause="stage-imbalance",
             stages=[int(s)],
@@ -207,6 +211,35 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         )
         out.append(Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes)))
     return out
+
+
+def _data_share(ctx: Ctx, s: int, row: list[int]) -> tuple[float, float]:
+    """(the share of stage ``s``'s excess over the other stages' mean, op type by op type, that lies in
+    its waits for input, those waits over the others'; ``worker.data_bound``) of its replicas ``row``."""
+    from laggard.diagnose.worker import data_bound
+
+    ref, ok = ctx.group_mean(ctx.compute & (ctx.pp != s), [ctx.name])
+    mine = np.isin(ctx.rank, row) & ctx.compute & ok
+    return data_bound(ctx, mine, ref) if mine.any() else (0.0, 1.0)
+
+
+def _data_bound_stage(ctx: Ctx, s: int, rs: list[int], in_data: float, data_ratio: float, changes: list[Change],
+                      targets: list[Consistency]) -> Candidate:
+    """A heavy stage whose excess lies mostly in its waits for input: the input pipeline of its ranks
+    to speed up (a pipeline's last stage reads the labels), not layers to move."""
+    names = ", ".join(f"rank {r}" for r in rs[:4]) + (f" and {len(rs) - 4} more" if len(rs) > 4 else "")
+    f = Finding(
+        cause="data-loading",
+        stages=[int(s)],
+        workers=[ctx.worker_of[r] for r in rs][:16],
+        evidence=(f"stage {s} ({names}) sets the pace: S_stage={ctx.res.by_stage[s]:.3f} vs "
+                  f"{np.median(list(ctx.res.by_stage.values())):.3f} (median); its waits for input take "
+                  f"{data_ratio:.2f}x the other stages' ({100 * in_data:.0f}% of its excess over them)"),
+        fix=(f"speed up the input pipeline of stage {s} ({names}): more DataLoader workers, prefetching, pinned "
+             "memory, a faster or local copy of its data; its layers and device are not the slow part"),
+        targets=targets,
+    )
+    return Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes))
 
 
 def _scale_down(ctx: Ctx, s: int, slow_workers: list[int]) -> list[Change]:

@@ -317,15 +317,12 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
     names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in cells[:4])
     more = f" and {len(cells) - 4} more" if len(cells) > 4 else ""
     lead = f"{names}{more}: S_w={sw[r0]:.3f} vs {np.median(list(sw.values())):.3f} (median worker); rank {r0}'s "
-    data = mine & ctx.kind_is("other")  # traced waits for input (the DataLoader's next batch); GC is not compute
-    excess = np.nan_to_num(ctx.w[mine] - ref[mine]).clip(0).sum()
-    data_excess = np.nan_to_num(ctx.w[data] - ref[data]).clip(0).sum()
     others = f" (and of {len(cells) - 1} more)" if len(cells) > 1 else ""
-    if excess > 0 and data_excess / excess > cfg.data_share:
-        data_ratio = ctx.w[data].sum() / max(ref[data].sum(), 1e-12)
+    in_data, data_ratio = data_bound(ctx, mine, ref)
+    if in_data > cfg.data_share:
         cause = "data-loading"
         evidence = (f"{lead}waits for its input take {data_ratio:.2f}x its peers' on stage {wk['stage']} "
-                    f"({100 * data_excess / excess:.0f}% of its excess over them)")
+                    f"({100 * in_data:.0f}% of its excess over them)")
         fix = (f"speed up the input pipeline of rank {r0}{others}: more DataLoader workers, prefetching, pinned "
                "memory, a faster or local copy of its data; its device is not the slow part")
     else:
@@ -342,6 +339,20 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[in
         targets=named_by(ctx, cfg, load, cells),
     )
     return [Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes))]
+
+
+def data_bound(ctx: Ctx, mine: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """(the share of the excess of the ops ``mine`` over their reference durations ``ref`` that lies in
+    traced waits for input, kind other: the DataLoader's next batch; those waits' total over their
+    reference's). The part whose time is over its peers' is the part to fix: a rank or stage slow
+    mostly in its input waits is slow at loading its input, whatever its device; GC is not compute
+    and has its own detector. Shared by the slow-worker and heavy-stage findings, so one rule names
+    the cause wherever the slow rank is compared."""
+    data = mine & ctx.kind_is("other")
+    excess = float(np.nan_to_num(ctx.w[mine] - ref[mine]).clip(0).sum())
+    data_excess = float(np.nan_to_num(ctx.w[data] - ref[data]).clip(0).sum())
+    ratio = float(ctx.w[data].sum() / max(float(np.nan_to_num(ref[data]).sum()), 1e-12))
+    return (data_excess / excess if excess > 0 else 0.0), ratio
 
 
 def _peer_changes(ctx: Ctx, cells: list[int]) -> list:
