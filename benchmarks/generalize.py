@@ -449,6 +449,8 @@ def figures(rows: list[dict]) -> dict:
         "recall_device_ge_1_25": recall(dev125)["recall"], "device_ge_1_25_jobs": len(dev125),
         "recall_by_kind": by_kind,
         "first_right": _share(sum(r["first_right"] for r in inj), len(inj)),
+        "first_right_not_harder": _share(sum(r["first_right"] for r in inj if not r["harder"]),
+                                         sum(not r["harder"] for r in inj)),
         "clean_no_rank": _share(sum(not r["named"] and r["status"] == "ok" for r in cln), len(cln)),
         "clean_healthy_or_noise": _share(sum(r["status"] == "ok" and (r["verdict"] == "healthy" or r["noise_only"])
                                              for r in cln), len(cln)),
@@ -567,7 +569,8 @@ def score(out: Path, half: str, label: str, src: Path | None) -> dict:
 
 # --------------------------------------------------------------------------- tables
 COLUMNS = (("precision_named_ranks", "prec"), ("recall", "recall"), ("recall_device_ge_1_25", "dev>=1.25"),
-           ("recall_harder", "cpu"), ("first_right", "1st ok"), ("clean_no_rank", "clean 0"),
+           ("recall_harder", "cpu"), ("first_right", "1st ok"), ("first_right_not_harder", "1st no cpu"),
+           ("clean_no_rank", "clean 0"),
            ("clean_healthy_or_noise", "clean h/n"))
 
 
@@ -611,7 +614,8 @@ def collect(out: Path) -> dict[str, dict[str, dict]]:
 REPORT_ROWS = (("precision_named_ranks", "named-rank precision"), ("recall", "recall (every injected job)"),
                ("recall_not_harder", "recall, device-emulated/host/data"),
                ("recall_device_ge_1_25", "recall, device-emulated >= 1.25x"), ("recall_harder", "recall, cpu (harder)"),
-               ("first_right", "first finding right"), ("clean_no_rank", "clean twins naming no rank"),
+               ("first_right", "first finding right"),
+               ("first_right_not_harder", "first right, device-emulated/host/data"), ("clean_no_rank", "clean twins naming no rank"),
                ("clean_healthy_or_noise", "clean twins healthy / noise only"))
 
 
@@ -622,7 +626,7 @@ def report(out: Path, record: bool) -> None:
     cols = [(label, half) for label in sorted(found) for half in HALVES if half in found[label]]
     print(f"{'figure':<36} " + " ".join(f"{h + '/' + lb:>20}" for lb, h in cols))
     for key, title in REPORT_ROWS:
-        print(f"{title:<36} " + " ".join(f"{_pct(found[lb][h]['figures']['overall'][key]):>20}" for lb, h in cols))
+        print(f"{title:<36} " + " ".join(f"{_pct(found[lb][h]['figures']['overall'].get(key)):>20}" for lb, h in cols))
     for b, _ in found[cols[0][0]][cols[0][1]]["figures"]["overall"]["recall_by_bucket"].items():
         print(f"{'recall, factor ' + b:<36} " + " ".join(
             f"{_pct(found[lb][h]['figures']['overall']['recall_by_bucket'][b]['recall']):>20}" for lb, h in cols))
