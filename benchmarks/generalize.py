@@ -615,7 +615,8 @@ REPORT_ROWS = (("precision_named_ranks", "named-rank precision"), ("recall", "re
                ("recall_not_harder", "recall, device-emulated/host/data"),
                ("recall_device_ge_1_25", "recall, device-emulated >= 1.25x"), ("recall_harder", "recall, cpu (harder)"),
                ("first_right", "first finding right"),
-               ("first_right_not_harder", "first right, device-emulated/host/data"), ("clean_no_rank", "clean twins naming no rank"),
+               ("first_right_not_harder", "first right, device-emulated/host/data"),
+               ("clean_no_rank", "clean twins naming no rank"),
                ("clean_healthy_or_noise", "clean twins healthy / noise only"))
 
 
