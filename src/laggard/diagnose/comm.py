@@ -110,10 +110,9 @@ def _named_links(ctx: Ctx, cfg: DiagnoseConfig, k: _Keys, slow: np.ndarray, judg
     transfers as the evidence, and their fix."""
     bad = slow[k.inv]  # of ``rows``
     bad_rows = k.rows[bad]
-    # a slow link's transfers are set to the other links' of their stage, not to a mean over every link
-    # that holds the slow one too: with two links, a link of 71 ms transfers was "fixed" to 35 ms, not
-    # to the other link's 0.3 ms, and a second cause on the other pipeline stayed hidden behind it
-    # (real corpus c16p2 job062: a 73 ms host stall per step); collectives stay ``--fix``
+    # a slow link's transfers are set to the other links' of their stage, not to a mean over every link:
+    # that mean holds the slow link itself, so with few links the "fix" keeps much of the slowness and
+    # what remains can hide a second cause behind it; collectives stay ``--fix``
     changes = to_peers(ctx, _link_fixes(ctx, k, slow), ctx.kind_is("p2p_send", "p2p_recv"))
     i0 = int(np.argmax(np.where(slow, k.excess, -1)))
     at = np.flatnonzero(k.inv == i0)  # of ``rows``

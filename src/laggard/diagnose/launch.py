@@ -32,11 +32,10 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     if out and everywhere:
         # beside the overhead every rank pays, a rank's own host time is named only where it is
         # ``launch_rank_ratio`` x its peers' (as the overhead's worst rank) or its excess over them is
-        # itself an overhead's share of the step (``_idle_floor``): real profiler traces of 4.75-5.67 ms
-        # launch delays on every rank of two dp 1 x pp 3 jobs named the last stage, 53.5 and 55.4 ms of
-        # host time a step against 36.9 and 29.0 ms (+4% and +6% of the step: the loss's Python glue
-        # between its passes, cut as host time), while a 93.8 ms stall beside a 9.61 ms launch delay
-        # is 1.98x its peers' and +20% of the step
+        # itself an overhead's share of the step (``_idle_floor``): stages differ in host work by design
+        # (the last one runs the loss's Python glue between its passes, cut as host time), so a few
+        # percent more host time on one stage beside an overhead every rank pays is its role, not a
+        # stall; a stall stands out by a ratio or by a share of the step that role does not explain
         out = _host_ranks(ctx, cfg, host, beside_overhead=True)
         idle_med, everywhere = _overhead(ctx, cfg, out)
     if fidelity >= cfg.healthy_threshold or everywhere:
@@ -102,8 +101,8 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, beside_overhead
     of_stage = " of its stage" if ctx.num_dp > 1 else ""
     names = ", ".join(f"rank {r} (dp{ctx.worker_of[r]['dp_rank']}/pp{ctx.worker_of[r]['stage']})" for r in ranks[:4])
     # their host ops set to their stage peers' (``to_peers``), not to each host op type's median over
-    # every rank, the stalled one included: in a ddp2 job that lies halfway, and a real 60 ms stall
-    # per step was predicted to gain 1.20x, not the 1.46x the stall cost
+    # every rank, the stalled one included: with few ranks that median lies partway to the stall, and
+    # the what-if would promise only part of what the stall costs
     changes = to_peers(ctx, [Change(action="fix", selector=f"rank={r},kind={HOST_KIND}") for r in ranks], host)
     finding = Finding(
         cause="launch-delay",
@@ -163,9 +162,9 @@ def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.nd
 
 def _outside_gc(ctx: Ctx, gaps: np.ndarray) -> np.ndarray:
     """The gaps before each op (seconds), those before a recorded garbage collection left out: the gap
-    right before a collection is the pause's own start, the gc detector's (a real dp 1 x pp 4 profiler
-    job with GC pauses on every rank named rank 2 for 62 ms of gaps a step, 49 ms of them before its 26
-    collections; 9-13 ms a step elsewhere on every rank)."""
+    right before a collection is the pause's own start, the gc detector's: counted here too, a rank
+    that collects more often than its peers would read as a host stall for the pauses the gc finding
+    already names."""
     return np.where(ctx.gc, 0.0, gaps)
 
 

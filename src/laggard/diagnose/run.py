@@ -48,8 +48,9 @@ def _diagnose(res: Analysis, *, threshold: float | None, config: DiagnoseConfig 
     why = cannot_judge(ctx, cfg)
     if why:
         # a graph that holds every dependency (each transfer matched) whose pooled ideal is slower than
-        # the job: judged by the fixes themselves (a real dp 1 x pp 3 job's 13.7 ms slow link, spread by
-        # the ideal over the other link, which is more often critical: S = 0.928, its fix 1.051x)
+        # the job: judged by the fixes themselves (pooling spreads one slow link's time over its peers,
+        # and where those are more often critical the ideal replays slower than the job, S < 1, though
+        # fixing the slow link alone still gains)
         by_fixes = why == _ideal_slower(ctx, cfg) and not _unmatched(ctx)[0]
         seen = unseen(ctx, cfg, every_cause=True) if by_fixes else None
         if seen is not None:

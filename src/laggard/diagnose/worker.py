@@ -59,8 +59,8 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], stalled:
     slow = [r for r in flagged if noise.stands_out(judged[r], transient_ok=False)]
     if slow and len(slow) < len(flagged):
         # the flagged ranks within the noise are the job's noise: judged again with them in the pool
-        # (a real dp 2 x pp 2 profiler job beside a 109 ms host stall: rank 2, flagged and transient,
-        # left out of it, made rank 3 consistent at 1.47x against a noise of 0.22; with it, 0.25)
+        # (left out, they narrow the noise the rest are judged against, and a rank that only shares a
+        # busy host's jitter reads as consistent)
         judged = consistency(ctx, cfg, load, slow)
         slow = [r for r in slow if noise.stands_out(judged[r], transient_ok=False)]
     # a rank whose every fast peer is no yardstick has none (its reference is inf): never named
