@@ -95,9 +95,9 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     bad = slow[k.inv]  # of ``rows``
     shared = shared_end(k.src[k.first], k.dst[k.first], slow)
     if len(ctx.ranks) >= 3 and shared is None and np.isin(ctx.ranks, np.concatenate([k.src[bad], k.dst[bad]])).all():
-        # slow links that reach every rank of the job are not one link's or one host's fault either (real
-        # dp 1 x pp 4 profiler traces: a heavy stage's neighbours and the world all-reduce waiting on it
-        # made five keys slow, and every rank was named)
+        # slow links that reach every rank of the job are not one link's or one host's fault either: a
+        # heavy stage keeps its neighbours' transfers and the job-wide collectives waiting on it, so
+        # many keys read slow, and naming their ranks would name every rank
         return _everywhere(ctx, k, slow, floor, reach_all=True)
     # a link slow only in its tail (no slow key's median over comm_median_x) must gain more to be named
     tail_only = not med_slow[slow].any()
@@ -156,9 +156,9 @@ def _fix_text(shared: int | None, p2p: bool, r_a: int, r_b: int, rank: int) -> s
 def shared_end(src: np.ndarray, dst: np.ndarray, slow: np.ndarray) -> int | None:
     """The one rank every slow link has at one end (``src``/``dst``: each key's, from its first op),
     when there are two links or more (a collective's key is its rank's): their common end is what is
-    slow, its NIC or its host (a real dp 1 x pp 3 job's slow rank 1, short of CPU, served both its
-    links' transfers late, and both links' three ranks were named). None for one link, whose two ends
-    cannot be told apart, or no common end."""
+    slow, its NIC or its host (a rank short of CPU serves every one of its links' transfers late, and
+    naming each slow link's two ends would name its healthy neighbours too). None for one link, whose
+    two ends cannot be told apart, or no common end."""
     ends = {tuple(sorted({int(x) for x in (a, b) if x >= 0})) for a, b in zip(src[slow], dst[slow], strict=True)}
     if len(ends) < 2:
         return None
@@ -168,11 +168,11 @@ def shared_end(src: np.ndarray, dst: np.ndarray, slow: np.ndarray) -> int | None
 
 def _elsewhere(med_link: np.ndarray, type_of: np.ndarray, med_type: np.ndarray, p2p: np.ndarray) -> np.ndarray:
     """Per (link, op type) key, the same transfers elsewhere: for a point-to-point link, the median
-    of the other links' medians of its op type, not the type's median over every op: with two links
-    (a dp 2 x pp 2 job's two pipelines), half the ops are the slow link's, so that median lies halfway
-    and a link 250x slower than the other stood at 2x it (real corpus, c16p2 job062). A collective (a
-    rank's key) keeps its type's median: half the ranks of a group wait in it for the other half, and
-    against the fast half those waits would pass for a slow link; so does a key alone in its type."""
+    of the other links' medians of its op type, not the type's median over every op: with two links,
+    half the ops are the slow link's, so that median lies halfway between the two, and however slow
+    the link it stands at under 2x it. A collective (a rank's key) keeps its type's median: half the
+    ranks of a group wait in it for the other half, and against the fast half those waits would pass
+    for a slow link; so does a key alone in its type."""
     others = p2p & (np.bincount(type_of)[type_of] > 1)
     return np.where(others, peer_median(med_link, type_of), med_type)
 

@@ -71,8 +71,8 @@ def attribute(ctx: Ctx, cands: list[Candidate], cfg: DiagnoseConfig) -> Diagnosi
                             t_all=T - (f0.score * gap if f0 is not None and not _own_model(f0) else 0.0))
     # the strongest by their own score when there are too many for 2^n replays; not one whose fix
     # alone slows the step by more than the floor: it removes no cause, it moves time onto the
-    # critical path, and another fix's interaction could keep it (an --even of a stalled host's
-    # microbatches, 0.98x alone, was reported with 2%)
+    # critical path, and another fix's interaction could give it a share it did not earn (an --even
+    # of a stalled host's microbatches, beside the stall's own fix)
     players = sorted((c for c in rep if c.finding.score > -floor), key=lambda c: -c.finding.score)[: cfg.max_joint]
     t = _subset_times(ctx, players, alone)
     v = (T - t) / gap
@@ -215,8 +215,9 @@ def floor_of(ctx: Ctx, cfg: DiagnoseConfig, c: Candidate, floor: float) -> float
     own (``Candidate.min_gain``); for a straggler of the job with the found causes fixed
     (``Candidate.left``) also ``min_share`` of the rest those causes leave, where its own fix speeds
     the measured step up by the speed-up floor (fixed last, after the found causes, a healthy rank's
-    compute stretched by them, on cores a host stall kept busy, gains more than alone: a real 4-rank
-    job's rank 3, 1.001x alone, was named beside the stalled rank 2)."""
+    compute stretched by them, on cores a host stall kept busy, gains more than alone; held to the
+    rest alone, it would be named beside the stalled rank for a fix that gains nothing on the measured
+    job)."""
     own = floor if c.min_gain is None or c.min_gain <= cfg.min_gain else share_floor(ctx, cfg, c.min_gain)
     if c.left is None or c.finding.gain < max(c.min_gain or cfg.min_gain, cfg.min_gain):
         return own

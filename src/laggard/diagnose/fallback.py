@@ -29,7 +29,7 @@ def _carriers(ctx: Ctx) -> list[tuple[str, str, float, dict]]:
     out: list[tuple[str, str, float, dict]] = []
     # a pure pipeline's rank is its stage (the same ops): named as the stage, whose work may be what is
     # heavy (the last stage's LM head), not as a node to drain on a finding that says no cause fits
-    # (a clean real dp 1 x pp 3 job's last stage, 1.04x the others' CPU, was named as rank 2)
+    # (a healthy last stage, heavier by design, would otherwise send on-call to drain its node)
     pure = ctx.num_dp == 1 and ctx.num_pp > 1
     for c in carriers(ctx, top=_TOP, top_stages=_TOP):
         s, name = float(c["slowdown"]), c["name"]
@@ -52,8 +52,8 @@ def _within_noise_dropped(ctx: Ctx, cfg: DiagnoseConfig, carriers: list[tuple[st
     (``laggard.diagnose.impact``; their compute speed against their peers' where that replay is too
     large), in a pure pipeline (one rank per stage) the stages of such ranks, and the stages with DP
     replicas whose own effect is within the other stages' noise: on-call acts on what is named, and
-    on real jobs the rank that carried the most of a small residual was often the noisiest, not the
-    slow one. With the consistency of each kept rank's (or stage's), by selector."""
+    some rank always carries the most of a small residual, as often the noisiest as a slow one. With
+    the consistency of each kept rank's (or stage's), by selector."""
     def rank_of(named: dict) -> int | None:  # the rank a carrier stands for (its finding targets)
         if named.get("workers"):
             return int(named["workers"][0]["rank"])
@@ -98,9 +98,9 @@ def _narrowest(carriers: list[tuple[str, str, float, dict]], shares: np.ndarray,
                cfg: DiagnoseConfig) -> int:
     """The carrier to name: the narrowest within ``row_tie`` of the largest share (a rank before its
     stage, a stage before an op type) whose fix gains ``min_gain``, what any finding must, and a rank
-    ``fallback_rank_gain``; when no rank or stage does, the op type that carries the most (a clean
-    real ddp4 job, S = 1.09 from a busy host's noise: its rank 0, consistently a little slower, was
-    named for a fix gaining 0.7%)."""
+    ``fallback_rank_gain``; when no rank or stage does, the op type that carries the most (on a busy
+    host's noise some rank is always a little slower than the rest, and a fix that gains a fraction of
+    a percent is no reason to drain its node)."""
     narrow = {"rank": 0, "stage": 1, "optype": 2}
     kind = [narrow[c[1].split("=", 1)[0]] for c in carriers]
     # a rank, ``fallback_rank_gain``; a stage, ``min_named_gain`` (what a finding naming one must gain)

@@ -90,9 +90,9 @@ def _collected_in(ctx: Ctx, stalled: np.ndarray, expected: np.ndarray, gc_ops: n
     """Which ``stalled`` ops spent at least ``cover`` of their excess (over ``expected``) in traced
     collections on their own rank. A trace that records collections (the Tracer's ``record_gc``: every
     one, through ``gc.callbacks``) tells a GC pause from the other things that stall a forward pass on
-    a busy host (the process descheduled, a noisy neighbour): on real 3-4 rank jobs sharing 2 cores,
-    forward passes stalled by 50-150 ms with no collection or a 0.2 ms one in them read as GC on
-    healthy ranks in 2 of 10 clean jobs."""
+    a busy host (the process descheduled, a noisy neighbour): where ranks share too few cores, such
+    stalls are as long as a GC pause, with no collection or only a brief one inside them, and without
+    this check they read as GC on healthy ranks."""
     start, end = ctx.base.start_s, ctx.base.end_s
     g = np.flatnonzero(gc_ops)  # the collections, once (a few per rank and step), not every op per stall
     g_rank, g_start, g_end = ctx.rank[g], start[g], end[g]

@@ -89,8 +89,8 @@ def hidden_candidates(ctx: Ctx, cands: list[Candidate], found: list[Candidate], 
 def _once_fixed(fixed: Ctx, hidden: list[Candidate]) -> None:
     """Each hidden candidate's speed-up and share of the slowdown on the job with the found causes
     fixed (``Finding.once_fixed``), each fixed alone there: its share of the measured slowdown is mostly
-    theirs (a real job's link behind GC: 3% of the measured slowdown; with GC fixed, its fix removes 59%
-    of what is left and gains 1.16x)."""
+    theirs (a slow link behind a large GC slowdown: a small share of the measured slowdown, yet much of
+    what is left once GC is fixed)."""
     rep = [c for c in hidden if c.weights is not None]
     if not rep or fixed.gap <= 0:
         return
@@ -115,8 +115,8 @@ def _beside(ctx: Ctx, c: Candidate, touched: np.ndarray, max_share: float) -> Ca
     from ops the found fixes already change, ``c`` with each change left off the ranks of those ops
     (``rank!=R`` added to its selector); None when nothing is left. A hidden cause's what-if must not
     fix the found causes again: the overlap every rank pays, nominated once a one-rank stall is fixed,
-    would otherwise zero that stall too and take its gain (a real 4-rank job named a healthy rank
-    this way)."""
+    would otherwise zero that stall too and take its gain, naming healthy ranks for what the stall
+    cost."""
     from laggard.errors import LaggardError
     from laggard.whatif.custom import Change, apply_changes, select_ops
 

@@ -50,9 +50,9 @@ def own_ranks(cands: list[Candidate]) -> list[int]:
 
 def _overhead(ctx: Ctx, cfg: DiagnoseConfig, own: list[Candidate]) -> tuple[float, bool]:
     """The median rank's untraced host time per step, and whether it is an overhead every rank pays,
-    the ranks named for their own host time (``own``) left out: in a 2-rank job with one rank
-    stalling 85 ms a step, the median of both (43 ms) read as an overhead every rank pays (real
-    profiler traces)."""
+    the ranks named for their own host time (``own``) left out: with few ranks one rank's stall pulls
+    the median toward it (of two ranks the median is their mean, half the stall), and the stall would
+    read as an overhead every rank pays."""
     gaps = ctx.base.gaps
     idle = (gaps.idle_s / max(gaps.num_steps, 1))[~np.isin(gaps.ranks, own_ranks(own))]
     idle_med = float(np.median(idle)) if len(idle) else 0.0
@@ -132,9 +132,8 @@ def _peer_median(spent: np.ndarray, groups: np.ndarray, hot: np.ndarray, i: int)
 def peer_groups(ctx: Ctx) -> np.ndarray:
     """Per rank (``ctx.ranks`` order): the group whose other members are its reference for host time.
     With DP replicas, its stage: a stage's place in the pipeline sets how much of a host delay shows
-    (a rank that then waits on a transfer absorbs it, one whose input is already there pays it; real
-    profiler traces of a launch delay on every rank of a dp 2 x pp 2 job: +25 ms per step on both
-    first-stage ranks, none on the last stage's). Without replicas, every rank."""
+    (a rank that then waits on a transfer absorbs it, one whose input is already there pays it, so the
+    same delay on every rank shows on some stages and not on others). Without replicas, every rank."""
     if ctx.num_dp > 1:
         return np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
     return np.zeros(len(ctx.ranks), dtype=np.int64)
@@ -202,7 +201,7 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
     stands_out = all(len(r) for r in refs) and per_rank[worst] / nsteps >= cfg.host_min_share * ctx.T_ideal \
         and all(per_rank[worst] >= cfg.launch_rank_ratio * float(np.median(r)) for r in refs)
     # ... and only when its gaps stand out from the job's step-to-step noise, as every named rank: on
-    # 2 shared cores one rank of a clean pipeline is descheduled more than the others in a few steps
+    # shared cores one rank of a clean pipeline is descheduled more than the others in a few steps
     judged = None
     if stands_out:
         judged = host_consistency(ctx, cfg, gaps > 0, np.array([worst]), gaps, per_rank >= 0)[worst]

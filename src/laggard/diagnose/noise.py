@@ -12,8 +12,8 @@ on). A step is slow when its ratio is over 1 + ``noise_step_k`` sigmas. A target
 
 - *consistent* when it is slow in at least ``noise_consistent_share`` of the steps and its median
   ratio is ``noise_median_k`` sigmas over 1 (sigmas of one step, not standard errors of the median:
-  on a busy host healthy ranks differ steadily by about the step-to-step noise, and a rank that is
-  1.5x the fastest of four on two shared cores is no slow GPU);
+  on a busy host healthy ranks differ steadily by about the step-to-step noise, and a rank that
+  runs well behind the fastest of its peers on shared cores is no slow GPU);
 - *transient*, as a run, when its slow steps form one contiguous run of steps (a straggler that
   recovers, or one that starts late): its median ratio in the run ``noise_median_k`` sigmas over 1,
   outside it the median under that, at most half the steps slow and fewer than
@@ -120,8 +120,9 @@ class JobNoise:
 
     The rate is the Jeffreys estimate (far + 1/2) / (steps + 1), not the bare share: none in the 32
     steps of two reference ranks is no proof that such steps never happen, and a share of 0 made any
-    two far steps "transient" (real 2-core profiler traces: healthy ranks descheduled for 50-130 ms in
-    3 of 16 steps were named)."""
+    two far steps "transient" (on a busy host healthy ranks are descheduled now and then, far outside
+    the noise: references that showed none in their few steps must not make two such steps name a
+    rank)."""
 
     sigma: float
     far_rate: float = 0.0

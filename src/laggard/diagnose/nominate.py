@@ -15,7 +15,8 @@ CAUSE_OF = {"stage": "stage-imbalance", "worker": "worker", "sequence": "sequenc
 def candidates(ctx: Ctx, cfg: DiagnoseConfig, causes: tuple[str, ...] | None = None,
                stalled: set[int] | None = None) -> list[Candidate]:
     """Every detector's nominees (not yet scored); with ``causes``, only those of the detectors of
-    these causes (the others do not run: on a healthy 4,096-worker job the unused ones were 10 s).
+    these causes (the others do not run: on a large job each one is a pass over every op, wasted
+    where its nominees would be dropped).
     ``stalled``: ranks already found stalled in host time (on the job with that stall fixed, their
     peers' compute still holds what the stall cost them: ``worker.yardsticks``)."""
     def wanted(detector: str) -> bool:

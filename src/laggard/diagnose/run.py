@@ -85,12 +85,11 @@ def _diagnose(res: Analysis, *, threshold: float | None, config: DiagnoseConfig 
 def _left_straggling(ctx: Ctx, cfg: DiagnoseConfig, unexplained: float) -> bool:
     """Whether the findings leave enough unexplained to look for causes they hide: a rest that alone
     would make the job straggle once they are fixed (its time over the ideal step at the threshold: a
-    real dp 2 x pp 2 job's GC, 94% of a 6.2x slowdown, left a 13.7 ms-per-transfer slow link, 1.3x of
-    the ideal step with GC fixed). A larger share of a small slowdown is not enough: once the found
-    causes are fixed such a job is healthy, and what is left is mostly the ranks' noise (a 1,024-rank
-    monitor window with one 1.2x rank: 18% of S = 1.19 unexplained, 1.03x of the ideal step, a third of
-    the window's analysis spent finding nothing; on two real corpora and three sweeps the 15 passes run
-    for such a rest named nothing)."""
+    dominant cause can leave a second one that is a small share of the slowdown yet alone makes the
+    job straggle once the first is fixed). A larger share of a small slowdown is not enough: once the
+    found causes are fixed such a job is healthy, and what is left is mostly the ranks' noise: another
+    pass, a full run of the detectors that costs much on a large job, would search it only to name
+    nothing."""
     return ctx.T_ideal > 0 and 1.0 + unexplained * ctx.gap / ctx.T_ideal >= cfg.healthy_threshold
 
 

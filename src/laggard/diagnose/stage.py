@@ -32,8 +32,8 @@ def heavy_stages(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_wor
     does not make the stage heavy. With one worker per stage (a pure pipeline) a heavy stage and a
     slow GPU look the same: the row is its one worker, and the finding says so; there a slow worker
     (``worker.slow_workers``: ``worker_ratio`` x the other stages' median, beyond the noise) makes its
-    stage heavy, as the worker finding has no stage peers to set it to (a real dp 1 x pp 3 job's
-    1.30x stage 0 computed 1.24x the others' and was named by neither)."""
+    stage heavy, as the worker finding has no stage peers to set it to (else a slow stage computing
+    under ``heavy_row_ratio`` x the others' is named by neither finding)."""
     hot = hot_workers(ctx, cfg)
     by_stage = _rows(ctx, slow_workers)
     out = []
@@ -79,10 +79,10 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
         if _slow_worker_row(ctx, rows[s], slow_workers) and s < ctx.num_pp - 1:
             # a pure pipeline's stage is its one worker, judged by the worker detector against the
             # other ranks (the same ratio): not again against the spread of the other stages' ratios,
-            # which the last stage's swings widen (a real dp 1 x pp 4 job's rank 2, 1.29x in 14 of 16
-            # steps against a noise of 0.10, was left unnamed by a noise of 0.15). Not the last
-            # stage: its loss and logits make it 1.1-1.3x the others by design on real jobs, by
-            # how much varying from run to run, and its row is judged as a stage's
+            # which the last stage's swings widen, so that a rank standing out from the other ranks'
+            # noise would read as noise there. Not the last stage: its loss and logits make it heavier
+            # than the others by design, by an amount that varies from run to run, and its row is
+            # judged as a stage's
             (c,) = named_by(ctx, cfg, load, rows[s])
             if c.basis == "compute":  # (found by its effect on the step: judged as a stage's)
                 out[s] = [dataclasses.replace(c, target=f"stage {s}"), c]
@@ -169,8 +169,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
             continue  # its compute is not heavier than the others'
         # a pure pipeline's stage whose one worker is slow beyond the noise (``slow_workers``) needs no
         # S_stage from ``pure_stage_ratio`` on: the pooled ideal keeps the pipeline's total work, so
-        # S_stage stays near 1 (real dp 1 x pp 3 jobs: a 1.30x stage computing 1.23x the others' read
-        # S_stage 0.997-1.0)
+        # S_stage stays near 1 even for a stage clearly heavier than the others
         pure_slow = _slow_worker_row(ctx, rows[s], slow_workers) and ratio >= cfg.pure_stage_ratio
         if ratio < cfg.heavy_row_ratio and not pure_slow:
             # hot in the heatmap but only a little heavier: its S_stage must stand out too
@@ -246,9 +245,10 @@ def _scale_down(ctx: Ctx, s: int, slow_workers: list[int]) -> list[Change]:
     """Stage ``s``'s fix: one ``--scale`` per op type of its compute to the other stages' mean (the
     factor printed to 6 digits is the one replayed), leaving what a slow worker of the stage adds on
     top of its peers (that is the worker finding's). Only the op types over that level: a fix does
-    not make a stage's op heavier (the last stage's forward holds the loss, so a first stage's
-    forward was scaled up 1.05x, its GC 8.7x, and the fix of a real 1.30x stage 0 gained 1.048x,
-    under the healthy threshold). Empty when no op type of the stage is over it."""
+    not make a stage's op heavier (the last stage's forward holds the loss, so against the other
+    stages' mean a first stage's forward, and any op type another stage runs more of, would be scaled
+    up, and the time added would eat into what the fix gains). Empty when no op type of the stage is
+    over it."""
     on = (ctx.pp == s) & ctx.compute
     ref, ok = ctx.group_mean(ctx.compute & (ctx.pp != s), [ctx.name])
     if not ok[on].any():

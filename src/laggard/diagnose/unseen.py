@@ -4,8 +4,7 @@ construction:
 
 * **a pure pipeline** (one worker per stage): the mean over the stages keeps the pipeline's total
   work, and a pipeline's step is mostly that total, so a heavy stage or a slow rank barely moves S
-  (real dp 1 x pp 3-4 gloo jobs with a 1.33x slow rank: S = 1.01-1.03, while scaling the rank back
-  alone makes the step 6% faster);
+  (its extra time is in the pooled mean too), while scaling it back alone still makes the step faster;
 * **an overhead every rank pays** (launch delays, host time between ops on every rank alike): the
   ideal keeps it too, as the median of alike gaps.
 
@@ -14,8 +13,8 @@ replayed on the measured job. One that speeds the step up by the healthy thresho
 job straggling with it, and the best of them stands for the ideal that S lacked (the diagnosis's
 shares are of that gap). Where none does alone, the fixes that each gain ``min_gain`` are replayed
 together: two stages that both set a pipeline's pace hide each other, fixing either leaves the other
-(a real dp 1 x pp 4 job with a 1.42x stage 0 and a 1.24x slow last rank: 1.046x and 1.049x alone,
-1.100x together). The verdict says so in its note."""
+to set it (each gains little alone, under the threshold, while the two fixed together gain what both
+cost). The verdict says so in its note."""
 
 from __future__ import annotations
 

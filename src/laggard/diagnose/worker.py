@@ -54,7 +54,7 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], stalled:
     order = np.argsort(-rel[keep], kind="stable")
     flagged = [int(r) for r in np.array(ranks)[keep][order]]
     # named only when consistently slow beyond the job's noise (a noisy rank of a busy host, whose
-    # median step happens to be 1.25x its fastest peer's, is not a slow GPU)
+    # median step happens to clear ``worker_ratio`` x its fastest peer's, is not a slow GPU)
     judged = consistency(ctx, cfg, load, flagged)
     slow = [r for r in flagged if noise.stands_out(judged[r], transient_ok=False)]
     if slow and len(slow) < len(flagged):
@@ -140,14 +140,13 @@ def by_impact(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> list[int]:
     Its judgement is kept in ``ctx.memo`` for ``detect``.
 
     On a host short of CPU every rank's compute speed swings with the others' load, and the compute
-    ratio's noise with it: a real ddp3 job's rank 0, 1.28x its peers' CPU by the job's own timers and
-    1.26x their traced compute, stood at 1.16x against a noise of 0.09 (12 of 16 steps), while its
-    effect on the step, 1.16x, stood 7.7 sigma over the other ranks' noise (0.02) in 14 of 16 steps;
-    only a low-confidence finding named it."""
+    ratio's noise with it: a rank steadily slower than its peers can sit within that widened noise,
+    while its effect on the step stands far above the other ranks' effects, whose spread stays narrow
+    (they are not the step's slowest); without this rule only a low-confidence finding names it."""
     ctx.memo["worker.by_impact"] = {}
     # not in the job with found causes fixed: their side effects stay in the other ranks' measured ops
     # (compute stretched on the cores a fixed host stall kept busy), and the dominant straggler left
-    # there is that contention (real dp 2 x pp 2 jobs beside a host stall on rank 0 named rank 3)
+    # there is that contention: naming it would name a healthy rank for the stall's side effect
     enough = len(ctx.step_numbers()) >= cfg.worker_impact_min_steps
     ratio = impact_ratios(ctx, cfg, ranks) if ranks and enough and not ctx.fixed else None
     if ratio is None:
@@ -167,8 +166,8 @@ def _outside_passes(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], stage: np.n
     """Per rank: 1 + its compute outside the microbatch passes (the optimizer, work between passes)
     over its fast stage peers' (the median per step, as ``worker_loads``), as a share of their whole
     compute (``ref``). The per-microbatch speed clears a rank whose passes only drew longer sequences;
-    it must not clear one whose extra work is outside them (a real profiled DDP job's slow rank ran its
-    extra matrix products after its backward, read as optimizer work: 1 + 1.4)."""
+    it must not clear one whose extra work is outside them (work a slow rank runs after its backward
+    reads as optimizer work, and its passes alone look healthy)."""
     other = nan_median(outside_compute(ctx), 1)
     idx = np.searchsorted(ctx.ranks, ranks)
     lo = np.nan_to_num(other[idx], nan=0.0)
@@ -179,8 +178,8 @@ def _outside_passes(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int], stage: np.n
 def impact_riders(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> set[int]:
     """Of several slow ``ranks``, those that ride along: alone, their steps are within the job's noise
     while another of ``ranks`` stands out (``laggard.diagnose.impact``). The compute ratio against
-    fast peers names a rank slower than one anomalously fast peer (a real ddp4 job: two healthy ranks
-    at 1.2-1.4x of the fastest, beside a 2.3x one); its own effect on the step shows whether it slows
+    fast peers names a rank slower than one anomalously fast peer (beside it, healthy ranks clear
+    ``worker_ratio`` next to the true straggler); its own effect on the step shows whether it slows
     the job."""
     if len(ranks) < 2:
         return set()
@@ -270,10 +269,10 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
 def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """Per (rank, step): the passes' speed (time over expected cost); for a rank whose compute outside
     the passes (optimizer, work between passes) makes it ``worker_ratio`` x slower still (the median
-    over steps), that compute counted too, against its stage peers' per-step median. A real profiled
-    DDP job's slow rank ran its extra matrix products after its backward: its passes ran at 1.1x, its
-    step's compute at 14x; for every other rank the speed stays its passes' (their step-to-step
-    spread is the job's noise, and optimizer time would only widen it)."""
+    over steps), that compute counted too, against its stage peers' per-step median: a slow rank's
+    extra work may run outside its passes (after its backward), where the passes' speed alone shows
+    none of it; for every other rank the speed stays its passes' (their step-to-step spread is the
+    job's noise, and optimizer time would only widen it)."""
     speed = spent / expected
     other = np.nan_to_num(outside_compute(ctx), nan=0.0)
     stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
