@@ -129,10 +129,9 @@ def ideal_weights(measured: np.ndarray, name_code: np.ndarray, is_comm_op: np.nd
     other ops: untraced host time). ``link`` (per op: the pair of ranks a point-to-point transfer
     joins, -1 for none) refines one case: an op type whose transfers all run on two links takes the
     faster link's median. The median of its ops lies between the two links, so a slow link would set
-    half its own ideal and leave the healthy one's at half the delay (a real dp 1 x pp 3 job with
-    56 ms added to each backward transfer on one link: the ideal of both was 32 ms, S 1.01 and the job
-    "healthy"); with one link there is no other to compare, with three or more the median is a
-    healthy link's."""
+    half its own ideal and leave the healthy one's at half the delay, so that both links' ideal sits
+    halfway and a slow link reads as healthy (S near 1); with one link there is no other to compare,
+    with three or more the median is a healthy link's."""
     counts = np.bincount(name_code, minlength=num_names)
     mean = np.bincount(name_code, weights=measured, minlength=num_names) / np.maximum(counts, 1)
     comm_name = np.zeros(num_names, dtype=bool)

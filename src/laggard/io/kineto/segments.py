@@ -51,12 +51,11 @@ _GLUE_UNITS_SHARE = 0.1
 HOST_GAP_SHARE = 0.05
 # CPU ranks: an idle gap over ``_CRUMB_GAP_SHARE`` of the median step is host time too when it cuts a
 # crumb off a segment's end: the units before it (or after it) hold under ``_CRUMB_SHARE`` of the
-# segment's busy time. A real pure pipeline's ranks slept 12 ms before each pass (launch delay): its
-# forward began with the batch's slicing (lift_fresh, view, slice: 0.03 ms), then the sleep, then the
-# layers; the last stage's ended with the loss's item(), the sleep before the backward, then
-# autograd's ones_like for the loss's gradient (named like forward work). Each forward held both
-# sleeps, 1.3x the other stages' compute (the Tracer's forward op starts after the sleep: 1.03x), and
-# the last stage was named heavy. 2%, as glue (``_GLUE_SHARE``): far below a real pass's work.
+# segment's busy time. A pass often begins with a few tiny ops (the batch's slicing) and ends with
+# others (the loss's item(), autograd's ones_like for the loss's gradient, named like forward work)
+# with the host's untraced time between them and the layers: without this rule that host time is
+# counted as the pass's compute, and a stage whose host waits sit there reads as heavy. 2%, as glue
+# (``_GLUE_SHARE``): far below a real pass's work.
 _CRUMB_SHARE = 0.02
 # 1%: the Python between a pass's first ops is 3-5 us a gap, and real clean 2-core pipelines (3-4
 # ranks) have 2-4.5 ms per step of such gaps near a segment's ends, 99% of them under 0.25 ms; taken
@@ -65,7 +64,7 @@ _CRUMB_SHARE = 0.02
 _CRUMB_GAP_SHARE = 0.01
 # ... and only where such gaps recur, in at least half the stream's steps: the clean jobs' were in 1-5
 # of 16 steps (descheduling), and taken out as host time they made the other ranks' host time as
-# noisy as a bursty stall's rank (a real 117 ms stall every 4th step was then no longer transient)
+# noisy as a bursty stall's rank, and a stall every few steps no longer stood out as one rank's
 _CRUMB_STEPS_SHARE = 0.5
 
 
