@@ -100,7 +100,7 @@ FAMILIES = [
            what="dp 2 x pp 2, isend/irecv, torch.profiler"),
     Family("ddp_long_profiler", "ddp_long_profiler.py", 4, "profiler", 1000.0, "evaluation", steps=14,
            what="DDP, ~1 s steps, torch.profiler"),
-    Family("hf_trainer", "hf_trainer.py", 4, "auto", 80.0, "evaluation",
+    Family("hf_trainer", "hf_trainer.py", 4, "auto", 250.0, "evaluation",
            what="Hugging Face Trainer.train()"),
 ]
 FAMILY = {f.name: f for f in FAMILIES}
@@ -419,6 +419,18 @@ def score_job(truth: dict, result: dict) -> dict:
             "hit": hit, "first_right": first_right, "noise_only": noise_only, "right": right, "why": why}
 
 
+def realized(truth: dict, root: Path) -> float | None:
+    """How much slower the injected job ran than its clean twin: the slowest rank's median step over
+    the twin's (what each program printed); None for a twin, or where either printed none. The truth
+    of an injection is the slowed op's factor; this says what it did to the job on this machine (where
+    the ranks are CPU bound, a slow device's longer sleep hands its core to the others)."""
+    twin = root / str(truth.get("twin") or "") / "truth.json"
+    if truth["kind"] == "none" or not twin.is_file():
+        return None
+    a, b = truth.get("step_times_ms") or {}, json.loads(twin.read_text()).get("step_times_ms") or {}
+    return max(a.values()) / max(b.values()) if a and b and max(b.values()) > 0 else None
+
+
 def _share(num: int, den: int) -> float | None:
     return num / den if den else None
 
@@ -455,6 +467,8 @@ def figures(rows: list[dict]) -> dict:
         "clean_healthy_or_noise": _share(sum(r["status"] == "ok" and (r["verdict"] == "healthy" or r["noise_only"])
                                              for r in cln), len(cln)),
         "clean_verdicts": dict(Counter(str(r["verdict"]) for r in cln)),
+        # injected jobs that ran under 1.03x their twin's step: causes the job barely felt
+        "realized_under_1_03": sum((r.get("realized") or 0.0) < 1.03 for r in inj if r.get("realized") is not None),
         "verdicts": dict(Counter(str(r["verdict"]) for r in rows)),
     }
 
@@ -555,6 +569,7 @@ def score(out: Path, half: str, label: str, src: Path | None) -> dict:
             truth = json.loads(tf.read_text())
             res = analyze(tf.parent, label, cmd, env)
             row = score_job(truth, res)
+            row["realized"] = realized(truth, root)
             row["analyze_s"] = round(res.get("seconds") or 0.0, 2)
             rows.append(row)
             bar.advance(task)

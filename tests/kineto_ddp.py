@@ -5,7 +5,11 @@ Each rank trains a small MLP with DistributedDataParallel (one thread per proces
 its backward pass, so it reaches the next step's gradient all-reduces late.
 
     python tests/kineto_ddp.py OUT_DIR [--world 4] [--slow-rank 2] [--steps 5] [--extra-matmuls 30] [--host-stall-ms 0]
-        [--stall-mid-step] [--microbatches 1] [--rows-sigma 0]
+        [--stall-mid-step] [--microbatches 1] [--rows-sigma 0] [--loader-delay-ms 0]
+
+With ``--loader-delay-ms`` each step's batch comes from a ``torch.utils.data.DataLoader`` whose collate
+function sleeps that long on the slow rank (a slow input pipeline; torch.profiler records every
+``next()`` as an ``enumerate(DataLoader)#...`` annotation).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ def _free_port() -> int:
 
 def _worker(
     rank: int, world: int, port: int, out: str, slow_rank: int, steps: int, extra_matmuls: int, host_stall_ms: float,
-    stall_mid_step: bool = False, microbatches: int = 1, rows_sigma: float = 0.0,
+    stall_mid_step: bool = False, microbatches: int = 1, rows_sigma: float = 0.0, loader_delay_ms: float = 0.0,
 ) -> None:
     import time
 
@@ -61,6 +65,13 @@ def _worker(
             shutil.copyfileobj(src, dst)
         tmp.unlink()
 
+    def collate(items: list) -> torch.Tensor:
+        if rank == slow_rank:
+            time.sleep(loader_delay_ms / 1e3)
+        return torch.stack([t for (t,) in items])
+
+    batches = iter(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64 * (steps + 2), 256)),
+                                               batch_size=64, collate_fn=collate)) if loader_delay_ms else None
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=steps)
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule, record_shapes=True, on_trace_ready=save
@@ -70,6 +81,8 @@ def _worker(
             if stall and not stall_mid_step:
                 # host-side work no profiler op covers (a slow data loader, Python, a noisy neighbour)
                 time.sleep(host_stall_ms / 1e3)
+            if batches is not None:
+                x = next(batches)
             for m in range(microbatches):  # gradient accumulation: the last microbatch all-reduces
                 with ddp.no_sync() if m < microbatches - 1 else contextlib.nullcontext():
                     loss = ddp(x if microbatches == 1 else torch.randn(rows(), 256)).sum()
@@ -90,13 +103,14 @@ def _worker(
 def make_traces(
     out: str | Path, *, world: int = 4, slow_rank: int = 2, steps: int = 5, extra_matmuls: int = 30,
     host_stall_ms: float = 0.0, stall_mid_step: bool = False, microbatches: int = 1, rows_sigma: float = 0.0,
+    loader_delay_ms: float = 0.0,
 ) -> Path:
     import torch.multiprocessing as mp
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms,
-                            stall_mid_step, microbatches, rows_sigma), nprocs=world)
+                            stall_mid_step, microbatches, rows_sigma, loader_delay_ms), nprocs=world)
     return out
 
 
@@ -131,7 +145,9 @@ if __name__ == "__main__":
         "forward/backward passes per step (gradient accumulation)"))
     ap.add_argument("--rows-sigma", type=float, default=0.0, help=(
         "lognormal spread of the microbatches' rows (0: 64 each)"))
+    ap.add_argument("--loader-delay-ms", type=float, default=0.0, help=(
+        "the slow rank's DataLoader takes this much longer per batch (0: no DataLoader)"))
     args = ap.parse_args()
     make_traces(args.out, world=args.world, slow_rank=args.slow_rank, steps=args.steps,
                 extra_matmuls=args.extra_matmuls, host_stall_ms=args.host_stall_ms, stall_mid_step=args.stall_mid_step,
-                microbatches=args.microbatches, rows_sigma=args.rows_sigma)
+                microbatches=args.microbatches, rows_sigma=args.rows_sigma, loader_delay_ms=args.loader_delay_ms)

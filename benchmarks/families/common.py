@@ -19,7 +19,8 @@ device has.
   stage      every rank of pipeline stage --stage: device time x factor (a heavy stage)
   host       the target rank stalls --ms on the host before its step's compute every --every steps
   data       the target rank's DataLoader takes --ms more per batch
-  cpu        the target rank does factor x the real CPU work (the harder set: its neighbours slow too)
+  cpu        the target rank's ops take factor x their device time, the extra spent in real CPU work
+             (busy matmuls, not sleep: the harder set, as on two shared cores it slows the neighbours too)
 """
 
 from __future__ import annotations
@@ -88,12 +89,16 @@ class Device:
         return 1.0
 
     def sleep(self, ms: float) -> None:
-        """``ms`` of device time (this rank's factor and the op's jitter applied)."""
+        """``ms`` of device time (this rank's factor and the op's jitter applied); on the target of
+        ``cpu``, (factor - 1) x that time more of real CPU work (``burn``)."""
         if ms <= 0:
             return
         s = self.args.jitter
         jit = math.exp(self._rng.gauss(-s * s / 2, s)) if s > 0 else 1.0
         time.sleep(ms * self.factor() * jit / 1e3)
+        a = self.args
+        if a.inject == "cpu" and self.rank == a.rank and a.factor > 1.0:
+            burn((a.factor - 1.0) * ms * jit / 1e3)
 
     def host_stall(self) -> None:
         """The host stall before this step's compute, where injected."""
@@ -101,14 +106,22 @@ class Device:
         if a.inject == "host" and self.rank == a.rank and self.step % a.every == a.every - 1:
             time.sleep(a.ms / 1e3)
 
-    def cpu_reps(self, reps: int) -> int:
-        """Real CPU work repetitions: ``reps`` x factor on the target of ``cpu``."""
-        a = self.args
-        return max(1, round(reps * a.factor)) if a.inject == "cpu" and self.rank == a.rank else reps
-
     def data_delay_s(self) -> float:
         a = self.args
         return a.ms / 1e3 if a.inject == "data" and self.rank == a.rank else 0.0
+
+
+_BURN = torch.ones(64, 64)
+
+
+def burn(seconds: float) -> None:
+    """Real CPU work (64 x 64 matmuls) until ``seconds`` of wall time have passed: a slow op that takes
+    the host's CPU, unlike a sleep. Its length is the wall time, so where the cores are shared the
+    rank's op is as slow as injected and its neighbours lose the CPU it took."""
+    end = time.perf_counter() + seconds
+    with torch.no_grad():
+        while time.perf_counter() < end:
+            _BURN @ _BURN  # noqa: B018 - the work is the point
 
 
 class _Sleep(torch.autograd.Function):
@@ -135,8 +148,7 @@ class Block(torch.nn.Module):
     """A linear layer (``d_in -> d_out``) and ReLU beside ``fwd_ms``/``bwd_ms`` of emulated device time.
 
     The real CPU work is the layer applied to the same input ``reps`` times and averaged (the same value,
-    ``reps`` x the matmuls forward and backward); ``Device.cpu_reps`` raises it on the target of ``cpu``
-    when the block is called, so only that injection takes CPU in proportion to its factor."""
+    ``reps`` x the matmuls forward and backward)."""
 
     def __init__(self, d_in: int, d_out: int, dev: Device, fwd_ms: float, bwd_ms: float, reps: int) -> None:
         super().__init__()
@@ -144,7 +156,7 @@ class Block(torch.nn.Module):
         self.dev, self.fwd_ms, self.bwd_ms, self.reps = dev, fwd_ms, bwd_ms, reps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        reps = self.dev.cpu_reps(self.reps)
+        reps = self.reps
         h = self.lin(x)
         for _ in range(reps - 1):
             h = h + self.lin(x)

@@ -7,7 +7,7 @@ a linear head over the flattened 32x8x8 features; cross-entropy over 10 classes,
 loader's random 192-vectors reshaped to 3x8x8. DDP all-reduces the gradients during backward.
 
 Device time: each conv and the head is one emulated device op (``common.device_op``) beside its real
-work (the layer applied REPS times and averaged: what ``--inject cpu`` scales). Nearly all of a step
+work (the layer applied REPS times and averaged). Nearly all of a step
 is device time: DEVICE_SHARE of --step-ms, a third forward and two thirds backward; the rest is the
 real convolutions, DDP's all-reduce on gloo and Python. ``--capture profiler`` records torch.profiler's
 trace (``common.Capture``: one ``ProfilerStep#N`` window a step, one JSON a rank). With
@@ -30,7 +30,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 CH, SIDE, CLASSES = (3, 16, 32, 32), 8, 10
-REPS = 3  # real repetitions per layer (x factor on the target of --inject cpu)
+REPS = 3  # real repetitions per layer
 DEVICE_SHARE = 0.95  # of --step-ms, measured: the rest is the real convolutions, the all-reduce and Python
 
 
@@ -44,7 +44,7 @@ class DeviceLayer(nn.Module):
         self.layer, self.dev, self.fwd_ms, self.bwd_ms, self.reps, self.last = layer, dev, fwd_ms, bwd_ms, reps, last
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        reps = self.dev.cpu_reps(self.reps)
+        reps = self.reps
         h = self.layer(x)
         for _ in range(reps - 1):
             h = h + self.layer(x)

@@ -3,7 +3,7 @@
     laggard run --nproc-per-node 4 ddp_mlp.py --inject device --rank 2 --factor 1.4
 
 Each layer is a ``common.Block``: a real linear layer (applied REPS times: ~10% of the step in real
-matmuls, what ``--inject cpu`` scales) beside emulated device time, a third of it forward and two
+matmuls) beside emulated device time, a third of it forward and two
 thirds backward. The device time is DEVICE_SHARE of --step-ms, the rest is what the real matmuls,
 DDP's gradient all-reduce on gloo and Python take, so a healthy rank's step is about --step-ms.
 With FAMILY_STEP_TIMES=1 each rank prints its median step time at the end.
@@ -25,7 +25,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 D, CLASSES, LAYERS = 128, 16, 3
-REPS = 8  # real matmul repetitions per layer (x factor on the target of --inject cpu)
+REPS = 8  # real matmul repetitions per layer
 DEVICE_SHARE = 0.6  # of --step-ms, measured: the rest is real matmuls, the all-reduce and Python
 
 

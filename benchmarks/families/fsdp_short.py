@@ -7,7 +7,7 @@ large part of every step).
 One ``fully_shard`` on the root (a single parameter group: one all-gather in the forward and one
 reduce-scatter in the backward; each gloo collective costs a few ms on two shared cores, so more
 groups would leave no room for compute in a 10 ms step). The layers are ``common.Block``s: real
-matmuls (REPS each, what ``--inject cpu`` scales) beside emulated device time, DEVICE_SHARE of
+matmuls (REPS each) beside emulated device time, DEVICE_SHARE of
 --step-ms, a third forward and two thirds backward. With FAMILY_STEP_TIMES=1 each rank prints its
 median step time at the end.
 """
@@ -29,7 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 
 D, CLASSES, LAYERS = 64, 16, 2
-REPS = 4  # real matmul repetitions per layer (x factor on the target of --inject cpu)
+REPS = 4  # real matmul repetitions per layer
 DEVICE_SHARE = 0.5  # of --step-ms, measured: FSDP2's Python and its two gloo collectives take the rest
 
 

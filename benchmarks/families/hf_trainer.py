@@ -8,8 +8,8 @@ itself (``ddp_backend="gloo"``, ``use_cpu=True``) and wraps the model in DDP; Ad
 --steps, no saving, no evaluation, no logging, ``report_to`` none.
 
 Device time: each transformer block's and the LM head's forward is wrapped on this model instance: the
-module runs REPS times and its output is averaged (the same value, REPS x the real CPU work: what
-``--inject cpu`` scales), then passes ``common.device_op``. The three ops' device time is DEVICE_SHARE
+module runs REPS times and its output is averaged (the same value, REPS x the real CPU work), then
+passes ``common.device_op``. The three ops' device time is DEVICE_SHARE
 of --step-ms, a third forward and two thirds backward; the rest is the real model, the Trainer, DDP's
 all-reduce on gloo and Python. A callback's ``on_step_begin`` sets the device's step and takes the host
 stall (``--inject host``); ``--inject data`` slows the target's data collator by --ms a batch.
@@ -39,8 +39,12 @@ from transformers import (  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 SEQ, VOCAB = 16, 256
-REPS = 1  # real repetitions of each wrapped module's forward (x factor on the target of --inject cpu)
-DEVICE_SHARE = 0.6  # of --step-ms, measured: the rest is the real model, the Trainer, the all-reduce, Python
+REPS = 1  # real repetitions of each wrapped module's forward
+DEVICE_SHARE = 0.6  # of --step-ms: the rest is the real model, the Trainer, the all-reduce, Python
+# The Trainer's Python on four ranks takes about a core per step here; a step of 250 ms leaves the
+# two cores idle most of it, so a slow device's sleep lengthens the step. Shorter, the ranks are CPU
+# bound: one rank's longer sleep hands its core to the others and the job is no slower.
+STEP_MS = 250.0
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -69,13 +73,13 @@ class SlowCollator:
 
 
 def on_device(module: torch.nn.Module, dev: common.Device, fwd_ms: float, bwd_ms: float, reps: int) -> None:
-    """Wrap this instance's forward: run it ``dev.cpu_reps(reps)`` times, average the output (a tensor,
+    """Wrap this instance's forward: run it ``reps`` times, average the output (a tensor,
     or a tuple's first element), pass it through the emulated device."""
     orig = module.forward
 
     @functools.wraps(orig)
     def forward(*a, **kw):  # noqa: ANN002, ANN003, ANN202
-        r = dev.cpu_reps(reps)
+        r = reps
         outs = [orig(*a, **kw) for _ in range(r)]
         first = [o[0] if isinstance(o, tuple) else o for o in outs]
         h = first[0]
@@ -115,7 +119,7 @@ def build(dev: common.Device, device_ms: float) -> GPT2LMHeadModel:
 
 
 def main() -> None:
-    args = common.parse(step_ms=80.0, batch=4)
+    args = common.parse(step_ms=STEP_MS, batch=4)
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))

@@ -18,7 +18,7 @@ F1 B1, F2 B2, F3 B3. Each stage's Device is built with ``stage=`` its stage inde
 Device time: each stage is two linears, each one emulated device op a microbatch. A healthy 1F1B step of
 2 stages and 4 microbatches is ``(4 + 2 - 1)`` microbatch slots, so a stage's microbatch (forward +
 backward) takes DEVICE_SHARE x ``--step-ms / 5`` of device time, a third of it forward; the rest is the
-transfers, the all_reduce, the real matmuls (REPS per linear, what ``--inject cpu`` scales) and Python.
+transfers, the all_reduce, the real matmuls (REPS per linear) and Python.
 ``--capture profiler`` records torch.profiler's trace (``common.Capture``: one ``ProfilerStep#N`` window
 a step, one JSON a rank).
 With FAMILY_STEP_TIMES=1 each rank prints its median step time at the end.
@@ -40,7 +40,7 @@ from torch import nn  # noqa: E402
 
 PP, DP, MICROBATCHES = 2, 2, 4
 D_IN, HIDDEN, D_ACT, CLASSES = 64, 256, 128, 16
-REPS = 6  # real matmul repetitions per linear (x factor on the target of --inject cpu)
+REPS = 6  # real matmul repetitions per linear
 DEVICE_SHARE = 0.8  # of --step-ms, measured
 
 
@@ -139,7 +139,7 @@ def main() -> None:
     fwd_ms, bwd_ms = slot_ms / 3 / ops, 2 * slot_ms / 3 / ops
     torch.manual_seed(100 + stage)  # a stage's weights: the same in both pipelines
     model = Stage(D_IN if stage == 0 else D_ACT, D_ACT if stage == 0 else CLASSES, dev, fwd_ms, bwd_ms,
-                  dev.cpu_reps(REPS))
+                  REPS)
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.01)
     batches = common.loader(args, dev, D_IN, CLASSES, seed=pipe)  # the same batches on a pipeline's stages

@@ -33,7 +33,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 D, CLASSES, MICROBATCHES = 128, 16, 4
-REPS = 6  # real matmul repetitions per Block (x factor on the target of --inject cpu)
+REPS = 6  # real matmul repetitions per Block
 DEVICE_SHARE = 0.5  # of --step-ms, measured: the 24 transfers a step and their waits take the rest
 
 

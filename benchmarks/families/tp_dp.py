@@ -13,7 +13,7 @@ output passes ``g`` (all_reduce in the TP group forward, identity backward), and
 backward the gradients are flattened and all_reduced in the DP group (averaged); then SGD.
 
 Device time: each of the four parallel linears is one emulated device op (``common.device_op``) beside
-its real matmuls (REPS of them, averaged: what ``--inject cpu`` scales); the device time is DEVICE_SHARE
+its real matmuls (REPS of them, averaged); the device time is DEVICE_SHARE
 of --step-ms, a third forward and two thirds backward; the rest is the real matmuls, the six gloo
 all_reduces a step and Python, so a healthy rank's step is about --step-ms. With FAMILY_STEP_TIMES=1
 each rank prints its median step time at the end.
@@ -35,7 +35,7 @@ from torch import nn  # noqa: E402
 
 TP, DP = 2, 2
 D, FFN, CLASSES, BLOCKS = 128, 512, 16, 2
-REPS = 6  # real matmul repetitions per linear (x factor on the target of --inject cpu)
+REPS = 6  # real matmul repetitions per linear
 DEVICE_SHARE = 0.6  # of --step-ms, measured: the rest is real matmuls, the all_reduces and Python
 
 
@@ -139,7 +139,7 @@ def main() -> None:
     tp_group, dp_group = tp_groups[dp_rank], dp_groups[tp_rank]
 
     dev = common.Device(args, rank)
-    model = Model(dev, tp_rank, tp_group, DEVICE_SHARE * args.step_ms, dev.cpu_reps(REPS))
+    model = Model(dev, tp_rank, tp_group, DEVICE_SHARE * args.step_ms, REPS)
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.01)
     batches = common.loader(args, dev, D, CLASSES, seed=dp_rank)  # the same batches on a TP group's ranks

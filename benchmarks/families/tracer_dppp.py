@@ -35,7 +35,7 @@ from torch import nn  # noqa: E402
 
 DP, PP = 2, 2
 D, CLASSES, MICROBATCHES = 128, 16, 4
-REPS = 8  # real matmul repetitions per Block (x factor on the target of --inject cpu)
+REPS = 8  # real matmul repetitions per Block
 DEVICE_SHARE = 0.8  # of --step-ms, measured
 
 

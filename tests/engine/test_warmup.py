@@ -96,3 +96,22 @@ def test_a_straggler_in_the_first_steps_is_not_warm_up():
     warm = Job(table=job.table.set_column(job.table.schema.get_field_index("dur_ns"), "dur_ns",
                                           pa.array(np.where(every, dur * 4, dur))), meta=job.meta)
     assert detect_warmup(warm) == 2
+
+
+def test_ranks_starting_apart_make_the_first_step_warm_up():
+    """Processes reach their first step apart (imports, process-group set-up, model build): most
+    ranks enter step 0 late, which is warm-up; one rank entering it late alone is a straggler."""
+    from laggard.engine.warmup import detect_warmup
+
+    job = synthesize(SynthConfig(dp=4, pp=1, microbatches=2, steps=8))
+    step, rank = job.column("step"), job.column("rank")
+    start = job.column("start_ns").astype(np.int64)
+    ms = 1_000_000
+
+    def shifted(offset_ns: np.ndarray) -> Job:
+        new = np.where(step == 0, start + offset_ns, start)
+        return Job(table=job.table.set_column(job.table.schema.get_field_index("start_ns"), "start_ns",
+                                              pa.array(new.astype(np.int64))), meta=job.meta)
+
+    assert detect_warmup(shifted(rank.astype(np.int64) * 150 * ms)) == 1
+    assert detect_warmup(shifted(np.where(rank == 0, 450 * ms, 0))) == 0

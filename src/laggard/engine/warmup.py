@@ -2,8 +2,12 @@
 start-up) and are not the steady state a straggler analysis is about. Detected from step-time
 settling: the leading steps in which the typical rank computes far longer than in the rest are
 skipped. Warm-up slows every rank; a straggler in the first steps (a GC pause, one slow worker)
-slows one rank and stretches the others' collectives, so neither the step's span nor comm time
-is the measure: the median over ranks of each rank's compute time in the step is."""
+slows one rank and stretches the others' collectives, so neither the step's span nor any one rank's
+comm time is the measure (in a pipeline, or with pauses on several ranks, every rank's comm holds
+waits). The step's typical time is the median over ranks of each rank's compute time and of how
+late it entered the step (its first op after the step's earliest; the trace's first step only):
+processes start seconds apart in import, process-group set-up and model build, so the first step
+begins late on most ranks, where a straggler enters late alone."""
 
 from __future__ import annotations
 
@@ -27,8 +31,8 @@ class WarmupConfig:
 
 
 def typical_compute_s(job: Job) -> tuple[np.ndarray, np.ndarray]:
-    """(steps in order, the median over ranks of each rank's non-communication time in the step;
-    every op's time where the trace has no other op)."""
+    """(steps in order, the median over ranks of each rank's non-communication time in the step and
+    its lateness into the trace's first step; every op's time where the trace has no other op)."""
     step = job.column("step").astype(np.int64, copy=False)  # read only here: no copies of the columns
     rank = job.column("rank").astype(np.int64, copy=False)
     dur = job.column("dur_ns").astype(np.float64)
@@ -38,8 +42,17 @@ def typical_compute_s(job: Job) -> tuple[np.ndarray, np.ndarray]:
     steps, sinv = unique_inverse(step)
     ranks, rinv = unique_inverse(rank)
     cell = sinv[use] * len(ranks) + rinv[use]
-    busy = np.bincount(cell, weights=dur[use], minlength=len(steps) * len(ranks)).reshape(len(steps), len(ranks))
-    return steps, np.median(busy, axis=1) * 1e-9
+    shape = (len(steps), len(ranks))
+    busy = np.bincount(cell, weights=dur[use], minlength=shape[0] * shape[1]).reshape(shape)
+    first = np.full(shape[0] * shape[1], np.iinfo(np.int64).max)
+    np.minimum.at(first, sinv * len(ranks) + rinv, job.column("start_ns").astype(np.int64, copy=False))
+    first = first.reshape(shape).astype(np.float64)
+    first[first == np.iinfo(np.int64).max] = np.nan  # a rank with no op in the step
+    late = np.nan_to_num(first - np.nanmin(first, axis=1, keepdims=True), nan=0.0)
+    # only the trace's first step: a later step's late ranks are the previous step's tail (a host
+    # stall before the step, a straggler), which the step's compute already speaks for
+    late[1:] = 0.0
+    return steps, np.median(busy + late, axis=1) * 1e-9
 
 
 def detect_warmup(job: Job, cfg: WarmupConfig | None = None) -> int:

@@ -13,6 +13,7 @@ import numpy as np
 
 from laggard.io.kineto.comm import NCCL_KERNEL
 from laggard.io.kineto.events import RankEvents
+from laggard.io.kineto.hostops import is_loader
 
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 _CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "overhead"})
@@ -29,7 +30,7 @@ class Labels:
     cat_rt: np.ndarray
     cat_gpu_ann: np.ndarray
     step_of_name: np.ndarray  # N of ProfilerStep#N, -1
-    is_name: dict[str, np.ndarray]  # nccl_kernel, gloo, nccl_cpu, rpc, wrapper
+    is_name: dict[str, np.ndarray]  # nccl_kernel, gloo, nccl_cpu, rpc, c10d_p2p, loader, wrapper
 
 
 def labels(ev: RankEvents) -> Labels:
@@ -52,6 +53,8 @@ def labels(ev: RankEvents) -> Labels:
             "nccl_cpu": by_name(lambda s: s.startswith("nccl:")),
             "rpc": by_name(lambda s: s == "record_param_comms"),
             "c10d_p2p": by_name(lambda s: s.startswith(("c10d::send", "c10d::recv"))),
+            # a DataLoader's next batch (``laggard.io.kineto.hostops``)
+            "loader": by_name(is_loader),
             # events that are neither work nor a collective on a thread (they wrap the real ops)
             "wrapper": by_name(lambda s: bool(_STEP.match(s))
                                or s.startswith(("PyTorch Profiler", "c10d::", "nccl:", "gloo:"))

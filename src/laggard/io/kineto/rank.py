@@ -31,7 +31,7 @@ from laggard.io.kineto.comm import (
 )
 from laggard.io.kineto.devices import rank_identity
 from laggard.io.kineto.events import RankEvents
-from laggard.io.kineto.gc import Collections, collections
+from laggard.io.kineto.hostops import HostOps, host_ops
 from laggard.io.kineto.labels import Labels, labels
 from laggard.io.kineto.segments import (
     Segments,
@@ -48,7 +48,7 @@ from laggard.io.kineto.sequences import segment_sequences
 from laggard.io.kineto.windows import EventSteps, containing, event_steps, in_window, preceding
 
 KIND_LABELS = ("compute", "collective", "p2p_send", "p2p_recv", "other")
-KIND_OTHER = 4  # a garbage collection (laggard.io.kineto.gc)
+KIND_OTHER = 4  # a garbage collection or a DataLoader fetch (laggard.io.kineto.hostops)
 # a transfer launched this soon after its c10d call ended still counts as launched by it (us)
 _ISSUE_SLACK_US = 50.0
 
@@ -166,7 +166,8 @@ def build_rank(ev: RankEvents) -> RankOps:
     rank = info.get("rank") if isinstance(info.get("rank"), int) else None
     co = _collectives(ev, lb, es, device=device, cpu=cpu, gpu=gpu, pg_config=pg_config, rank=rank, warns=warns)
     unit, u_key, c_key = work_units(ev, device=device, cpu=cpu, gpu=gpu, is_wrapper=lb.is_name["wrapper"],
-                                    is_nccl_kernel=lb.is_name["nccl_kernel"], coll=co.idx)
+                                    is_nccl_kernel=lb.is_name["nccl_kernel"], is_loader=lb.is_name["loader"],
+                                    coll=co.idx)
     # only what lies in a step window
     u_step, c_step = es.step[unit], es.step[co.idx]
     dropped = int((u_step < 0).sum()) + int((c_step < 0).sum())
@@ -192,7 +193,7 @@ def build_rank(ev: RankEvents) -> RankOps:
     seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase,
                        split_phases=stage or device == "cpu")
     seg_mb = microbatches(seg, merge_runs=not stage) if device == "cpu" else np.full(seg.num, -1)
-    gcs = collections(ev, st, seg, lambda t: in_window(t, es.cpu_windows), device=device)
+    gcs = host_ops(ev, st, seg, lambda t: in_window(t, es.cpu_windows), device=device)
     seqs = segment_sequences(ev, st, seg, seg_mb, device=device)
     ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, gcs, warns, seqs)
     ops.identity = rank_identity(ev, gpu)
@@ -220,11 +221,12 @@ def _unit_phases(ev: RankEvents, lb: Labels, es: EventSteps, unit: np.ndarray, *
 
 
 def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list[dict[str, Any]], co: Collectives,
-              c_step: np.ndarray, st: Streams, seg: Segments, seg_mb: np.ndarray, gcs: Collections,
+              c_step: np.ndarray, st: Streams, seg: Segments, seg_mb: np.ndarray, gcs: HostOps,
               warns: list[str], seqs: tuple[np.ndarray, np.ndarray]) -> RankOps:
-    """The rank's ops: segments first, then collectives, then garbage collections (``gc``, kind
-    ``other``), with explicit dependency lists; ``seg_mb``: each segment's microbatch (-1: none);
-    ``seqs``: each segment's sequences (count, tokens each; -1: unknown)."""
+    """The rank's ops: segments first, then collectives, then host work (garbage collections ``gc``
+    and DataLoader fetches ``data-wait``, kind ``other``), with explicit dependency lists; ``seg_mb``:
+    each segment's microbatch (-1: none); ``seqs``: each segment's sequences (count, tokens each; -1:
+    unknown)."""
     ts, dur = ev.ts_us, ev.dur_us
     ns = _to_ns(ts, ev.header.get("baseTimeNanoseconds"))
     num_seg, coll, n_gc = seg.num, co.idx, gcs.num
@@ -281,13 +283,13 @@ def _to_ns(ts: np.ndarray, base_ns: Any) -> Any:
     return ns
 
 
-def _op_labels(ev: RankEvents, device: str, co: Collectives, st: Streams, seg: Segments, gcs: Collections,
+def _op_labels(ev: RankEvents, device: str, co: Collectives, st: Streams, seg: Segments, gcs: HostOps,
                n_ops: int) -> dict[str, Any]:
     """The ops' streams, names and process groups, as codes into labels (``RankOps`` fields)."""
     c_keys, c_sid = np.unique(st.c_key, return_inverse=True)
     streams = [stream_label(ev, int(k), device) for k in st.keys] + [stream_label(ev, int(k), device) for k in c_keys]
     num_seg, n_gc = seg.num, gcs.num
-    op_names = (seg.names(st.lane) if num_seg else []) + co.name + ["gc"] * n_gc
+    op_names = (seg.names(st.lane) if num_seg else []) + co.name + gcs.names
     name_labels, name_codes = (np.unique(np.array(op_names, dtype=object).astype(str), return_inverse=True) if n_ops
                                else (np.array([]), np.zeros(0, np.int64)))
     grp_labels = sorted({g for g in co.group if g})

@@ -126,8 +126,11 @@ class Segments:
 
 
 def work_units(ev: RankEvents, *, device: str, cpu: np.ndarray, gpu: np.ndarray, is_wrapper: np.ndarray,
-               is_nccl_kernel: np.ndarray, coll: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(unit event indices, their stream keys, the collectives' stream keys)."""
+               is_nccl_kernel: np.ndarray, is_loader: np.ndarray,
+               coll: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unit event indices, their stream keys, the collectives' stream keys). A CPU rank's DataLoader
+    fetch (``is_loader``: its annotation, and the collate ops inside it) is no unit of compute: it is
+    host work that becomes a ``data-wait`` op (``laggard.io.kineto.hostops``)."""
     nm = ev.name
     if device == "gpu":
         unit = np.flatnonzero(gpu & ~is_nccl_kernel[nm])
@@ -136,6 +139,7 @@ def work_units(ev: RankEvents, *, device: str, cpu: np.ndarray, gpu: np.ndarray,
         return unit, u_key, c_key
     cand = np.flatnonzero(cpu & ~is_wrapper[nm] & ~np.isin(np.arange(len(ev.ts_us)), coll))
     unit = top_level(cand, ev.tid[cand], ev.ts_us[cand], ev.dur_us[cand])
+    unit = unit[~is_loader[nm[unit]]]
     u_key = ev.tid[unit].astype(np.int64)
     c_key = ev.tid[coll].astype(np.int64)
     # a collective on a thread that also runs compute gets its own stream beside it
