@@ -156,11 +156,10 @@ class Block(torch.nn.Module):
         self.dev, self.fwd_ms, self.bwd_ms, self.reps = dev, fwd_ms, bwd_ms, reps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        reps = self.reps
         h = self.lin(x)
-        for _ in range(reps - 1):
+        for _ in range(self.reps - 1):
             h = h + self.lin(x)
-        h = torch.relu(h / reps if reps > 1 else h)
+        h = torch.relu(h / self.reps if self.reps > 1 else h)
         return device_op(h, self.dev, self.fwd_ms, self.bwd_ms)
 
 

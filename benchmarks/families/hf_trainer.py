@@ -79,13 +79,12 @@ def on_device(module: torch.nn.Module, dev: common.Device, fwd_ms: float, bwd_ms
 
     @functools.wraps(orig)
     def forward(*a, **kw):  # noqa: ANN002, ANN003, ANN202
-        r = reps
-        outs = [orig(*a, **kw) for _ in range(r)]
+        outs = [orig(*a, **kw) for _ in range(reps)]
         first = [o[0] if isinstance(o, tuple) else o for o in outs]
         h = first[0]
         for o in first[1:]:
             h = h + o
-        h = common.device_op(h / r if r > 1 else h, dev, fwd_ms, bwd_ms)
+        h = common.device_op(h / reps if reps > 1 else h, dev, fwd_ms, bwd_ms)
         return (h, *outs[0][1:]) if isinstance(outs[0], tuple) else h
 
     module.forward = forward

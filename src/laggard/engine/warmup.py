@@ -44,15 +44,14 @@ def typical_compute_s(job: Job) -> tuple[np.ndarray, np.ndarray]:
     cell = sinv[use] * len(ranks) + rinv[use]
     shape = (len(steps), len(ranks))
     busy = np.bincount(cell, weights=dur[use], minlength=shape[0] * shape[1]).reshape(shape)
-    first = np.full(shape[0] * shape[1], np.iinfo(np.int64).max)
-    np.minimum.at(first, sinv * len(ranks) + rinv, job.column("start_ns").astype(np.int64, copy=False))
-    first = first.reshape(shape).astype(np.float64)
-    first[first == np.iinfo(np.int64).max] = np.nan  # a rank with no op in the step
-    late = np.nan_to_num(first - np.nanmin(first, axis=1, keepdims=True), nan=0.0)
-    # only the trace's first step: a later step's late ranks are the previous step's tail (a host
-    # stall before the step, a straggler), which the step's compute already speaks for
-    late[1:] = 0.0
-    return steps, np.median(busy + late, axis=1) * 1e-9
+    # lateness in the trace's first step only: a later step's late ranks are the previous step's tail
+    # (a host stall before the step, a straggler), which the step's compute already speaks for
+    head = np.flatnonzero(sinv == 0)
+    entered = np.full(len(ranks), np.inf)  # each rank's first op of the step (inf: it ran none)
+    np.minimum.at(entered, rinv[head], job.column("start_ns")[head].astype(np.float64))
+    if len(head):
+        busy[0] += np.where(np.isfinite(entered), entered - entered.min(), 0.0)
+    return steps, np.median(busy, axis=1) * 1e-9
 
 
 def detect_warmup(job: Job, cfg: WarmupConfig | None = None) -> int:

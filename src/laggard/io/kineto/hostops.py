@@ -58,13 +58,13 @@ def is_loader(name: str) -> bool:
 
 
 def host_ops(ev: RankEvents, st: Streams, seg: Segments, step_of: Callable[[np.ndarray], np.ndarray], *,
-             device: str) -> HostOps:
+             device: str, loader: np.ndarray) -> HostOps:
     """The garbage collections and DataLoader fetches of a CPU rank placed on its streams (see the
-    module docstring). ``step_of``: the step of each start time (-1: outside every step window)."""
+    module docstring). ``step_of``: the step of each start time (-1: outside every step window);
+    ``loader``: per name, whether it is a DataLoader fetch (``labels.Labels.is_name["loader"]``)."""
     if device != "cpu":
         return _none()
     gc_code = ev.names.index(GC_EVENT) if GC_EVENT in ev.names else -1
-    loader = np.array([is_loader(n) for n in ev.names] + [False], dtype=bool)
     parts = [_placed(ev, st, seg, step_of, np.flatnonzero(ev.name == gc_code), GC_OP),
              _placed(ev, st, seg, step_of, np.flatnonzero(loader[ev.name]), DATA_OP)]
     return HostOps(sid=np.concatenate([p.sid for p in parts]), step=np.concatenate([p.step for p in parts]),

@@ -193,9 +193,9 @@ def build_rank(ev: RankEvents) -> RankOps:
     seg = cut_segments(ev, st, u_step, co.idx, c_step, device=device, u_phase=u_phase,
                        split_phases=stage or device == "cpu")
     seg_mb = microbatches(seg, merge_runs=not stage) if device == "cpu" else np.full(seg.num, -1)
-    gcs = host_ops(ev, st, seg, lambda t: in_window(t, es.cpu_windows), device=device)
+    hops = host_ops(ev, st, seg, lambda t: in_window(t, es.cpu_windows), device=device, loader=lb.is_name["loader"])
     seqs = segment_sequences(ev, st, seg, seg_mb, device=device)
-    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, gcs, warns, seqs)
+    ops = _assemble(ev, info, device, pg_config, co, c_step, st, seg, seg_mb, hops, warns, seqs)
     ops.identity = rank_identity(ev, gpu)
     return ops
 
@@ -221,7 +221,7 @@ def _unit_phases(ev: RankEvents, lb: Labels, es: EventSteps, unit: np.ndarray, *
 
 
 def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list[dict[str, Any]], co: Collectives,
-              c_step: np.ndarray, st: Streams, seg: Segments, seg_mb: np.ndarray, gcs: HostOps,
+              c_step: np.ndarray, st: Streams, seg: Segments, seg_mb: np.ndarray, hops: HostOps,
               warns: list[str], seqs: tuple[np.ndarray, np.ndarray]) -> RankOps:
     """The rank's ops: segments first, then collectives, then host work (garbage collections ``gc``
     and DataLoader fetches ``data-wait``, kind ``other``), with explicit dependency lists; ``seg_mb``:
@@ -229,20 +229,20 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
     unknown)."""
     ts, dur = ev.ts_us, ev.dur_us
     ns = _to_ns(ts, ev.header.get("baseTimeNanoseconds"))
-    num_seg, coll, n_gc = seg.num, co.idx, gcs.num
-    n_ops = num_seg + len(coll) + n_gc
-    none, not_seg = np.full(n_gc, -1), np.full(len(coll) + n_gc, -1)
-    labelled = _op_labels(ev, device, co, st, seg, gcs, n_ops)
+    num_seg, coll, n_host = seg.num, co.idx, hops.num
+    n_ops = num_seg + len(coll) + n_host
+    none, not_seg = np.full(n_host, -1), np.full(len(coll) + n_host, -1)
+    labelled = _op_labels(ev, device, co, st, seg, hops, n_ops)
     issue = ts[coll] if co.issue_us is None else co.issue_us
     # a CPU rank's transfer is its whole c10d call (see _issued); a kernel starts when the GPU runs it
     c_start = issue if device == "cpu" else ts[coll]
-    start_ns = np.concatenate([ns(seg.start_us), ns(c_start), ns(gcs.start_us)]) if n_ops else np.zeros(0, np.int64)
-    dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start), gcs.dur_us])
+    start_ns = np.concatenate([ns(seg.start_us), ns(c_start), ns(hops.start_us)]) if n_ops else np.zeros(0, np.int64)
+    dur_ns = np.round(np.concatenate([seg.dur_us, dur[coll] + (ts[coll] - c_start), hops.dur_us])
                       * 1000.0).astype(np.int64)
-    steps_all = np.concatenate([seg.step, c_step, gcs.step]).astype(np.int64)
+    steps_all = np.concatenate([seg.step, c_step, hops.step]).astype(np.int64)
     # (by the call's type: a transfer without its peers in the trace is paired later, kineto/p2p.py)
     p2p_call = np.array([x.rsplit(":", 1)[-1] in ("send", "recv") for x in co.name], dtype=bool)
-    posted = np.concatenate([np.zeros(num_seg, bool), p2p_call, np.zeros(n_gc, bool)]) if device == "cpu" else \
+    posted = np.concatenate([np.zeros(num_seg, bool), p2p_call, np.zeros(n_host, bool)]) if device == "cpu" else \
         np.zeros(n_ops, bool)
     dep_ptr, dep_idx = _dependencies(seg, num_seg, n_ops, steps_all, labelled["stream"], start_ns, posted)
     return RankOps(
@@ -251,17 +251,17 @@ def _assemble(ev: RankEvents, info: dict[str, Any], device: str, pg_config: list
         device=device,
         step=steps_all,
         **labelled,
-        kind=np.concatenate([np.zeros(num_seg, np.int8), co.kind, np.full(n_gc, KIND_OTHER, np.int8)]),
+        kind=np.concatenate([np.zeros(num_seg, np.int8), co.kind, np.full(n_host, KIND_OTHER, np.int8)]),
         start_ns=start_ns.astype(np.int64),
         dur_ns=dur_ns,
-        issue_ns=np.concatenate([ns(seg.start_us), ns(issue), ns(gcs.start_us)]).astype(np.int64),
+        issue_ns=np.concatenate([ns(seg.start_us), ns(issue), ns(hops.start_us)]).astype(np.int64),
         meta_seq=np.concatenate([np.full(num_seg, -1), co.seq, none]).astype(np.int64),
         size_bytes=np.concatenate([np.full(num_seg, -1), co.size_bytes, none]).astype(np.int64),
         peer=np.concatenate([np.full(num_seg, -1), co.peer, none]).astype(np.int32),
         dep_ptr=dep_ptr,
         dep_idx=dep_idx,
         has_deps=np.ones(n_ops, bool),
-        phase=np.concatenate([seg.phase, np.zeros(len(coll) + n_gc, np.int8)]).astype(np.int8),
+        phase=np.concatenate([seg.phase, np.zeros(len(coll) + n_host, np.int8)]).astype(np.int8),
         microbatch=np.concatenate([seg_mb, not_seg]).astype(np.int32),
         seq_count=np.concatenate([seqs[0], not_seg]).astype(np.int32),
         seq_tokens=np.concatenate([seqs[1], not_seg]).astype(np.int32),
@@ -283,24 +283,24 @@ def _to_ns(ts: np.ndarray, base_ns: Any) -> Any:
     return ns
 
 
-def _op_labels(ev: RankEvents, device: str, co: Collectives, st: Streams, seg: Segments, gcs: HostOps,
+def _op_labels(ev: RankEvents, device: str, co: Collectives, st: Streams, seg: Segments, hops: HostOps,
                n_ops: int) -> dict[str, Any]:
     """The ops' streams, names and process groups, as codes into labels (``RankOps`` fields)."""
     c_keys, c_sid = np.unique(st.c_key, return_inverse=True)
     streams = [stream_label(ev, int(k), device) for k in st.keys] + [stream_label(ev, int(k), device) for k in c_keys]
-    num_seg, n_gc = seg.num, gcs.num
-    op_names = (seg.names(st.lane) if num_seg else []) + co.name + gcs.names
+    num_seg, n_host = seg.num, hops.num
+    op_names = (seg.names(st.lane) if num_seg else []) + co.name + hops.names
     name_labels, name_codes = (np.unique(np.array(op_names, dtype=object).astype(str), return_inverse=True) if n_ops
                                else (np.array([]), np.zeros(0, np.int64)))
     grp_labels = sorted({g for g in co.group if g})
     gl = {g: i for i, g in enumerate(grp_labels)}
     return {
-        "stream": np.concatenate([seg.sid, len(st.keys) + c_sid, gcs.sid]).astype(np.int32),
+        "stream": np.concatenate([seg.sid, len(st.keys) + c_sid, hops.sid]).astype(np.int32),
         "streams": streams,
         "name": name_codes.astype(np.int32),
         "names": [str(x) for x in name_labels],
         "group": np.concatenate([np.full(num_seg, -1), np.array([gl.get(g, -1) for g in co.group], dtype=np.int64),
-                                 np.full(n_gc, -1)]).astype(np.int32),
+                                 np.full(n_host, -1)]).astype(np.int32),
         "groups": grp_labels,
     }
 
