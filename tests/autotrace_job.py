@@ -18,9 +18,11 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def mlp() -> nn.Module:
+def mlp(buffers: bool = False) -> nn.Module:
+    """``buffers``: with a BatchNorm, whose running statistics DDP broadcasts from rank 0 before each forward."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 8))
+    norm = [nn.BatchNorm1d(128)] if buffers else []
+    return nn.Sequential(nn.Linear(32, 128), *norm, nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 8))
 
 
 def loader(rank: int, steps: int, batch: int = 16) -> DataLoader:
@@ -100,11 +102,13 @@ def dump(model: nn.Module, rank: int) -> None:
 
 def ddp(accumulate: int = 1) -> None:
     """A plain DDP loop: DataLoader, forward, loss, backward (``no_sync`` on all but the last of
-    ``accumulate`` microbatches), SGD step."""
+    ``accumulate`` microbatches), SGD step. BUFFERS=1: the model has buffers (a BatchNorm);
+    SLOW_HOST_MS: SLOW_RANK's host stalls that long before each step's forward (it sleeps)."""
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.set_num_threads(1)
-    model = mlp()
+    model = mlp(buffers=os.environ.get("BUFFERS") == "1")
+    host_ms = float(os.environ.get("SLOW_HOST_MS", "0")) if rank == int(os.environ.get("SLOW_RANK", "-1")) else 0
     slow_forward(model, rank)
     net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.02)  # a few buckets
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
@@ -114,6 +118,8 @@ def ddp(accumulate: int = 1) -> None:
         opt.zero_grad()
         for j in range(accumulate):
             x, y = next(it)
+            if host_ms:
+                time.sleep(host_ms / 1000)
             if j < accumulate - 1:
                 with net.no_sync():
                     nn.functional.cross_entropy(net(x), y).backward()

@@ -266,3 +266,28 @@ def test_pure_pipeline_of_four_stages_is_inferred(tmp_path: Path) -> None:
     cols = {c: job.table.column(c).to_pylist() for c in ("rank", "dp_rank", "pp_rank")}
     assert dict(zip(cols["rank"], zip(cols["dp_rank"], cols["pp_rank"], strict=True), strict=True)) == \
         {r: (0, r) for r in range(4)}
+
+
+def test_ddp_buffer_broadcast_is_captured(tmp_path: Path) -> None:
+    """A model with buffers: DDP broadcasts them from rank 0 before each forward, in C++. Rank 1's host
+    stalls 40 ms before each forward (the program sleeps); rank 0's broadcast waits for it. Captured,
+    that wait is a collective matched across the ranks, not rank 0's forward, and no finding names
+    rank 0."""
+    trace = tmp_path / "trace"
+    _ok(run_workers("ddp", 2, tmp_path, LAGGARD_TRACE_DIR=str(trace), BUFFERS="1", SLOW_RANK="1", SLOW_MS="0",
+                    SLOW_HOST_MS="40", STEPS="12"))
+    rows = ops(trace)
+    members = defaultdict(set)
+    for r in rows:
+        if r["name"] == "buffers-broadcast":
+            assert r["kind"] == "collective" and r["group"] == "world" and r["size_bytes"] > 0, r
+            members[(r["step"], r["seq"])].add(r["rank"])
+    assert {s for s, _ in members} == set(range(12)) and all(m == {0, 1} for m in members.values()), members
+    fwd0 = sorted(r["dur_ns"] for r in rows if r["rank"] == 0 and r["name"] == "forward-compute" and r["step"] >= 2)
+    assert fwd0[len(fwd0) // 2] < 20e6, f"rank 0's forward holds the 40 ms wait for rank 1: {fwd0[len(fwd0) // 2] / 1e6:.1f} ms"
+    from laggard.cli.base import main
+
+    assert main(["analyze", str(trace), "--json", str(tmp_path / "a.json"), "-q"]) == 0
+    findings = json.loads((tmp_path / "a.json").read_text())["findings"]
+    named = {r for f in findings for r in _ranks(f["workers"])}
+    assert 0 not in named and findings[0]["workers"] and _ranks(findings[0]["workers"]) == [1], findings[0]

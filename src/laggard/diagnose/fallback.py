@@ -70,7 +70,8 @@ def _within_noise_dropped(ctx: Ctx, cfg: DiagnoseConfig, carriers: list[tuple[st
     stages = sorted({named["stages"][0] for *_, named in carriers if not named.get("workers") and named.get("stages")
                      and rank_of(named) is None})
     by_stage = stage_impact(ctx, cfg, stages) if stages else {}
-    kept = [c for c in carriers if rank_of(c[3]) not in noisy and not _noisy_stage(c[3], by_stage, rank_of)]
+    kept = [c for c in carriers if rank_of(c[3]) not in noisy and not _noisy_stage(c[3], by_stage, rank_of)
+            and not _uneven_stage(ctx, c[3], judged, rank_of)]
     # a stage's (a pure pipeline's one rank) is said of the stage
     out = {sel: judged[r] if named.get("workers") else replace(judged[r], target=f"stage {named['stages'][0]}")
            for _, sel, _, named in kept if (r := rank_of(named)) in judged}
@@ -83,6 +84,17 @@ def _noisy_stage(named: dict, by_stage: dict[int, Consistency], rank_of) -> bool
     """Whether ``named`` is a stage (with DP replicas) whose own effect is within the job's noise."""
     return rank_of(named) is None and bool(named.get("stages")) and not named.get("workers") \
         and by_stage.get(named["stages"][0]) is not None and by_stage[named["stages"][0]].pattern == "noise"
+
+
+def _uneven_stage(ctx: Ctx, named: dict, judged: dict[int, Consistency], rank_of) -> bool:  # noqa: ANN001
+    """Whether ``named`` is a stage (with DP replicas) of which some judged replicas are within the
+    job's noise and others are not: its slowdown is those ranks', and naming the stage would send
+    on-call to its healthy replicas too (the ranks themselves are carriers of their own)."""
+    if rank_of(named) is not None or named.get("workers") or not named.get("stages"):
+        return False
+    stage = named["stages"][0]
+    patterns = {judged[r].pattern == "noise" for r in judged if ctx.worker_of[int(r)]["stage"] == stage}
+    return patterns == {True, False}
 
 
 def _by_compute(ctx: Ctx, cfg: DiagnoseConfig, ranks: list[int]) -> dict[int, Consistency]:

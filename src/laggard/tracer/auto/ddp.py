@@ -4,7 +4,12 @@ It runs in C++ inside the backward, past any Python function. A communication ho
 Python door into it: a DDP model without a hook of its own gets, before its first forward, the
 Python twin of DDP's built-in all-reduce (``allreduce_hook``), which calls the wrapped
 ``all_reduce``; a hook the user registers is kept and wrapped, so its own calls are recorded the
-same way. A built-in C++ hook (``_register_builtin_comm_hook``) stays unseen, with a warning."""
+same way. A built-in C++ hook (``_register_builtin_comm_hook``) stays unseen, with a warning.
+
+DDP's buffer broadcast before each forward (``broadcast_buffers=True``, the default, for a model with
+buffers) is C++ too (``dist._broadcast_coalesced``), reached from one Python method; wrapped there, it
+is a blocking collective (``DDP_BUFFERS``). Unrecorded, the root's forward would hold its wait for the
+last rank to enter the step and read as slow compute on rank 0."""
 
 from __future__ import annotations
 
@@ -13,8 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from laggard.errors import LaggardWarning
+from laggard.tracer.auto.works import size_of
 
 DDP_GRADS = "grads-all-reduce"  # the op type of DDP's bucketed gradient all-reduce
+DDP_BUFFERS = "buffers-broadcast"  # the op type of DDP's module-buffer broadcast before a forward
 
 
 def install_ddp(capture: Any) -> None:
@@ -43,8 +50,21 @@ def install_ddp(capture: Any) -> None:
                 orig_register(ddp, ddp.process_group, traced_hook(capture, allreduce_hook))
         return orig_forward(ddp, *args, **kwargs)
 
-    for name, fn in (("register_comm_hook", register_comm_hook),
-                     ("_register_builtin_comm_hook", _register_builtin_comm_hook), ("forward", forward)):
+    orig_broadcast = getattr(DDP, "_distributed_broadcast_coalesced", None)
+
+    def _distributed_broadcast_coalesced(ddp: Any, tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        t = capture.tracer()
+        call = lambda: orig_broadcast(ddp, tensors, *args, **kwargs)  # noqa: E731
+        if t is None:
+            return call()
+        size = sum(size_of(x) for x in tensors)
+        return capture._blocking(t, call, DDP_BUFFERS, "collective", capture.label(t, ddp.process_group), -1, size)
+
+    wrapped = [("register_comm_hook", register_comm_hook),
+               ("_register_builtin_comm_hook", _register_builtin_comm_hook), ("forward", forward)]
+    if orig_broadcast is not None:
+        wrapped.append(("_distributed_broadcast_coalesced", _distributed_broadcast_coalesced))
+    for name, fn in wrapped:
         capture.patches.wrap(name, getattr(DDP, name), fn, (DDP,))
 
 
