@@ -102,6 +102,8 @@ FAMILIES = [
            what="DDP, ~1 s steps, torch.profiler"),
     Family("hf_trainer", "hf_trainer.py", 4, "auto", 250.0, "evaluation",
            what="Hugging Face Trainer.train()"),
+    Family("lightning_cnn", "lightning_cnn.py", 4, "auto", 120.0, "evaluation",
+           what="PyTorch Lightning Trainer.fit(), conv net with BatchNorm"),
 ]
 FAMILY = {f.name: f for f in FAMILIES}
 

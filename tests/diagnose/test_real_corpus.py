@@ -7,6 +7,7 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from laggard.analysis.pipeline import analyze
@@ -580,6 +581,32 @@ def test_a_stage_slow_in_its_input_waits_is_slow_loading_its_input() -> None:
     assert d.findings[0].cause == "stage-imbalance", d.findings
     d, truth = _diagnose("gz60_pp_blocking_05_clean")
     assert truth["kind"] == "none" and not _named(d), d.findings
+
+
+def test_input_waits_are_weighed_against_net_excess_per_op_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real tp 2 x dp 2 job (``laggard run``, gz6065_tp_dp_02_data, the evaluation half of
+    benchmarks/generalize.py): rank 3's DataLoader is 10.1 ms slower per batch, its compute is its
+    peers'. Each step's forward and backward run as two long spans and a short one of the same op
+    type, so op by op every long span is over the type's mean and every short one under it; counted
+    op by op those differences (which cancel) were most of rank 3's "excess" and it read as a slow
+    worker. Netted per op type, its excess lies in its input waits: its input pipeline is named."""
+    import importlib
+
+    d, truth = _diagnose("gz6065_tp_dp_02_data")
+    assert truth["kind"] == "data" and truth["targets"] == [3]
+    assert d.findings and d.findings[0].cause == "data-loading", d.findings
+    assert [w["rank"] for w in d.findings[0].workers] == [3] and _named(d) == {3}, d.findings
+
+    worker = importlib.import_module("laggard.diagnose.worker")
+
+    def op_by_op(ctx, mine, ref):  # noqa: ANN001, ANN202 - the statistic this rule replaced
+        data = mine & ctx.kind_is("other")
+        excess = float(np.nan_to_num(ctx.w[mine] - ref[mine]).clip(0).sum())
+        return float(np.nan_to_num(ctx.w[data] - ref[data]).clip(0).sum()) / excess, 1.0
+
+    monkeypatch.setattr(worker, "data_bound", op_by_op)
+    d, _ = _diagnose("gz6065_tp_dp_02_data")
+    assert d.findings[0].cause == "worker", d.findings
 
 
 def test_a_low_confidence_finding_names_no_stage_whose_replicas_are_not_all_slow(

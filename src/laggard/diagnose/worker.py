@@ -346,10 +346,23 @@ def data_bound(ctx: Ctx, mine: np.ndarray, ref: np.ndarray) -> tuple[float, floa
     reference's). The part whose time is over its peers' is the part to fix: a rank or stage slow
     mostly in its input waits is slow at loading its input, whatever its device; GC is not compute
     and has its own detector. Shared by the slow-worker and heavy-stage findings, so one rule names
-    the cause wherever the slow rank is compared."""
+    the cause wherever the slow rank is compared.
+
+    The excess is netted per rank and op type before the negative parts are dropped: the reference is
+    an op type's mean, and where one type runs as a long and a short span in each step (a model's
+    forward beside a head's) or one span varies from step to step, every long span is over the mean
+    and every short one under it. Clipped op by op, those differences (which sum to nothing) would
+    count as excess and dilute a real one; netted, only a type the rank spends more time in counts."""
+    sel = np.flatnonzero(mine)
+    if not len(sel):
+        return 0.0, 1.0
+    d = np.nan_to_num(ctx.w[sel] - ref[sel])
+    groups, at = np.unique(np.stack([ctx.rank[sel], ctx.name[sel]]), axis=1, return_inverse=True)
+    net = np.bincount(at.ravel(), weights=d, minlength=groups.shape[1]).clip(0)
+    is_data = np.bincount(at.ravel(), weights=ctx.kind_is("other")[sel].astype(float),
+                          minlength=groups.shape[1]) > 0
+    excess, data_excess = float(net.sum()), float(net[is_data].sum())
     data = mine & ctx.kind_is("other")
-    excess = float(np.nan_to_num(ctx.w[mine] - ref[mine]).clip(0).sum())
-    data_excess = float(np.nan_to_num(ctx.w[data] - ref[data]).clip(0).sum())
     ratio = float(ctx.w[data].sum() / max(float(np.nan_to_num(ref[data]).sum()), 1e-12))
     return (data_excess / excess if excess > 0 else 0.0), ratio
 
