@@ -3,7 +3,8 @@ graph, measured and ideal durations per op, op labels; and ``replay_mixed``, whi
 what-if scenarios (weight columns) in batches under a memory bound.
 
 Ideal durations follow Lin et al. (OSDI '25): the mean (compute) or the median (communication
-transfer) of an op type, pooled over all workers, steps and microbatches; traced GC pauses 0.
+transfer) of an op type, pooled over all workers, steps and microbatches (where a capture splits a
+type into several spans a step, each span's own pool: ``engine/sameop.py``); traced GC pauses 0.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from laggard.engine.replay import (
     step_times_from_nodes,
     wall_step_times,
 )
+from laggard.engine.sameop import same_op_codes
 from laggard.errors import GraphCycleError, LaggardError
 from laggard.optable.ops import COMM_KINDS, Job, fits_table, is_gc_name
 
@@ -229,7 +231,9 @@ def prepare(job: Job, gaps: GapConfig | None = None) -> Baseline:
     measured = np.where(graph.op_group >= 0, td, dur_ns * _NS)
     # untraced host time is idealised to its peers' median, like communication (sporadic stalls)
     median_kind = comm_kind | np.array([k == HOST_KIND for k in kinds], dtype=bool)
-    ideal = ideal_weights(measured, name_code, median_kind[kind_code], len(names), p2p_links(job, kind_code, kinds))
+    same, num_same = same_op_codes(name_code.astype(np.int64), job.column("rank"), job.column("step"),
+                                   job.column("microbatch"), job.column("vchunk"), start_ns)
+    ideal = ideal_weights(measured, same, median_kind[kind_code], num_same, p2p_links(job, kind_code, kinds))
     # GC pauses traced as their own ops occur on some workers in some steps; at their mean they
     # would stay in the ideal run exactly where they stalled the job. The ideal job does not stop
     # the world mid-step (planned GC moves collections out of the step): they are idealised to 0.

@@ -2,7 +2,8 @@
 
 Following Lin et al., "Understanding Stragglers in Large Model Training Using What-if Analysis"
 (OSDI '25): the *ideal* duration of an op is the mean (compute) or the median (communication
-transfer) of its op type, pooled over all workers, steps and microbatches. The straggler slowdown
+transfer) of its op type, pooled over all workers, steps and microbatches (one pool per span where a
+capture splits a type into several spans a step: ``laggard.engine.sameop``). The straggler slowdown
 is S = T / T_ideal, where T is the replayed step time with measured durations (launch gaps
 removed) and T_ideal the replayed step time with every op idealised. Attributions keep one part
 (an op type, a DP rank, a stage) as measured and everything else ideal.
