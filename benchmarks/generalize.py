@@ -418,7 +418,16 @@ def score_job(truth: dict, result: dict) -> dict:
                    + ("; a later finding has it" if hit else ""))
     return {**row, "status": "ok", "verdict": doc.get("verdict"), "slowdown": doc.get("slowdown"),
             "first": first, "findings": per, "named": named, "named_targets": sorted(set(named) & targets),
-            "hit": hit, "first_right": first_right, "noise_only": noise_only, "right": right, "why": why}
+            "hit": hit, "first_right": first_right, "noise_only": noise_only, "right": right, "why": why,
+            "sw_worst": sw_worst(doc)}
+
+
+def sw_worst(doc: dict) -> list[int]:
+    """The ranks whose S_w is the largest (several where they tie): the basic metric's own answer,
+    beside the findings'."""
+    sw = {int(w["rank"]): float(w["slowdown"]) for w in doc.get("by_worker") or [] if w.get("slowdown") is not None}
+    top = max(sw.values(), default=None)
+    return sorted(r for r, v in sw.items() if v >= top - 1e-9) if top is not None else []
 
 
 def realized(truth: dict, root: Path) -> float | None:
@@ -452,6 +461,7 @@ def figures(rows: list[dict]) -> dict:
                  for lo, hi in BUCKETS}
     by_kind = {k: recall([r for r in inj if r["kind"] == k]) for k in sorted({r["kind"] for r in inj})}
     dev125 = [r for r in inj if r["kind"] in DEVICE_EMULATED and (r["factor"] or 0) >= 1.25]
+    one = [r for r in inj if len(r["targets"]) == 1 and r["status"] == "ok"]
     return {
         "jobs": len(rows), "injected": len(inj), "clean": len(cln),
         "errors": sum(r["status"] != "ok" for r in rows),
@@ -469,6 +479,8 @@ def figures(rows: list[dict]) -> dict:
         "clean_healthy_or_noise": _share(sum(r["status"] == "ok" and (r["verdict"] == "healthy" or r["noise_only"])
                                              for r in cln), len(cln)),
         "clean_verdicts": dict(Counter(str(r["verdict"]) for r in cln)),
+        # one-target injected jobs whose worst S_w, alone (no tie), is the target: the basic metric
+        "sw_worst_is_target": _share(sum(r.get("sw_worst") == r["targets"] for r in one), len(one)),
         # injected jobs that ran under 1.03x their twin's step: causes the job barely felt
         "realized_under_1_03": sum((r.get("realized") or 0.0) < 1.03 for r in inj if r.get("realized") is not None),
         "verdicts": dict(Counter(str(r["verdict"]) for r in rows)),
@@ -634,7 +646,8 @@ REPORT_ROWS = (("precision_named_ranks", "named-rank precision"), ("recall", "re
                ("first_right", "first finding right"),
                ("first_right_not_harder", "first right, device-emulated/host/data"),
                ("clean_no_rank", "clean twins naming no rank"),
-               ("clean_healthy_or_noise", "clean twins healthy / noise only"))
+               ("clean_healthy_or_noise", "clean twins healthy / noise only"),
+               ("sw_worst_is_target", "worst S_w alone is the target (1 target)"))
 
 
 def report(out: Path, record: bool) -> None:
@@ -671,7 +684,7 @@ def write_results(found: dict[str, dict[str, dict]], path: Path = RESULTS) -> No
         for half, doc in halves.items():
             o = doc["figures"]["overall"]
             for key, title in REPORT_ROWS:
-                if o[key] is None:
+                if o.get(key) is None:
                     continue
                 figs.append({"name": f"generalize {half} ({label}): {title}", "value": o[key], "unit": "share",
                              "detail": {"half": half, "label": label, "laggard": doc["laggard"], "jobs": o["jobs"],

@@ -130,3 +130,18 @@ def test_figures(gz):
     assert f["first_right"] == pytest.approx(2 / 3)
     assert f["clean_no_rank"] == 0.5 and f["clean_healthy_or_noise"] == 0.5
     assert f["clean_verdicts"] == {"straggling": 1, "healthy": 1}
+
+
+def test_the_worst_s_w_counts_only_alone_and_on_the_target(gz):
+    def doc(sw):
+        d = _doc(_f("worker", [2]))
+        d["doc"]["by_worker"] = [{"rank": r, "dp_rank": r, "stage": 0, "slowdown": v} for r, v in enumerate(sw)]
+        return d
+
+    rows = [gz.score_job(_truth(targets=(2,)), doc([1.1, 1.1, 1.4, 1.1])),  # the target, alone
+            gz.score_job(_truth(targets=(2,)), doc([1.3, 1.3, 1.3, 1.3])),  # a tie: no answer
+            gz.score_job(_truth(targets=(1,)), doc([1.1, 1.2, 1.4, 1.1])),  # another rank
+            gz.score_job(_truth("stage", [1, 3]), doc([1.0, 1.3, 1.0, 1.3])),  # two targets: not counted
+            gz.score_job(_truth("none", [], job="a-clean"), doc([1.1, 1.2, 1.1, 1.1]))]
+    assert rows[0]["sw_worst"] == [2] and rows[1]["sw_worst"] == [0, 1, 2, 3]
+    assert gz.figures(rows)["sw_worst_is_target"] == pytest.approx(1 / 3)
