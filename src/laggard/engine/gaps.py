@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from laggard.engine.graph import dependencies
 from laggard.engine.kernels import kernel
+from laggard.engine.sameop import nth_in_group
 from laggard.engine.sorting import lex_order
 from laggard.optable.ops import COMM_KINDS, Job, make_table, unique_inverse
 
@@ -328,14 +329,7 @@ def _groups_with_gaps(gap: np.ndarray, key: np.ndarray | None, num_keys: int) ->
 def _positions(job: Job, rank: np.ndarray, op_step: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Each op's position: its name and how many ops of that name the rank ran before it in the step."""
     name_code, names = job.codes("name")
-    o = lex_order(rank, op_step, name_code, start)
-    key_new = np.ones(len(o), dtype=bool)
-    key_new[1:] = (rank[o][1:] != rank[o][:-1]) | (op_step[o][1:] != op_step[o][:-1]) | (
-        name_code[o][1:] != name_code[o][:-1]
-    )
-    run_first = np.maximum.accumulate(np.where(key_new, np.arange(len(o)), 0))
-    k = np.empty(len(o), dtype=np.int64)
-    k[o] = np.arange(len(o)) - run_first
+    k = nth_in_group(rank, op_step, name_code, start=start)
     pair = name_code.astype(np.int64) * (int(k.max()) + 1 if len(k) else 1) + k
     width = int(k.max()) + 1 if len(k) else 1
     # dense codes of the (name, k) pairs that occur, in pair order (np.unique without its sort)

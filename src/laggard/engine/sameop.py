@@ -19,33 +19,38 @@ from __future__ import annotations
 
 import numpy as np
 
+from laggard.engine.sorting import lex_order
+
+
+def nth_in_group(*keys: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per op, how many ops with the same ``keys`` (integer arrays) started before it: 0 for the first
+    (ties in row order). With (rank, step, op type): the same op on another rank, as its place."""
+    o = lex_order(*keys, start)
+    new = np.zeros(len(o), dtype=bool)
+    new[:1] = True
+    for k in keys:
+        ko = k[o]
+        new[1:] |= ko[1:] != ko[:-1]
+    idx = np.arange(len(o))
+    nth = np.empty(len(o), dtype=np.int64)
+    nth[o] = idx - np.maximum.accumulate(np.where(new, idx, 0))
+    return nth
+
 
 def same_op_codes(name_code: np.ndarray, rank: np.ndarray, step: np.ndarray, microbatch: np.ndarray,
                   vchunk: np.ndarray, start_ns: np.ndarray) -> tuple[np.ndarray, int]:
     """(per op, a code shared by the same op on every worker and step; the number of codes)."""
-    n = len(name_code)
-    if n == 0:
+    if len(name_code) == 0:
         return np.zeros(0, dtype=np.int64), 0
-    order = np.lexsort((start_ns, vchunk, microbatch, step, rank, name_code))
-    key = np.stack([name_code[order], rank[order], step[order], microbatch[order], vchunk[order]])
-    new_run = np.ones(n, dtype=bool)
-    new_run[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
-    idx = np.arange(n)
-    first = np.maximum.accumulate(np.where(new_run, idx, 0))
-    nth_sorted = idx - first
-    # spans per (type, rank, step, microbatch, chunk), and whether a type's count is one everywhere
-    run_id = np.cumsum(new_run) - 1
-    run_len = np.bincount(run_id)
-    run_name = key[0][new_run]
+    name_code = name_code.astype(np.int64)
+    nth = nth_in_group(name_code, rank, step, microbatch, vchunk, start=start_ns)
+    # a type runs its most spans in every (rank, step, microbatch, chunk) where as many of its ops
+    # are its last span as are its first: fewer spans to a group cannot leave the counts alike
     num_names = int(name_code.max()) + 1
-    lo = np.full(num_names, np.iinfo(np.int64).max)
-    hi = np.zeros(num_names, dtype=np.int64)
-    np.minimum.at(lo, run_name, run_len)
-    np.maximum.at(hi, run_name, run_len)
-    split = (lo == hi) & (hi > 1)
-    nth = np.empty(n, dtype=np.int64)
-    nth[order] = nth_sorted
-    nth = np.where(split[name_code], nth, 0)
-    pair = name_code.astype(np.int64) * (int(nth.max()) + 1) + nth
-    codes, inverse = np.unique(pair, return_inverse=True)
+    last = np.zeros(num_names, dtype=np.int64)
+    np.maximum.at(last, name_code, nth)
+    groups = np.bincount(name_code[nth == 0], minlength=num_names)
+    full = np.bincount(name_code[nth == last[name_code]], minlength=num_names)
+    nth = np.where(((last > 0) & (full == groups))[name_code], nth, 0)
+    codes, inverse = np.unique(name_code * (int(nth.max()) + 1) + nth, return_inverse=True)
     return inverse.astype(np.int64).ravel(), len(codes)

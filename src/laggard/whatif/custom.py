@@ -30,6 +30,7 @@ import numpy as np
 
 from laggard.engine.baseline import Baseline, prepare
 from laggard.engine.replay import replay_steps
+from laggard.engine.sameop import nth_in_group
 from laggard.engine.spikes import group_mean
 from laggard.errors import LaggardError
 from laggard.optable.ops import Job
@@ -241,16 +242,7 @@ def occurrence(base: Baseline) -> np.ndarray:
     same op on another rank. One op type can name ops of very different lengths (the backward before
     the gradients' all-reduce and the short rest after it), and a peer's mean over all of them would
     give the short one the long one's time."""
-    start = base.job.column("start_ns")
-    order = np.lexsort((start, base.name_code, base.graph.op_step, base.rank))
-    key = np.stack([base.rank[order], base.graph.op_step[order], base.name_code[order]])
-    new_run = np.ones(len(order), dtype=bool)
-    new_run[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
-    idx = np.arange(len(order))
-    first = np.maximum.accumulate(np.where(new_run, idx, 0))
-    nth = np.empty(len(order), dtype=np.int64)
-    nth[order] = idx - first
-    return nth
+    return nth_in_group(base.rank, base.graph.op_step, base.name_code, start=base.job.column("start_ns"))
 
 
 def _spikes_of(base: Baseline, w: np.ndarray, mask: np.ndarray, *,
