@@ -88,3 +88,16 @@ def test_the_checks_fail_with_the_type_as_one_pool(pooled) -> None:  # noqa: ANN
     assert not _clean_dp_ranks_read_the_job(res), res.by_dp_rank
     res, _ = _analysis("gz60_ddp_mlp_01_device")
     assert not _slowed_rank_stands_out(res, 1), res.by_worker
+
+
+def test_nth_in_group_counts_the_ops_of_its_group_that_started_before_it() -> None:
+    from laggard.engine.sameop import nth_in_group
+
+    rng = np.random.default_rng(7)
+    n = 400
+    rank, step, name, start = (rng.integers(0, k, n) for k in (3, 2, 4, 30))  # ties in start too
+    nth = nth_in_group(rank, step, name, start=start)
+    for i in range(n):  # by its definition: earlier start, or the same start and an earlier row
+        same = (rank == rank[i]) & (step == step[i]) & (name == name[i])
+        before = (start < start[i]) | ((start == start[i]) & (np.arange(n) < i))
+        assert nth[i] == int((same & before).sum())
