@@ -44,6 +44,7 @@ import filecmp
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -265,15 +266,22 @@ def run_job(spec: JobSpec, d: Path) -> dict:
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
+_STEP_TIMES = re.compile(r"\[step-times\] rank (\d+): median ([0-9.]+) ms")
+
+
 def _step_times(log: Path) -> dict[str, float]:
-    """Each rank's median step time, as the program printed it (FAMILY_STEP_TIMES=1)."""
-    out = {}
-    for ln in log.read_text(errors="replace").splitlines():
-        if "[step-times] rank" in ln:
-            with contextlib.suppress(ValueError, IndexError):
-                head, tail = ln.split("[step-times] rank", 1)[1].split(": median")
-                out[head.strip()] = float(tail.split("ms")[0])
+    """Each rank's median step time, as the program printed it (FAMILY_STEP_TIMES=1). The ranks share
+    one pipe, so two ranks' lines can land on one line of the log: each is read wherever it is."""
+    if not log.is_file():
+        return {}
+    out = {r: float(ms) for r, ms in _STEP_TIMES.findall(log.read_text(errors="replace"))}
     return dict(sorted(out.items()))
+
+
+def _printed(truth: dict, root: Path) -> dict[str, float]:
+    """A job's step times: from its log where it is kept (read again, so a corrected reader applies to
+    jobs already run), else as recorded at the run."""
+    return _step_times(root / str(truth.get("job") or "") / "output.log") or truth.get("step_times_ms") or {}
 
 
 def generate(out: Path, half: str, seed: int, k: int, *, retry_failed: bool = False,
@@ -438,7 +446,7 @@ def realized(truth: dict, root: Path) -> float | None:
     twin = root / str(truth.get("twin") or "") / "truth.json"
     if truth["kind"] == "none" or not twin.is_file():
         return None
-    a, b = truth.get("step_times_ms") or {}, json.loads(twin.read_text()).get("step_times_ms") or {}
+    a, b = _printed(truth, root), _printed(json.loads(twin.read_text()), root)
     return max(a.values()) / max(b.values()) if a and b and max(b.values()) > 0 else None
 
 

@@ -145,3 +145,19 @@ def test_the_worst_s_w_counts_only_alone_and_on_the_target(gz):
             gz.score_job(_truth("none", [], job="a-clean"), doc([1.1, 1.2, 1.1, 1.1]))]
     assert rows[0]["sw_worst"] == [2] and rows[1]["sw_worst"] == [0, 1, 2, 3]
     assert gz.figures(rows)["sw_worst_is_target"] == pytest.approx(1 / 3)
+
+
+def test_step_times_are_read_where_two_ranks_wrote_on_one_line(gz, tmp_path):
+    # the ranks share one pipe: a clean fsdp_short twin's log held both ranks' lines as one
+    half = tmp_path / "tuning"
+    for job, text in (("f-00-clean", "[step-times] rank 1: median 10.5 ms over 23 steps[step-times] rank 0: "
+                                     "median 10.4 ms over 23 steps\nlaggard: the trace is in x\n"),
+                      ("f-00-device", "[step-times] rank 0: median 15.6 ms over 23 steps\n"
+                                      "[step-times] rank 1: median 15.75 ms over 23 steps\n")):
+        (half / job).mkdir(parents=True)
+        (half / job / "output.log").write_text(text)
+    assert gz._step_times(half / "f-00-clean" / "output.log") == {"0": 10.4, "1": 10.5}
+    twin = {"job": "f-00-clean", "kind": "none", "step_times_ms": {}}
+    (half / "f-00-clean" / "truth.json").write_text(__import__("json").dumps(twin))
+    truth = {"job": "f-00-device", "kind": "device", "twin": "f-00-clean", "step_times_ms": {}}
+    assert gz.realized(truth, half) == pytest.approx(15.75 / 10.5)
