@@ -330,8 +330,8 @@ def _positions(job: Job, rank: np.ndarray, op_step: np.ndarray, start: np.ndarra
     """Each op's position: its name and how many ops of that name the rank ran before it in the step."""
     name_code, names = job.codes("name")
     k = nth_in_group(rank, op_step, name_code, start=start)
-    pair = name_code.astype(np.int64) * (int(k.max()) + 1 if len(k) else 1) + k
     width = int(k.max()) + 1 if len(k) else 1
+    pair = name_code.astype(np.int64) * width + k
     # dense codes of the (name, k) pairs that occur, in pair order (np.unique without its sort)
     seen = np.zeros(len(names) * width, dtype=bool)
     seen[pair] = True
