@@ -9,6 +9,10 @@ request and hang reports sent to the collector that does not hold it.
   kept in the database.
 - A collector started with another token: the holder refuses the credentials it passes on, and the
   caller is told why (502), not a bare 401.
+- A holder that stops answering (stopped, not killed: its socket still takes connections) does not
+  take the other collector down with it: the requests waiting on it hold threads of their own, so
+  b's health check and job list answer at once, and the requests past those few are answered by b
+  from what it has.
 - PostgreSQL down: both collectors answer ingest 503 (a tracer spools: ``wire.client`` treats 5xx
   as down) and nothing is lost once it is back: the batches sent again are stored and the holder's
   window has them all.
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import json
 import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -91,6 +97,36 @@ def test_a_jobs_requests_to_another_collector_get_its_holders_answers(tmp_path):
         for s in (a, b, other):
             if s is not None:
                 s.stop()
+
+
+def test_a_holder_that_stops_answering_leaves_the_other_collector_serving(tmp_path):
+    db = str(tmp_path / "m.db")
+    a = Server(db, tmp_path, extra=HANG).start()
+    b = Server(db, tmp_path, extra=HANG).start()
+    stopped = False
+    try:
+        for r in range(WORLD):
+            assert _beat(a, "fw", r)[0] == 200
+        until(lambda: _holder(b, "fw") == a.url, 20, "b naming a as the job's collector")
+        a.proc.send_signal(signal.SIGSTOP)
+        stopped = True
+        # a 64-rank job's heartbeats reaching b at once, each to be passed to a, which never answers
+        with ThreadPoolExecutor(64) as pool:
+            beats = [pool.submit(_beat, b, "fw", r % WORLD) for r in range(64)]
+            time.sleep(1.0)
+            for path in ("/healthz", "/api/v1/jobs"):
+                t0 = time.monotonic()
+                code, _ = b.request("GET", path)
+                took_s = time.monotonic() - t0
+                # seconds on a busy host; waiting on a, it is the forward timeout
+                assert code == 200 and took_s < 5.0, (path, code, took_s)
+            answers = [f.result(timeout=90) for f in beats]
+        assert all(code == 200 for code, _ in answers), [code for code, _ in answers]
+    finally:
+        if stopped:
+            a.proc.send_signal(signal.SIGCONT)
+        for s in (a, b):
+            s.stop()
 
 
 def test_postgresql_down_is_a_503_and_nothing_is_lost_once_it_is_back(tmp_path):

@@ -87,13 +87,27 @@ class MonitorConfig:
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     # several collectors on one database: each job's lease (laggard.monitor.cluster)
     lease: LeaseConfig = field(default_factory=LeaseConfig)
+    # a job's requests passed to the collector that holds it (laggard.monitor.forward): at most this
+    # many wait on holders at once, on a limit of their own; the server's shared one (40 threads)
+    # serves the health check, the job list and every other endpoint that reads the store, and a
+    # holder that stops answering must not take those. A request past the limit is answered here,
+    # from what this collector has, as for a holder that cannot be reached
+    forward_max_waiting: int = 16
+    # ... each waits this long for the holder's answer: a holder answers from what it holds in memory
+    # (a step's timeline is the slowest, well under a second); one slower than this is stuck or gone,
+    # and its lease moves within lease_s
+    forward_timeout_s: float = 10.0
+    # ... and a holder that did not answer is not asked again for this long: its jobs' requests are
+    # answered here meanwhile, not each after its own timeout; a lease round (renew_s) says by then
+    # whether it lives
+    forward_retry_s: float = 5.0
 
     def __post_init__(self) -> None:
         from laggard.errors import LaggardError
 
         for k in ("window_steps", "refresh_every_steps", "hang_min_steps", "trend_len", "metrics_top_k", "top_k",
                   "max_body_bytes", "max_report_bytes", "hang_reports_per_job", "hang_report_bytes_per_job",
-                  "analysis_workers"):
+                  "analysis_workers", "forward_max_waiting"):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise LaggardError(f"monitor config: {k} must be a positive integer, got {v!r}")
@@ -110,3 +124,6 @@ class MonitorConfig:
                                f"({self.max_report_bytes}), got {self.hang_report_bytes_per_job}")
         if self.hang_after_s <= 0 or self.tick_s <= 0 or self.hang_collect_s <= 0:
             raise LaggardError("monitor config: hang_after_s, hang_collect_s and tick_s must be positive")
+        if not self.forward_timeout_s > 0 or not self.forward_retry_s >= 0:
+            raise LaggardError("monitor config: forward_timeout_s must be positive and forward_retry_s not negative, "
+                               f"got {self.forward_timeout_s!r} and {self.forward_retry_s!r}")

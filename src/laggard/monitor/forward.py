@@ -14,6 +14,13 @@ started with, which also signs the dashboard's sessions: start them with the sam
 holder refusing them is answered 502, saying so. A passed request carries ``X-Laggard-Via`` and is
 never passed on again. Where the holder cannot be reached (killed, its lease not expired yet), this
 collector answers from what it has; the lease comes here within a lease.
+
+A holder that stops answering (stopped, swapping, wedged: its socket still takes connections) must
+not take this collector with it. The requests waiting on holders run on a limiter of their own
+(``MonitorConfig.forward_max_waiting``), never the server's shared threads that serve the health
+check and the store's readers; one past that limit is answered here, and so is every request for a
+holder that did not answer in ``forward_timeout_s``, for ``forward_retry_s``: a job's ranks beating
+to this collector cost one timeout, not one each.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from typing import Any
 
 import anyio
@@ -35,7 +43,6 @@ ANSWERED_BY = "x-laggard-answered-by"  # the holder whose answer this is
 _JOB_PATH = re.compile(r"^/api/v1/jobs/([^/]+)(/[^/]+)?$")
 _PASSED_HEADERS = (b"authorization", b"cookie", b"content-type")
 _TRACER_PATHS = ("/heartbeat", "/flight")  # the job's ranks talk to this collector (cluster.posted)
-TIMEOUT_S = 30.0
 
 
 class Forward:
@@ -44,6 +51,8 @@ class Forward:
     def __init__(self, app: ASGIApp, collector: Any) -> None:
         self.app, self.collector = app, collector
         self._local = threading.local()  # a kept-alive connection per worker thread and holder
+        self._limiter: anyio.CapacityLimiter | None = None  # made in the server's event loop, on first use
+        self._down_until: dict[str, float] = {}  # holder -> monotonic time before which it is not asked
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         m = _JOB_PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
@@ -55,10 +64,17 @@ class Forward:
         if tail in _TRACER_PATHS:
             cluster.posted(job_id)
         holder = cluster.holder_url(job_id)
-        if holder is None:
+        if holder is None or self._down_until.get(holder, 0.0) > time.monotonic():
             await self.app(scope, receive, send)
             return
-        limit = self.collector.cfg.max_report_bytes if tail == "/flight" else self.collector.cfg.max_body_bytes
+        cfg = self.collector.cfg
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(cfg.forward_max_waiting)
+        if self._limiter.available_tokens < 1:
+            log.debug("job %s: %d requests wait on collectors already: answered here", job_id, cfg.forward_max_waiting)
+            await self.app(scope, receive, send)
+            return
+        limit = cfg.max_report_bytes if tail == "/flight" else cfg.max_body_bytes
         body = await _body(receive, limit)
         if body is None:
             await _answer(send, 413, b'{"detail": "body over the limit of %d bytes"}' % limit, b"application/json")
@@ -70,11 +86,15 @@ class Forward:
         headers[VIA] = cluster.id
         try:
             status, data, ctype = await anyio.to_thread.run_sync(
-                self._pass, holder, scope["method"], path.decode("latin-1"), body, headers)
+                self._pass, holder, scope["method"], path.decode("latin-1"), body, headers, limiter=self._limiter)
         except CollectorDown as e:
-            log.info("job %s: its collector %s cannot be reached (%s): answered here", job_id, holder, e)
+            if self._down_until.get(holder, 0.0) <= time.monotonic():
+                log.info("job %s: its collector %s cannot be reached (%s): its jobs are answered here for %g s",
+                         job_id, holder, e, cfg.forward_retry_s)
+            self._down_until[holder] = time.monotonic() + cfg.forward_retry_s
             await self.app(scope, _replay(body, receive), send)
             return
+        self._down_until.pop(holder, None)
         if status == 401:
             status, ctype = 502, "application/json"
             data = (b'{"detail": "collector %s, which analyses job %s, refused the credentials this collector '
@@ -89,7 +109,7 @@ class Forward:
             clients = self._local.clients = {}
         client = clients.get(holder)
         if client is None:
-            client = clients[holder] = Client(holder, None, timeout_s=TIMEOUT_S)
+            client = clients[holder] = Client(holder, None, timeout_s=self.collector.cfg.forward_timeout_s)
         return client.raw(method, path, body or None, None, headers=headers)
 
 

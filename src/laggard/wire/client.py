@@ -79,7 +79,9 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         failed = []
         for _ in self._targets:  # each address once, the current one first
-            for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
+            # a kept-alive connection the server closed: reconnect once; not after a timeout (a server
+            # that took the request and did not answer in time is not asked twice as long)
+            for attempt in (0, 1):
                 conn = self._connection()
                 try:
                     conn.request(method, self._targets[self._at][3] + path, body=body, headers=headers)
@@ -87,8 +89,9 @@ class Client:
                     return resp.status, resp.read(), resp.getheader("Content-Type") or "application/json"
                 except (http.client.HTTPException, OSError) as e:
                     self.close()
-                    if attempt:
+                    if attempt or isinstance(e, TimeoutError):
                         failed.append(f"{self._targets[self._at][1]}:{self._targets[self._at][2]}: {e}")
+                        break
             self._at = (self._at + 1) % len(self._targets)
         raise CollectorDown("; ".join(failed))
 
