@@ -84,6 +84,28 @@ def test_judge_reads_consistent_transient_and_noise():
     assert judge("link 0-1", "transfer", np.full(24, np.nan), np.zeros(24), steps, quiet, cfg).pattern == "unjudged"
 
 
+def test_a_ratio_of_hundreds_reads_as_the_time_added():
+    """A rank that sleeps 30 ms in a pass its peers run in 0.06 ms is 500x slower, with a spread as
+    wide: the text gives the milliseconds it adds per step, and the ratio beside them, not a ratio
+    with a spread of hundreds; a link's bursts likewise. Ratios of a few stay ratios."""
+    cfg = DiagnoseConfig()
+    steps = np.arange(13)
+    quiet = JobNoise(sigma=0.9, far_rate=0.001)
+    huge = np.linspace(200.0, 900.0, 13)
+    c = judge("rank 1", "compute", huge, np.full(13, 0.0318), steps, quiet, cfg)
+    assert c.pattern == "consistent"
+    assert c.what == f"rank 1: slow in 13 of 13 steps, +31.8 ms per step, {np.median(huge):.0f}x its peers' time"
+    assert "±" not in c.what
+    bursts = np.ones(13)
+    bursts[[3, 4, 9]] = 40.0
+    t = judge("link 0->1 (send)", "transfer", bursts, np.where(bursts > 1, 0.012, 0.0), steps,
+              JobNoise(sigma=0.04, far_rate=0.001), cfg)
+    assert t.pattern == "transient"
+    assert t.what.endswith("slow in steps 3-4 and 9 (3 of 13), +12.0 ms per step, 40x the other links' time there")
+    few = judge("rank 1", "compute", np.full(13, 4.9), np.full(13, 0.01), steps, quiet, cfg)
+    assert "4.90x ± 0.00" in few.what
+
+
 def test_far_rate_of_a_clean_reference_is_not_zero():
     """Two reference ranks with no far step in 16 steps each: their rate is the Jeffreys estimate
     (1/2 / 33), not 0, so three far steps of a rank (descheduled three times on a busy host) are not

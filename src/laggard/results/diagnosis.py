@@ -32,6 +32,13 @@ def step_spans(steps: list[int]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+# a ratio this large says the reference's time is a sliver of the target's (a rank that sleeps in a
+# pass whose peers compute for well under a millisecond); its spread is then as large as it is, and the
+# time the target adds per step is what a reader can weigh, so that is what the text gives
+RATIO_SHOWN_BELOW = 5.0
+REFERENCE_OF = {"compute": "its peers'", "transfer": "the other links'"}
+
+
 @dataclass(kw_only=True, slots=True)
 class Consistency:
     """How consistent one named target's excess is over the job's steps, against the job's own noise
@@ -67,6 +74,8 @@ class Consistency:
             return f"{self.target}: nothing to compare its steps with"
         if self.basis == "host":
             size = f"+{1e3 * self.excess_s:.1f} ms of host time per step ({100 * (self.ratio - 1):.0f}% of the step)"
+        elif self.basis in REFERENCE_OF and self.ratio >= RATIO_SHOWN_BELOW and self.excess_s > 0:
+            size = f"+{1e3 * self.excess_s:.1f} ms per step, {self.ratio:.0f}x {REFERENCE_OF[self.basis]} time"
         else:
             size = f"{self.ratio:.2f}x ± {self.ratio_spread:.2f}"
         if self.pattern == "transient":
