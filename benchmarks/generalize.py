@@ -605,10 +605,22 @@ def score(out: Path, half: str, label: str, src: Path | None) -> dict:
 
 
 # --------------------------------------------------------------------------- tables
-COLUMNS = (("precision_named_ranks", "prec"), ("recall", "recall"), ("recall_device_ge_1_25", "dev>=1.25"),
-           ("recall_harder", "cpu"), ("first_right", "1st ok"), ("first_right_not_harder", "1st no cpu"),
-           ("clean_no_rank", "clean 0"),
-           ("clean_healthy_or_noise", "clean h/n"))
+# the reported figures, each once: its key in ``figures``, its column in the per-family table
+# (None: the report only), its row in the report and in results.json
+FIGURES = (
+    ("precision_named_ranks", "prec", "named-rank precision"),
+    ("recall", "recall", "recall (every injected job)"),
+    ("recall_not_harder", None, "recall, device-emulated/host/data"),
+    ("recall_device_ge_1_25", "dev>=1.25", "recall, device-emulated >= 1.25x"),
+    ("recall_harder", "cpu", "recall, cpu (harder)"),
+    ("first_right", "1st ok", "first finding right"),
+    ("first_right_not_harder", "1st no cpu", "first right, device-emulated/host/data"),
+    ("clean_no_rank", "clean 0", "clean twins naming no rank"),
+    ("clean_healthy_or_noise", "clean h/n", "clean twins healthy / noise only"),
+    ("sw_worst_is_target", None, "worst S_w alone is the target (1 target)"),
+)
+COLUMNS = tuple((key, col) for key, col, _ in FIGURES if col is not None)
+REPORT_ROWS = tuple((key, row) for key, _, row in FIGURES)
 
 
 def _pct(x: float | None) -> str:
@@ -646,16 +658,6 @@ def collect(out: Path) -> dict[str, dict[str, dict]]:
             doc = json.loads(p.read_text())
             found.setdefault(doc["label"], {})[half] = doc
     return found
-
-
-REPORT_ROWS = (("precision_named_ranks", "named-rank precision"), ("recall", "recall (every injected job)"),
-               ("recall_not_harder", "recall, device-emulated/host/data"),
-               ("recall_device_ge_1_25", "recall, device-emulated >= 1.25x"), ("recall_harder", "recall, cpu (harder)"),
-               ("first_right", "first finding right"),
-               ("first_right_not_harder", "first right, device-emulated/host/data"),
-               ("clean_no_rank", "clean twins naming no rank"),
-               ("clean_healthy_or_noise", "clean twins healthy / noise only"),
-               ("sw_worst_is_target", "worst S_w alone is the target (1 target)"))
 
 
 def report(out: Path, record: bool) -> None:
