@@ -154,6 +154,42 @@ def test_a_relay_whose_collector_is_down_answers_503(tmp_path) -> None:
         relay.stop()
 
 
+def test_a_stopped_collector_leaves_the_relay_answering(tmp_path) -> None:
+    """A rack's worth of tracers' batches, and as many requests it passes through, wait on a collector
+    that is stopped (its socket still takes connections): the batches hold no thread of the relay
+    while they wait and the others a few, so its health check still answers."""
+    import signal
+    import time
+
+    srv = Server(str(tmp_path / "m.db"), tmp_path).start()
+    relay = RelayProc(srv.url, tmp_path, extra=["--gather-ms", "20"]).start()
+    srv.proc.send_signal(signal.SIGSTOP)
+    posts: list[threading.Thread] = []
+    try:
+        for r in range(64):  # each waits up to the relay's upstream timeout (30 s)
+            for args in (("POST", "/api/v1/ops", _batch(r % RANKS, r // RANKS)), ("GET", "/api/v1/jobs", None)):
+                t = threading.Thread(target=_quiet, args=(relay, *args), daemon=True)
+                t.start()
+                posts.append(t)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        code, ans = relay.request("GET", "/healthz")
+        took_s = time.monotonic() - t0
+        # milliseconds; with the batches holding the server's threads, the upstream timeout
+        assert code == 200 and ans["relay"] and took_s < 5.0, (code, took_s)
+    finally:
+        relay.stop(signal.SIGKILL)
+        srv.proc.send_signal(signal.SIGCONT)
+        srv.stop()
+
+
+def _quiet(relay: RelayProc, method: str, path: str, body: bytes | None) -> None:
+    try:
+        relay.request(method, path, body, content_type=CONTENT_TYPE)
+    except OSError:  # the relay killed under it
+        pass
+
+
 def _bad_pack() -> bytes:
     """A pack (what relays send) whose second part has a negative duration."""
     good, bad = decode_batch(_batch(0, 0)), decode_batch(_batch(1, 0))

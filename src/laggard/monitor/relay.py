@@ -12,7 +12,9 @@ holding its batch, and gets that batch's own answer (stored, duplicate, tracing 
 request). A relay that dies loses nothing a tracer was told is stored; a collector that is down is
 a 503 to every waiting tracer, which spools and retries as it would without a relay. Every other
 route (heartbeats, hang reports, the controller's calls) is passed through as is. The relay checks
-the collector's token itself: it never forwards for a caller without it.
+the collector's token itself: it never forwards for a caller without it. A collector that stops
+answering does not stop the relay: a waiting batch holds no thread, a passed-through request one of
+a few of its own (``RelayConfig.passthrough_max_waiting``), and the health check answers.
 
 A relay also takes other relays' packs (``submit_pack``) and bundles (``submit_bundle``, what relays
 sent before packs), so relays stack: a rack's relay over its nodes' relays sends the collector one
@@ -22,6 +24,7 @@ tracer through every relay between.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -30,9 +33,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import orjson
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from laggard.errors import LaggardError
@@ -60,14 +63,19 @@ class RelayConfig:
     max_bundle_bytes: int = 16 * 2**20
     # the collector's answer, at most (a pack is committed before it is answered)
     upstream_timeout_s: float = 30.0
+    # requests passed through (heartbeats, hang reports, the controller's calls) waiting on the
+    # collector at once, on threads of their own; more wait their turn. The server's shared threads
+    # serve the health check: a collector that stops answering must not take them
+    passthrough_max_waiting: int = 16
 
     def __post_init__(self) -> None:
         if not 0 <= self.gather_s <= 10:
             raise LaggardError(f"relay: gather time must be 0-10 s, got {self.gather_s!r}")
         if not 1 <= self.max_parts <= MAX_PARTS:
             raise LaggardError(f"relay: max_parts must be 1-{MAX_PARTS}, got {self.max_parts!r}")
-        if self.max_bundle_bytes < 1 or self.upstream_timeout_s <= 0:
-            raise LaggardError("relay: max_bundle_bytes and upstream_timeout_s must be positive")
+        if self.max_bundle_bytes < 1 or self.upstream_timeout_s <= 0 or self.passthrough_max_waiting < 1:
+            raise LaggardError("relay: max_bundle_bytes, upstream_timeout_s and passthrough_max_waiting must be "
+                               "positive")
 
 
 @dataclass(slots=True)
@@ -211,10 +219,18 @@ class Relay:
         return client.raw(method, path, body, content_type)
 
 
+async def _answer_of(fut: Future) -> Any:
+    """What the sender thread sets on a batch's future, awaited without holding a thread (a tracer's
+    request waits as long as the collector takes to answer its pack); shielded, so that a request
+    given up never cancels the future the sender sets."""
+    return await asyncio.shield(asyncio.wrap_future(fut))
+
+
 def relay_app(relay: Relay) -> Any:
     """The relay's HTTP API: ``POST /api/v1/ops`` gathered into packs, every other route passed through."""
     app = FastAPI(title="laggard relay", docs_url=None, redoc_url=None, openapi_url=None)
     limit = relay.cfg.max_bundle_bytes
+    waiting: list[anyio.CapacityLimiter] = []  # the passthrough's limit, made in the server's event loop
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -229,9 +245,9 @@ def relay_app(relay: Relay) -> Any:
         try:
             if ctype.startswith((PACK_CONTENT_TYPE, BUNDLE_CONTENT_TYPE)):  # another relay's (a rack's relay)
                 futs = (relay.submit_pack if ctype.startswith(PACK_CONTENT_TYPE) else relay.submit_bundle)(body)
-                ans = {"parts": await run_in_threadpool(lambda: [f.result() for f in futs])}
+                ans = {"parts": [await _answer_of(f) for f in futs]}
             else:
-                ans = await run_in_threadpool(relay.submit(body).result)
+                ans = await _answer_of(relay.submit(body))
         except BadBatch as e:
             relay.stats.refused += 1
             return JSONResponse({"detail": str(e)}, status_code=422)  # as the collector answers it
@@ -245,9 +261,12 @@ def relay_app(relay: Relay) -> Any:
     async def passthrough(path: str, request: Request) -> Response:
         body = await read_body(request, limit)
         target = "/" + path + (f"?{request.url.query}" if request.url.query else "")
+        if not waiting:
+            waiting.append(anyio.CapacityLimiter(relay.cfg.passthrough_max_waiting))
         try:
-            status, data, ctype = await run_in_threadpool(relay.forward, request.method, target, body or None,
-                                                          request.headers.get("content-type"))
+            status, data, ctype = await anyio.to_thread.run_sync(
+                relay.forward, request.method, target, body or None, request.headers.get("content-type"),
+                limiter=waiting[0])
         except CollectorDown as e:
             return JSONResponse({"detail": f"the collector is down ({e})"}, status_code=503)
         return Response(data, status_code=status, media_type=ctype)
