@@ -90,8 +90,8 @@ class MonitorConfig:
     # a job's requests passed to the collector that holds it (laggard.monitor.forward): at most this
     # many wait on holders at once, on a limit of their own; the server's shared one (40 threads)
     # serves the health check, the job list and every other endpoint that reads the store, and a
-    # holder that stops answering must not take those. A request past the limit is answered here,
-    # from what this collector has, as for a holder that cannot be reached
+    # holder that stops answering must not take those. A request past the limit waits its turn,
+    # holding no thread
     forward_max_waiting: int = 16
     # ... each waits this long for the holder's answer: a holder answers from what it holds in memory
     # (a step's timeline is the slowest, well under a second); one slower than this is stuck or gone,

@@ -18,9 +18,11 @@ collector answers from what it has; the lease comes here within a lease.
 A holder that stops answering (stopped, swapping, wedged: its socket still takes connections) must
 not take this collector with it. The requests waiting on holders run on a limiter of their own
 (``MonitorConfig.forward_max_waiting``), never the server's shared threads that serve the health
-check and the store's readers; one past that limit is answered here, and so is every request for a
-holder that did not answer in ``forward_timeout_s``, for ``forward_retry_s``: a job's ranks beating
-to this collector cost one timeout, not one each.
+check and the store's readers; one past that limit waits its turn, holding no thread (answered here
+instead, a job's heartbeats would not reach its holder, whose hang check would then see ranks go
+silent). Every request for a holder that did not answer in ``forward_timeout_s`` is answered here for
+``forward_retry_s``, those waiting their turn included: a job's ranks beating to this collector cost
+one timeout, not one each.
 """
 
 from __future__ import annotations
@@ -70,10 +72,6 @@ class Forward:
         cfg = self.collector.cfg
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(cfg.forward_max_waiting)
-        if self._limiter.available_tokens < 1:
-            log.debug("job %s: %d requests wait on collectors already: answered here", job_id, cfg.forward_max_waiting)
-            await self.app(scope, receive, send)
-            return
         limit = cfg.max_report_bytes if tail == "/flight" else cfg.max_body_bytes
         body = await _body(receive, limit)
         if body is None:
@@ -88,10 +86,11 @@ class Forward:
             status, data, ctype = await anyio.to_thread.run_sync(
                 self._pass, holder, scope["method"], path.decode("latin-1"), body, headers, limiter=self._limiter)
         except CollectorDown as e:
-            if self._down_until.get(holder, 0.0) <= time.monotonic():
+            now = time.monotonic()
+            if self._down_until.get(holder, 0.0) <= now:  # not again for those that waited behind it
                 log.info("job %s: its collector %s cannot be reached (%s): its jobs are answered here for %g s",
                          job_id, holder, e, cfg.forward_retry_s)
-            self._down_until[holder] = time.monotonic() + cfg.forward_retry_s
+                self._down_until[holder] = now + cfg.forward_retry_s
             await self.app(scope, _replay(body, receive), send)
             return
         self._down_until.pop(holder, None)
@@ -104,6 +103,10 @@ class Forward:
 
     def _pass(self, holder: str, method: str, path: str, body: bytes, headers: dict[str, str]
               ) -> tuple[int, bytes, str]:
+        # checked again here, once the request's turn came: those that waited behind a holder's
+        # timeout are answered at once
+        if self._down_until.get(holder, 0.0) > time.monotonic():
+            raise CollectorDown(f"{holder} did not answer within {self.collector.cfg.forward_timeout_s:g} s")
         clients = getattr(self._local, "clients", None)
         if clients is None:
             clients = self._local.clients = {}
