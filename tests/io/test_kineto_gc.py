@@ -92,4 +92,9 @@ def test_without_the_gc_events_the_pauses_are_host_time(job_dirs: dict[str, Path
     assert _gc_s_by_rank(job) == {}
     causes = [f.cause for f in a.diagnosis.findings]
     assert "gc" not in causes
-    assert causes[0] == "launch-delay"
+    # the untraced host time carries the slowdown. A collection that lands inside a forward pass's
+    # span is that rank's compute, and on a busy host a short run of such steps may name the rank
+    # too, with a small share: a straggler's finding is listed before a cost every rank pays, so
+    # the launch delay need not come first
+    biggest = max(a.diagnosis.findings, key=lambda f: f.share)
+    assert biggest.cause == "launch-delay", [(f.cause, round(f.share, 2)) for f in a.diagnosis.findings]
