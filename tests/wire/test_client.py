@@ -28,7 +28,10 @@ class _Silent:
             except OSError:
                 return
             self.accepted += 1
-            self.held.append(conn)
+            self._take(conn)
+
+    def _take(self, conn: socket.socket) -> None:
+        self.held.append(conn)
 
     def close(self) -> None:
         self.sock.close()
@@ -37,22 +40,16 @@ class _Silent:
 
 
 class _Closing(_Silent):
-    """Answers the first request on a connection, then closes it (a kept-alive connection the server
-    dropped): the client must reconnect and ask again."""
+    """Closes its first connection before any answer (a kept-alive connection the server dropped),
+    answers on the next: the client must reconnect and ask again."""
 
-    def _loop(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            if self.accepted == 1:
-                conn.close()  # the first connection is closed before any answer
-                continue
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
-            self.held.append(conn)
+    def _take(self, conn: socket.socket) -> None:
+        if self.accepted == 1:
+            conn.close()  # the first connection is closed before any answer
+            return
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        self.held.append(conn)
 
 
 def test_a_server_that_does_not_answer_in_time_is_asked_once():
