@@ -92,6 +92,19 @@ def test_bad_injections():
         synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["slow-worker:rank=99"]))
     with pytest.raises(LaggardError, match="exchange no p2p"):
         synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["slow-link:src=0,dst=3"]))
+    with pytest.raises(LaggardError, match="no worker has global rank"):
+        synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["launch-delay:rank=4"]))
+
+
+def test_a_launch_delay_on_one_rank_delays_only_its_computes():
+    cfg = SynthConfig(dp=2, pp=2, steps=3)
+    spec = parse_injection("launch-delay:rank=2,ms=3")
+    assert spec.spec() == "launch-delay:ms=3,rank=2" and parse_injection("launch-delay").spec() == "launch-delay:ms=5"
+    one = synthesize_with_truth(cfg, [spec])
+    assert one.truth["injections"][0]["ranks"] == [2]
+    gaps = analyze(one.job, diagnose=False).to_json()["untraced_gaps"]["per_rank_s_per_step"]
+    # 3 ms before each of rank 2's 16 computes a step (a forward and a backward per microbatch), none elsewhere
+    assert gaps["2"] == pytest.approx(16 * 3e-3, rel=0.05) and max(gaps["0"], gaps["1"], gaps["3"]) < 1e-3, gaps
 
 
 def test_cli_writes_trace_and_truth(tmp_path, capsys):

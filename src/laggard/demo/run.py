@@ -143,11 +143,11 @@ def expectations(result: Analysis, injections: list[Injection]) -> list[tuple[st
             st = int(p["stage"])
             out.append((f"heavy-stage on stage {st}: it should have the highest S_stage (it is pp{top_stage})",
                         top_stage == st))
-        elif inj.cause == "host-stall":
+        elif inj.cause == "host-stall" or (inj.cause == "launch-delay" and "rank" in p):
             r = int(p["rank"])
             gaps = (result.extras.get("untraced_gaps") or {}).get("per_rank_s_per_step", {})
             top_gap = max(gaps, key=gaps.get) if gaps else None
-            out.append((f"host-stall on rank {r}: it should have the most untraced host time per step (it is rank "
+            out.append((f"{inj.cause} on rank {r}: it should have the most untraced host time per step (it is rank "
                         f"{top_gap})", None if top_gap is None else int(top_gap) == r))
         elif inj.cause == "heavy-last-stage":
             out.append((f"heavy-last-stage: the last stage (pp{last_stage}) should have the highest S_stage "

@@ -57,7 +57,7 @@ class Stragglers:
             elif inj.cause == "slow-link" and int(p["src"]) == rank and not p.get("shaped"):
                 # (shaped=1: the network holds the transfer back, laggard.demo.netshape)
                 self.link_delay_s[int(p["dst"])] = p["delay_ms"] / 1e3
-            elif inj.cause == "launch-delay":
+            elif inj.cause == "launch-delay" and int(p.get("rank", rank)) == rank:
                 self.launch_delay_s = p["ms"] / 1e3
         self.compute_s = 0.0  # forward + backward time this step, burn included (what act measures)
         # the backward's burn runs inside autograd (_ExtraGradWork), before the rest of the backward it

@@ -205,7 +205,7 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
     judged = None
     if stands_out:
         judged = host_consistency(ctx, cfg, gaps > 0, np.array([worst]), gaps, per_rank >= 0)[worst]
-        stands_out = noise.stands_out(judged)
+        stands_out = noise.stands_out(judged) and _untraced_stands_out(ctx, cfg, gaps, worst, per_rank >= 0)
     hidden = ""
     if idle_med_s > 0:
         hidden = (f"; the median rank spends {1e3 * idle_med_s:.1f} ms per step of host time no traced op covers "
@@ -230,6 +230,18 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
     selector = ",".join([f"kind={HOST_KIND}"] + [f"rank!={r}" for r in hot])
     return Candidate(finding=finding, changes=[Change(action="zero", selector=selector)], gap_share=0.0,
                      hidden_share=min(_hidden_s(ctx, idle_med_s, hot) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0)
+
+
+def _untraced_stands_out(ctx: Ctx, cfg: DiagnoseConfig, gaps: np.ndarray, i: int, pool: np.ndarray) -> bool:
+    """Whether rank ``i``'s untraced host time as a whole (its host ops and the ``gaps`` too small to be
+    one) stands out from the others' step-to-step spread of the same. Whether a descheduling on a busy
+    host lands in a gap too small to model or in one the model holds as a host op is chance, so the
+    small gaps alone spread far less from step to step than a rank's untraced time does: a rank whose
+    small gaps ran a few ms over its peers' in most steps stands out against them and not against its
+    whole untraced time, while a stall of its own adds to that as much as to its small gaps."""
+    host = ctx.kind_is(HOST_KIND)
+    untraced = np.where(host, ctx.w, 0.0) + gaps
+    return noise.stands_out(host_consistency(ctx, cfg, host | (gaps > 0), np.array([i]), untraced, pool)[i])
 
 
 def _quoted(ctx: Ctx, beyond: list[int]) -> str:

@@ -16,7 +16,9 @@ slow-link           src (0), dst (1), delay_ms (20),     delayed p2p transfers f
                     shaped (0)                           the sender sleeps before each send, or
                                                          with shaped=1 the link's bandwidth is
                                                          throttled (tc, root: demo/netshape.py)
-launch-delay        ms (5)                               CPU-side delay before each compute launch
+launch-delay        ms (5), rank (every rank)            CPU-side delay before each compute launch,
+                                                         on every rank or on the one given (CPU
+                                                         contention on its host)
 host-stall          rank (0), ms (20), every (1)         untraced host work (a busy Python loop) on
                                                          one rank before the first compute of every
                                                          ``every``-th step: steady (1) or bursty
@@ -45,7 +47,7 @@ CAUSES: dict[str, dict[str, float]] = {
 }
 _INT_KEYS = {"rank", "src", "dst", "stage", "every", "shaped"}
 # keys a cause takes only when given (its spec and trace meta stay as they were without them)
-OPTIONAL: dict[str, dict[str, float]] = {"slow-link": {"shaped": 0}}
+OPTIONAL: dict[str, dict[str, float]] = {"slow-link": {"shaped": 0}, "launch-delay": {"rank": 0}}
 _REPEATABLE = {"slow-worker", "slow-link", "host-stall"}
 
 

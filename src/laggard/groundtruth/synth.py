@@ -255,7 +255,15 @@ def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.nda
         w = np.where(link, w + inj["delay_ms"] * 1e-3, w)
         rec["link"] = [src, dst]
     elif inj.cause == "launch-delay":
-        launch_gap = launch_gap + np.where(ops.is_comp, inj["ms"] * 1e-3, 0.0)
+        on = ops.is_comp
+        if "rank" in inj.params:
+            r = int(inj["rank"])
+            if r not in worker_rank:
+                raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: "
+                                   f"0..{worker_rank[-1]} step {cfg.tp})")
+            on = on & (ops.rank == r)
+            rec["ranks"] = [r]
+        launch_gap = launch_gap + np.where(on, inj["ms"] * 1e-3, 0.0)
     return w, launch_gap, rec
 
 
