@@ -94,6 +94,8 @@ def test_bad_injections():
         synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["slow-link:src=0,dst=3"]))
     with pytest.raises(LaggardError, match="no worker has global rank"):
         synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["launch-delay:rank=4"]))
+    with pytest.raises(LaggardError, match="no worker has global rank"):
+        synthesize_with_truth(SynthConfig(dp=2, pp=2), parse_injections(["host-stall:rank=4"]))
 
 
 def test_a_launch_delay_on_one_rank_delays_only_its_computes():

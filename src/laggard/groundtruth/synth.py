@@ -211,16 +211,22 @@ def _documents(num_slots: int, sigma: float, rng: np.random.Generator) -> tuple[
     return docs, lin, cost / cost.mean()  # imbalance moves work between microbatches; the total stays the same
 
 
+def _worker_rank(inj: Injection, cfg: SynthConfig, worker_rank: np.ndarray) -> int:
+    """The global rank an injection names, one that some worker has (a one-line error otherwise)."""
+    r = int(inj["rank"])
+    if r not in worker_rank:
+        raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: "
+                           f"0..{worker_rank[-1]} step {cfg.tp})")
+    return r
+
+
 def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.ndarray, w: np.ndarray,
             launch_gap: np.ndarray, cost: np.ndarray, rng: np.random.Generator
             ) -> tuple[np.ndarray, np.ndarray, dict]:
     """One cause applied to the op durations ``w`` (s) and launch gaps; returns them and its truth."""
     rec = inj.to_json()
     if inj.cause == "slow-worker":
-        r = int(inj["rank"])
-        if r not in worker_rank:
-            raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: "
-                               f"0..{worker_rank[-1]} step {cfg.tp})")
+        r = _worker_rank(inj, cfg, worker_rank)
         w = np.where(ops.is_comp & (ops.rank == r), w * inj["factor"], w)
         wi = int(np.flatnonzero(worker_rank == r)[0])
         rec["workers"] = [{"rank": r, "dp_rank": wi // cfg.pp, "stage": wi % cfg.pp}]
@@ -231,10 +237,7 @@ def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.nda
         w = np.where(ops.is_comp & (ops.pp == stage), w * inj["factor"], w)
         rec["stages"] = [stage]
     elif inj.cause == "host-stall":
-        r, every = int(inj["rank"]), int(inj["every"])
-        if r not in worker_rank:
-            raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: "
-                               f"0..{worker_rank[-1]} step {cfg.tp})")
+        r, every = _worker_rank(inj, cfg, worker_rank), int(inj["every"])
         hit = ops.first_fwd & (ops.rank == r) & (ops.step % every == 0)
         launch_gap = np.where(hit, launch_gap + inj["ms"] * 1e-3, launch_gap)
         rec["ranks"], rec["steps"] = [r], sorted({int(x) for x in ops.step[hit]})
@@ -257,10 +260,7 @@ def _inject(inj: Injection, cfg: SynthConfig, ops: _OpMasks, worker_rank: np.nda
     elif inj.cause == "launch-delay":
         on = ops.is_comp
         if "rank" in inj.params:
-            r = int(inj["rank"])
-            if r not in worker_rank:
-                raise LaggardError(f"--inject {inj.spec()}: no worker has global rank {r} (ranks: "
-                                   f"0..{worker_rank[-1]} step {cfg.tp})")
+            r = _worker_rank(inj, cfg, worker_rank)
             on = on & (ops.rank == r)
             rec["ranks"] = [r]
         launch_gap = launch_gap + np.where(on, inj["ms"] * 1e-3, 0.0)
