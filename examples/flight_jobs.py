@@ -15,7 +15,6 @@ import datetime
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -41,15 +40,10 @@ SCENARIOS: dict[str, tuple[int, list[int], str, list[int] | None, str | None]] =
 
 
 def _free_ports(n: int) -> list[int]:
-    """n distinct free ports (all held open while choosing, so no two scenarios get the same one)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """n distinct free ports (each held in TIME_WAIT, so none is handed out again while choosing)."""
+    from laggard.collectives.launch import free_port
+
+    return [free_port() for _ in range(n)]
 
 
 def _rank_main(scenario: str, rank: int, world: int, port: int, trace: Path) -> None:

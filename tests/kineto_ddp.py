@@ -19,14 +19,9 @@ import contextlib
 import gzip
 import os
 import shutil
-import socket
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from laggard.collectives.launch import free_port
 
 
 def _worker(
@@ -109,7 +104,7 @@ def make_traces(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms,
+    mp.spawn(_worker, args=(world, free_port(), str(out), slow_rank, steps, extra_matmuls, host_stall_ms,
                             stall_mid_step, microbatches, rows_sigma, loader_delay_ms), nprocs=world)
     return out
 

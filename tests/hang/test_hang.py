@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from laggard.collectives.launch import free_port
 from tests.conftest import run_cli
 
 pytest.importorskip("torch")
@@ -147,7 +148,7 @@ sys.path.insert(0, {str(ROOT / 'src')!r})
 from laggard.tracer.flight import enable
 enable(32)
 import torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{_port()}", rank=0, world_size=1)
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
 from laggard.tracer import Tracer
 t = Tracer({str(tmp_path / 'trace')!r}, align=None)
 with t.step(0):
@@ -166,14 +167,6 @@ with t.step(0):
     d = pickle.loads((tmp_path / "trace" / "flight-rank0.pkl").read_bytes())
     assert d["laggard"]["reason"] == "terminated"  # the SIGTERM dump replaced the requested one
     assert [e["profiling_name"] for e in d["entries"]][-1] == "gloo:all_reduce"
-
-
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _state_only(rank: int, world: int, calls: int, *, pending: bool, where: str) -> dict:

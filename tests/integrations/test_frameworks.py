@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+
+from laggard.collectives.launch import free_port
 
 pytest.importorskip("torch", reason="the framework jobs need torch")
 pa = pytest.importorskip("pyarrow")
@@ -44,16 +45,10 @@ def _env(tmp: Path, **env: str) -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false", **env}
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_workers(mode: str, tmp: Path, *, world: int = 2, timeout: float = 240, rc: int = 0, **env: str) -> None:
     """The ranks started as torchrun starts them (its environment: Lightning takes TORCHELASTIC_RUN_ID to
     mean the launcher made every rank), with no laggard in between."""
-    port = _port()
+    port = free_port()
     procs = []
     for rank in range(world):
         e = _env(tmp, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", WORLD_SIZE=str(world),

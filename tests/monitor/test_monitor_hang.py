@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch")
 
-from tests.monitor_helpers import TOKEN, Server, free_port, sign_in  # noqa: E402
+from tests.monitor_helpers import TOKEN, Server, free_port, sign_in, stopped_at  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 4
@@ -83,12 +83,6 @@ def _start(srv: Server, tmp: Path, job: str, *, stuck_step: int, fr: bool, abort
                              stderr=subprocess.PIPE, text=True, env=env) for r in range(WORLD)]
 
 
-def _stopped_at(procs: list[subprocess.Popen]) -> float:
-    line = procs[STUCK].stdout.readline().strip()
-    assert line.startswith("stuck "), (line, procs[STUCK].stderr.read())
-    return float(line.split()[1])
-
-
 def _stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
@@ -133,7 +127,7 @@ def _banner(srv: Server) -> str | None:
 def test_a_rank_stuck_on_the_host_is_named_with_its_collective(srv, tmp_path):
     procs = _start(srv, tmp_path, "hang-fr", stuck_step=12, fr=True, abort=False)
     try:
-        stop = _stopped_at(procs)
+        stop = stopped_at(procs, STUCK)
         doc, alert, _ = _verdict(srv, "hang-fr", stop)
         _, metrics = srv.request("GET", "/metrics")
         _, detail = srv.request("GET", "/api/v1/jobs/hang-fr")
@@ -160,7 +154,7 @@ def test_recorder_off_and_an_early_stop_the_tracer_states_give_the_verdict(srv, 
     to the collector from its heartbeats)."""
     procs = _start(srv, tmp_path, "hang-nofr", stuck_step=1, fr=False, abort=False)
     try:
-        stop = _stopped_at(procs)
+        stop = stopped_at(procs, STUCK)
         doc, alert, _ = _verdict(srv, "hang-nofr", stop)
     finally:
         _stop(procs)
@@ -177,7 +171,7 @@ def test_abort_on_hang_ends_every_hung_rank_with_the_documented_code(srv, tmp_pa
 
     procs = _start(srv, tmp_path, "hang-abort", stuck_step=8, fr=True, abort=True)
     try:
-        stop = _stopped_at(procs)
+        stop = stopped_at(procs, STUCK)
         codes = [p.wait(timeout=VERDICT_WITHIN_S + 30) for p in procs]
         took = time.time() - stop
         errs = [p.stderr.read() for p in procs]

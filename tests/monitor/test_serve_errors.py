@@ -42,7 +42,7 @@ def _failed_cleanly(r: subprocess.CompletedProcess, tmp_path: Path, *words: str)
 
 def test_busy_port(tmp_path: Path) -> None:
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", free_port()))
+        busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
         r = _serve(tmp_path, "--db", str(tmp_path / "m.db"), "--port", str(port))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -20,21 +19,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from laggard.collectives.launch import free_port
+
 torch = pytest.importorskip("torch")
 
 JOB = Path(__file__).resolve().parents[1] / "autotrace_job.py"
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_workers(mode: str, world: int, tmp: Path, *, boot: bool = True, timeout: float = 240,
               **env: str) -> list[subprocess.CompletedProcess]:
-    port = _port()
+    port = free_port()
     procs = []
     for rank in range(world):
         e = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),

@@ -6,7 +6,6 @@ clocks are offset by known amounts (the ranks are this file run as a script:
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from laggard.collectives.launch import free_port
 from laggard.tracer.clock import offsets_from_collective, resolve_method
 
 pytestmark = pytest.mark.timeout(120)
@@ -104,14 +104,8 @@ def _worker(rank: int, port: int, out: Path) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_collective_alignment_recovers_injected_offsets_on_real_ranks(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), str(tmp_path)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(len(SKEWS_NS))]
     try:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from laggard.collectives.launch import free_port
+
 SKEW_NS = 5_000_000_000  # rank 1's clock runs 5 s ahead
 
 
@@ -72,16 +74,10 @@ def _worker(rank: int, port: int, out: Path) -> None:
         time.sleep(120)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     out = tmp_path_factory.mktemp("dist")
-    port = _free_port()
+    port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), str(out)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     try:
@@ -122,7 +118,6 @@ def test_clocks_are_aligned_across_ranks(two_ranks: tuple[Path, int]) -> None:
 
 
 def test_job_json_names_every_ranks_host(two_ranks: tuple[Path, int]) -> None:
-    import socket
 
     out, _ = two_ranks
     hosts = json.loads((out / "trace" / "job.json").read_text())["extra"]["hosts"]

@@ -1,7 +1,7 @@
 """Start ``n`` local processes in a gloo process group on loopback and collect what each returns.
 
 Used by the benchmark, the calibration and the tests. Each worker sets ``torch.set_num_threads(1)``,
-joins ``init_process_group("gloo", init_method="tcp://127.0.0.1:PORT")`` on a free port, runs
+joins ``init_process_group("gloo", init_method="tcp://127.0.0.1:PORT")`` on a reserved free port, runs
 ``fn(rank, world_size, *args)`` and sends back its (picklable) result. A failing worker's traceback is
 re-raised in the parent as ``WorkerError``; a hung group is killed after ``timeout_s``.
 """
@@ -22,9 +22,25 @@ class WorkerError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that the kernel hands no other socket for about a minute (TIME_WAIT's length),
+    yet that a listener asking for address reuse binds at once, as TCPStore, uvicorn, Python's
+    socketserver and Go's net do.
+
+    A port merely bound to 0 and closed goes straight back to the kernel's pool: on a busy host any
+    socket opened before rank 0 binds it (a connection's own local port, another ``bind(0)``) may
+    take it, and then rank 0 fails while its peers wait out the rendezvous timeout. One connection
+    to itself, closed by the accepting side first, leaves the port in TIME_WAIT, and the kernel skips
+    such a port when it picks one.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        port = int(srv.getsockname()[1])
+        with socket.create_connection(("127.0.0.1", port)):
+            conn, _ = srv.accept()
+            conn.close()  # the side that closes first keeps the port in TIME_WAIT
+    return port
 
 
 # what ranks import: a fork server that imported them once forks each rank with them loaded
