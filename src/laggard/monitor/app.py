@@ -89,8 +89,10 @@ def _error_handlers(app: FastAPI) -> None:
 
 def _job_routes(app: FastAPI, collector: Collector) -> None:
     """Ingest and the jobs: their state, analyses and step timelines."""
+    # a coroutine: it needs none of the worker threads that blocking store writes and forwarded
+    # requests may all hold, so a probe never takes a busy collector for a dead one
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
+    async def healthz() -> dict[str, Any]:
         return {"ok": True}
 
     @app.post("/api/v1/ops")

@@ -233,7 +233,7 @@ def relay_app(relay: Relay) -> Any:
     waiting: list[anyio.CapacityLimiter] = []  # the passthrough's limit, made in the server's event loop
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
+    async def healthz() -> dict[str, Any]:  # no worker thread (as the collector's)
         st = relay.stats
         return {"ok": True, "relay": True, "upstream": relay.upstream, "batches": st.batches, "bundles": st.bundles,
                 "refused": st.refused, "down": st.down}
