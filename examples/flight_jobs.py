@@ -39,13 +39,6 @@ SCENARIOS: dict[str, tuple[int, list[int], str, list[int] | None, str | None]] =
 }
 
 
-def _free_ports(n: int) -> list[int]:
-    """n distinct free ports (each held in TIME_WAIT, so none is handed out again while choosing)."""
-    from laggard.collectives.launch import free_port
-
-    return [free_port() for _ in range(n)]
-
-
 def _rank_main(scenario: str, rank: int, world: int, port: int, trace: Path) -> None:
     import torch
     import torch.distributed as dist
@@ -155,12 +148,13 @@ def generate(out: Path, scenarios: list[str], deadline_s: float = 60.0,
     import torch._inductor  # noqa: F401 - a dump with Python stacks imports it (~2.4 s of CPU a process)
     import torch.distributed  # noqa: F401
 
+    from laggard.collectives.launch import free_port
     from laggard.tracer import Tracer  # noqa: F401 - and laggard.tracer.flight with it
 
     out.mkdir(parents=True, exist_ok=True)
     pids: list[int] = []
     dirs: dict[str, Path] = {}
-    ports = _free_ports(len(scenarios))
+    ports = [free_port() for _ in scenarios]  # each held in TIME_WAIT: distinct
     for name, port in zip(scenarios, ports, strict=True):
         world, culprits, verdict, group, op = SCENARIOS[name]
         d = out / name

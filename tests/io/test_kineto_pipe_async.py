@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from laggard.collectives.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "benchmarks" / "families" / "pp_async_profiler.py"
@@ -25,18 +26,12 @@ PROGRAM = ROOT / "benchmarks" / "families" / "pp_async_profiler.py"
 pytest.importorskip("torch")
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pp-async") / "trace"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
-           "--master-port", str(_port()), str(PROGRAM), "--steps", "8", "--seed", "1", "--inject", "device",
+           "--master-port", str(free_port()), str(PROGRAM), "--steps", "8", "--seed", "1", "--inject", "device",
            "--factor", "1.8", "--rank", "3", "--capture", "profiler", "--out", str(out)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

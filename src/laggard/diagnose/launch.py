@@ -39,7 +39,7 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
         out = _host_ranks(ctx, cfg, host, beside_overhead=True)
         idle_med, everywhere = _overhead(ctx, cfg, out)
     if fidelity >= cfg.healthy_threshold or everywhere:
-        out.append(_unmodelled(ctx, cfg, fidelity, idle_med if everywhere else 0.0, own_ranks(out)))
+        out.append(_unmodelled(ctx, cfg, host, fidelity, idle_med if everywhere else 0.0, own_ranks(out)))
     return out
 
 
@@ -179,7 +179,8 @@ def _gaps_before(ctx: Ctx) -> np.ndarray:
     return np.where(has_dep & ~ctx.synced, np.maximum(base.start_s - ready, 0.0), 0.0)
 
 
-def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: float, hot: list[int]) -> Candidate:
+def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, fidelity: float, idle_med_s: float,
+                hot: list[int]) -> Candidate:
     """Many small gaps the model leaves out: scored by the what-if that models every gap as host ops
     and removes them (``--gap-share 0 --zero kind=host``) on every rank but ``hot`` (those the
     host-rank finding names: their excess is its): the speed-up if the untraced host work between
@@ -205,7 +206,7 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
     judged = None
     if stands_out:
         judged = host_consistency(ctx, cfg, gaps > 0, np.array([worst]), gaps, per_rank >= 0)[worst]
-        stands_out = noise.stands_out(judged) and _untraced_stands_out(ctx, cfg, gaps, worst, per_rank >= 0)
+        stands_out = noise.stands_out(judged) and _untraced_stands_out(ctx, cfg, host, gaps, worst, per_rank >= 0)
     hidden = ""
     if idle_med_s > 0:
         hidden = (f"; the median rank spends {1e3 * idle_med_s:.1f} ms per step of host time no traced op covers "
@@ -232,14 +233,15 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, fidelity: float, idle_med_s: floa
                      hidden_share=min(_hidden_s(ctx, idle_med_s, hot) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0)
 
 
-def _untraced_stands_out(ctx: Ctx, cfg: DiagnoseConfig, gaps: np.ndarray, i: int, pool: np.ndarray) -> bool:
+def _untraced_stands_out(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, gaps: np.ndarray, i: int,
+                         pool: np.ndarray) -> bool:
     """Whether rank ``i``'s untraced host time as a whole (its host ops and the ``gaps`` too small to be
     one) stands out from the others' step-to-step spread of the same. Whether a descheduling on a busy
     host lands in a gap too small to model or in one the model holds as a host op is chance, so the
     small gaps alone spread far less from step to step than a rank's untraced time does: a rank whose
     small gaps ran a few ms over its peers' in most steps stands out against them and not against its
-    whole untraced time, while a stall of its own adds to that as much as to its small gaps."""
-    host = ctx.kind_is(HOST_KIND)
+    whole untraced time, while a stall of its own adds to that as much as to its small gaps. ``host``:
+    the ops of kind host."""
     untraced = np.where(host, ctx.w, 0.0) + gaps
     return noise.stands_out(host_consistency(ctx, cfg, host | (gaps > 0), np.array([i]), untraced, pool)[i])
 
