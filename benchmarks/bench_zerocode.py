@@ -57,13 +57,14 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from laggard.collectives.launch import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -178,12 +179,6 @@ def ensure_traceml() -> dict[str, object]:
 
 
 # --------------------------------------------------------------------------- one run
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Run:
     job: int
@@ -201,14 +196,14 @@ def _command(job: Job, mode: str, d: Path, steps: int) -> tuple[list[str], dict[
     args = [*job.args, "--steps", str(steps)]
     env = {**os.environ, "ZC_STEP_FILE": str(d / "step"), "PYTHONUNBUFFERED": "1"}
     env.pop("ZC_TRACEML", None)
-    port = str(_free_port())
+    port = str(free_port())
     if mode.startswith("untraced"):
         return [str(VENV_BIN / "torchrun"), "--nproc-per-node", str(job.nproc), "--master-port", port, script,
                 *args], env
     if mode == "traceml":
         env["ZC_TRACEML"] = "1"
         return [str(TRACEML_VENV / "bin" / "traceml"), "run", script, "--nproc-per-node", str(job.nproc),
-                "--master-port", port, "--aggregator-port", str(_free_port()), "--logs-dir", str(d / "traceml"),
+                "--master-port", port, "--aggregator-port", str(free_port()), "--logs-dir", str(d / "traceml"),
                 "--run-name", "run", "--args", *args], env
     # the analysis it would print comes from `laggard analyze --json` below, on the same trace
     return [str(VENV_BIN / "laggard"), "run", "--nproc-per-node", str(job.nproc), "--master-port", port,

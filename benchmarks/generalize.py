@@ -39,14 +39,12 @@ What each figure means is in benchmarks/README.md ("generalize").
 from __future__ import annotations
 
 import argparse
-import contextlib
 import filecmp
 import json
 import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -54,6 +52,8 @@ import tomllib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from laggard.collectives.launch import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -222,12 +222,6 @@ def command(spec: JobSpec, trace: Path, port: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------- generate
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _tail(path: Path, n: int = 800) -> str:
     text = path.read_text(errors="replace") if path.exists() else ""
     lines = [ln for ln in text.splitlines() if "Error" in ln or "error" in ln]
@@ -236,24 +230,20 @@ def _tail(path: Path, n: int = 800) -> str:
 
 def run_job(spec: JobSpec, d: Path) -> dict:
     """Run one job into ``d`` (trace/, output.log); its truth, or raise RuntimeError with the reason."""
-    for attempt in range(3):  # a port taken between the pick and the bind (other jobs on this host)
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
-        cmd = command(spec, d / "trace", _free_port())
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "FAMILY_STEP_TIMES": "1"}
-        t0 = time.perf_counter()
-        with open(d / "output.log", "w") as out:
-            out.write(" ".join(cmd) + "\n")
-            out.flush()
-            try:
-                rc = subprocess.run(cmd, cwd=d, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    timeout=RUN_TIMEOUT_S).returncode
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"timed out after {RUN_TIMEOUT_S} s") from None
-        wall = time.perf_counter() - t0
-        if rc != 0 and "EADDRINUSE" in (d / "output.log").read_text(errors="replace") and attempt < 2:
-            continue
-        break
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    cmd = command(spec, d / "trace", free_port())  # held in TIME_WAIT until the launcher's store binds it
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FAMILY_STEP_TIMES": "1"}
+    t0 = time.perf_counter()
+    with open(d / "output.log", "w") as out:
+        out.write(" ".join(cmd) + "\n")
+        out.flush()
+        try:
+            rc = subprocess.run(cmd, cwd=d, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                timeout=RUN_TIMEOUT_S).returncode
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"timed out after {RUN_TIMEOUT_S} s") from None
+    wall = time.perf_counter() - t0
     if rc != 0:
         raise RuntimeError(f"exit {rc}: {_tail(d / 'output.log')}")
     trace = d / "trace"

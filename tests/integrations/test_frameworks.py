@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from laggard.collectives.launch import free_port
+from tests.rank_procs import finish_ranks, first_failure
 
 pytest.importorskip("torch", reason="the framework jobs need torch")
 pa = pytest.importorskip("pyarrow")
@@ -56,9 +57,8 @@ def run_workers(mode: str, tmp: Path, *, world: int = 2, timeout: float = 240, r
                  TORCHELASTIC_RUN_ID="framework-test", **env)
         procs.append(subprocess.Popen([sys.executable, str(JOB), mode], env=e, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
-    for rank, p in enumerate(procs):
-        _so, se = p.communicate(timeout=timeout)
-        assert p.returncode == rc, f"rank {rank} exited {p.returncode}:\n{se[-3000:]}"
+    bad = first_failure(finish_ranks(procs, timeout), rc)
+    assert bad is None, bad
 
 
 def laggard_run(mode: str, tmp: Path, **env: str) -> Path:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from laggard.collectives.launch import free_port
+from tests.rank_procs import finish_ranks, first_failure
 
 torch = pytest.importorskip("torch")
 
@@ -38,11 +39,7 @@ def run_workers(mode: str, world: int, tmp: Path, *, boot: bool = True, timeout:
         cmd = [sys.executable, "-m", "laggard.tracer.auto.boot", str(JOB), mode] if boot else \
             [sys.executable, str(JOB), mode]
         procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    out = []
-    for p in procs:
-        so, se = p.communicate(timeout=timeout)
-        out.append(subprocess.CompletedProcess(p.args, p.returncode, so, se))
-    return out
+    return finish_ranks(procs, timeout)
 
 
 def ops(trace: Path):
@@ -52,8 +49,8 @@ def ops(trace: Path):
 
 
 def _ok(results: list[subprocess.CompletedProcess]) -> None:
-    for r in results:
-        assert r.returncode == 0, r.stderr[-3000:]
+    bad = first_failure(results)
+    assert bad is None, bad
 
 
 @pytest.fixture(scope="module")

@@ -105,16 +105,13 @@ def _worker(rank: int, port: int, out: Path) -> None:
 
 
 def test_collective_alignment_recovers_injected_offsets_on_real_ranks(tmp_path: Path) -> None:
+    from tests.rank_procs import finish_ranks, first_failure  # here: the ranks run this file as a script
+
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), str(tmp_path)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(len(SKEWS_NS))]
-    try:
-        for p in procs:
-            _, err = p.communicate(timeout=100)
-            assert p.returncode == 0, err[-2000:]
-    finally:
-        for p in procs:
-            p.kill()
+    bad = first_failure(finish_ranks(procs, 100))
+    assert bad is None, bad
     clock = json.loads((tmp_path / "trace" / "job.json").read_text())["extra"]["clock"]
     assert clock["method"] == "collective" and clock["rounds"] == 48
     offsets = np.array(clock["offsets_to_rank0_ns"])
