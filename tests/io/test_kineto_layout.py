@@ -59,7 +59,10 @@ def test_profiler_trace_gives_the_pipeline_and_the_tracers_stage_attribution(job
     # within 5%: the profiler's per-op overhead and its untraced gaps weigh a few percent more on the
     # heavy stage
     assert a.by_stage[1] == pytest.approx(t.by_stage[1], rel=0.05)
-    assert a.slowdown == pytest.approx(t.slowdown, rel=0.05)
+    # the job's S reads higher from the profiler: its own cost per op lands inside the ops it times, most
+    # on the heavy stage's, and grows when the host is busy (the profiler's S over the tracer's: 1.00-1.02
+    # alone, 1.01-1.04 beside two busy loops, 1.05 in the suite); lower by more than noise is a mismatch
+    assert 0.95 <= a.slowdown / t.slowdown <= 1.10, (a.slowdown, t.slowdown)
     # each stage runs one forward and one backward per microbatch: cut where the phase changes,
     # the profiler's segments are those units of work on every stage
     # (a descheduled glue piece read as one more on a busy host: test_a_descheduled_glue_piece...)
