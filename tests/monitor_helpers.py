@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import select
 import shutil
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from laggard.collectives.launch import free_port
+from tests.rank_procs import line_from
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -36,21 +36,11 @@ def until(pred, timeout_s: float, what: str, step_s: float = 0.1):  # noqa: ANN0
 
 
 def stopped_at(procs: list[subprocess.Popen], stuck: int, within_s: float = 120.0) -> float:
-    """The unix time rank ``stuck`` of a ``test_monitor_hang.py`` job printed ``stuck <time>``. A rank
-    that ends first fails the test at once with its stderr (its peers would wait out the gloo timeout,
-    and the test's own)."""
-    out = procs[stuck].stdout
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if select.select([out], [], [], 0.5)[0]:
-            line = out.readline().strip()
-            assert line.startswith("stuck "), (line, procs[stuck].stderr.read())
-            return float(line.split()[1])
-        ended = [(r, p.returncode) for r, p in enumerate(procs) if p.poll() is not None]
-        if ended:
-            r, code = ended[0]
-            pytest.fail(f"rank {r} exited with {code} before rank {stuck} stopped:\n{procs[r].stderr.read()[-3000:]}")
-    pytest.fail(f"rank {stuck} did not reach its stuck step within {within_s:.0f} s")
+    """The unix time rank ``stuck`` of a ``test_monitor_hang.py`` job printed ``stuck <time>``; a rank
+    that ends first fails the test at once (``tests.rank_procs.line_from``)."""
+    line = line_from(procs, stuck, within_s)
+    assert line.startswith("stuck "), (line, procs[stuck].stderr.read())
+    return float(line.split()[1])
 
 
 class Server:

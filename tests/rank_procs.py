@@ -1,13 +1,32 @@
-"""Waiting on a multi-rank job's processes in the tests: every rank's pipes drained at once, and a rank
-that ends in error failing the wait soon rather than after its peers sit out the gloo timeout."""
+"""Waiting on a multi-rank job's processes in the tests: for a line one rank prints, or for every rank
+to end with its pipes drained at once; a rank that ends in error fails the wait soon rather than after
+its peers sit out the gloo timeout."""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import threading
 import time
 
 import pytest
+
+
+def line_from(procs: list[subprocess.Popen], rank: int, within_s: float = 120.0) -> str:
+    """The next line rank ``rank`` prints (stripped; its stdout a text pipe). A rank that ends first fails
+    the test at once with its stderr, as does no line within ``within_s``."""
+    out = procs[rank].stdout
+    assert out is not None, f"rank {rank}'s stdout is not a pipe"
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if select.select([out], [], [], 0.5)[0]:
+            return out.readline().strip()
+        ended = [(r, p.returncode) for r, p in enumerate(procs) if p.poll() is not None]
+        if ended:
+            r, code = ended[0]
+            err = procs[r].stderr.read()[-3000:] if procs[r].stderr else ""
+            pytest.fail(f"rank {r} exited with {code} before rank {rank} printed its line:\n{err}")
+    pytest.fail(f"rank {rank} printed no line within {within_s:.0f} s")
 
 
 def finish_ranks(procs: list[subprocess.Popen], timeout_s: float = 240.0, *,

@@ -1,5 +1,6 @@
-"""The tests' wait on a job's ranks (tests/rank_procs.py): a rank that fails ends the wait within its
-grace, not after its peers' timeout, and names itself; ranks that all fail on purpose keep their codes."""
+"""The tests' wait on a job's ranks (tests/rank_procs.py): a rank that fails ends the wait, for a line or
+for the end, soon rather than after its peers' timeout, and names itself; ranks that all fail on purpose
+keep their codes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from tests.rank_procs import finish_ranks, first_failure
+from tests.rank_procs import finish_ranks, first_failure, line_from
 
 
 def _rank(code: str) -> subprocess.Popen:
@@ -38,3 +39,19 @@ def test_ranks_that_all_fail_on_purpose_keep_their_codes_and_output() -> None:
 def test_ranks_past_the_deadline_fail_the_test_with_their_state() -> None:
     with pytest.raises(pytest.fail.Exception, match=r"within 1 s(.|\n)*rank 0 exited -9"):
         finish_ranks([_rank("import time; time.sleep(600)")], 1)
+
+
+def test_a_line_is_read_and_a_rank_that_ends_first_fails_the_wait() -> None:
+    procs = [_rank("import time; print('stuck 12.5', flush=True); time.sleep(600)")]
+    try:
+        assert line_from(procs, 0, 60) == "stuck 12.5"
+    finally:
+        procs[0].kill()
+    t0 = time.monotonic()
+    procs = [_rank("import time; time.sleep(600)"), _rank("import sys; sys.exit('died at start-up')")]
+    try:
+        with pytest.raises(pytest.fail.Exception, match=r"rank 1 exited with 1 before rank 0(.|\n)*died at start-up"):
+            line_from(procs, 0, 120)
+    finally:
+        procs[0].kill()
+    assert time.monotonic() - t0 < 30

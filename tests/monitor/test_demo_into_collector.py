@@ -19,7 +19,8 @@ import pytest
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch", reason="the demo job needs torch")
 
-from tests.monitor_helpers import TOKEN, Server, free_port  # noqa: E402
+from laggard.collectives.launch import free_port  # noqa: E402
+from tests.monitor_helpers import TOKEN, Server  # noqa: E402
 
 SMALL = ["--quick", "--dp", "2", "--pp", "1", "--steps", "4", "--no-screenshot"]
 

@@ -23,7 +23,8 @@ pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch")
 pytest.importorskip("psycopg", reason="psycopg is not installed")
 
-from tests.monitor_helpers import Postgres, Server, free_port, stopped_at, until  # noqa: E402
+from laggard.collectives.launch import free_port  # noqa: E402
+from tests.monitor_helpers import Postgres, Server, stopped_at, until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RANKS = ROOT / "tests" / "monitor" / "test_monitor_hang.py"

@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch", reason="the demo job needs torch")
 
-from tests.monitor_helpers import Server, free_port, sign_in  # noqa: E402
+from laggard.collectives.launch import free_port  # noqa: E402
+from tests.monitor_helpers import Server, sign_in  # noqa: E402
 
 SLOW_RANK = 3
 

@@ -16,10 +16,11 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
+from laggard.collectives.launch import free_port  # noqa: E402
 from laggard.io import load_job  # noqa: E402
 from laggard.optable.ops import to_numpy  # noqa: E402
 from laggard.wire.client import Client, CollectorDown  # noqa: E402
-from tests.monitor_helpers import TOKEN, Server, free_port  # noqa: E402
+from tests.monitor_helpers import TOKEN, Server  # noqa: E402
 
 JOB = Path(__file__).parents[1] / "monitor_tracer_job.py"
 

@@ -21,7 +21,8 @@ import pytest
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 pytest.importorskip("torch")
 
-from tests.monitor_helpers import TOKEN, Server, free_port, sign_in, stopped_at  # noqa: E402
+from laggard.collectives.launch import free_port  # noqa: E402
+from tests.monitor_helpers import TOKEN, Server, sign_in, stopped_at  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 4

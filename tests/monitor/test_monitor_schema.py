@@ -16,8 +16,9 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
+from laggard.collectives.launch import free_port  # noqa: E402
 from laggard.monitor.schema import SCHEMA_VERSION  # noqa: E402
-from tests.monitor_helpers import Postgres, free_port  # noqa: E402
+from tests.monitor_helpers import Postgres  # noqa: E402
 
 
 @pytest.fixture(scope="module")

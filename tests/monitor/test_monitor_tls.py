@@ -19,7 +19,8 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
-from tests.monitor_helpers import TOKEN, free_port  # noqa: E402
+from laggard.collectives.launch import free_port  # noqa: E402
+from tests.monitor_helpers import TOKEN  # noqa: E402
 
 TRACE = Path(__file__).parents[1] / "data" / "ndtimeline" / "trace-AR.parquet"
 

@@ -20,10 +20,11 @@ import yaml
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
+from laggard.collectives.launch import free_port  # noqa: E402
 from laggard.groundtruth.synth import SynthConfig, synthesize  # noqa: E402
 from laggard.monitor.push import step_batches  # noqa: E402
 from laggard.wire.batch import CONTENT_TYPE, encode_batch  # noqa: E402
-from tests.monitor_helpers import TOKEN, Server, free_port  # noqa: E402
+from tests.monitor_helpers import TOKEN, Server  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
 PROMETHEUS = shutil.which("prometheus")

@@ -14,12 +14,13 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
+from laggard.collectives.launch import free_port  # noqa: E402
 from laggard.io import load_job  # noqa: E402
 from laggard.optable.ops import JobMeta, make_table, to_numpy  # noqa: E402
 from laggard.wire.batch import CONTENT_TYPE, decode_batch, encode_batch  # noqa: E402
 from laggard.wire.bundle import BUNDLE_CONTENT_TYPE, encode_bundle  # noqa: E402
 from laggard.wire.pack import PACK_CONTENT_TYPE, encode_pack  # noqa: E402
-from tests.monitor_helpers import TOKEN, RelayProc, Server, free_port  # noqa: E402
+from tests.monitor_helpers import TOKEN, RelayProc, Server  # noqa: E402
 
 JOB = Path(__file__).parents[1] / "monitor_tracer_job.py"
 RANKS = 8

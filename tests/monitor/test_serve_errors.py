@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the monitor extra is not installed")
 
-from tests.monitor_helpers import free_port  # noqa: E402
+from laggard.collectives.launch import free_port  # noqa: E402
 
 
 def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

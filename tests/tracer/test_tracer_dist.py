@@ -76,13 +76,14 @@ def _worker(rank: int, port: int, out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    from tests.rank_procs import line_from  # here: the ranks run this file as a script
+
     out = tmp_path_factory.mktemp("dist")
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), str(out)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     try:
-        assert procs[0].stdout is not None
-        line = procs[0].stdout.readline().strip()
+        line = line_from(procs, 0, 60)
         assert line == "blocked", procs[0].stderr.read() if procs[0].stderr else line
         time.sleep(0.5)
         t0 = time.monotonic()
@@ -118,7 +119,6 @@ def test_clocks_are_aligned_across_ranks(two_ranks: tuple[Path, int]) -> None:
 
 
 def test_job_json_names_every_ranks_host(two_ranks: tuple[Path, int]) -> None:
-
     out, _ = two_ranks
     hosts = json.loads((out / "trace" / "job.json").read_text())["extra"]["hosts"]
     assert hosts == [{"rank": r, "host": socket.gethostname()} for r in range(2)]  # gathered at start-up
