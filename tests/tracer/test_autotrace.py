@@ -2,8 +2,9 @@
 own calls (each once, also when the tracer wraps them), phases and steps from hooks, the training
 math unchanged, and the slowed rank found by the analysis of what was captured.
 
-The ranks run tests/autotrace_job.py through ``python -m laggard.tracer.auto.boot`` (the script
-never imports laggard) with the environment torchrun would give them.
+The ranks run tests/autotrace_job.py (tests/autotrace_phase_jobs.py for the optimizer-nesting and
+no-grad forward cases) through ``python -m laggard.tracer.auto.boot`` (the script never imports
+laggard) with the environment torchrun would give them.
 """
 
 from __future__ import annotations
@@ -25,19 +26,20 @@ from tests.rank_procs import finish_ranks, first_failure
 torch = pytest.importorskip("torch")
 
 JOB = Path(__file__).resolve().parents[1] / "autotrace_job.py"
+PHASE_JOB = JOB.with_name("autotrace_phase_jobs.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def run_workers(mode: str, world: int, tmp: Path, *, boot: bool = True, timeout: float = 240,
-              **env: str) -> list[subprocess.CompletedProcess]:
+def run_workers(mode: str, world: int, tmp: Path, *, boot: bool = True, timeout: float = 240, job: Path = JOB,
+                **env: str) -> list[subprocess.CompletedProcess]:
     port = free_port()
     procs = []
     for rank in range(world):
         e = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
              "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
              "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC), **env}
-        cmd = [sys.executable, "-m", "laggard.tracer.auto.boot", str(JOB), mode] if boot else \
-            [sys.executable, str(JOB), mode]
+        cmd = [sys.executable, "-m", "laggard.tracer.auto.boot", str(job), mode] if boot else \
+            [sys.executable, str(job), mode]
         procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return finish_ranks(procs, timeout)
 
@@ -285,3 +287,77 @@ def test_ddp_buffer_broadcast_is_captured(tmp_path: Path) -> None:
     findings = json.loads((tmp_path / "a.json").read_text())["findings"]
     named = {r for f in findings for r in _ranks(f["workers"])}
     assert 0 not in named and findings[0]["workers"] and _ranks(findings[0]["workers"]) == [1], findings[0]
+
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["laggard-run", "inner-optimizer-given"])
+def test_zero_redundancy_optimizer_step_ends_the_step(tmp_path: Path, given: bool) -> None:
+    """ZeroRedundancyOptimizer's ``step()`` runs its inner SGD's ``step()`` and then broadcasts the
+    parameters: the step ends where ZeRO's step does, so each step's broadcasts are that step's (the
+    last step's too), one step per ZeRO step. Also where ``laggard.autotrace`` is given the inner SGD
+    as the step's optimizer: ZeRO's step around it ends the step."""
+    steps, trace = 6, tmp_path / "trace"
+    env = {"TRACE_OUT": str(trace)} if given else {"LAGGARD_TRACE_DIR": str(trace)}
+    _ok(run_workers("zero", 2, tmp_path, boot=not given, job=PHASE_JOB, STEPS=str(steps), **env))
+    rows = ops(trace)
+    assert {r["step"] for r in rows} == set(range(steps))
+    n_params = 6  # the MLP's weights and biases: ZeRO broadcasts each from the rank that owns it
+    for rank in (0, 1):
+        for step in range(steps):
+            mine = [r for r in rows if r["rank"] == rank and r["step"] == step]
+            bcast = [r for r in mine if r["name"] == "broadcast"]
+            opt = sorted((r for r in mine if r["name"] == "optimizer"), key=lambda r: r["start_ns"])
+            assert len(bcast) == n_params and opt, (rank, step, Counter(r["name"] for r in mine))
+            # inside ZeRO's optimizer phase: issued after it starts, completed before it ends
+            end = max(r["start_ns"] + r["dur_ns"] for r in opt)
+            assert all(opt[0]["start_ns"] <= b["start_ns"] and b["start_ns"] + b["dur_ns"] <= end for b in bcast), \
+                (rank, step, bcast, opt)
+            # one optimizer phase, cut only where it issues a broadcast: the inner step pushes none of its own
+            assert len(opt) == n_params + 1, (rank, step, Counter(r["name"] for r in mine))
+    members = defaultdict(set)
+    for r in rows:
+        if r["name"] == "broadcast":
+            members[(r["step"], r["group"], r["seq"])].add(r["rank"])
+    assert all(m == {0, 1} for m in members.values()), members
+
+
+def test_independent_optimizers_first_to_step_ends_the_step(tmp_path: Path) -> None:
+    """Two optimizers stepping one after another (a GAN's discriminator, then its generator), neither
+    inside the other: the first to step ends each step, so the second's step joins the next one."""
+    steps = 5
+    r = subprocess.run([sys.executable, "-m", "laggard.tracer.auto.boot", str(PHASE_JOB), "gan"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(SRC), "STEPS": str(steps),
+                                                    "LAGGARD_TRACE_DIR": str(tmp_path / "trace")})
+    assert r.returncode == 0, r.stderr
+    per = defaultdict(Counter)
+    for row in ops(tmp_path / "trace"):
+        per[row["step"]][row["name"]] += 1
+    assert set(per) == set(range(steps)), sorted(per)
+    assert [per[s]["optimizer"] for s in range(steps)] == [1] + [2] * (steps - 1), per
+    assert [per[s]["backward-compute"] for s in range(steps)] == [1] + [2] * (steps - 1), per
+
+
+def test_grad_disabled_forwards_are_no_training_forwards(tmp_path: Path) -> None:
+    """A validation pass under ``torch.no_grad()`` / ``torch.inference_mode()`` before every odd step's
+    training batch: its forwards are ``no-grad-forward`` ops of no microbatch, the training forwards
+    stay ``forward-compute``, and the checkpointed block's recompute inside the backward is still a
+    training forward (grad is on there)."""
+    steps, val_batches = 6, 2
+    _ok(run_workers("validate", 2, tmp_path, job=PHASE_JOB, LAGGARD_TRACE_DIR=str(tmp_path / "trace"),
+                    STEPS=str(steps), VAL_BATCHES=str(val_batches)))
+    rows = ops(tmp_path / "trace")
+    assert {r["step"] for r in rows} == set(range(steps))
+    for rank in (0, 1):
+        for step in range(steps):
+            mine = [r for r in rows if r["rank"] == rank and r["step"] == step]
+            val = [r for r in mine if r["name"] == "no-grad-forward"]
+            fwd = [r for r in mine if r["name"] == "forward-compute"]
+            bwd = [r for r in mine if r["name"] == "backward-compute"]
+            assert len(val) == (val_batches if step % 2 else 0), (rank, step, Counter(r["name"] for r in mine))
+            assert all(r["microbatch"] == -1 and r["kind"] == "compute" for r in val), val
+            assert fwd and bwd and all(r["microbatch"] == 0 for r in fwd + bwd), (rank, step)
+            b0, b1 = min(r["start_ns"] for r in bwd), max(r["start_ns"] + r["dur_ns"] for r in bwd)
+            # the training forward before the backward, the block's recompute inside it
+            assert any(r["start_ns"] < b0 for r in fwd), (rank, step)
+            assert any(b0 <= r["start_ns"] <= b1 for r in fwd), (rank, step)
+            assert all(r["start_ns"] + r["dur_ns"] <= b0 for r in val), (rank, step)

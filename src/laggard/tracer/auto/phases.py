@@ -9,11 +9,21 @@ Communication does the same (``pause``/``resume``): a collective issued inside t
 gradient buckets, FSDP's reduce-scatter) or the forward (tensor-parallel all-reduces) ends the
 compute segment before it, so the replay sees the compute and the wait as what they are.
 
+Phases: ``FORWARD`` (an outermost module call with grad enabled, or one inside a backward: there
+it is activation checkpointing's recompute of a training forward), ``NO_GRAD_FORWARD`` (an
+outermost module call with grad disabled outside a backward: a validation pass, a frozen teacher;
+the analysis takes one op type for one computation on every rank and step, so these must not pool
+with the training forwards), ``BACKWARD``, ``OPTIMIZER`` and ``DATA_WAIT``.
+
 Steps: a step starts with its first phase and ends when the step's optimizer (the first one to
-step, or the one given) finishes ``step()``; what is recorded between steps (the next batch's data
-wait, a logging all-reduce) joins the next step, as with ``Tracer.step``. A microbatch is the
-number of backward passes already run in the step, so a forward and the backward of its loss
-share one.
+step, or the one given) finishes ``step()``. Only an outermost optimizer step counts: a wrapper
+(ZeroRedundancyOptimizer, Lookahead) runs its inner optimizer's ``step()`` inside its own, and
+its work after the inner step (ZeRO's parameter broadcasts) belongs to the step; several
+independent optimizers stepping one after another (a GAN's) are each outermost, and the first one
+ends the step. What is recorded between steps (the next batch's data wait, a logging all-reduce)
+joins the next step, as with ``Tracer.step``. A microbatch is the number of backward passes
+already run in the step, so a forward and the backward of its loss share one; a no-grad forward
+has none (-1): it has no backward to pair with.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 FORWARD = "forward-compute"
+NO_GRAD_FORWARD = "no-grad-forward"
 BACKWARD = "backward-compute"
 OPTIMIZER = "optimizer"
 DATA_WAIT = "data-wait"
@@ -124,11 +135,14 @@ class Phases:
     def backward_done(self) -> None:
         self.microbatch += 1
 
-    def optimizer_done(self, optimizer: Any) -> bool:
-        """``optimizer.step()`` returned: True when that ends the step."""
+    def optimizer_done(self, optimizer: Any, inner: frozenset[int] = frozenset()) -> bool:
+        """The outermost ``optimizer.step()`` returned (``inner``: the ids of the optimizers that
+        stepped inside it): True when that ends the step. A step optimizer given that is a wrapper's
+        inner one ends the step with the wrapper's step, since the wrapper's work after it is the
+        step's."""
         if self._step_optimizer is None:
             self._step_optimizer = id(optimizer)
-        if id(optimizer) != self._step_optimizer:
+        if id(optimizer) != self._step_optimizer and self._step_optimizer not in inner:
             return False
         self.end_step()
         return True

@@ -9,9 +9,12 @@ tracer's own start-up collectives line up), or at the first phase of a single-pr
 What it hooks, each undone by ``close()``:
 
 - forward: module forward pre/post hooks (the model's, or every module's), outermost call only;
+  one run with grad disabled outside a backward (a validation pass, a frozen teacher) is a
+  ``no-grad-forward``, not a training forward (``laggard.tracer.auto.phases``);
 - backward: ``torch.autograd.backward`` (``Tensor.backward`` calls it), on the training thread;
-- optimizer: torch's global optimizer step pre/post hooks; the step's optimizer (the one given, or
-  the first to step) ends each step;
+- optimizer: torch's global optimizer step pre/post hooks, outermost step only (a wrapper such as
+  ZeroRedundancyOptimizer steps its inner optimizer inside its own step); the step's optimizer
+  (the one given, or the first outermost one to step) ends each step;
 - data: the ``__next__`` of every DataLoader iterator (the wait for a batch);
 - communication: ``laggard.tracer.auto.comm``.
 
@@ -57,6 +60,12 @@ class AutoTrace:
         self._ident = threading.get_ident()
         self._pid = os.getpid()
         self._depth = 0
+        self._forward_phase = ph.FORWARD  # the phase the outermost forward open now pushed
+        # ids of the optimizers inside step() now, outermost first; and of those that stepped inside
+        # the outermost one so far
+        self._opt_nest: list[int] = []
+        self._opt_inner: set[int] = set()
+        self._grad_enabled: Any = None  # torch.is_grad_enabled, bound once: the forward hook runs per call
         self._handles: list[Any] = []
         # every module's forward is hooked until the modules called outermost are known (the DDP
         # wrapper, a loss module): then only theirs, since a hook on every module costs ~1 us a call
@@ -130,6 +139,7 @@ class AutoTrace:
         import torch.optim.optimizer as topt
         from torch.utils.data import dataloader
 
+        self._grad_enabled = torch.is_grad_enabled
         if self._model is not None:
             self._handles += [self._model.register_forward_pre_hook(self._forward_pre),
                               self._model.register_forward_hook(self._forward_post, always_call=True)]
@@ -174,13 +184,17 @@ class AutoTrace:
             self._roots.setdefault(id(module), module)
         if self._depth == 0 and self._active_tracer() is not None:
             self.capture.flush()
-            self.phases.push(ph.FORWARD)  # type: ignore[union-attr]
+            # inside a backward a forward is checkpoint's recompute of a training forward, whatever
+            # the grad mode autograd runs it under
+            training = self.in_backward or self._grad_enabled()
+            self._forward_phase = ph.FORWARD if training else ph.NO_GRAD_FORWARD
+            self.phases.push(self._forward_phase)  # type: ignore[union-attr]
         self._depth += 1
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
         if self._depth == 0 and self.phases is not None and self.owns_thread():
-            self.phases.pop(ph.FORWARD)
+            self.phases.pop(self._forward_phase)
 
     def _backward_wrapper(self, orig: Any) -> Any:
         session = self
@@ -225,17 +239,39 @@ class AutoTrace:
         phases.backward_done()
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.owns_thread():
+            return
+        nest = self._opt_nest
+        if id(optimizer) in nest:
+            # taken as left there by a step that raised, whose post hooks never ran: read as nested, it
+            # would keep every later step open
+            del nest[nest.index(id(optimizer)):]
+        nest.append(id(optimizer))
+        if len(nest) > 1:  # part of the outer step's phase: a second push would cut that phase's segment
+            return
+        self._opt_inner.clear()  # a step that raised may have left its inner ones
         if self._active_tracer() is not None:
             self.capture.flush()
             self.phases.push(ph.OPTIMIZER)  # type: ignore[union-attr]
 
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.owns_thread():
+            return
+        nest = self._opt_nest
+        if id(optimizer) in nest:
+            depth = nest.index(id(optimizer))
+            del nest[depth:]
+            if depth:  # inside another optimizer's step: what that one does after this is still the step's
+                self._opt_inner.add(id(optimizer))
+                return
+        inner, self._opt_inner = frozenset(self._opt_inner), set()
         phases = self.phases
-        if phases is None or not self.owns_thread() or self.tracer is None:
+        if phases is None or self.tracer is None:
             return
         self.capture.flush()
         phases.pop(ph.OPTIMIZER)
-        if phases.optimizer_done(optimizer) and phases.step == ROOT_STEPS and self._global_hooks and not self._depth:
+        if phases.optimizer_done(optimizer, inner) and phases.step == ROOT_STEPS and self._global_hooks \
+                and not self._depth:
             self._narrow_forward_hooks()
 
     def _narrow_forward_hooks(self) -> None:
@@ -329,9 +365,10 @@ def _forked_child() -> None:
 def autotrace(model: Any = None, optimizer: Any = None, *, out_dir: str | Path = "trace", name: str = "job",
               **tracer_kwargs: Any) -> AutoTrace:
     """Trace a training loop without naming its ops: forward and backward from hooks on ``model``
-    (every module when None), optimizer steps (``optimizer``'s end each step; the first optimizer to
-    step when None), DataLoader waits, and every torch.distributed collective and transfer, DDP's
-    gradient all-reduce included. Call after ``init_process_group`` on every rank; close it (or use
+    (every module when None; a forward with grad disabled is a ``no-grad-forward``), optimizer steps
+    (``optimizer``'s end each step; the first optimizer to step when None; a step nested in another
+    optimizer's step is that one's), DataLoader waits, and every torch.distributed collective and
+    transfer, DDP's gradient all-reduce included. Call after ``init_process_group`` on every rank; close it (or use
     it as a context manager) at the end. ``tracer_kwargs`` go to ``laggard.tracer.Tracer``."""
     return AutoTrace(out_dir, model=model, optimizer=optimizer, name=name, **tracer_kwargs)
 
