@@ -625,3 +625,37 @@ def test_a_low_confidence_finding_names_no_stage_whose_replicas_are_not_all_slow
                         lambda *a, **k: False)  # the rule off: the whole stage is named
     d, _ = _diagnose("gz6064_pp_async_profiler_02_transient")
     assert d.findings[0].cause == "unexplained" and d.findings[0].stages == [1] and not d.findings[0].workers
+
+
+def test_a_loader_whose_workers_hand_over_batches_together_is_a_slow_input_pipeline() -> None:
+    """A real 2-rank DDP job under ``laggard run`` (zc_loader_w2_data): rank 1's DataLoader, two workers,
+    cannot keep up, so it waits ~38 ms every other step and ~1 ms between. Step by step that is a burst
+    pattern; over windows of two steps it is a steady excess (``worker.by_window``), and its waits for
+    input are the excess: a slow input pipeline on rank 1, and nothing else named. Its clean twin names
+    no rank. With the window rule off, only the low-confidence finding named rank 1."""
+    d, truth = _diagnose("zc_loader_w2_data")
+    assert truth["kind"] == "data" and truth["targets"] == [1]
+    first = d.findings[0]
+    assert first.cause == "data-loading" and [w["rank"] for w in first.workers] == [1], d.findings
+    assert _named(d) == {1} and first.targets[0].window_steps == 2, first.targets
+    assert "windows of 2 steps" in first.targets[0].text
+    d, truth = _diagnose("zc_loader_w2_clean")
+    assert truth["targets"] == [] and not _named(d), d.findings
+    d, _ = _diagnose("zc_loader_w2_data", DiagnoseConfig(worker_window_steps=()))
+    assert d.findings[0].cause == "unexplained", d.findings
+
+
+def test_the_median_rank_of_two_is_a_rank_not_their_mean() -> None:
+    """A real 2-rank DDP job (zc_ckpt_stall_2r): rank 0 stalls 300 ms after every 10th step (28.2 ms per
+    step on average), rank 1 has 0.7 ms per step of untraced host time. Four stalls against one peer's
+    44 steps stay within the host-time rule's false-alarm rate, so no rank is named; the job-wide
+    finding must quote what the median rank pays, which with two ranks is the lower one's, not 14.4 ms,
+    the mean, which neither rank paid."""
+    d, truth = _diagnose("zc_ckpt_stall_2r")
+    assert truth["targets"] == [0]
+    overhead = [f for f in d.findings if f.cause == "launch-delay" and not f.workers]
+    assert overhead, d.findings  # (for the untraced host time both ranks have)
+    for f in overhead:
+        ms = float(f.evidence.split(" ms per step of host time on the median rank")[0].rsplit(" ", 1)[-1])
+        assert ms < 2.0, f.evidence
+    assert not _named(d) - {0}, d.findings

@@ -67,3 +67,25 @@ def test_wrong_wrapping_is_caught(analyses: dict[str, Analysis]) -> None:
     text = _render(res, width=40)
     f = res.diagnosis.findings[0]
     assert _words_intact(text, f.evidence + " " + f.fix_text) != []
+
+
+def test_a_job_that_ran_on_cpus_counts_rank_hours_not_gpu_hours(analyses: dict[str, Analysis]) -> None:
+    """A `laggard run` trace of gloo ranks on the CPU (its job.json: host clock timing, every rank's
+    host known and naming no GPU) says rank-hours on CPU ranks; a GPU job's trace still says GPU-hours."""
+    import warnings
+    from pathlib import Path
+
+    from laggard.analysis.pipeline import analyze
+    from laggard.errors import LaggardWarning
+    from laggard.io import load_job
+    from laggard.optable.hosts import cpu_job
+
+    trace = Path(__file__).parents[1] / "data" / "corpus" / "zc_loader_w2_clean" / "trace"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LaggardWarning)
+        res = analyze(load_job(trace))
+    text = _render(res)
+    assert "rank-hours wasted" in text and "(2 CPU ranks)" in text and "GPU-hours" not in text
+    assert "GPU-hours wasted" in _render(analyses["AR"])
+    gpu = {**res.meta.extra, "hosts": [{**h, "gpu_name": "NVIDIA H100"} for h in res.meta.extra["hosts"]]}
+    assert cpu_job(res.meta.extra) and not cpu_job(gpu) and not cpu_job({**res.meta.extra, "hosts": []})

@@ -104,6 +104,15 @@ class DiagnoseConfig:
     # and over a few steps it stands above the rest in every one of them by chance (one of n alike ranks
     # is the slowest in all k steps with probability n^(1-k): 6% for 3 steps of 4 ranks, 0.02% for 8)
     worker_impact_min_steps: int = 8
+    # a DP rank whose compute and input waits, summed over windows of this many consecutive steps, are
+    # consistently over its stage peers' and whose excess lies in its input waits is a slow input
+    # pipeline (``worker.by_window``): a DataLoader whose workers cannot keep up hands its batches over
+    # num_workers at a time, so its rank waits every few steps and its median step is a healthy one.
+    # The smallest window where it is consistent names it; each window's false-alarm rate is the noise
+    # gate's consistency rate (< 0.2% per rank at 8 windows with sigma from three other ranks)
+    worker_window_steps: tuple[int, ...] = (2, 3, 4)
+    # ...with at least this many whole windows (consistency over fewer is judged on too few values)
+    worker_window_min: int = 8
     # a rank's effect on the step is consistent only where it is slow in more steps than the other ranks'
     # rate of slow steps gives by chance (binomial tail under this: at most 1% per rank): an effect on
     # the step is the step's slowest rank, and in a job of alike ranks each is the slowest in ~1/n of

@@ -51,12 +51,20 @@ def own_ranks(cands: list[Candidate]) -> list[int]:
 def _overhead(ctx: Ctx, cfg: DiagnoseConfig, own: list[Candidate]) -> tuple[float, bool]:
     """The median rank's untraced host time per step, and whether it is an overhead every rank pays,
     the ranks named for their own host time (``own``) left out: with few ranks one rank's stall pulls
-    the median toward it (of two ranks the median is their mean, half the stall), and the stall would
-    read as an overhead every rank pays."""
+    the median toward it, and the stall would read as an overhead every rank pays. The median rank is
+    one rank, the lower of the middle two of an even count: of two ranks the mean is half one rank's
+    stall, which neither pays, while the lower of two is what both pay at least."""
     gaps = ctx.base.gaps
     idle = (gaps.idle_s / max(gaps.num_steps, 1))[~np.isin(gaps.ranks, own_ranks(own))]
-    idle_med = float(np.median(idle)) if len(idle) else 0.0
+    idle_med = lower_median(idle)
     return idle_med, idle_med >= _idle_floor(ctx, cfg) * ctx.T_ideal
+
+
+def lower_median(values: np.ndarray) -> float:
+    """The median of ``values`` taken as one of them: the lower of the middle two of an even count (0
+    when empty)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    return float(v[(len(v) - 1) // 2]) if len(v) else 0.0
 
 
 def _idle_floor(ctx: Ctx, cfg: DiagnoseConfig) -> float:
@@ -220,17 +228,27 @@ def _unmodelled(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, fidelity: float
         evidence=(
             f"steps take {ctx.T_meas:.4g} s on the wall clock but the replay of the traced ops (steps back to back) "
             f"takes {float(np.mean(ctx.res.step_replayed_wall_s)):.4g} s "
-            f"({fidelity:.3f}x): many small untraced gaps, "
+            f"({fidelity:.3f}x): untraced gaps between ops, "
             f"{_quoted(ctx, hot + ([int(ctx.ranks[worst])] if stands_out else []))}, "
             f"mostly before {ctx.names[int(np.argmax(per_type))]}{hidden}"
         ),
-        fix="find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
-        "profile the host, overlap data loading, use CUDA graphs",
+        fix=overhead_fix(ctx),
         targets=[judged] if stands_out and judged is not None else [],
     )
     selector = ",".join([f"kind={HOST_KIND}"] + [f"rank!={r}" for r in hot])
     return Candidate(finding=finding, changes=[Change(action="zero", selector=selector)], gap_share=0.0,
                      hidden_share=min(_hidden_s(ctx, idle_med_s, hot) / ctx.gap, 1.0) if ctx.gap > 0 else 0.0)
+
+
+def overhead_fix(ctx: Ctx) -> str:
+    """The fix for untraced host time between ops: on a GPU the CPU-side work between kernel launches
+    (CUDA graphs take the launches off the host); where the compute itself runs on the host's CPUs
+    there are no launches, and the gaps are its Python, input and contention."""
+    if ctx.cpu_compute:
+        return ("find the host work between the traced ops (data loading, Python overhead, logging, host "
+                "contention): profile the host, overlap data loading, move per-step work out of the loop")
+    return ("find the CPU-side work between kernel launches (data loading, Python overhead, host contention): "
+            "profile the host, overlap data loading, use CUDA graphs")
 
 
 def _untraced_stands_out(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, gaps: np.ndarray, i: int,
@@ -253,7 +271,7 @@ def _quoted(ctx: Ctx, beyond: list[int]) -> str:
     does: a rank within the noise, quoted for the gaps every rank has, reads as the one to look at."""
     gaps = ctx.base.gaps
     per = dict(zip(gaps.ranks.tolist(), (gaps.idle_s / max(gaps.num_steps, 1)).tolist(), strict=True))
-    median = float(np.median(list(per.values()))) if per else 0.0
+    median = lower_median(np.array(list(per.values())))
     med = f"{1e3 * median:.1f} ms per step of host time on the median rank"
     top = sorted((r for r in dict.fromkeys(beyond) if r in per), key=lambda r: -per[r])[:4]
     if not top:
@@ -271,4 +289,4 @@ def _hidden_s(ctx: Ctx, idle_med_s: float, own: list[int]) -> float:
     gaps = ctx.base.gaps
     keep = ~np.isin(gaps.ranks, own)
     left = ((gaps.idle_s - gaps.modelled_s) / max(gaps.num_steps, 1))[keep]
-    return float(np.median(left)) if len(left) else 0.0
+    return lower_median(left)

@@ -92,12 +92,16 @@ def sigma(dev: np.ndarray, cfg: DiagnoseConfig) -> float:
     return max(MAD_SIGMA * float(np.median(np.abs(d - np.median(d)))), cfg.noise_floor)
 
 
-def cell_sigma(values: np.ndarray, rows: np.ndarray, cfg: DiagnoseConfig) -> float:
+def cell_sigma(values: np.ndarray, rows: np.ndarray, cfg: DiagnoseConfig, *, whole_for_two: bool = False) -> float:
     """The robust sigma of one target's per-step value about its own median, relative (value / its
     median - 1), once what every target's step shares is divided out (each step's median over all
-    rows), pooled over ``rows`` (a mask or indices)."""
+    rows), pooled over ``rows`` (a mask or indices). ``whole_for_two``: with two targets nothing is
+    divided out, since a step's median of two is their mean and one target's series over it mirrors
+    the other's (a target slow every other step would widen its own yardstick to its excess); the
+    other's spread taken whole also holds what the step shares: an upper bound."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        norm = values / row_median(values)[None, :]
+        shared = row_median(values)[None, :] if len(values) > 2 or not whole_for_two else 1.0
+        norm = values / shared
         own = np.full(len(values), np.nan)
         ok = np.isfinite(norm).any(axis=1)
         own[ok] = nan_median(norm[ok], 1)

@@ -72,6 +72,7 @@ def slow_workers(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], stalled:
     # in one run of steps (a straggler that recovers or starts late: its median step is a healthy one)
     slow += by_impact(ctx, cfg, [r for r in flagged if r not in slow and per_mb.get(r, np.inf) >= cfg.worker_ratio])
     slow += [r for r in by_run(ctx, cfg, load, flagged, slow) if r not in off]
+    slow += [r for r in by_window(ctx, cfg, flagged, slow) if r not in off]
     riders = impact_riders(ctx, cfg, slow)
     return [r for r in slow if r not in riders]
 
@@ -87,6 +88,66 @@ def by_run(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], flagged: list[
     found = {r: judged[r] for r in cands if judged[r].run}
     ctx.memo["worker.by_run"] = found
     return list(found)
+
+
+def by_window(ctx: Ctx, cfg: DiagnoseConfig, flagged: list[int], slow: list[int]) -> list[int]:
+    """DP ranks not yet ``slow`` that are slow input pipelines in bursts: their compute and input waits
+    together over their stage peers', summed over windows of a few consecutive steps
+    (``cfg.worker_window_steps``, the smallest that is), consistent beyond the noise of the same window
+    ratio for the others, over ``worker_ratio`` x their peers' on average, and their excess mostly in
+    their waits for input (``data_bound`` over ``data_share``). A DataLoader with W workers that cannot
+    keep up hands its batches over W at a time, so every W-th step waits the whole shortfall and the
+    others none: the rank's median step, which ``slow_workers`` compares, is a healthy one, and step by
+    step it reads as bursts. That is the mechanism, so only input waits are judged so: compute in
+    bursts has no such cause, and on a shared host a rank that runs more of the job's Python (rank 0's
+    logging) computes in bursts too. The judgements are kept in ``ctx.memo`` for ``named_by``."""
+    ctx.memo["worker.by_window"] = {}
+    if ctx.num_dp < 2:  # no replicas doing the same work to compare a rank's input waits with
+        return []
+    per = np.nan_to_num(ctx.per_rank_step(ctx.compute))
+    ns = per.shape[1]
+    stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
+    cell = stage[:, None] * ns + np.arange(ns)[None, :]
+    ref = peer_median(per.ravel(), cell.ravel()).reshape(per.shape)  # per step, the stage's other ranks
+    num_ref = np.array([int((stage == s).sum()) - 1 for s in stage])
+    mean_ratio = per.sum(axis=1) / np.maximum(ref.sum(axis=1), 1e-12)
+    cands = [int(r) for i, r in enumerate(ctx.ranks.tolist())
+             if int(r) not in slow and num_ref[i] > 0 and mean_ratio[i] >= cfg.worker_ratio]
+    if cands:
+        gm, _ = ctx.group_mean(ctx.compute & ~np.isin(ctx.rank, cands), [ctx.name, ctx.pp])
+        cands = [r for r in cands if data_bound(ctx, (ctx.rank == r) & ctx.compute, gm)[0] > cfg.data_share]
+    if not cands:
+        return []
+    pool = ~np.isin(ctx.ranks, list(flagged) + cands)
+    steps = ctx.step_numbers()[:ns]
+    found: dict[int, Consistency] = {}
+    for b in sorted(set(cfg.worker_window_steps)):
+        nb = ns // b
+        if b < 2 or nb < cfg.worker_window_min or len(found) == len(cands):
+            continue
+        wp, wf = _windows(per, b), _windows(ref, b)
+        wr, wex = noise.ratios(wp, wf), _windows(per - ref, b) / b
+        for r in cands:
+            if r in found:
+                continue
+            i = int(np.searchsorted(ctx.ranks, r))
+            others = np.arange(len(ctx.ranks)) != i
+            rows = others & pool if (others & pool).sum() >= 2 else others
+            sig = noise.ratio_sigma(noise.cell_sigma(wp, rows, cfg, whole_for_two=True), int(num_ref[i]))
+            job = noise.JobNoise.of(sig, wr[rows], cfg)
+            c = noise.judge(f"rank {r}", "compute", wr[i], wex[i], steps[: nb * b : b], job, cfg)
+            if c.pattern == "consistent":
+                c.window_steps = b
+                found[r] = c
+    ctx.memo["worker.by_window"] = found
+    return [r for r in cands if r in found]
+
+
+def _windows(m: np.ndarray, b: int) -> np.ndarray:
+    """Per row, the sums of ``b`` consecutive columns (the trailing part window left out); NaN where a
+    window holds a NaN (a step the rank has no value in: its window has none to compare)."""
+    nb = m.shape[1] // b
+    return m[:, : nb * b].reshape(m.shape[0], nb, b).sum(axis=2)
 
 
 def run_flags(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], named: list[int], top: int = 8) -> list[int]:
@@ -402,6 +463,7 @@ def worth_naming(ctx: Ctx, cfg: DiagnoseConfig, cells: list[int]) -> list[int]:
 def named_by(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[int]) -> list[Consistency]:
     """Each slow rank's consistency (of ``slow_workers``' ranks): its compute ratio's, or its effect on
     the step's where that is what it was found by (``by_impact``), or its run's (``by_run``)."""
-    impact = {**(ctx.memo.get("worker.by_run") or {}), **(ctx.memo.get("worker.by_impact") or {})}
+    impact = {**(ctx.memo.get("worker.by_run") or {}), **(ctx.memo.get("worker.by_window") or {}),
+              **(ctx.memo.get("worker.by_impact") or {})}
     judged = consistency(ctx, cfg, load, [r for r in cells if r not in impact])
     return [impact[r] if r in impact else judged[r] for r in cells]

@@ -49,4 +49,19 @@ def host_of_rank(extra: dict[str, Any]) -> dict[int, str]:
     return out
 
 
-__all__ = ["FIELDS", "HOSTS_KEY", "host_entry", "host_of_rank", "hosts_of"]
+GPU_FIELDS = ("gpu_uuid", "pci_bus_id", "gpu_name")
+
+
+def cpu_job(extra: dict[str, Any]) -> bool:
+    """Whether the job ran without GPUs, as far as its metadata says: timed on the host's clock
+    (``timing`` perf_counter_ns) and every rank's entry known and naming no GPU (the Tracer writes a
+    rank's GPU wherever CUDA is available to it). Unknown is False: an imported trace with no
+    ``hosts`` list is taken to be the GPU job it most likely is."""
+    hosts = hosts_of(extra)
+    ranks = extra.get("ranks")
+    every = isinstance(ranks, list) and len(hosts) >= len(ranks) > 0
+    return (extra.get("timing") == "perf_counter_ns" and every
+            and not any(k in e for e in hosts for k in GPU_FIELDS))
+
+
+__all__ = ["FIELDS", "GPU_FIELDS", "HOSTS_KEY", "cpu_job", "host_entry", "host_of_rank", "hosts_of"]

@@ -60,8 +60,8 @@ def no_straggler(d: Diagnosis) -> bool:
 def no_straggler_words(d: Diagnosis, slowdown: float) -> str:
     """Why a straggling job has no straggler to name, in one sentence."""
     return (f"S = {slowdown:.3f} is over the healthy threshold {d.threshold:g}, but no rank, stage or link is slow "
-            "beyond the job's noise: what is named below is shared by every rank alike (a cost every rank pays, "
-            "or op times jittering on a busy host), not one straggler to drain")
+            "beyond the job's noise: what is named below is no straggler to drain (a cost every rank pays, op "
+            "times jittering on a busy host, or one rank's few slow steps, too few to tell from that noise)")
 
 
 def heading(d: Diagnosis) -> str:

@@ -24,6 +24,7 @@ from urllib.parse import quote
 import numpy as np
 
 from laggard.errors import LaggardError
+from laggard.optable.hosts import cpu_job
 from laggard.report import plots
 from laggard.report.heatmap import HeatGrid, heatmap_section, worker_grid
 from laggard.report.page import (
@@ -231,8 +232,10 @@ def _kpis(res: Analysis) -> str:
     ]
     gh = res.gpu_hours
     if gh is not None:
-        cards.append(_kpi("GPU-hours wasted", f"{gh * res.waste:,.2f}",
-                          f"of {gh:,.2f} GPU-hours traced on {res.meta.num_gpus:,} GPUs"))
+        # a job that ran on CPUs spent rank-hours, not GPU-hours: the same figure, named for what it counts
+        hours, unit = ("rank-hours", "CPU ranks") if cpu_job(res.meta.extra) else ("GPU-hours", "GPUs")
+        cards.append(_kpi(f"{hours[0].upper()}{hours[1:]} wasted", f"{gh * res.waste:,.2f}",
+                          f"of {gh:,.2f} {hours} traced on {res.meta.num_gpus:,} {unit}"))
     fixed = res.fixed_workers
     who = (f"the worst worker (rank {ranks_text(fixed)}) runs" if len(fixed) == 1
            else f"the worst {len(fixed)} workers (ranks {ranks_text(fixed)}) run")

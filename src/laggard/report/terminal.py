@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from laggard.optable.hosts import cpu_job
 from laggard.optable.partial import MISSING_KEY
 from laggard.report.bands import band
 
@@ -79,7 +80,9 @@ def print_summary(res: Analysis, console: Console | None = None, *, top: int = 6
         f"   step {res.T_s:.3f} s -> ideal {res.T_ideal_s:.3f} s"
     )
     if d["gpu_hours_wasted"] is not None:
-        line += f"   GPU-hours wasted {d['gpu_hours_wasted']:.2f} of {d['gpu_hours']:.2f} ({m.num_gpus} GPUs)"
+        # a job that ran on CPUs spent rank-hours, not GPU-hours: the same figure, named for what it counts
+        what, unit = ("rank-hours", "CPU ranks") if cpu_job(m.extra) else ("GPU-hours", "GPUs")
+        line += f"   {what} wasted {d['gpu_hours_wasted']:.2f} of {d['gpu_hours']:.2f} ({m.num_gpus} {unit})"
     con.print(line)
     from laggard.report.findings import print_findings
 

@@ -60,6 +60,9 @@ class Consistency:
     # transient as one contiguous run of slow steps, healthy outside it (a straggler that recovers or
     # starts late), not in scattered bursts
     run: bool = False
+    # judged over windows of this many consecutive steps (``steps_total`` and ``slow_steps`` count the
+    # windows, each by its first step): a steady cost that lands in bursts every few steps
+    window_steps: int = 1
 
     @property
     def text(self) -> str:
@@ -80,6 +83,8 @@ class Consistency:
             size = f"{self.ratio:.2f}x ± {self.ratio_spread:.2f}"
         if self.pattern == "transient":
             where = f"slow in step{'s' if k > 1 else ''} {step_spans(self.slow_steps)} ({k} of {n}), {size} there"
+        elif self.window_steps > 1:
+            where = f"slow in {k} of {n} windows of {self.window_steps} steps, {size}"
         else:
             where = f"slow in {k} of {n} steps, {size}"
         return f"{self.target}: {where}" + (" (within noise)" if self.pattern == "noise" else "")
@@ -95,7 +100,7 @@ class Consistency:
                 "steps_slow": len(self.slow_steps), "steps_total": self.steps_total,
                 "slow_steps": self.slow_steps, "ratio": finite(self.ratio),
                 "ratio_spread": finite(self.ratio_spread), "noise": finite(self.noise),
-                "excess_s": finite(self.excess_s), "run": self.run}
+                "excess_s": finite(self.excess_s), "run": self.run, "window_steps": self.window_steps}
 
 
 @dataclass(kw_only=True, slots=True)
