@@ -17,6 +17,8 @@ and ``trace_step(model)``; Lightning and the HF Trainer are attached by `traceml
                          10 ms longer a microbatch
   9 fsdp2-slow-forward   FSDP2 fully_shard on gloo, rank 2's forward 30 ms longer
  10 lightning-clean      Lightning Trainer.fit, nothing injected
+ 11 ddp-slow-dataloader-workers  plain DDP loop, rank 2's DataLoader with 2 workers, 250 ms a batch per
+                         worker: they cannot keep up and hand batches over two at a time
 
 Scoring (per traced run): a tool is right when it names the slowed rank, and only it, with a cause of
 the injected kind; on a clean job, when it names no rank.
@@ -28,7 +30,7 @@ the injected kind; on a clean job, when it names no rank.
     its ``ranks`` (the culprit), COMPUTE_STRAGGLER -> compute, INPUT_STRAGGLER -> data, H2D_STRAGGLER -> h2d,
     STRAGGLER -> no cause ("No measured component clearly explained the gap"); any other verdict
     (BALANCED, COMPUTE_BOUND, RESIDUAL_HEAVY, INCOMPLETE_DATA, ...) names no straggler.
-  Causes that count: compute for jobs 1, 4, 5, 6, 8, 9; host for job 2; data or host for job 7 (a
+  Causes that count: compute for jobs 1, 4, 5, 6, 8, 9; host for job 2; data or host for jobs 7 and 11 (a
   DataLoader's time is host time outside the model's phases).
   Later laggard findings are not scored; the ranks they name are recorded (``others_named``).
 
@@ -116,6 +118,10 @@ JOBS = [
     Job(8, "pipeline-slow-stage", "pipeline.py", 2, ("--inject", "stage", "--ms", "10"), frozenset({1}), COMPUTE),
     Job(9, "fsdp2-slow-forward", "fsdp2.py", 4, ("--inject", "forward", "--ms", "30"), R2, COMPUTE),
     Job(10, "lightning-clean", "lightning_fit.py", 4, ()),
+    # two loader workers that cannot keep up: batches arrive two at a time, so rank 2 waits every
+    # other step (250 ms a batch per worker against ~70 ms steps)
+    Job(11, "ddp-slow-dataloader-workers", "ddp_loop.py", 4, ("--inject", "data", "--ms", "250", "--workers", "2"),
+        R2, frozenset({"data", "host"})),
 ]
 
 
@@ -442,5 +448,6 @@ def run(argv: list[str] | None = None) -> list[dict]:
 
 if __name__ == "__main__":
     out = run(sys.argv[1:])
+    WORK.mkdir(parents=True, exist_ok=True)  # --work puts the runs elsewhere; the summary stays here
     Path(WORK / "last.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
     print(f"wrote {WORK / 'last.json'}")

@@ -42,6 +42,7 @@ def parse(argv: list[str] | None = None, **defaults: object) -> argparse.Namespa
     ap.add_argument("--ms", type=float, default=30.0)
     ap.add_argument("--every", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (0: the rank loads)")
     ap.add_argument("--reps", type=int, default=2, help="hidden layer applications (real matmuls) per forward")
     ap.add_argument("--slow-reps", type=int, default=3, help="the slowed rank's --reps under --inject compute")
     ap.add_argument("--fwd-ms", type=float, default=25.0, help="emulated device time of a forward")
@@ -125,8 +126,9 @@ class RandomData(torch.utils.data.Dataset):
 def loader_for(args: argparse.Namespace, rank: int, steps: int | None = None) -> torch.utils.data.DataLoader:
     ds = RandomData(args.batch * (steps or args.steps), seed=rank,
                     delay_s=args.ms / 1e3 if slowed(args, rank, "data") else 0.0)
-    return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=0,
-                                       collate_fn=ds.collate, drop_last=True)
+    return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=args.workers,
+                                       collate_fn=ds.collate, drop_last=True,
+                                       persistent_workers=args.workers > 0)
 
 
 class StepClock:
