@@ -462,7 +462,8 @@ def worth_naming(ctx: Ctx, cfg: DiagnoseConfig, cells: list[int]) -> list[int]:
 
 def named_by(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], cells: list[int]) -> list[Consistency]:
     """Each slow rank's consistency (of ``slow_workers``' ranks): its compute ratio's, or its effect on
-    the step's where that is what it was found by (``by_impact``), or its run's (``by_run``)."""
+    the step's where that is what it was found by (``by_impact``), its run's (``by_run``), or its
+    windows' (``by_window``)."""
     impact = {**(ctx.memo.get("worker.by_run") or {}), **(ctx.memo.get("worker.by_window") or {}),
               **(ctx.memo.get("worker.by_impact") or {})}
     judged = consistency(ctx, cfg, load, [r for r in cells if r not in impact])
