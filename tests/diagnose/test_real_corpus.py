@@ -659,3 +659,26 @@ def test_the_median_rank_of_two_is_a_rank_not_their_mean() -> None:
         ms = float(f.evidence.split(" ms per step of host time on the median rank")[0].rsplit(" ", 1)[-1])
         assert ms < 2.0, f.evidence
     assert not _named(d) - {0}, d.findings
+
+
+def test_fixes_that_take_the_step_below_the_ideal_are_no_interaction() -> None:
+    """c24_job008 (dp 1 x pp 3, rank 1 computing 1.40x): its two findings' fixes together remove 2.8x
+    the slowdown S measures (they take the step below the all-ideal one: each op type's ideal is its
+    mean over every rank, the slow ops included). Each finding's score is capped at the whole slowdown,
+    so that surplus read as +138% of interaction between the causes; on the share scale it is none,
+    and the report says where the rest went."""
+    import io
+
+    from rich.console import Console
+
+    from laggard.report.findings import print_findings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LaggardWarning)
+        res = analyze(load_job(CORPUS / "c24_job008" / "trace"))
+    d = res.diagnosis
+    assert len(d.findings) > 1 and d.combined_share > 1.5, (d.combined_share, d.findings)
+    assert d.interaction == pytest.approx(1.0 - sum(f.score for f in d.findings)) and d.interaction <= 0
+    con = Console(width=200, record=True, file=io.StringIO())
+    print_findings(res, con)
+    assert "together they take the step below the all-ideal one" in con.export_text()

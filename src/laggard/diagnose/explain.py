@@ -292,7 +292,10 @@ def diagnosis_of(ctx: Ctx, cfg: DiagnoseConfig, findings: list[Finding], *, t_al
         findings=ranked(findings, cfg),
         combined_share=combined,
         combined_gain=ctx.T_meas / t_fixed if t_fixed > 0 else float("inf"),
-        interaction=combined - sum(f.score for f in findings),
+        # on the share scale, where each finding's score is capped at the whole slowdown: fixes that
+        # together take the step below the all-ideal one (``Finding.beyond_s``) remove more than S
+        # measures, and that surplus is no interaction of the causes
+        interaction=min(combined, 1.0) - sum(f.score for f in findings),
         unexplained=max(1.0 - combined, 0.0),
     )
     if not findings or d.unexplained > cfg.unexplained_floor:

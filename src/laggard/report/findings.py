@@ -168,8 +168,10 @@ def print_findings(res: Analysis, console: Console) -> None:
             for line in command_lines(command, width=width):
                 console.print(Text(line), soft_wrap=True, highlight=False)
     if len(d.findings) > 1:
+        beyond = ("; together they take the step below the all-ideal one S compares with"
+                  if d.combined_share > 1.0 else "")
         console.print(f"fixing all {len(d.findings)} together: {d.combined_gain:.2f}x faster "
-                      f"(interaction {100 * d.interaction:+.0f}% of the slowdown beyond the fixes one by one)")
+                      f"(interaction {100 * d.interaction:+.0f}% of the slowdown beyond the fixes one by one{beyond})")
     if d.unexplained_by:
         carried = ", ".join(f"{c['what']} {c['name']} (x{c['slowdown']:.3f})" for c in d.unexplained_by)
         console.print(f"[yellow]unexplained: {100 * d.unexplained:.0f}% of the slowdown[/]; carried by {carried}",
