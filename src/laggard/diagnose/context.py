@@ -68,6 +68,7 @@ class Ctx:
         self.ranks = ranks
         self.worker_of = {int(r): {"dp_rank": int(self.dp[i]), "stage": int(self.pp[i]), "rank": int(r)}
                           for r, i in zip(ranks, first, strict=True)}
+        self.rank_stage = self.pp[first].astype(np.int64)  # each rank's stage, ``ranks`` order
         self.num_dp = len(unique_inverse(self.dp)[0])
         self.num_pp = len(unique_inverse(self.pp)[0])
         self.memo: dict[str, object] = {}  # what several detectors read, computed once (``worker.step_ratios``)
@@ -137,6 +138,14 @@ def peer_median(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     out = np.empty(len(v))
     out[order] = np.where(size > 1, 0.5 * (v[at_lo] + v[at_hi]), 0.0)
     return out
+
+
+def step_peer_median(per: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per (rank, step) of ``per`` (ranks x steps): the median of the same step's other ranks of its
+    group (``groups``, one per rank; 0 where it is alone), one ``peer_median`` over all cells."""
+    ns = per.shape[1]
+    cell = np.asarray(groups, dtype=np.int64)[:, None] * ns + np.arange(ns)[None, :]
+    return peer_median(per.ravel(), cell.ravel()).reshape(per.shape)
 
 
 def _peer_median_selected(values: np.ndarray, groups: np.ndarray) -> np.ndarray | None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
-from laggard.diagnose.context import Ctx, peer_median, to_peers, weights_of
+from laggard.diagnose.context import Ctx, step_peer_median, to_peers, weights_of
 from laggard.diagnose.findings import Candidate
 from laggard.engine.gaps import HOST_KIND
 from laggard.results.diagnosis import Consistency, Finding
@@ -143,7 +143,7 @@ def peer_groups(ctx: Ctx) -> np.ndarray:
     (a rank that then waits on a transfer absorbs it, one whose input is already there pays it, so the
     same delay on every rank shows on some stages and not on others). Without replicas, every rank."""
     if ctx.num_dp > 1:
-        return np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
+        return ctx.rank_stage
     return np.zeros(len(ctx.ranks), dtype=np.int64)
 
 
@@ -157,9 +157,7 @@ def host_consistency(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, hot: np.nd
     per = np.nan_to_num(ctx.per_rank_step(host, values))
     steps = ctx.step_numbers()[: per.shape[1]]
     n = len(ctx.ranks)
-    ns = per.shape[1]
-    cell = peer_groups(ctx)[:, None] * ns + np.arange(ns)[None, :]  # (peer group, step): one sort
-    ref = peer_median(per.ravel(), cell.ravel()).reshape(per.shape)
+    ref = step_peer_median(per, peer_groups(ctx))
     ex = per - ref
     ratio = 1.0 + ex / max(ctx.T_ideal, 1e-12)
     pool = ~np.isin(np.arange(n), hot) if pool is None else pool & ~np.isin(np.arange(n), hot)

@@ -70,7 +70,7 @@ def consistency(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_work
     idx = {s: np.searchsorted(ctx.ranks, rs) for s, rs in rows.items()}
     pw = {s: _row_mean(per[i]) for s, i in idx.items()}  # per step: the mean compute of its replicas
     steps = ctx.step_numbers()[: per.shape[1]]
-    stage_of = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
+    stage_of = ctx.rank_stage
     wr = step_ratios(ctx, cfg, load)[0]
     out: dict[int, list[Consistency]] = {}
     for s, i in idx.items():

@@ -18,8 +18,8 @@ from laggard.diagnose.context import (
     existing,
     fast_peer_ref,
     fast_peer_row_median,
-    peer_median,
     rows_mask,
+    step_peer_median,
     weights_of,
 )
 from laggard.diagnose.findings import Candidate
@@ -106,10 +106,9 @@ def by_window(ctx: Ctx, cfg: DiagnoseConfig, flagged: list[int], slow: list[int]
         return []
     per = np.nan_to_num(ctx.per_rank_step(ctx.compute))
     ns = per.shape[1]
-    stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
-    cell = stage[:, None] * ns + np.arange(ns)[None, :]
-    ref = peer_median(per.ravel(), cell.ravel()).reshape(per.shape)  # per step, the stage's other ranks
-    num_ref = np.array([int((stage == s).sum()) - 1 for s in stage])
+    stage = ctx.rank_stage
+    ref = step_peer_median(per, stage)  # per step, the stage's other ranks
+    num_ref = np.bincount(stage)[stage] - 1
     mean_ratio = per.sum(axis=1) / np.maximum(ref.sum(axis=1), 1e-12)
     cands = [int(r) for i, r in enumerate(ctx.ranks.tolist())
              if int(r) not in slow and num_ref[i] > 0 and mean_ratio[i] >= cfg.worker_ratio]
@@ -310,7 +309,7 @@ def step_ratios(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float]) -> tuple[
     n = len(ctx.ranks)
     if ctx.num_dp > 1:
         lv = np.array([load[int(r)] for r in ctx.ranks]) if mb is None else nan_median(speed, 1)
-        stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
+        stage = ctx.rank_stage
         # each rank's row_median over its fast peers' rows, all ranks at once; the ranks that are no
         # yardstick (``yardsticks``) are no rank's fast peer
         lv = _without(np.nan_to_num(lv, nan=np.inf), ctx.ranks, left_out)
@@ -336,10 +335,7 @@ def _with_outside_work(ctx: Ctx, cfg: DiagnoseConfig, spent: np.ndarray, expecte
     job's noise, and optimizer time would only widen it)."""
     speed = spent / expected
     other = np.nan_to_num(outside_compute(ctx), nan=0.0)
-    stage = np.array([ctx.worker_of[int(r)]["stage"] for r in ctx.ranks])
-    # each (rank, step): the median of the same step's other ranks of its stage (0 where none)
-    cell = stage[:, None] * other.shape[1] + np.arange(other.shape[1])[None, :]
-    other_ref = peer_median(other.ravel(), cell.ravel()).reshape(other.shape)
+    other_ref = step_peer_median(other, ctx.rank_stage)  # the same step's other ranks of its stage
     whole = (spent + other) / (expected + other_ref)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a rank with no pass in any step: all NaN
