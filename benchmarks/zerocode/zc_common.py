@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 IN, HIDDEN, OUT = 128, 256, 16
-WARMUP_STEPS = 5  # left out of the median: first-use allocations, the tracers' own start-up
+WARMUP_STEPS = 5  # left out of the step times: first-use allocations, the tracers' own start-up
 
 
 def traceml_on() -> bool:
@@ -141,10 +141,15 @@ class StepClock:
         self.ticks.append(time.perf_counter())
 
     def write(self, rank: int) -> None:
-        """The median step time past the warm-up, to ``$ZC_STEP_FILE.<rank>`` (nothing when unset)."""
+        """The step times past the warm-up, to ``$ZC_STEP_FILE.<rank>`` (nothing when unset): their mean (the
+        wall time of those steps over their count: what a tracer costs the job's throughput) and their
+        median. A job whose batches arrive in bunches (a DataLoader's workers that cannot keep up hand
+        over W at a time) alternates waiting and computing steps, and the median of such a mix lands on
+        either mode or between them as a per-step cost moves time from one to the other; the mean does not."""
         path = os.environ.get("ZC_STEP_FILE")
         times = [b - a for a, b in zip(self.ticks, self.ticks[1:], strict=False)][WARMUP_STEPS:]
         if not path or not times:
             return
         with open(f"{path}.{rank}", "w") as f:
-            json.dump({"rank": rank, "median_s": statistics.median(times), "steps": len(times)}, f)
+            json.dump({"rank": rank, "mean_s": statistics.fmean(times), "median_s": statistics.median(times),
+                       "steps": len(times)}, f)
