@@ -224,6 +224,10 @@ class DiagnoseConfig:
     # chance of its run, likewise)
     noise_transient_min_steps: int = 2  # ...and at least 2 of them: one step far out is a blip every rank of
     # a busy host has now and then
+    noise_periodic: bool = True  # ...or, where 3 or more far steps are evenly spaced (every N-th step, N >= 2),
+    # the tail times the share of so many judged steps that fall evenly spaced: at most 0.1% still under
+    # the null (far steps at independent positions), and a periodic stall (a checkpoint, an evaluation,
+    # a log flush every N steps) against one peer's steps is told from chance by where it falls
     # a run of slow steps (a straggler that recovers or starts late) a quarter of the steps at least,
     # the healthy rest more: a steady straggler's few unlucky steps at one end are no recovery
     # (a healthy target reads as a run in 0.1% of 16-step jobs, sigma from three others)

@@ -122,13 +122,21 @@ def _host_ranks(ctx: Ctx, cfg: DiagnoseConfig, host: np.ndarray, beside_overhead
             f"(median of the other ranks{of_stage}: {1e3 * _peer_median(spent, groups, hot, hot[0]):.1f} ms), "
             f"mostly before {where}"
         ),
-        fix=(
-            f"find the host-side work on rank {r0} between its traced ops: a slow data loader (more workers, "
-            "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host"
-        ),
+        fix=_host_fix(r0, judged[hot[0]].period),
         targets=[judged[i] for i in hot.tolist()],
     )
     return [Candidate(finding=finding, changes=changes, weights=weights_of(ctx, changes))]
+
+
+def _host_fix(rank: int, period: int) -> str:
+    """The fix for one rank's own host time; ``period``: its stalls come every that many steps, which
+    is work the loop does on a schedule, not a loader or contention that strikes at random."""
+    if period:
+        return (f"find what rank {rank} does every {period} steps between its traced ops (a checkpoint, an "
+                "evaluation, metrics or logs written synchronously): make it asynchronous, spread it over "
+                "the ranks, or do it less often")
+    return (f"find the host-side work on rank {rank} between its traced ops: a slow data loader (more workers, "
+            "pin_memory, prefetching), Python overhead, CPU contention from other processes on its host")
 
 
 def _peer_median(spent: np.ndarray, groups: np.ndarray, hot: np.ndarray, i: int) -> float:

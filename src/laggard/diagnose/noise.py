@@ -29,8 +29,12 @@ on). A step is slow when its ratio is over 1 + ``noise_step_k`` sigmas. A target
   chance (binomial tail under ``noise_transient_p``): bursts of host work, a link that stalls now
   and then; not the tail every link of a busy host has. Where its far steps stand higher than that
   bar, "such steps" are also counted at ``noise_transient_level`` of their excess (a few of the
-  others' blips just past the bar do not hide a stall ten times their size). Its slow steps are
-  those far steps;
+  others' blips just past the bar do not hide a stall ten times their size). Where the far steps
+  are evenly spaced (three or more, two steps apart or more: work every N steps, a checkpoint, an
+  evaluation, a log flush), the tail is multiplied by the chance that so many steps drawn at random
+  from those judged fall evenly spaced (``noise_periodic``): few stalls against a short reference
+  (one peer's steps) are then told from chance by where they fall, not only by how many there are.
+  Its slow steps are those far steps, and their period is said;
 - within the noise otherwise: a detector does not name it (a rank riding along in a multi-rank
   finding is dropped from it);
 - unjudged when it has a reference in no step (the only link of its op type): the detector's rule
@@ -183,8 +187,9 @@ def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, step
     consistent = n > 0 and slow.sum() >= cfg.noise_consistent_share * n and med >= 1.0 + cfg.noise_median_k * noise
     run = _run(r, slow, job, cfg) if consistent or runs else None
     consistent = consistent and run is None
-    far = run if run is not None else None if consistent else _transient(r, job, cfg)
+    far = run if run is not None else None if consistent else _transient(r, st, job, cfg)
     transient = far is not None
+    period = period_of(st[far]) if transient and run is None else 0
     pattern = "consistent" if consistent else "transient" if transient else "noise" if n else "unjudged"
     if transient:
         slow = far
@@ -195,6 +200,7 @@ def judge(target: str, basis: str, ratio: np.ndarray, excess_s: np.ndarray, step
         ratio=float(np.median(sel)) if len(sel) else float("nan"),
         ratio_spread=MAD_SIGMA * float(np.median(np.abs(sel - np.median(sel)))) if len(sel) else float("nan"),
         noise=float(noise), excess_s=float(np.median(ex[over])) if len(sel) else 0.0, run=run is not None,
+        period=period,
     )
 
 
@@ -256,20 +262,55 @@ def _run(r: np.ndarray, slow: np.ndarray, job: JobNoise, cfg: DiagnoseConfig) ->
     return mask if run_tail(length, n, q) < cfg.noise_transient_p else None
 
 
-def _rare(k: int, n: int, rate: float, cfg: DiagnoseConfig) -> bool:
-    """Whether ``k`` far steps of ``n`` are at least the minimum and unlikely at the others' ``rate``."""
-    return k >= cfg.noise_transient_min_steps and binom_tail(k, n, rate) < cfg.noise_transient_p
+def period_of(steps: np.ndarray) -> int:
+    """The common difference of the step numbers ``steps`` (ascending) where three or more of them
+    are evenly spaced two or more steps apart (every N-th step); 0 otherwise (steps in a row are a run,
+    not a period)."""
+    if len(steps) < 3:
+        return 0
+    d = np.diff(np.asarray(steps, dtype=np.int64))
+    return int(d[0]) if d[0] >= 2 and bool((d == d[0]).all()) else 0
 
 
-def _transient(r: np.ndarray, job: JobNoise, cfg: DiagnoseConfig) -> np.ndarray | None:
+def periodic_count(k: int, steps: np.ndarray) -> int:
+    """How many ways ``k`` of the step numbers ``steps`` (ascending, distinct) can fall evenly spaced
+    two or more steps apart: the k-term arithmetic progressions of difference >= 2 among them."""
+    n = len(steps)
+    if k < 3 or n < k:
+        return 0
+    st = np.asarray(steps, dtype=np.int64)
+    if st[-1] - st[0] == n - 1:  # every step from the first to the last: count them in closed form
+        top = (n - 1) // (k - 1)
+        return sum(n - (k - 1) * d for d in range(2, top + 1))
+    have = set(st.tolist())
+    return sum(all(a + j * d in have for j in range(1, k))
+               for a in st.tolist() for d in range(2, (int(st[-1]) - a) // (k - 1) + 1))
+
+
+def _rare(mask: np.ndarray, steps: np.ndarray, rate: float, cfg: DiagnoseConfig) -> bool:
+    """Whether the far steps ``mask`` (of those numbered ``steps``) are at least the minimum and
+    unlikely at the others' ``rate``: their count's binomial tail, times, where they are evenly spaced,
+    the chance that so many steps drawn at random fall so (``noise_periodic``). Under the null, far
+    steps at independent positions, P(count >= k and evenly spaced) <= tail(k) x A(k) / C(n, k), the
+    share of k-step sets that are evenly spaced falling as k grows."""
+    k, n = int(mask.sum()), len(mask)
+    if k < cfg.noise_transient_min_steps:
+        return False
+    p = binom_tail(k, n, rate)
+    if p >= cfg.noise_transient_p and cfg.noise_periodic and period_of(steps[mask]):
+        p *= periodic_count(k, steps) / math.comb(n, k)
+    return p < cfg.noise_transient_p
+
+
+def _transient(r: np.ndarray, st: np.ndarray, job: JobNoise, cfg: DiagnoseConfig) -> np.ndarray | None:
     """The steps that make a target transient (None: it is not): far outside the noise, more of them
     than the others' rate of such steps gives by chance; over the ``noise_transient_k`` sigma bar, or,
     where the target's far steps stand higher, over ``noise_transient_level`` of their excess (the
     others' rate counted at that level: a few of their blips just past the bar do not hide a stall
-    ten times their size)."""
+    ten times their size); ``st``: their step numbers."""
     bar = 1.0 + cfg.noise_transient_k * job.sigma
     far = r > bar
-    if _rare(int(far.sum()), len(r), job.far_rate, cfg):
+    if _rare(far, st, job.far_rate, cfg):
         return far
     if not far.any():
         return None
@@ -278,7 +319,7 @@ def _transient(r: np.ndarray, job: JobNoise, cfg: DiagnoseConfig) -> np.ndarray 
     if rate is None:
         return None
     high = r > level
-    return high if _rare(int(high.sum()), len(r), rate, cfg) else None
+    return high if _rare(high, st, rate, cfg) else None
 
 
 def stands_out(c: Consistency, *, transient_ok: bool = True) -> bool:
@@ -289,5 +330,5 @@ def stands_out(c: Consistency, *, transient_ok: bool = True) -> bool:
     return c.pattern in ("consistent", "unjudged") or (c.pattern == "transient" and (transient_ok or c.run))
 
 
-__all__ = ["JobNoise", "binom_tail", "cell_sigma", "deviations", "judge", "longest_run", "noise_for", "ratio_sigma",
-           "ratios", "row_median", "run_tail", "sigma", "stands_out"]
+__all__ = ["JobNoise", "binom_tail", "cell_sigma", "deviations", "judge", "longest_run", "noise_for", "period_of",
+           "periodic_count", "ratio_sigma", "ratios", "row_median", "run_tail", "sigma", "stands_out"]

@@ -63,6 +63,8 @@ class Consistency:
     # judged over windows of this many consecutive steps (``steps_total`` and ``slow_steps`` count the
     # windows, each by its first step): a steady cost that lands in bursts every few steps
     window_steps: int = 1
+    # transient in slow steps evenly spaced this many steps apart (0: not so): work every N-th step
+    period: int = 0
 
     @property
     def text(self) -> str:
@@ -82,7 +84,9 @@ class Consistency:
         else:
             size = f"{self.ratio:.2f}x ± {self.ratio_spread:.2f}"
         if self.pattern == "transient":
-            where = f"slow in step{'s' if k > 1 else ''} {step_spans(self.slow_steps)} ({k} of {n}), {size} there"
+            every = f"every {self.period} steps, " if self.period else ""
+            spans = step_spans(self.slow_steps)
+            where = f"slow in step{'s' if k > 1 else ''} {spans} ({every}{k} of {n}), {size} there"
         elif self.window_steps > 1:
             where = f"slow in {k} of {n} windows of {self.window_steps} steps, {size}"
         else:
@@ -100,7 +104,8 @@ class Consistency:
                 "steps_slow": len(self.slow_steps), "steps_total": self.steps_total,
                 "slow_steps": self.slow_steps, "ratio": finite(self.ratio),
                 "ratio_spread": finite(self.ratio_spread), "noise": finite(self.noise),
-                "excess_s": finite(self.excess_s), "run": self.run, "window_steps": self.window_steps}
+                "excess_s": finite(self.excess_s), "run": self.run, "window_steps": self.window_steps,
+                "period_steps": self.period}
 
 
 @dataclass(kw_only=True, slots=True)
