@@ -1,5 +1,6 @@
 """Training scripts for the zero-code capture's phase and step tests (tests/tracer/test_autotrace.py):
-optimizers stepping inside another's step or one after another, forwards run with grad disabled.
+optimizers stepping inside another's step or one after another, forwards run with grad disabled, a
+loop that updates the weights itself.
 Run as tests/autotrace_job.py's are (``python -m laggard.tracer.auto.boot tests/autotrace_phase_jobs.py
 MODE``, the environment giving the rank as torchrun does), with its model and batches; STEPS
 optimizer steps.
@@ -103,7 +104,34 @@ def validate() -> None:
     dist.destroy_process_group()
 
 
-MODES = {"zero": zero, "gan": gan, "validate": validate}
+def manual() -> None:
+    """No optimizer and no DDP: each gradient all-reduced and averaged by hand, then a hand-written SGD
+    update. END_STEP=1: the script calls ``laggard.end_step()`` after each update (it imports laggard
+    only then)."""
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    net = mlp()
+    end_step = None
+    if os.environ.get("END_STEP") == "1":
+        import laggard
+
+        end_step = laggard.end_step
+    steps = int(os.environ.get("STEPS", "5"))
+    for _, (x, y) in zip(range(steps), loader(rank, steps), strict=False):
+        for p in net.parameters():
+            p.grad = None
+        nn.functional.cross_entropy(net(x), y).backward()
+        with torch.no_grad():
+            for p in net.parameters():
+                dist.all_reduce(p.grad)
+                p.add_(p.grad, alpha=-0.05 / world)
+        if end_step is not None:
+            end_step()
+    dist.destroy_process_group()
+
+
+MODES = {"zero": zero, "gan": gan, "validate": validate, "manual": manual}
 
 if __name__ == "__main__":
     MODES[sys.argv[1]]()

@@ -40,7 +40,7 @@ _EXPORTS = {
     **dict.fromkeys(("SynthConfig", "synthesize", "synthesize_with_truth"), "laggard.groundtruth.synth"),
     "parse_injection": "laggard.groundtruth.inject",
     "Tracer": "laggard.tracer.core",
-    **dict.fromkeys(("autotrace", "AutoTrace"), "laggard.tracer.auto.session"),
+    **dict.fromkeys(("autotrace", "AutoTrace", "end_step"), "laggard.tracer.auto.session"),
 }
 
 __getattr__, _dir, __all__ = _lazy_exports(__name__, _EXPORTS)

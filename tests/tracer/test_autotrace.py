@@ -361,3 +361,30 @@ def test_grad_disabled_forwards_are_no_training_forwards(tmp_path: Path) -> None
             assert any(r["start_ns"] < b0 for r in fwd), (rank, step)
             assert any(b0 <= r["start_ns"] <= b1 for r in fwd), (rank, step)
             assert all(r["start_ns"] + r["dur_ns"] <= b0 for r in val), (rank, step)
+
+
+def test_a_loop_with_no_optimizer_says_so_and_ends_its_steps_with_end_step(tmp_path: Path) -> None:
+    """A loop that averages its gradients and updates the weights by hand has no optimizer step to end
+    a step: its trace holds no step, and the trace check says why (not that the ranks died before
+    their first flush). With ``laggard.end_step()`` after each update every step is there, each with
+    its forward, backward and the hand-written all-reduces (6 parameters)."""
+    from laggard.optable.tracedir import check_trace
+
+    steps = 4
+    bare = tmp_path / "bare"
+    _ok(run_workers("manual", 2, tmp_path, job=PHASE_JOB, LAGGARD_TRACE_DIR=str(bare), STEPS=str(steps)))
+    assert not [r for r in (ops(bare) if list(bare.glob("ops-rank*.parquet")) else [])
+                if r["name"] in ("forward-compute", "backward-compute", "all-reduce")]
+    (line,) = check_trace(bare)
+    assert f"rank(s) 0, 1 ran {steps} backward passes but no step ended" in line and "laggard.end_step()" in line
+    marked = tmp_path / "marked"
+    _ok(run_workers("manual", 2, tmp_path, job=PHASE_JOB, LAGGARD_TRACE_DIR=str(marked), STEPS=str(steps),
+                    END_STEP="1"))
+    assert check_trace(marked) == []
+    per = defaultdict(Counter)
+    for row in ops(marked):
+        per[(row["rank"], row["step"])][row["name"]] += 1
+    assert set(per) == {(r, s) for r in (0, 1) for s in range(steps)}, sorted(per)
+    for key, names in per.items():
+        assert names["forward-compute"] >= 1 and names["backward-compute"] >= 1, (key, names)
+        assert names["all-reduce"] == 6, (key, names)

@@ -138,7 +138,7 @@ def _say_where(trace_dir: Path, failure: str | None, traced: bool) -> None:
     elif traced:
         typer.echo(f"laggard: the trace is in {trace_dir}")
     else:
-        _warn(f"{trace_dir}: no ops were traced (does the script run torch.distributed collectives?)")
+        _warn(f"{trace_dir}: no ops were traced (no training step ended on any rank)")
 
 
 def _warn(message: str) -> None:

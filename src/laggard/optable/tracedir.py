@@ -86,7 +86,14 @@ def check_trace(path: str | Path) -> list[str]:
     shard_ranks = {int(m.group(1)) for p in path.glob(shard_glob()) if (m := SHARD_RE.match(p.name))}
     expected = set(range(world)) if isinstance(world, int) else set(states) | shard_ranks
     msgs: list[str] = []
-    missing = sorted(expected - shard_ranks)
+    # ranks that trained but never ended a step (a loop with no optimizer under the zero-code capture)
+    unended = {r: int(s["no_step_ended"].get("backward_passes", 0)) for r, s in states.items()
+               if isinstance(s.get("no_step_ended"), dict)}
+    if unended:
+        msgs.append(f"{path}: rank(s) {_ranks(sorted(unended))} ran {max(unended.values())} backward passes but "
+                    "no step ended: the zero-code capture ends a step at a torch.optim optimizer's step(); a loop "
+                    "that updates the weights itself calls laggard.end_step() at the end of each step")
+    missing = sorted(expected - shard_ranks - set(unended))
     if missing:
         msgs.append(f"{path}: no ops from rank(s) {_ranks(missing)} of {len(expected)} (died before their "
                     "first flush, or could not write); the analysis covers the other ranks only")

@@ -15,6 +15,7 @@ from laggard.util.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "autotrace": "laggard.tracer.auto.session",
     "AutoTrace": "laggard.tracer.auto.session",
+    "end_step": "laggard.tracer.auto.session",
     "install_from_env": "laggard.tracer.auto.session",
     "AutoEnv": "laggard.tracer.auto.env",
     "read_env": "laggard.tracer.auto.env",

@@ -15,15 +15,18 @@ outermost module call with grad disabled outside a backward: a validation pass, 
 the analysis takes one op type for one computation on every rank and step, so these must not pool
 with the training forwards), ``BACKWARD``, ``OPTIMIZER`` and ``DATA_WAIT``.
 
-Steps: a step starts with its first phase and ends when the step's optimizer (the first one to
-step, or the one given) finishes ``step()``. Only an outermost optimizer step counts: a wrapper
-(ZeroRedundancyOptimizer, Lookahead) runs its inner optimizer's ``step()`` inside its own, and
-its work after the inner step (ZeRO's parameter broadcasts) belongs to the step; several
-independent optimizers stepping one after another (a GAN's) are each outermost, and the first one
-ends the step. What is recorded between steps (the next batch's data wait, a logging all-reduce)
-joins the next step, as with ``Tracer.step``. A microbatch is the number of backward passes
-already run in the step, so a forward and the backward of its loss share one; a no-grad forward
-has none (-1): it has no backward to pair with.
+Steps: a step starts with its first phase and ends when the step's optimizer (the first one to step,
+or the one given) finishes ``step()``. Only an outermost optimizer step counts: a wrapper
+(ZeroRedundancyOptimizer, Lookahead) runs its inner optimizer's ``step()`` inside its own, and its
+work after the inner step (ZeRO's parameter broadcasts) belongs to the step; several independent
+optimizers stepping one after another (a GAN's) are each outermost, and the first one ends the step.
+A loop that updates the weights itself, with no optimizer, ends its steps with
+``laggard.end_step()``; without it its one open step is taken back at the end (below), and the
+rank's state says so (``no_step_ended``), so the trace is not an unexplained empty one. What is
+recorded between steps (the next batch's data wait, a logging all-reduce) joins the next step, as
+with ``Tracer.step``. A microbatch is the number of backward passes already run in the step, so a
+forward and the backward of its loss share one; a no-grad forward has none (-1): it has no backward
+to pair with.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class Phases:
         self._paused = 0
         self.on_open: Any = lambda: None
         self._mark: tuple | None = None  # where the open step's records start on the page
+        self.backward_passes = 0  # every backward run, for what to say when no step ever ended
 
     # ------------------------------------------------------------------ segments
     def _code(self, name: str) -> int:
@@ -134,6 +138,7 @@ class Phases:
     # ------------------------------------------------------------------ step boundaries
     def backward_done(self) -> None:
         self.microbatch += 1
+        self.backward_passes += 1
 
     def optimizer_done(self, optimizer: Any, inner: frozenset[int] = frozenset()) -> bool:
         """The outermost ``optimizer.step()`` returned (``inner``: the ids of the optimizers that
@@ -167,6 +172,9 @@ class Phases:
             self._close(self._stack.pop())
         t = self.t
         mark = self._mark
+        if self.step == 0 and self.backward_passes:
+            # no step ever ended although training ran: said in the rank's state (``check_trace``)
+            t._state.update(no_step_ended={"backward_passes": self.backward_passes})
         if not t._in_step or mark is None or t._cuda is not None:
             return
         page, first_op, n, na, nbounds, nside = mark

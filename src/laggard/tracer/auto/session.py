@@ -308,6 +308,15 @@ class AutoTrace:
         __next__.__wrapped__ = orig  # type: ignore[attr-defined]
         return __next__
 
+    # ------------------------------------------------------------------ steps
+    def end_step(self) -> None:
+        """End the step now, as an optimizer's ``step()`` would: for a loop that updates the weights
+        itself. A step already ended (by the optimizer) is not ended twice."""
+        if self.phases is None or self.tracer is None or not self.owns_thread():
+            return
+        self.capture.flush()
+        self.phases.end_step()
+
     # ------------------------------------------------------------------ end
     def close(self, status: str = "closed") -> None:
         """Stop tracing, write everything and undo every hook; safe to call twice."""
@@ -371,6 +380,15 @@ def autotrace(model: Any = None, optimizer: Any = None, *, out_dir: str | Path =
     transfer, DDP's gradient all-reduce included. Call after ``init_process_group`` on every rank; close it (or use
     it as a context manager) at the end. ``tracer_kwargs`` go to ``laggard.tracer.Tracer``."""
     return AutoTrace(out_dir, model=model, optimizer=optimizer, name=name, **tracer_kwargs)
+
+
+def end_step() -> None:
+    """End the training step of this process's zero-code tracing (``laggard run`` or
+    ``laggard.autotrace``); nothing when none is active, so a script may call it unconditionally.
+    Steps end by themselves at a torch.optim optimizer's ``step()``: this is for a loop that updates
+    the weights itself."""
+    if _ACTIVE is not None and not _ACTIVE._closed:
+        _ACTIVE.end_step()
 
 
 def install_from_env(environ: dict[str, str] | None = None) -> AutoTrace | None:
