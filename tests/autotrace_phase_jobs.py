@@ -131,7 +131,35 @@ def manual() -> None:
     dist.destroy_process_group()
 
 
-MODES = {"zero": zero, "gan": gan, "validate": validate, "manual": manual}
+def late_eval() -> None:
+    """DDP training of the MLP; from step LATE on (after the session has narrowed its forward hooks to
+    the modules called outermost so far), every other step evaluates VAL_BATCHES batches under
+    ``torch.no_grad()`` through the wrapped module (``net.module``, skipping DDP) and as many through
+    an EMA copy of the weights that was never called before."""
+    import copy
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.set_num_threads(1)
+    base = mlp()
+    ema = copy.deepcopy(base).eval()
+    net = nn.parallel.DistributedDataParallel(base)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    steps, late = int(os.environ.get("STEPS", "9")), int(os.environ.get("LATE", "5"))
+    val = torch.randn(int(os.environ.get("VAL_BATCHES", "2")), 16, 32, generator=torch.Generator().manual_seed(7))
+    for i, (x, y) in zip(range(steps), loader(rank, steps), strict=False):
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        if i >= late and i % 2:
+            with torch.no_grad():
+                for xv in val:
+                    net.module(xv)
+                    ema(xv)
+    dist.destroy_process_group()
+
+
+MODES = {"zero": zero, "gan": gan, "validate": validate, "manual": manual, "late_eval": late_eval}
 
 if __name__ == "__main__":
     MODES[sys.argv[1]]()

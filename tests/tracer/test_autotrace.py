@@ -363,6 +363,24 @@ def test_grad_disabled_forwards_are_no_training_forwards(tmp_path: Path) -> None
             assert all(r["start_ns"] + r["dur_ns"] <= b0 for r in val), (rank, step)
 
 
+def test_forwards_first_run_after_the_first_steps_are_traced(tmp_path: Path) -> None:
+    """An evaluation that starts only after the session narrowed its forward hooks (from step 5, every
+    other step), through DDP's wrapped module and through an EMA copy never called before: each of
+    its forwards is a ``no-grad-forward`` of its step (the one after the optimizer step that ended the
+    evaluating one), and each training step still has exactly one training forward."""
+    steps, late, val_batches = 9, 5, 2
+    _ok(run_workers("late_eval", 2, tmp_path, job=PHASE_JOB, LAGGARD_TRACE_DIR=str(tmp_path / "trace"),
+                    STEPS=str(steps), LATE=str(late), VAL_BATCHES=str(val_batches)))
+    rows = ops(tmp_path / "trace")
+    for rank in (0, 1):
+        mine = [r for r in rows if r["rank"] == rank]
+        val = Counter(r["step"] for r in mine if r["name"] == "no-grad-forward")
+        # what runs after a step's optimizer step joins the next step
+        assert dict(val) == {i + 1: 2 * val_batches for i in range(late, steps - 1) if i % 2}, (rank, val)
+        fwd = Counter(r["step"] for r in mine if r["name"] == "forward-compute")
+        assert set(fwd.values()) == {1} and len(fwd) == steps, (rank, fwd)
+
+
 def test_a_loop_with_no_optimizer_says_so_and_ends_its_steps_with_end_step(tmp_path: Path) -> None:
     """A loop that averages its gradients and updates the weights by hand has no optimizer step to end
     a step: its trace holds no step, and the trace check says why (not that the ranks died before

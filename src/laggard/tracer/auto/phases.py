@@ -55,6 +55,7 @@ class Phases:
         self._step_optimizer: int | None = None
         self._paused = 0
         self.on_open: Any = lambda: None
+        self.on_start: Any = lambda: None
         self._mark: tuple | None = None  # where the open step's records start on the page
         self.backward_passes = 0  # every backward run, for what to say when no step ever ended
 
@@ -91,6 +92,7 @@ class Phases:
         if not t._in_step:
             if not self.started:  # collections during the set-up (imports, model building) are no step's
                 t._gcq.clear()
+                self.on_start()  # before the first step begins: what it costs is in no step
                 self.started = True
             t._begin_step(self.step)
             self._mark = (t._page, t._first_op, t._n, t._na, len(t._bounds), len(t._side))

@@ -8,7 +8,8 @@ tracer's own start-up collectives line up), or at the first phase of a single-pr
 
 What it hooks, each undone by ``close()``:
 
-- forward: module forward pre/post hooks (the model's, or every module's), outermost call only;
+- forward: module forward pre/post hooks (the model's, or every module's for the first steps, then
+  those a forward may start from: ``forward_roots``), outermost call only;
   one run with grad disabled outside a backward (a validation pass, a frozen teacher) is a
   ``no-grad-forward``, not a training forward (``laggard.tracer.auto.phases``);
 - backward: ``torch.autograd.backward`` (``Tensor.backward`` calls it), on the training thread;
@@ -68,9 +69,13 @@ class AutoTrace:
         self._grad_enabled: Any = None  # torch.is_grad_enabled, bound once: the forward hook runs per call
         self._handles: list[Any] = []
         # every module's forward is hooked until the modules called outermost are known (the DDP
-        # wrapper, a loss module): then only theirs, since a hook on every module costs ~1 us a call
+        # wrapper, a loss module): then only those and the ones a later call may start from
+        # (``forward_roots``), since a hook on every module costs 1-5 us a call
         self._global_hooks: list[Any] = []
         self._roots: dict[int, Any] = {}
+        # weak references to the modules nothing holds, taken before the first step starts (so the
+        # search is in no step's time): a forward may start from one after the first steps
+        self._free: list[Any] = []
         self.patches = Patches()  # torch's functions this session replaced (autograd, DataLoader, init)
         self._model, self._optimizer = model, optimizer
         self._closed = False
@@ -99,6 +104,7 @@ class AutoTrace:
         tracer = Tracer(self.out_dir, name=self.name, meta_extra=meta, **self._tracer_kwargs)
         self.phases = ph.Phases(tracer)
         self.phases.on_open = self._flush_outside_backward
+        self.phases.on_start = self._find_free_modules
         if self._optimizer is not None:
             self.phases.set_step_optimizer(self._optimizer)
         self.tracer = tracer
@@ -274,13 +280,21 @@ class AutoTrace:
                 and not self._depth:
             self._narrow_forward_hooks()
 
+    def _find_free_modules(self) -> None:
+        if self._global_hooks:
+            import weakref
+
+            self._free = [weakref.ref(m) for m in free_modules()]
+
     def _narrow_forward_hooks(self) -> None:
-        """From now on hook only the modules that were called outermost in the first steps."""
+        """From now on hook only the modules that may be called outermost: those that were in the first
+        steps, and those a later call may start from (``forward_roots``)."""
         for h in self._global_hooks:
             h.remove()
             self._handles.remove(h)
         self._global_hooks = []
-        for module in self._roots.values():
+        free = [m for m in (r() for r in self._free) if m is not None]
+        for module in forward_roots(self._roots.values(), free):
             self._handles += [module.register_forward_pre_hook(self._forward_pre),
                               module.register_forward_hook(self._forward_post, always_call=True)]
         self._roots.clear()
@@ -342,6 +356,34 @@ class AutoTrace:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self.close("closed" if exc_type is None else f"failed: {exc_type.__name__}")
         return False
+
+
+def free_modules() -> list[Any]:
+    """Every module no other module holds (a model, an EMA copy, a teacher, a loss), found among the
+    objects the garbage collector tracks (~0.1 s in a process with transformers imported)."""
+    import gc
+
+    from torch.nn import Module
+
+    mods = [o for o in gc.get_objects() if issubclass(type(o), Module)]  # type(): a proxy's __class__ warns
+    held = {id(c) for m in mods for c in m.children()}
+    return [m for m in mods if id(m) not in held]
+
+
+def forward_roots(called: Any, free: Any) -> list[Any]:
+    """The modules a forward may start from once only some are hooked: those ``called`` outermost in
+    the first steps; the ``free`` ones (``free_modules``: an EMA copy or an evaluation-only model first
+    run after those steps); and below each of these the modules a wrapper holds alone (DDP's
+    ``module``, Lightning's wrapped LightningModule, torch.compile's original), which an evaluation
+    calls directly to skip the wrapper's gradient sync."""
+    out: dict[int, Any] = {id(m): m for m in called}
+    out.update((id(m), m) for m in free)
+    for m in list(out.values()):
+        kids = list(m.children())
+        while len(kids) == 1:  # a wrapper: the one module it holds is what it runs
+            out.setdefault(id(kids[0]), kids[0])
+            kids = list(kids[0].children())
+    return list(out.values())
 
 
 def _timing() -> str:
