@@ -691,6 +691,51 @@ def test_held_out_stalls_every_eighth_step_are_named_and_the_clean_job_is_not(jo
     assert _named(d) == set(truth["targets"]), d.findings
 
 
+def test_an_evaluation_only_rank_0_runs_is_named_although_s_cannot_show_it() -> None:
+    """A real 2-rank DDP job (zc_rank0_eval_2r): every 10 steps rank 0 alone evaluates 8 batches through
+    the DDP model (no-grad forwards its peer never runs) and rank 1 waits at the next all-reduce. Those
+    ops are at their own mean, so S reads 1.04 and the job was "healthy"; the extra ops are a count its
+    peer does not have, and their fix, replayed, gains over the healthy threshold. With the detector
+    left out the job reads healthy again, so the test can fail."""
+    d, truth = _diagnose("zc_rank0_eval_2r")
+    first = d.findings[0]
+    assert first.cause == "extra-work" and [w["rank"] for w in first.workers] == truth["targets"], d.findings
+    assert first.targets[0].period == truth["every"] and first.gain > 1.2, first
+    assert "no-grad-forward" in first.evidence and _named(d) == {0}, d.findings
+    from unittest import mock
+
+    from laggard.diagnose import extra
+
+    with mock.patch.object(extra, "detect", lambda ctx, cfg: []):
+        d, _ = _diagnose("zc_rank0_eval_2r")
+    assert d.verdict == "healthy", d
+
+
+HELD_OUT_EXTRA = ["ho_uneven_val_4r", "ho_pl_sample_every10_2r", "ho_ema_metric_2r", "ho_uneven_val_slow_2r",
+                  "ho_pl_sample_all_2r"]
+
+
+@pytest.mark.parametrize("job", HELD_OUT_EXTRA)
+def test_held_out_work_one_rank_does_alone_is_named_and_its_twins_are_not(job: str) -> None:
+    """Held-out jobs drawn after the extra-work rule was written from zc_rank0_eval_2r alone (programs
+    it never saw: a validation set split unevenly, a Lightning callback's sample outputs on one rank,
+    an EMA model's metric on one rank): the rank is named for work its peers do not do, with the
+    period its truth gives; a rank slowed as a whole (as many ops, each longer) is a slow worker and no
+    extra work; with the evaluation on every rank alike no rank is named."""
+    d, truth = _diagnose(job)
+    extra_named = {w["rank"] for f in d.findings if f.cause == "extra-work" for w in f.workers}
+    if truth["kind"] == "clean":
+        assert not _named(d), d.findings
+    elif truth["kind"] == "worker":
+        assert not extra_named and _named(d) == set(truth["targets"]), d.findings
+        assert d.findings[0].cause == "worker", d.findings
+    else:
+        first = d.findings[0]
+        assert first.cause == "extra-work" and [w["rank"] for w in first.workers] == truth["targets"], d.findings
+        assert first.targets[0].period == truth["every"], first.targets[0]
+        assert _named(d) == set(truth["targets"]), d.findings
+
+
 def test_fixes_that_take_the_step_below_the_ideal_are_no_interaction() -> None:
     """c24_job008 (dp 1 x pp 3, rank 1 computing 1.40x): its two findings' fixes together remove 2.8x
     the slowdown S measures (they take the step below the all-ideal one: each op type's ideal is its

@@ -187,6 +187,11 @@ class DiagnoseConfig:
     # (smaller excesses are the noise of a shared host)
     host_hot_share: float = 0.5  # ranks with half the worst rank's excess are named with it
     host_max_ranks: int = 8  # at most this many ranks in one finding
+    # -- work one rank does alone (``laggard.diagnose.extra``): a rank's seconds of ops of a type it
+    # runs more of than any stage peer in a step, over its peers', are 2% of the ideal step on average
+    # at least (less costs the job less than the noise of its step), then the noise gate judges them
+    extra_min_share: float = 0.02
+    extra_max_ranks: int = 8  # at most this many ranks judged (the largest first)
     # ... and at most half the ranks: when most ranks spend the same host time it is the overhead every
     # rank pays (the launch-delay finding on the whole job), not theirs
     host_max_rank_share: float = 0.5

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from laggard.diagnose import comm, gc, launch, sequence, stage, worker
+from laggard.diagnose import comm, extra, gc, launch, sequence, stage, worker
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx
 from laggard.diagnose.findings import Candidate
 
 # the cause each detector nominates (``Finding.cause``)
 CAUSE_OF = {"stage": "stage-imbalance", "worker": "worker", "sequence": "sequence-imbalance", "gc": "gc",
-            "comm": "comm", "launch": "launch-delay"}
+            "comm": "comm", "launch": "launch-delay", "extra": "extra-work"}
 
 
 def candidates(ctx: Ctx, cfg: DiagnoseConfig, causes: tuple[str, ...] | None = None,
@@ -36,7 +36,7 @@ def candidates(ctx: Ctx, cfg: DiagnoseConfig, causes: tuple[str, ...] | None = N
             out += worker.detect(ctx, cfg, load, slow)
         if wanted("sequence"):
             out += sequence.detect(ctx, cfg, slow)
-    for name, det in (("gc", gc.detect), ("comm", comm.detect)):
+    for name, det in (("gc", gc.detect), ("comm", comm.detect), ("extra", extra.detect)):
         if wanted(name):
             out += det(ctx, cfg)
     return out + hosts

@@ -1,5 +1,5 @@
 """Straggling the pooled ideal cannot see. The ideal of an op type is its mean over every rank that
-runs it, and S compares the job with that ideal. Two kinds of slowdown keep S near 1 by
+runs it, and S compares the job with that ideal. Three kinds of slowdown keep S near 1 by
 construction:
 
 * **a pure pipeline** (one worker per stage): the mean over the stages keeps the pipeline's total
@@ -7,6 +7,8 @@ construction:
   (its extra time is in the pooled mean too), while scaling it back alone still makes the step faster;
 * **an overhead every rank pays** (launch delays, host time between ops on every rank alike): the
   ideal keeps it too, as the median of alike gaps.
+* **work one rank does alone** (``extra-work``: an evaluation only rank 0 runs): extra ops of a type
+  only it runs are at their own mean, so the ideal keeps them, and the peers' wait is no slowdown.
 
 Such a job is judged by the fixes themselves: the detectors of these causes run, and each fix is
 replayed on the measured job. One that speeds the step up by the healthy threshold or more makes the
@@ -29,7 +31,7 @@ from laggard.results.diagnosis import Diagnosis
 
 # the causes whose slowdown the pooled ideal keeps (see the module)
 PIPELINE_CAUSES = ("stage-imbalance", "worker", "data-loading")
-OVERHEAD_CAUSES = ("launch-delay",)
+OVERHEAD_CAUSES = ("launch-delay", "extra-work")
 
 
 def unseen(ctx: Ctx, cfg: DiagnoseConfig, *, every_cause: bool = False) -> Diagnosis | None:
@@ -65,7 +67,9 @@ def unseen(ctx: Ctx, cfg: DiagnoseConfig, *, every_cause: bool = False) -> Diagn
         why = "the pooled ideal (each op type at its mean over the ranks) is slower than this job"
     else:
         what = ("a pure pipeline's total work (each op type at its mean over the stages)"
-                if any(f.cause in PIPELINE_CAUSES for f in d.findings) else "an overhead every rank pays alike")
+                if any(f.cause in PIPELINE_CAUSES for f in d.findings)
+                else "work one rank does alone (each op type at its mean over the ops that ran)"
+                if any(f.cause == "extra-work" for f in d.findings) else "an overhead every rank pays alike")
         why = f"the pooled ideal keeps {what}"
     d.note = (f"S = {ctx.res.slowdown:.3f} cannot show this slowdown: {why}; the fixes below were replayed on "
               "the measured job, " + (f"together {best:.2f}x faster (none gains {cfg.healthy_threshold:g}x alone)"

@@ -23,6 +23,7 @@ PATTERN = {
     "gc": "rare forward-only stalls on different ranks at different steps",
     "comm": "slow transfers on one link or group",
     "launch-delay": "measured steps longer than the replay (untraced gaps)",
+    "extra-work": "one rank running ops its peers do not (more of an op type than any peer in a step)",
     "unexplained": "no known cause's pattern: the largest carrier of the slowdown",
     "late-arrival": "one rank reaching the step's first collective after the others (too few steps to judge more)",
 }

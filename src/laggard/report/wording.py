@@ -22,6 +22,7 @@ CAUSE_WORDS = {
     "gc": "garbage-collection pauses",
     "comm": "slow communication",
     "launch-delay": "launch delay (untraced host time)",
+    "extra-work": "work one rank does alone",
     "unexplained": "unexplained slowdown",
     "late-arrival": "late arrival (one step)",
 }

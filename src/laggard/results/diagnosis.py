@@ -49,7 +49,7 @@ class Consistency:
     all-ideal one (``laggard.diagnose.impact``)."""
 
     target: str  # "rank 3", "stage 1", "link 2->3 (backward-recv)"
-    basis: str  # compute | transfer | host | step
+    basis: str  # compute | transfer | host | extra (work its peers do not do) | step
     pattern: str  # consistent | transient | noise (within the job's noise: not named) | unjudged (no reference)
     steps_total: int  # steps judged
     slow_steps: list[int]  # the steps where it exceeds its reference beyond the noise
@@ -77,8 +77,9 @@ class Consistency:
         n, k = self.steps_total, len(self.slow_steps)
         if self.pattern == "unjudged":
             return f"{self.target}: nothing to compare its steps with"
-        if self.basis == "host":
-            size = f"+{1e3 * self.excess_s:.1f} ms of host time per step ({100 * (self.ratio - 1):.0f}% of the step)"
+        if self.basis in ("host", "extra"):
+            what = "host time" if self.basis == "host" else "work its peers do not do"
+            size = f"+{1e3 * self.excess_s:.1f} ms of {what} per step ({100 * (self.ratio - 1):.0f}% of the step)"
         elif self.basis in REFERENCE_OF and self.ratio >= RATIO_SHOWN_BELOW and self.excess_s > 0:
             size = f"+{1e3 * self.excess_s:.1f} ms per step, {self.ratio:.0f}x {REFERENCE_OF[self.basis]} time"
         else:
@@ -95,7 +96,7 @@ class Consistency:
 
     @property
     def noise_text(self) -> str:
-        if self.basis == "host":
+        if self.basis in ("host", "extra"):
             return f"job noise ± {100 * self.noise:.1f}% of the step"
         return f"job noise ± {self.noise:.2f}"
 
