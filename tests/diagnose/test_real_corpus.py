@@ -736,6 +736,17 @@ def test_held_out_work_one_rank_does_alone_is_named_and_its_twins_are_not(job: s
         assert _named(d) == set(truth["targets"]), d.findings
 
 
+def test_a_pipeline_stage_is_no_peer_of_another_for_extra_work() -> None:
+    """A real 2-stage pipeline (zc_pipeline_slow_stage_2r, stage 1's forward 10 ms longer a
+    microbatch): stage 1's forward is cut where it receives, so it runs more forward ops than stage 0
+    by design. Compared with the other stage it read as work rank 1 does alone; each rank is alone in
+    its stage, so nobody is its peer, and the slow stage is the finding."""
+    d, truth = _diagnose("zc_pipeline_slow_stage_2r")
+    assert not [f for f in d.findings if f.cause == "extra-work"], d.findings
+    first = d.findings[0]
+    assert first.cause == "stage-imbalance" and first.stages == [truth["stage"]], d.findings
+
+
 def test_fixes_that_take_the_step_below_the_ideal_are_no_interaction() -> None:
     """c24_job008 (dp 1 x pp 3, rank 1 computing 1.40x): its two findings' fixes together remove 2.8x
     the slowdown S measures (they take the step below the all-ideal one: each op type's ideal is its

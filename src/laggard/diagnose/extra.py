@@ -19,7 +19,6 @@ from laggard.diagnose import noise
 from laggard.diagnose.config import DiagnoseConfig
 from laggard.diagnose.context import Ctx, step_peer_median, weights_of
 from laggard.diagnose.findings import Candidate
-from laggard.diagnose.launch import peer_groups
 from laggard.results.diagnosis import Finding
 from laggard.whatif.custom import Change
 
@@ -27,7 +26,10 @@ from laggard.whatif.custom import Change
 def detect(ctx: Ctx, cfg: DiagnoseConfig) -> list[Candidate]:
     if len(ctx.ranks) < 2 or not len(ctx.w):
         return []
-    groups = peer_groups(ctx)
+    # a stage's ranks run one program; different stages run different ones (a pipeline stage's forward
+    # is cut where it receives, so stages differ in op counts by design), so a rank alone in its
+    # stage has no peer to do less than
+    groups = ctx.rank_stage
     compute = ctx.kind_is("compute") & ~ctx.gc
     steps = ctx.step_numbers()
     extra: dict[int, np.ndarray] = {}  # op type -> (rank, step) seconds over the peers', where it ran more ops
