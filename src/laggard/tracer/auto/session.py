@@ -9,7 +9,7 @@ tracer's own start-up collectives line up), or at the first phase of a single-pr
 What it hooks, each undone by ``close()``:
 
 - forward: module forward pre/post hooks (the model's, or every module's for the first steps, then
-  those a forward may start from: ``forward_roots``), outermost call only;
+  those a forward may start from: ``laggard.tracer.auto.forward``), outermost call only;
   one run with grad disabled outside a backward (a validation pass, a frozen teacher) is a
   ``no-grad-forward``, not a training forward (``laggard.tracer.auto.phases``);
 - backward: ``torch.autograd.backward`` (``Tensor.backward`` calls it), on the training thread;
@@ -34,13 +34,11 @@ from typing import Any
 from laggard.errors import LaggardError
 from laggard.tracer.auto import phases as ph
 from laggard.tracer.auto.env import DEFAULT_FLUSH_S, read_env
+from laggard.tracer.auto.forward import ForwardHooks
 from laggard.tracer.auto.works import Patches
 
 _ACTIVE: AutoTrace | None = None  # one session per process: the hooks are global
 CAPTURE_META = "autotrace"  # job.json's extra "capture": how the trace was recorded
-# steps with every module hooked before only the outermost ones are: a training step calls each of
-# its outermost modules in its first steps (the first may differ: DDP's first iteration, warm-up)
-ROOT_STEPS = 3
 
 
 class AutoTrace:
@@ -60,22 +58,12 @@ class AutoTrace:
         self.in_backward = False
         self._ident = threading.get_ident()
         self._pid = os.getpid()
-        self._depth = 0
-        self._forward_phase = ph.FORWARD  # the phase the outermost forward open now pushed
         # ids of the optimizers inside step() now, outermost first; and of those that stepped inside
         # the outermost one so far
         self._opt_nest: list[int] = []
         self._opt_inner: set[int] = set()
-        self._grad_enabled: Any = None  # torch.is_grad_enabled, bound once: the forward hook runs per call
         self._handles: list[Any] = []
-        # every module's forward is hooked until the modules called outermost are known (the DDP
-        # wrapper, a loss module): then only those and the ones a later call may start from
-        # (``forward_roots``), since a hook on every module costs 1-5 us a call
-        self._global_hooks: list[Any] = []
-        self._roots: dict[int, Any] = {}
-        # weak references to the modules nothing holds, taken before the first step starts (so the
-        # search is in no step's time): a forward may start from one after the first steps
-        self._free: list[Any] = []
+        self.forward = ForwardHooks(self)
         self.patches = Patches()  # torch's functions this session replaced (autograd, DataLoader, init)
         self._model, self._optimizer = model, optimizer
         self._closed = False
@@ -104,7 +92,7 @@ class AutoTrace:
         tracer = Tracer(self.out_dir, name=self.name, meta_extra=meta, **self._tracer_kwargs)
         self.phases = ph.Phases(tracer)
         self.phases.on_open = self._flush_outside_backward
-        self.phases.on_start = self._find_free_modules
+        self.phases.on_start = self.forward.find_free
         if self._optimizer is not None:
             self.phases.set_step_optimizer(self._optimizer)
         self.tracer = tracer
@@ -145,16 +133,7 @@ class AutoTrace:
         import torch.optim.optimizer as topt
         from torch.utils.data import dataloader
 
-        self._grad_enabled = torch.is_grad_enabled
-        if self._model is not None:
-            self._handles += [self._model.register_forward_pre_hook(self._forward_pre),
-                              self._model.register_forward_hook(self._forward_post, always_call=True)]
-        else:
-            from torch.nn.modules import module as tmod
-
-            self._global_hooks = [tmod.register_module_forward_pre_hook(self._forward_pre),
-                                  tmod.register_module_forward_hook(self._forward_post, always_call=True)]
-            self._handles += self._global_hooks
+        self.forward.install(self._model)
         self._handles += [topt.register_optimizer_step_pre_hook(self._optimizer_pre),
                           topt.register_optimizer_step_post_hook(self._optimizer_post)]
         self.patches.wrap("backward", torch.autograd.backward, self._backward_wrapper(torch.autograd.backward),
@@ -184,23 +163,6 @@ class AutoTrace:
 
         self.patches.wrap("init_process_group", init, init_process_group, (dist, c10d))
         self.patches.wrap("destroy_process_group", destroy, destroy_process_group, (dist, c10d))
-
-    def _forward_pre(self, module: Any, args: Any) -> None:
-        if self._depth == 0 and self._global_hooks and self.owns_thread():
-            self._roots.setdefault(id(module), module)
-        if self._depth == 0 and self._active_tracer() is not None:
-            self.capture.flush()
-            # inside a backward a forward is checkpoint's recompute of a training forward, whatever
-            # the grad mode autograd runs it under
-            training = self.in_backward or self._grad_enabled()
-            self._forward_phase = ph.FORWARD if training else ph.NO_GRAD_FORWARD
-            self.phases.push(self._forward_phase)  # type: ignore[union-attr]
-        self._depth += 1
-
-    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
-        self._depth = max(0, self._depth - 1)
-        if self._depth == 0 and self.phases is not None and self.owns_thread():
-            self.phases.pop(self._forward_phase)
 
     def _backward_wrapper(self, orig: Any) -> Any:
         session = self
@@ -276,28 +238,8 @@ class AutoTrace:
             return
         self.capture.flush()
         phases.pop(ph.OPTIMIZER)
-        if phases.optimizer_done(optimizer, inner) and phases.step == ROOT_STEPS and self._global_hooks \
-                and not self._depth:
-            self._narrow_forward_hooks()
-
-    def _find_free_modules(self) -> None:
-        if self._global_hooks:
-            import weakref
-
-            self._free = [weakref.ref(m) for m in free_modules()]
-
-    def _narrow_forward_hooks(self) -> None:
-        """From now on hook only the modules that may be called outermost: those that were in the first
-        steps, and those a later call may start from (``forward_roots``)."""
-        for h in self._global_hooks:
-            h.remove()
-            self._handles.remove(h)
-        self._global_hooks = []
-        free = [m for m in (r() for r in self._free) if m is not None]
-        for module in forward_roots(self._roots.values(), free):
-            self._handles += [module.register_forward_pre_hook(self._forward_pre),
-                              module.register_forward_hook(self._forward_post, always_call=True)]
-        self._roots.clear()
+        if phases.optimizer_done(optimizer, inner):
+            self.forward.step_ended(phases.step)
 
     def _next_wrapper(self, orig: Any) -> Any:
         session = self
@@ -342,6 +284,7 @@ class AutoTrace:
             self.capture.flush()
             self.phases.close()
             self.tracer.close(status)
+        self.forward.uninstall()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -356,34 +299,6 @@ class AutoTrace:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self.close("closed" if exc_type is None else f"failed: {exc_type.__name__}")
         return False
-
-
-def free_modules() -> list[Any]:
-    """Every module no other module holds (a model, an EMA copy, a teacher, a loss), found among the
-    objects the garbage collector tracks (~0.1 s in a process with transformers imported)."""
-    import gc
-
-    from torch.nn import Module
-
-    mods = [o for o in gc.get_objects() if issubclass(type(o), Module)]  # type(): a proxy's __class__ warns
-    held = {id(c) for m in mods for c in m.children()}
-    return [m for m in mods if id(m) not in held]
-
-
-def forward_roots(called: Any, free: Any) -> list[Any]:
-    """The modules a forward may start from once only some are hooked: those ``called`` outermost in
-    the first steps; the ``free`` ones (``free_modules``: an EMA copy or an evaluation-only model first
-    run after those steps); and below each of these the modules a wrapper holds alone (DDP's
-    ``module``, Lightning's wrapped LightningModule, torch.compile's original), which an evaluation
-    calls directly to skip the wrapper's gradient sync."""
-    out: dict[int, Any] = {id(m): m for m in called}
-    out.update((id(m), m) for m in free)
-    for m in list(out.values()):
-        kids = list(m.children())
-        while len(kids) == 1:  # a wrapper: the one module it holds is what it runs
-            out.setdefault(id(kids[0]), kids[0])
-            kids = list(kids[0].children())
-    return list(out.values())
 
 
 def _timing() -> str:
