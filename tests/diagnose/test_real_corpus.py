@@ -65,6 +65,20 @@ def test_pure_pipeline_slow_rank_is_found_although_s_is_near_1() -> None:
     assert top.gain >= 1.05
 
 
+def test_a_pipeline_stage_slow_in_one_run_of_steps_is_named_for_those_steps() -> None:
+    """Rank 1, a 4-stage blocking pipeline's one worker of stage 1, computes 1.195x slower in the first
+    half of the steps only: over every step its excess is diluted to under what a heavy stage needs,
+    over the run it is not. It is a worker to check in those steps, not layers to move; its fix scales
+    its compute in those steps alone."""
+    d, truth = _diagnose("pp_blocking_transient_4r")
+    assert truth["targets"] == [1] and truth["transient"] == "first-half"
+    top = d.findings[0]
+    assert top.cause == "worker" and _named(d) == {1} and top.stages == [1], d.findings
+    assert set(top.steps) <= set(truth["slowed_steps"]) and len(top.steps) >= 8, top.steps
+    assert top.whatif and all("step=" in x for x in top.whatif if x.startswith("stage=")), top.whatif
+    assert "moving them would not help" in top.fix
+
+
 def test_launch_overhead_on_every_rank_is_found_although_s_is_near_1() -> None:
     d, _ = _diagnose("job017")
     assert d.verdict == "straggling", d

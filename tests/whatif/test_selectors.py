@@ -91,6 +91,9 @@ def one_line_error(fn, *args, **kwargs) -> str:
     ("peer=3", both((1, SEND))),  # the op whose peer is rank 3: rank 1's send
     ("peer=0", both((2, RECV))),
     ("step=1", {e for e in EVERY if e[0] == 1}),
+    ("step=0-1", EVERY),  # a range, both ends included
+    ("step=1-5", {e for e in EVERY if e[0] == 1}),
+    ("step=1,rank=2", {(1, 2, n) for n in (RECV, FC, AR)}),
     ("optype=forward-compute", FORWARD),
     ("name=forward-send", both((0, SEND), (1, SEND))),
     ("optype=forward-pp-comm", both((0, SEND), (1, SEND), (2, RECV), (3, RECV))),  # both ends of the transfers

@@ -153,16 +153,15 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
     # per-stage compute per worker, the slow workers left out (DP replicas may differ in number only
     # on broken traces)
     rows = _rows(ctx, slow_workers)
-    kept = np.isin(ctx.rank, [r for rs in rows.values() for r in rs]) & ctx.compute
-    per_stage = np.bincount(ctx.pp[kept], weights=ctx.w[kept], minlength=ctx.num_pp)
-    workers_per_stage = np.maximum(np.bincount([ctx.worker_of[r]["stage"] for rs in rows.values() for r in rs],
-                                               minlength=ctx.num_pp), 1)
-    per_worker = per_stage / workers_per_stage
     heavy = heavy_stages(ctx, cfg, load, slow_workers)
     judged = consistency(ctx, cfg, load, slow_workers, rows, heavy)
     for s in heavy:
         if not judged[s]:
             continue  # its replicas compute within the job's noise of the other stages'
+        # a stage slow in one run of steps only (its worker slowed, then recovered) is measured over
+        # that run: over every step its healthy steps dilute the excess the noise gate found
+        run = _run_steps(ctx, judged[s][0])
+        per_worker = _per_worker(ctx, rows, run)
         others = float(np.median(np.delete(per_worker, s)))
         ratio = per_worker[s] / max(others, 1e-12)
         if ratio < cfg.stage_compute_min:
@@ -179,6 +178,11 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
             if others_ex and stage_ex[s] < cfg.stage_vs_median * max(float(np.median(others_ex)), 0.0):
                 continue  # every stage is hot: not one stage's problem
         rs = sorted(r for r, w in ctx.worker_of.items() if w["stage"] == s)
+        if run is not None:
+            cand = _run_candidate(ctx, s, rs, run, ratio, judged[s])
+            if cand is not None:
+                out.append(cand)
+            continue
         changes = _scale_down(ctx, s, slow_workers)
         if not changes:
             continue
@@ -210,6 +214,69 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
         )
         out.append(Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes)))
     return out
+
+
+def _per_worker(ctx: Ctx, rows: dict[int, list[int]], steps: np.ndarray | None) -> np.ndarray:
+    """Per stage, the compute of its workers in ``rows`` per worker, over the step indices ``steps``
+    (None: every step)."""
+    kept = np.isin(ctx.rank, [r for rs in rows.values() for r in rs]) & ctx.compute
+    if steps is not None:
+        kept &= np.isin(ctx.step, steps)
+    per_stage = np.bincount(ctx.pp[kept], weights=ctx.w[kept], minlength=ctx.num_pp)
+    workers_per_stage = np.maximum(np.bincount([ctx.worker_of[r]["stage"] for rs in rows.values() for r in rs],
+                                               minlength=ctx.num_pp), 1)
+    return per_stage / workers_per_stage
+
+
+def _run_steps(ctx: Ctx, row: Consistency) -> np.ndarray | None:
+    """The step indices of the one run of steps ``row`` (a stage's judgement) is slow in; None where it
+    is not slow so (steady, or in bursts)."""
+    if not (row.run and row.pattern == "transient" and row.slow_steps):
+        return None
+    return np.flatnonzero(np.isin(ctx.step_numbers(), row.slow_steps))
+
+
+def _run_candidate(ctx: Ctx, s: int, rs: list[int], run: np.ndarray, ratio: float,
+                   targets: list[Consistency]) -> Candidate | None:
+    """Stage ``s`` slow in the run of step indices ``run`` only, ``ratio`` x the other stages' compute
+    there: its layers are the same in every step, so no repartition fixes it; what slowed its workers
+    in those steps does (one worker per stage: that worker's device or host). The fix replayed: each
+    of its compute op types in the run at its own mean outside the run (None where no type is slower
+    there)."""
+    from laggard.results.diagnosis import step_spans
+
+    numbers = ctx.step_numbers()
+    first, last = int(numbers[run[0]]), int(numbers[run[-1]])
+    on = (ctx.pp == s) & ctx.compute
+    inside = np.isin(ctx.step, run)
+    ref, ok = ctx.group_mean(on & ~inside, [ctx.name])
+    mine, _ = ctx.group_mean(on & inside, [ctx.name])
+    changes = []
+    for c in np.unique(ctx.name[on & inside & ok]):
+        i = int(np.flatnonzero(on & inside & (ctx.name == c))[0])
+        if 0 < ref[i] < mine[i]:
+            changes.append(Change(action="scale", selector=f"stage={s},step={first}-{last},optype={ctx.names[int(c)]}",
+                                  factor=float(f"{ref[i] / mine[i]:.6g}")))
+    if not changes:
+        return None
+    spans = step_spans([int(x) for x in numbers[run]])
+    one = ctx.num_dp == 1
+    who = f"rank {rs[0]}, the stage's one worker," if one else f"all {len(rs)} of its DP replicas"
+    f = Finding(
+        cause="worker" if one else "stage-imbalance",
+        stages=[int(s)],
+        workers=[ctx.worker_of[r] for r in rs][:16],
+        steps=[int(x) for x in numbers[run]][:12],
+        evidence=(f"stage {s} sets the pace in steps {spans} only: its compute there is {ratio:.2f}x the other "
+                  f"stages' ({who} slow in those steps and at its usual speed in the others)"),
+        fix=(f"check rank {rs[0]}'s device and host for steps {spans} (thermal throttling, clocks, a noisy "
+             "neighbour, another job's load); its layers are the same in every step, so moving them would "
+             "not help" if one else
+             f"find what slowed every replica of stage {s} in steps {spans} (their nodes' load, their input, "
+             "a shared link); its layers are the same in every step, so moving them would not help"),
+        targets=targets,
+    )
+    return Candidate(finding=f, changes=changes, weights=weights_of(ctx, changes))
 
 
 def _data_share(ctx: Ctx, s: int, row: list[int]) -> tuple[float, float]:

@@ -139,8 +139,10 @@ def _select_one(base: Baseline, sel: str, key: str, val: str) -> np.ndarray:
         mask = base.rank == as_int(val)
     elif key == "peer":
         mask = base.job.column("peer") == as_int(val)
-    elif key == "step":
-        mask = base.job.column("step") == as_int(val)
+    elif key == "step":  # step=N, or step=A-B: the steps A to B, both included
+        step = base.job.column("step")
+        lo, dash, hi = val.partition("-")
+        mask = (step >= as_int(lo)) & (step <= as_int(hi)) if dash and lo else step == as_int(val)
     elif key == "worker":
         wm = re.fullmatch(r"dp(\d+):pp(\d+)", val)
         if not wm:
