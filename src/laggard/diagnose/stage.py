@@ -155,13 +155,14 @@ def detect(ctx: Ctx, cfg: DiagnoseConfig, load: dict[int, float], slow_workers: 
     rows = _rows(ctx, slow_workers)
     heavy = heavy_stages(ctx, cfg, load, slow_workers)
     judged = consistency(ctx, cfg, load, slow_workers, rows, heavy)
+    whole = _per_worker(ctx, rows, None)
     for s in heavy:
         if not judged[s]:
             continue  # its replicas compute within the job's noise of the other stages'
         # a stage slow in one run of steps only (its worker slowed, then recovered) is measured over
         # that run: over every step its healthy steps dilute the excess the noise gate found
         run = _run_steps(ctx, judged[s][0])
-        per_worker = _per_worker(ctx, rows, run)
+        per_worker = whole if run is None else _per_worker(ctx, rows, run)
         others = float(np.median(np.delete(per_worker, s)))
         ratio = per_worker[s] / max(others, 1e-12)
         if ratio < cfg.stage_compute_min:
